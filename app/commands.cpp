@@ -1,0 +1,114 @@
+#include "app/commands.hpp"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "data/batches.hpp"
+#include "data/dataset.hpp"
+#include "deck/parse.hpp"
+#include "deck/read.hpp"
+#include "deck/schema.hpp"
+#include "model/gpt2.hpp"
+#include "train/report.hpp"
+#include "train/run_dir.hpp"
+#include "train/trainer.hpp"
+
+namespace st::app {
+namespace {
+
+Config load_config(const DeckRequest& request, World& world) {
+  const std::string text = read_deck_text(request.deck_path, world.comm());
+  return parse_deck(text, request.deck_path, request.overrides);
+}
+
+}  // namespace
+
+int run_deck(const DeckRequest& request, World& world) {
+  const Config config = load_config(request, world);
+  Trainer trainer(config, world);
+  trainer.run();
+  return kExitOk;
+}
+
+int check_deck(const DeckRequest& request, World& world, int ranks) {
+  const Config config = load_config(request, world);
+  const int world_size = ranks > 0 ? ranks : world.size();
+  std::string problem;
+  std::optional<TokenDataset> data;
+  try {
+    data.emplace(TokenDataset::open(config.data.path, config.data.format));
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree_or_throw(world.comm(), problem);
+  const DataSplits splits = split_data(*data, config.data.val_fraction, config.model.seq_len);
+  const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
+  const Gpt2Shape shape{config.model.n_layer, config.model.d_model, config.model.n_head, config.model.seq_len,
+                        config.model.vocab_size, padded_vocab(config.model.vocab_size, config.model.vocab_pad_to)};
+  const std::size_t params = make_gpt2_layout(shape).total();
+  const std::size_t activations = Gpt2<float>::activation_elements(shape, static_cast<int>(plan.micro_batch));
+  // ddp in fp32: parameters, gradients, Adam m and v, 4 bytes each.
+  const double state = 16.0 * static_cast<double>(params);
+  const std::vector<std::pair<std::string, std::string>> derived = {
+      {"world size", std::to_string(world_size) + " ranks" + (ranks > 0 ? " (--ranks)" : "")},
+      {"micro-batches per step", std::to_string(plan.accum_steps) + " x " + std::to_string(plan.micro_batch) +
+                                     " sequences per rank"},
+      {"parameters", std::to_string(params)},
+      {"model state per rank", format_bytes(state) + " (" + config.parallel.strategy + ", fp32)"},
+      {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
+      {"data", data->path() + ": " + std::to_string(data->size()) + (data->byte_level() ? " bytes" : " tokens") +
+                   ", train " + std::to_string(splits.train.size()) + ", val " + std::to_string(splits.val.size())},
+      {"run directory", resolve_out_dir(config)},
+  };
+  if (data->max_token() >= config.model.vocab_size)
+    throw Error(request.deck_path + ": data file holds token id " + std::to_string(data->max_token()) +
+                    " but model.vocab_size = " + std::to_string(config.model.vocab_size),
+                ErrorScope::all_ranks);
+  if (world.is_root()) std::cout << settings_table(config, derived) << "deck OK\n";
+  return kExitOk;
+}
+
+int print_deck_doc() {
+  std::cout << deck_reference_markdown();
+  return kExitOk;
+}
+
+int main_with_mpi(int argc, char** argv) {
+  World world;
+  CLI::App cli{"shardtrain: train GPT-2 models with MPI; parameters, gradients and optimizer state sharded "
+               "per the deck's parallel strategy.",
+               "shardtrain"};
+  cli.set_version_flag("--version", std::string("shardtrain ") + ST_VERSION);
+  cli.require_subcommand(1);
+  DeckRequest request;
+  int ranks = 0;
+
+  auto add_deck_options = [&request](CLI::App* sub) {
+    sub->add_option("deck", request.deck_path, "TOML input deck")->required();
+    sub->add_option("--set", request.overrides, "Override a deck key: --set section.key=value (repeatable)")
+        ->type_name("KEY=VALUE");
+  };
+  auto* run = cli.add_subcommand("run", "Train on the deck's settings");
+  add_deck_options(run);
+  auto* check = cli.add_subcommand("check", "Validate the deck and its data, print the resolved settings, exit");
+  add_deck_options(check);
+  check->add_option("--ranks", ranks, "Plan for this many ranks instead of the job's size")->check(CLI::PositiveNumber);
+  auto* doc = cli.add_subcommand("deck-doc", "Print the input deck reference (docs/deck.md)");
+
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Every rank parsed the same argv; only rank 0 speaks.
+    if (world.is_root()) return cli.exit(e);
+    return e.get_exit_code() == 0 ? kExitOk : kExitUsage;
+  }
+  if (*run) return run_deck(request, world);
+  if (*check) return check_deck(request, world, ranks);
+  if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
+  return kExitUsage;
+}
+
+}  // namespace st::app

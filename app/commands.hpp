@@ -1,0 +1,26 @@
+#pragma once
+// The subcommands of the shardtrain executable.
+#include <string>
+#include <vector>
+
+#include "comm/world.hpp"
+
+namespace st::app {
+
+struct DeckRequest {
+  std::string deck_path;
+  std::vector<std::string> overrides;  // --set section.key=value
+};
+
+// `shardtrain run DECK`: train. Returns the exit code.
+int run_deck(const DeckRequest& request, World& world);
+// `shardtrain check DECK`: validate the deck and its data, print the resolved settings and the
+// figures the run would have on `ranks` ranks (0: this job's size).
+int check_deck(const DeckRequest& request, World& world, int ranks);
+// `shardtrain deck-doc`: the deck reference (docs/deck.md).
+int print_deck_doc();
+
+// Parses argv and dispatches; every rank parses the same command line.
+int main_with_mpi(int argc, char** argv);
+
+}  // namespace st::app

@@ -1,0 +1,13 @@
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+namespace st {
+
+// Collective check after a step that can fail on some ranks only (opening a node-local file,
+// say): every rank passes its own error text ("" if fine); if any rank failed, every rank
+// throws the same Error naming the first failing rank, so none is left in a later collective.
+void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+
+}  // namespace st

@@ -1,0 +1,23 @@
+#pragma once
+// Small text helpers shared by the deck, the logs and the command line.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace st {
+
+// Levenshtein distance; used to suggest the key a user probably meant.
+std::size_t edit_distance(std::string_view a, std::string_view b);
+
+// The closest candidate within a distance that scales with the word's length, or "".
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+// "1.50 GiB", "12.0 MiB", "512 B".
+std::string format_bytes(double bytes);
+
+// Joins with a separator: join({"a","b"}, ", ") == "a, b".
+std::string join(const std::vector<std::string>& parts, std::string_view separator);
+
+}  // namespace st

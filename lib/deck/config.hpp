@@ -1,0 +1,85 @@
+#pragma once
+// The resolved settings of one run: every key of the input deck, typed, after defaults,
+// overrides and validation. Built only by parse_deck (deck/parse.hpp).
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace st {
+
+struct RunConfig {
+  std::int64_t steps = 0;
+  std::int64_t seed = 0;
+  std::int64_t log_every = 0;
+  std::int64_t eval_every = 0;
+  std::int64_t eval_batches = 0;
+  std::int64_t sample_every = 0;
+  std::int64_t sample_tokens = 0;
+  double sample_temperature = 1.0;
+  std::string sample_prompt;
+  std::string out_dir;
+  std::int64_t threads = 0;
+};
+
+struct ModelConfig {
+  std::int64_t n_layer = 0;
+  std::int64_t d_model = 0;
+  std::int64_t n_head = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t vocab_size = 0;
+  std::int64_t vocab_pad_to = 0;
+};
+
+struct DataConfig {
+  std::string path;
+  std::string format;
+  std::int64_t global_batch = 0;
+  std::int64_t micro_batch = 0;
+  double val_fraction = 0.0;
+};
+
+struct OptimizerConfig {
+  double lr = 0.0;
+  double min_lr = 0.0;
+  std::int64_t warmup_steps = 0;
+  std::string schedule;
+  double weight_decay = 0.0;
+  bool decay_embeddings = false;
+  bool decay_norms_and_biases = false;
+  double beta1 = 0.0;
+  double beta2 = 0.0;
+  double eps = 0.0;
+  double grad_clip = 0.0;
+};
+
+struct ParallelConfig {
+  std::string strategy;
+  std::string precision;
+  std::int64_t ranks_per_node = 0;
+  double bucket_mb = 0.0;
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  std::int64_t every = 0;
+  std::int64_t keep = 0;
+  std::string resume;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+
+  std::string deck_path;  // as given on the command line
+  std::string deck_text;  // the file's text, kept for the run directory and checkpoints
+  // Where each key's value came from: "deck.toml:12", "--set", or "default".
+  std::map<std::string, std::string> origin;
+  // Each key's resolved value as TOML text, for the settings table and the run directory.
+  std::map<std::string, std::string> resolved;
+};
+
+}  // namespace st

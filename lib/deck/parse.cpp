@@ -1,0 +1,313 @@
+#include "deck/parse.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <sstream>
+#include <toml.hpp>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "deck/schema.hpp"
+
+namespace st {
+namespace {
+
+// One problem, placed so the list can be printed in file order.
+struct Problem {
+  std::size_t line;  // 0 for problems without a line (--set, missing keys)
+  std::string message;
+};
+
+class ProblemList {
+ public:
+  void add(std::size_t line, std::string message) { problems_.push_back({line, std::move(message)}); }
+  bool empty() const { return problems_.empty(); }
+  [[noreturn]] void raise(const std::string& path) {
+    std::stable_sort(problems_.begin(), problems_.end(),
+                     [](const Problem& a, const Problem& b) { return a.line < b.line; });
+    std::ostringstream os;
+    os << "deck '" << path << "' has " << problems_.size() << (problems_.size() == 1 ? " error:" : " errors:");
+    for (const auto& p : problems_) os << "\n  " << p.message;
+    throw Error(os.str(), ErrorScope::all_ranks);
+  }
+
+ private:
+  std::vector<Problem> problems_;
+};
+
+std::vector<std::string> key_names(const std::string& section) {
+  std::vector<std::string> names;
+  for (const auto& key : deck_schema())
+    if (key.section == section) names.push_back(key.name);
+  return names;
+}
+
+std::string type_name(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::boolean: return "a boolean";
+    case toml::value_t::integer: return "an integer";
+    case toml::value_t::floating: return "a float";
+    case toml::value_t::string: return "a string";
+    case toml::value_t::array: return "an array";
+    case toml::value_t::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string show(const toml::value& v) {
+  std::ostringstream os;
+  os << v;
+  std::string s = os.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Converts a TOML value to the key's type, or returns a message saying what is wrong.
+std::optional<DeckValue> convert(const KeySpec& key, const toml::value& v, std::string& why) {
+  const std::string shown = key.full_name() + " = " + show(v);
+  auto wrong_type = [&] {
+    why = shown + ": expected " + key.allowed() + ", got " + type_name(v);
+    return std::nullopt;
+  };
+  switch (key.type) {
+    case KeyType::integer: {
+      if (!v.is_integer()) return wrong_type();
+      const auto x = v.as_integer();
+      if (static_cast<double>(x) < key.min || static_cast<double>(x) > key.max) {
+        why = shown + ": out of range, expected " + key.allowed();
+        return std::nullopt;
+      }
+      return DeckValue{static_cast<std::int64_t>(x)};
+    }
+    case KeyType::real: {
+      double x = 0;
+      if (v.is_floating()) x = v.as_floating();
+      else if (v.is_integer()) x = static_cast<double>(v.as_integer());
+      else return wrong_type();
+      if (!std::isfinite(x) || x < key.min || x > key.max) {
+        why = shown + ": out of range, expected " + key.allowed();
+        return std::nullopt;
+      }
+      return DeckValue{x};
+    }
+    case KeyType::boolean:
+      if (!v.is_boolean()) return wrong_type();
+      return DeckValue{v.as_boolean()};
+    case KeyType::string:
+      if (!v.is_string()) return wrong_type();
+      return DeckValue{std::string(v.as_string().str)};
+    case KeyType::choice: {
+      if (!v.is_string()) return wrong_type();
+      std::string s = v.as_string().str;
+      if (std::find(key.choices.begin(), key.choices.end(), s) == key.choices.end()) {
+        why = shown + ": expected " + key.allowed();
+        const std::string guess = closest_match(s, key.choices);
+        if (!guess.empty()) why += " (did you mean \"" + guess + "\"?)";
+        return std::nullopt;
+      }
+      return DeckValue{s};
+    }
+  }
+  return std::nullopt;
+}
+
+std::string resolved_text(const DeckValue& value) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) return "\"" + x + "\"";
+        else if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+        else {
+          std::ostringstream os;
+          os << x;
+          return os.str();
+        }
+      },
+      value);
+}
+
+// Parses "key = <text>" as TOML; the value of a --set or a default.
+std::optional<toml::value> parse_value_text(const std::string& text, const std::string& name) {
+  try {
+    std::istringstream in("v = " + text);
+    auto table = toml::parse(in, name);
+    return toml::find(table, "v");
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+class DeckParser {
+ public:
+  DeckParser(std::string path) : path_(std::move(path)) {}
+
+  Config run(const std::string& text, const std::vector<std::string>& overrides) {
+    config_.deck_path = path_;
+    config_.deck_text = text;
+    read_file(text);
+    for (const auto& o : overrides) apply_override(o);
+    fill_defaults();
+    if (problems_.empty()) check_combinations();
+    if (problems_.empty()) refuse_unbuilt_features();
+    if (!problems_.empty()) problems_.raise(path_);
+    return config_;
+  }
+
+ private:
+  std::string at(std::size_t line) const { return path_ + ":" + std::to_string(line); }
+
+  void assign(const KeySpec& key, const DeckValue& value, const std::string& origin) {
+    key.store(config_, value);
+    config_.origin[key.full_name()] = origin;
+    config_.resolved[key.full_name()] = resolved_text(value);
+  }
+
+  void read_file(const std::string& text) {
+    toml::value root;
+    try {
+      std::istringstream in(text);
+      root = toml::parse(in, path_);
+    } catch (const toml::syntax_error& e) {
+      problems_.add(e.location().line(), "malformed TOML in " + at(e.location().line()) + ":\n" + e.what());
+      problems_.raise(path_);
+    }
+    for (const auto& [section_name, section] : root.as_table()) {
+      const std::size_t line = section.location().line();
+      if (!section.is_table()) {
+        problems_.add(line, at(line) + ": '" + section_name + "' is outside any section; keys belong in one of [" +
+                                join(deck_sections(), "], [") + "]" + suggest_section_of(section_name));
+        continue;
+      }
+      if (std::find(deck_sections().begin(), deck_sections().end(), section_name) == deck_sections().end()) {
+        const std::string guess = closest_match(section_name, deck_sections());
+        problems_.add(line, at(line) + ": unknown section [" + section_name + "]" +
+                                (guess.empty() ? "" : "; did you mean [" + guess + "]?") + " Sections: [" +
+                                join(deck_sections(), "], [") + "]");
+        continue;
+      }
+      for (const auto& [name, value] : section.as_table()) {
+        const std::size_t key_line = value.location().line();
+        const KeySpec* key = find_key(section_name, name);
+        if (!key) {
+          const std::string guess = closest_match(name, key_names(section_name));
+          problems_.add(key_line, at(key_line) + ": unknown key '" + name + "' in [" + section_name + "]" +
+                                      (guess.empty() ? "" : "; did you mean '" + guess + "'?") +
+                                      " Keys of [" + section_name + "]: " + join(key_names(section_name), ", "));
+          continue;
+        }
+        std::string why;
+        if (auto converted = convert(*key, value, why)) assign(*key, *converted, at(key_line));
+        else problems_.add(key_line, at(key_line) + ": " + why);
+      }
+    }
+  }
+
+  std::string suggest_section_of(const std::string& name) const {
+    for (const auto& key : deck_schema())
+      if (key.name == name) return " (did you mean " + key.full_name() + " under [" + key.section + "]?)";
+    return "";
+  }
+
+  void apply_override(const std::string& assignment) {
+    const std::string where = "--set " + assignment;
+    const auto eq = assignment.find('=');
+    const auto dot = assignment.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+      problems_.add(0, where + ": expected section.key=value, e.g. --set optimizer.lr=3e-4");
+      return;
+    }
+    const std::string section = assignment.substr(0, dot);
+    const std::string name = assignment.substr(dot + 1, eq - dot - 1);
+    const std::string value_text = assignment.substr(eq + 1);
+    const KeySpec* key = find_key(section, name);
+    if (!key) {
+      std::vector<std::string> full;
+      for (const auto& k : deck_schema()) full.push_back(k.full_name());
+      const std::string guess = closest_match(section + "." + name, full);
+      problems_.add(0, where + ": unknown key '" + section + "." + name + "'" +
+                           (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
+      return;
+    }
+    auto value = parse_value_text(value_text, where);
+    // A string key may be given without quotes: --set data.path=data/x.txt
+    if ((!value || !value->is_string()) && (key->type == KeyType::string || key->type == KeyType::choice))
+      value = toml::value(value_text);
+    if (!value) {
+      problems_.add(0, where + ": '" + value_text + "' is not a TOML value; expected " + key->allowed());
+      return;
+    }
+    std::string why;
+    if (auto converted = convert(*key, *value, why)) assign(*key, *converted, "--set");
+    else problems_.add(0, where + ": " + why);
+  }
+
+  void fill_defaults() {
+    for (const auto& key : deck_schema()) {
+      if (config_.origin.count(key.full_name())) continue;
+      if (key.required()) {
+        problems_.add(0, "missing required key " + key.full_name() + " (" + key.doc + ") Add it under [" +
+                             key.section + "] in " + path_ + " or pass --set " + key.full_name() + "=...");
+        continue;
+      }
+      std::string why;
+      auto value = parse_value_text(key.default_toml, "default");
+      auto converted = value ? convert(key, *value, why) : std::nullopt;
+      ST_REQUIRE(converted.has_value(), "default of " + key.full_name() + " is invalid: " + why);
+      assign(key, *converted, "default");
+    }
+  }
+
+  std::string origin(const std::string& key) const {
+    auto it = config_.origin.find(key);
+    return it == config_.origin.end() ? path_ : it->second;
+  }
+
+  void check_combinations() {
+    const auto& m = config_.model;
+    if (m.d_model % m.n_head != 0)
+      problems_.add(0, origin("model.d_model") + ": model.d_model = " + std::to_string(m.d_model) +
+                           " is not divisible by model.n_head = " + std::to_string(m.n_head));
+    if (config_.optimizer.min_lr > config_.optimizer.lr)
+      problems_.add(0, origin("optimizer.min_lr") + ": optimizer.min_lr must not exceed optimizer.lr");
+    if (config_.data.micro_batch > config_.data.global_batch)
+      problems_.add(0, origin("data.micro_batch") + ": data.micro_batch = " + std::to_string(config_.data.micro_batch) +
+                           " exceeds data.global_batch = " + std::to_string(config_.data.global_batch));
+    if (config_.data.path.empty()) problems_.add(0, origin("data.path") + ": data.path is empty");
+  }
+
+  // Keys of features this build does not have yet are refused rather than ignored.
+  void refuse_unbuilt_features() {
+    const auto& p = config_.parallel;
+    if (p.strategy != "ddp")
+      problems_.add(0, origin("parallel.strategy") + ": parallel.strategy = \"" + p.strategy +
+                           "\" is not available in this version of shardtrain; available: \"ddp\"");
+    if (p.precision != "fp32")
+      problems_.add(0, origin("parallel.precision") + ": parallel.precision = \"" + p.precision +
+                           "\" is not available in this version of shardtrain; available: \"fp32\"");
+    if (p.ranks_per_node != 0)
+      problems_.add(0, origin("parallel.ranks_per_node") +
+                           ": emulated nodes (parallel.ranks_per_node > 0) are not available in this version of "
+                           "shardtrain; use 0");
+    const auto& c = config_.checkpoint;
+    if (c.every != 0)
+      problems_.add(0, origin("checkpoint.every") +
+                           ": checkpoints are not available in this version of shardtrain; use checkpoint.every = 0");
+    if (c.resume != "none")
+      problems_.add(0, origin("checkpoint.resume") +
+                           ": resuming is not available in this version of shardtrain; use checkpoint.resume = "
+                           "\"none\"");
+  }
+
+  std::string path_;
+  Config config_;
+  ProblemList problems_;
+};
+
+}  // namespace
+
+Config parse_deck(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
+  return DeckParser(path).run(text, overrides);
+}
+
+}  // namespace st

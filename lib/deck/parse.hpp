@@ -1,0 +1,15 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "deck/config.hpp"
+
+namespace st {
+
+// Parses and validates a deck. `text` is the file's content (read once by rank 0 and broadcast,
+// so every rank parses the same bytes); `path` names it in messages; each override is
+// "section.key=value" from --set and wins over the file. Throws Error (scope: all ranks) that
+// lists every problem found, each with file:line or the --set that caused it.
+Config parse_deck(const std::string& text, const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace st

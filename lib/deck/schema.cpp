@@ -1,0 +1,237 @@
+#include "deck/schema.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+
+namespace st {
+namespace {
+
+// store(&Config::run, &RunConfig::steps): a setter that writes a validated value into its field.
+template <class Section, class Field>
+std::function<void(Config&, const DeckValue&)> store(Section Config::*section, Field Section::*field) {
+  return [section, field](Config& config, const DeckValue& value) {
+    Field& target = config.*section.*field;
+    if constexpr (std::is_same_v<Field, double>) {
+      target = std::holds_alternative<std::int64_t>(value) ? static_cast<double>(std::get<std::int64_t>(value))
+                                                           : std::get<double>(value);
+    } else {
+      target = std::get<Field>(value);
+    }
+  };
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxInt = 9007199254740992.0;  // 2^53: integers above it do not survive a double
+
+KeySpec integer(std::string section, std::string name, std::string def, double min, double max, std::string doc,
+                std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::integer, std::move(def), min, max, {}, std::move(doc),
+          std::move(setter)};
+}
+KeySpec real(std::string section, std::string name, std::string def, double min, double max, std::string doc,
+             std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::real, std::move(def), min, max, {}, std::move(doc),
+          std::move(setter)};
+}
+KeySpec boolean(std::string section, std::string name, std::string def, std::string doc,
+                std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::boolean, std::move(def), -kInf, kInf, {}, std::move(doc),
+          std::move(setter)};
+}
+KeySpec text(std::string section, std::string name, std::string def, std::string doc,
+             std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::string, std::move(def), -kInf, kInf, {}, std::move(doc),
+          std::move(setter)};
+}
+KeySpec choice(std::string section, std::string name, std::string def, std::vector<std::string> choices,
+               std::string doc, std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::choice, std::move(def), -kInf, kInf, std::move(choices),
+          std::move(doc), std::move(setter)};
+}
+
+std::vector<KeySpec> build_schema() {
+  using C = Config;
+  return {
+      // [run]
+      integer("run", "steps", "", 1, kMaxInt, "Optimizer steps to train for.", store(&C::run, &RunConfig::steps)),
+      integer("run", "seed", "1337", 0, kMaxInt,
+              "Seed for initialisation, batch order and sampling; the same seed gives the same run on any "
+              "number of ranks.",
+              store(&C::run, &RunConfig::seed)),
+      integer("run", "log_every", "1", 1, kMaxInt, "Print a log line every this many steps.",
+              store(&C::run, &RunConfig::log_every)),
+      integer("run", "eval_every", "100", 0, kMaxInt,
+              "Validation loss every this many steps (0: only after the last step).",
+              store(&C::run, &RunConfig::eval_every)),
+      integer("run", "eval_batches", "8", 1, kMaxInt,
+              "Validation batches (of data.global_batch sequences each) per evaluation.",
+              store(&C::run, &RunConfig::eval_batches)),
+      integer("run", "sample_every", "0", 0, kMaxInt,
+              "Print a generated text sample every this many steps (0: only after the last step).",
+              store(&C::run, &RunConfig::sample_every)),
+      integer("run", "sample_tokens", "200", 0, 100000, "Tokens to generate per sample (0: no samples).",
+              store(&C::run, &RunConfig::sample_tokens)),
+      real("run", "sample_temperature", "0.8", 0.01, 10.0, "Softmax temperature for samples.",
+           store(&C::run, &RunConfig::sample_temperature)),
+      text("run", "sample_prompt", "\"\"",
+           "Text the sample starts from (byte-level data only; empty: start from a newline).",
+           store(&C::run, &RunConfig::sample_prompt)),
+      text("run", "out_dir", "\"runs/{deck}\"",
+           "Run directory for the resolved deck, metrics.jsonl and the log; {deck} is the deck's file name "
+           "without extension. Relative paths are relative to the working directory.",
+           store(&C::run, &RunConfig::out_dir)),
+      integer("run", "threads", "0", 0, 4096,
+              "OpenMP/BLAS threads per rank (0: the node's cores divided by the ranks on the node).",
+              store(&C::run, &RunConfig::threads)),
+      // [model]
+      integer("model", "n_layer", "4", 1, 4096, "Transformer blocks.", store(&C::model, &ModelConfig::n_layer)),
+      integer("model", "d_model", "128", 1, 65536, "Embedding width; divisible by model.n_head.",
+              store(&C::model, &ModelConfig::d_model)),
+      integer("model", "n_head", "4", 1, 4096, "Attention heads per block.", store(&C::model, &ModelConfig::n_head)),
+      integer("model", "seq_len", "128", 1, 65536, "Context length (tokens per sequence).",
+              store(&C::model, &ModelConfig::seq_len)),
+      integer("model", "vocab_size", "256", 2, 16777216,
+              "Vocabulary size: 256 for byte-level text, 50257 for GPT-2 tokens.",
+              store(&C::model, &ModelConfig::vocab_size)),
+      integer("model", "vocab_pad_to", "1", 1, 65536,
+              "Pad the embedding table to a multiple of this many rows (e.g. 128: 50257 -> 50304) for faster "
+              "matmuls; padded rows are never predicted.",
+              store(&C::model, &ModelConfig::vocab_pad_to)),
+      // [data]
+      text("data", "path", "",
+           "Training data: a text file (bytes are tokens) or a token file (llm.c format: 256 x int32 header "
+           "with magic 20240520, version 1, token count; then uint16 tokens).",
+           store(&C::data, &DataConfig::path)),
+      choice("data", "format", "\"auto\"", {"auto", "text", "tokens"},
+             "How to read data.path; auto: a token file if it starts with the token-file magic, else text.",
+             store(&C::data, &DataConfig::format)),
+      integer("data", "global_batch", "16", 1, kMaxInt,
+              "Sequences per optimizer step, over all ranks together.",
+              store(&C::data, &DataConfig::global_batch)),
+      integer("data", "micro_batch", "0", 0, kMaxInt,
+              "Sequences per forward/backward on one rank (0: data.global_batch / ranks, no accumulation). "
+              "Accumulation steps = global_batch / (micro_batch x ranks).",
+              store(&C::data, &DataConfig::micro_batch)),
+      real("data", "val_fraction", "0.1", 0.001, 0.5, "Share of the data, taken from its end, held out for validation.",
+           store(&C::data, &DataConfig::val_fraction)),
+      // [optimizer]
+      real("optimizer", "lr", "1e-3", 0.0, 10.0, "Peak learning rate (AdamW).", store(&C::optimizer, &OptimizerConfig::lr)),
+      real("optimizer", "min_lr", "0.0", 0.0, 10.0, "Learning rate at the end of the schedule; at most optimizer.lr.",
+           store(&C::optimizer, &OptimizerConfig::min_lr)),
+      integer("optimizer", "warmup_steps", "0", 0, kMaxInt, "Steps of linear warmup from 0 to optimizer.lr.",
+              store(&C::optimizer, &OptimizerConfig::warmup_steps)),
+      choice("optimizer", "schedule", "\"cosine\"", {"cosine", "linear", "constant"},
+             "Decay from optimizer.lr to optimizer.min_lr over the steps after warmup.",
+             store(&C::optimizer, &OptimizerConfig::schedule)),
+      real("optimizer", "weight_decay", "0.1", 0.0, 10.0, "Decoupled weight decay (AdamW) on matrices.",
+           store(&C::optimizer, &OptimizerConfig::weight_decay)),
+      boolean("optimizer", "decay_embeddings", "false", "Apply weight decay to the token and position embeddings too.",
+              store(&C::optimizer, &OptimizerConfig::decay_embeddings)),
+      boolean("optimizer", "decay_norms_and_biases", "false", "Apply weight decay to LayerNorm parameters and biases too.",
+              store(&C::optimizer, &OptimizerConfig::decay_norms_and_biases)),
+      real("optimizer", "beta1", "0.9", 0.0, 0.999999, "Adam first-moment decay.",
+           store(&C::optimizer, &OptimizerConfig::beta1)),
+      real("optimizer", "beta2", "0.95", 0.0, 0.999999, "Adam second-moment decay.",
+           store(&C::optimizer, &OptimizerConfig::beta2)),
+      real("optimizer", "eps", "1e-8", 0.0, 1.0, "Adam epsilon.", store(&C::optimizer, &OptimizerConfig::eps)),
+      real("optimizer", "grad_clip", "1.0", 0.0, 1e6, "Clip the global gradient norm to this value (0: no clipping).",
+           store(&C::optimizer, &OptimizerConfig::grad_clip)),
+      // [parallel]
+      choice("parallel", "strategy", "\"ddp\"", {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"},
+             "How parameters, gradients and optimizer state are spread over ranks.",
+             store(&C::parallel, &ParallelConfig::strategy)),
+      choice("parallel", "precision", "\"fp32\"", {"fp32", "bf16"},
+             "fp32: everything in fp32. bf16: bf16 compute copies and communication, fp32 master weights.",
+             store(&C::parallel, &ParallelConfig::precision)),
+      integer("parallel", "ranks_per_node", "0", 0, 65536,
+              "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
+              "(emulates several nodes on one host).",
+              store(&C::parallel, &ParallelConfig::ranks_per_node)),
+      // [checkpoint]
+      text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
+           store(&C::checkpoint, &CheckpointConfig::dir)),
+      integer("checkpoint", "every", "0", 0, kMaxInt, "Write a checkpoint every this many steps (0: never).",
+              store(&C::checkpoint, &CheckpointConfig::every)),
+      integer("checkpoint", "keep", "3", 1, 100000, "Checkpoints kept; older ones are deleted.",
+              store(&C::checkpoint, &CheckpointConfig::keep)),
+      text("checkpoint", "resume", "\"none\"", "\"none\", \"latest\", or the path of a checkpoint file to resume from.",
+           store(&C::checkpoint, &CheckpointConfig::resume)),
+  };
+}
+
+std::string number(double x) {
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  if (x == kMaxInt) return "2^53";
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+}  // namespace
+
+std::string KeySpec::allowed() const {
+  switch (type) {
+    case KeyType::integer:
+      return "an integer in [" + number(min) + ", " + number(max) + "]";
+    case KeyType::real:
+      return "a number in [" + number(min) + ", " + number(max) + "]";
+    case KeyType::boolean:
+      return "true or false";
+    case KeyType::string:
+      return "a string";
+    case KeyType::choice: {
+      std::vector<std::string> quoted;
+      for (const auto& c : choices) quoted.push_back("\"" + c + "\"");
+      std::string out = "one of ";
+      for (std::size_t i = 0; i < quoted.size(); ++i) out += (i ? ", " : "") + quoted[i];
+      return out;
+    }
+  }
+  return {};
+}
+
+const std::vector<KeySpec>& deck_schema() {
+  static const std::vector<KeySpec> schema = build_schema();
+  return schema;
+}
+
+const std::vector<std::string>& deck_sections() {
+  static const std::vector<std::string> sections = [] {
+    std::vector<std::string> out;
+    for (const auto& key : deck_schema())
+      if (std::find(out.begin(), out.end(), key.section) == out.end()) out.push_back(key.section);
+    return out;
+  }();
+  return sections;
+}
+
+const KeySpec* find_key(const std::string& section, const std::string& name) {
+  for (const auto& key : deck_schema())
+    if (key.section == section && key.name == name) return &key;
+  return nullptr;
+}
+
+std::string deck_reference_markdown() {
+  std::ostringstream md;
+  md << "# Input deck reference\n\n"
+        "Generated by `shardtrain deck-doc` from the table the parser uses (lib/deck/schema.cpp);\n"
+        "a test fails when this file and the table disagree.\n\n"
+        "A deck is a TOML file with the sections below. Every key has a type and a default, or is\n"
+        "required. Unknown sections and keys, wrong types and out-of-range values are errors that name\n"
+        "the file, the line and what is allowed. `--set section.key=value` on the command line\n"
+        "overrides a key (the value is TOML: `--set optimizer.lr=3e-4`, `--set data.path=\\\"x.txt\\\"`;\n"
+        "quotes may be left out for string keys).\n";
+  for (const auto& section : deck_sections()) {
+    md << "\n## [" << section << "]\n\n| key | type / allowed | default | meaning |\n|---|---|---|---|\n";
+    for (const auto& key : deck_schema()) {
+      if (key.section != section) continue;
+      md << "| `" << key.name << "` | " << key.allowed() << " | "
+         << (key.required() ? "**required**" : "`" + key.default_toml + "`") << " | " << key.doc << " |\n";
+    }
+  }
+  return md.str();
+}
+
+}  // namespace st

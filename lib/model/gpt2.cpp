@@ -1,0 +1,215 @@
+#include "model/gpt2.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "model/kernels.hpp"
+
+namespace st {
+
+template <class Real>
+Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch)
+    : shape_(shape), layout_(make_gpt2_layout(shape)), max_batch_(max_batch) {
+  ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
+  ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
+  wte_ = layout_.tensor("wte").offset;
+  wpe_ = layout_.tensor("wpe").offset;
+  lnfw_ = layout_.tensor("lnf.w").offset;
+  lnfb_ = layout_.tensor("lnf.b").offset;
+  for (std::int64_t l = 0; l < shape.n_layer; ++l) {
+    const std::string p = "block" + std::to_string(l) + ".";
+    auto at = [&](const char* n) { return layout_.tensor(p + n).offset; };
+    blocks_.push_back({at("ln1.w"), at("ln1.b"), at("attn.qkv.w"), at("attn.qkv.b"), at("attn.proj.w"),
+                       at("attn.proj.b"), at("ln2.w"), at("ln2.b"), at("mlp.fc.w"), at("mlp.fc.b"), at("mlp.proj.w"),
+                       at("mlp.proj.b")});
+  }
+
+  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  const std::size_t TT = static_cast<std::size_t>(max_batch) * shape.n_head * shape.seq_len * shape.seq_len;
+  const std::size_t total = activation_elements(shape, max_batch);
+  acts_.assign(total, Real(0));
+  Real* cursor = acts_.data();
+  auto take = [&cursor](std::size_t n) {
+    Real* p = cursor;
+    cursor += n;
+    return p;
+  };
+  for (std::int64_t l = 0; l < shape.n_layer; ++l) {
+    BlockActs a{};
+    a.ln1 = take(N * C);
+    a.ln1_mean = take(N);
+    a.ln1_rstd = take(N);
+    a.qkv = take(3 * N * C);
+    a.att = take(TT);
+    a.atty = take(N * C);
+    a.res2 = take(N * C);
+    a.ln2 = take(N * C);
+    a.ln2_mean = take(N);
+    a.ln2_rstd = take(N);
+    a.fch = take(4 * N * C);
+    a.fch_gelu = take(4 * N * C);
+    a.res3 = take(N * C);
+    block_acts_.push_back(a);
+  }
+  x0_ = take(N * C);
+  lnf_ = take(N * C);
+  lnf_mean_ = take(N);
+  lnf_rstd_ = take(N);
+  logits_ = take(N * shape.padded_vocab);
+  losses_ = take(N);
+  tmp_ = take(N * C);
+  dres_ = take(N * C);
+  dtmp_ = take(N * C);
+  datty_ = take(N * C);
+  dqkv_ = take(3 * N * C);
+  datt_ = take(TT);
+  d4c_a_ = take(4 * N * C);
+  d4c_b_ = take(4 * N * C);
+  ST_REQUIRE(cursor == acts_.data() + acts_.size(), "activation buffer accounting is off");
+}
+
+template <class Real>
+std::size_t Gpt2<Real>::activation_elements(const Gpt2Shape& shape, int max_batch) {
+  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  const std::size_t TT = static_cast<std::size_t>(max_batch) * shape.n_head * shape.seq_len * shape.seq_len;
+  // Per block: 16 N C (ln1, qkv, atty, res2, ln2, fch, fch_gelu, res3), 4 N (norm statistics),
+  // the attention probabilities. Then the embedding output, final norm, logits, losses, and
+  // the backward scratch that is reused by every block.
+  const std::size_t per_block = 16 * N * C + 4 * N + TT;
+  return per_block * shape.n_layer + N * C /*x0*/ + N * C + 2 * N /*lnf*/ + N * shape.padded_vocab +
+         N /*losses*/ + N * C /*tmp*/ + 3 * N * C /*dres dtmp datty*/ + 3 * N * C /*dqkv*/ + TT /*datt*/ +
+         2 * 4 * N * C /*d4c*/;
+}
+
+template <class Real>
+void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
+  ST_REQUIRE(params.size() == layout_.total(), "parameter buffer does not match the layout");
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(shape_.n_layer));
+  for (const TensorSlot* t : layout_.all_tensors()) {
+    Real* p = params.data() + t->offset;
+    // Each tensor draws from its own stream, so adding a tensor does not change the others.
+    NormalStream normal(seed, hash_name(t->name));
+    const bool is_residual_projection =
+        t->name.ends_with("attn.proj.w") || t->name.ends_with("mlp.proj.w");
+    switch (t->role) {
+      case TensorRole::matrix:
+      case TensorRole::embedding: {
+        const double std = is_residual_projection ? residual_std : 0.02;
+        for (std::size_t i = 0; i < t->size; ++i) p[i] = static_cast<Real>(std * normal.next());
+        break;
+      }
+      case TensorRole::bias:
+        std::fill(p, p + t->size, Real(0));
+        break;
+      case TensorRole::norm:
+        std::fill(p, p + t->size, t->name.ends_with(".w") ? Real(1) : Real(0));
+        break;
+    }
+  }
+  // Padded vocabulary rows are never looked up or predicted.
+  Real* wte = params.data() + wte_;
+  std::fill(wte + shape_.vocab_size * shape_.d_model, wte + shape_.padded_vocab * shape_.d_model, Real(0));
+}
+
+template <class Real>
+double Gpt2<Real>::forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T,
+                           SegmentHooks* hooks) {
+  ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
+  B_ = B;
+  T_ = T;
+  const int N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  tokens_.assign(tokens, tokens + N);
+  if (targets) targets_.assign(targets, targets + N);
+  else targets_.clear();
+  const Real* P = params.data();
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+
+  if (hooks) hooks->before_forward(0);
+  kernels::encoder_forward(x0_, tokens_.data(), P + wte_, P + wpe_, B, T, C);
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    if (hooks) hooks->before_forward(l + 1);
+    const BlockOffsets& o = blocks_[l];
+    BlockActs& a = block_acts_[l];
+    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    kernels::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
+    kernels::linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
+    kernels::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    kernels::linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
+    kernels::add(a.res2, in, tmp_, NC);
+    kernels::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
+    kernels::linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, 4 * C);
+    kernels::gelu_forward(a.fch_gelu, a.fch, 4 * NC);
+    kernels::linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
+    kernels::add(a.res3, a.res2, tmp_, NC);
+    if (hooks) hooks->after_forward(l + 1);
+  }
+  const std::size_t last = layout_.segments().size() - 1;
+  if (hooks) hooks->before_forward(last);
+  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+  kernels::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, P + lnfw_, P + lnfb_, N, C);
+  if (hooks) hooks->after_forward(last);
+  // LM head tied to the token embedding: the embeddings segment is used a second time here.
+  kernels::linear_forward(logits_, lnf_, P + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
+  if (hooks) hooks->after_forward(0);
+  const double total = kernels::softmax_cross_entropy_forward(logits_, losses_, targets ? targets_.data() : nullptr,
+                                                              N, V, Vp);
+  return targets ? total / N : 0.0;
+}
+
+template <class Real>
+void Gpt2<Real>::backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale, SegmentHooks* hooks) {
+  ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
+  ST_REQUIRE(grads.size() == layout_.total(), "gradient buffer does not match the layout");
+  const int B = B_, T = T_, N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  const Real* P = params.data();
+  Real* G = grads.data();
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+
+  // The loss is the mean over N tokens.
+  kernels::softmax_cross_entropy_backward(logits_, targets_.data(), N, V, Vp, loss_scale / static_cast<Real>(N));
+  if (hooks) hooks->before_backward(0);
+  kernels::linear_backward(dtmp_, G + wte_, static_cast<Real*>(nullptr), logits_, lnf_, P + wte_, N, C, Vp, false);
+  const std::size_t last = layout_.segments().size() - 1;
+  if (hooks) hooks->before_backward(last);
+  std::memset(dres_, 0, NC * sizeof(Real));
+  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+  kernels::layernorm_backward(dres_, G + lnfw_, G + lnfb_, dtmp_, top, P + lnfw_, lnf_mean_, lnf_rstd_, N, C);
+  if (hooks) hooks->grad_ready(last);
+
+  for (std::size_t l = blocks_.size(); l-- > 0;) {
+    if (hooks) hooks->before_backward(l + 1);
+    const BlockOffsets& o = blocks_[l];
+    const BlockActs& a = block_acts_[l];
+    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
+    kernels::linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, 4 * C, C, false);
+    kernels::gelu_backward(d4c_b_, a.fch, d4c_a_, 4 * NC);
+    kernels::linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, a.ln2, P + o.fcw, N, C, 4 * C, false);
+    kernels::layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    // dres now holds d(res2); likewise through attention to the block's input.
+    kernels::linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, C, C, false);
+    kernels::attention_backward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C, NH);
+    kernels::linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
+    kernels::layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    if (hooks) hooks->grad_ready(l + 1);
+  }
+  kernels::encoder_backward(G + wte_, G + wpe_, dres_, tokens_.data(), B, T, C);
+  if (hooks) hooks->grad_ready(0);
+  targets_.clear();  // logits now hold gradients: a second backward would be wrong
+}
+
+template <class Real>
+std::span<const Real> Gpt2<Real>::probs(int b, int t) const {
+  ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
+  return {logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab,
+          static_cast<std::size_t>(shape_.vocab_size)};
+}
+
+template class Gpt2<float>;
+template class Gpt2<double>;
+
+}  // namespace st

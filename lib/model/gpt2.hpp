@@ -1,0 +1,70 @@
+#pragma once
+// GPT-2 on the host: forward and backward by hand over the flat parameter layout.
+//
+// Architecture (as GPT-2): token + learned position embeddings; n_layer pre-LayerNorm blocks of
+// causal multi-head self-attention and a 4x MLP with tanh-GELU; final LayerNorm; LM head tied to
+// the token embedding. Parameters and gradients are flat buffers owned by the caller (the
+// parallel strategy), laid out by make_gpt2_layout; this class owns only activations.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/hooks.hpp"
+#include "model/layout.hpp"
+
+namespace st {
+
+template <class Real>
+class Gpt2 {
+ public:
+  Gpt2(const Gpt2Shape& shape, int max_batch);
+
+  const Gpt2Shape& shape() const { return shape_; }
+  const ParamLayout& layout() const { return layout_; }
+  std::size_t activation_bytes() const { return acts_.size() * sizeof(Real); }
+  // Activation and backward-scratch elements for micro-batches of up to max_batch sequences.
+  static std::size_t activation_elements(const Gpt2Shape& shape, int max_batch);
+
+  // GPT-2 initialisation: N(0, 0.02) for matrices and embeddings, residual projections scaled by
+  // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
+  void init_params(std::span<Real> params, std::uint64_t seed) const;
+
+  // tokens and targets are B x T (T <= seq_len). Returns the mean loss over B x T (0 without
+  // targets). Keeps activations for backward and probabilities for probs().
+  double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T,
+                 SegmentHooks* hooks = nullptr);
+
+  // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
+  void backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale, SegmentHooks* hooks = nullptr);
+
+  // Next-token probabilities at (b, t) of the last forward (vocab_size entries).
+  std::span<const Real> probs(int b, int t) const;
+
+ private:
+  struct BlockOffsets {
+    std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+  };
+  struct BlockActs {
+    Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+  };
+
+  Gpt2Shape shape_;
+  ParamLayout layout_;
+  int max_batch_;
+  std::size_t wte_, wpe_, lnfw_, lnfb_;
+  std::vector<BlockOffsets> blocks_;
+
+  std::vector<Real> acts_;  // every activation, one allocation
+  std::vector<BlockActs> block_acts_;
+  Real *x0_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *tmp_;
+  // backward scratch
+  Real *dres_, *dtmp_, *datty_, *dqkv_, *datt_, *d4c_a_, *d4c_b_;
+
+  std::vector<int> tokens_, targets_;  // copies from the last forward
+  int B_ = 0, T_ = 0;
+};
+
+extern template class Gpt2<float>;
+extern template class Gpt2<double>;
+
+}  // namespace st

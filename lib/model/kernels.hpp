@@ -1,0 +1,60 @@
+#pragma once
+// The GPT-2 layer kernels for the host: matmuls through BLAS, the rest OpenMP loops. Each is
+// written once and instantiated for float (training) and double (gradient checks). Shapes use
+// N = rows (batch x time), C = channels. Backward kernels accumulate (+=) into parameter
+// gradients, so micro-batches add up without extra buffers.
+#include <cstddef>
+
+namespace st::kernels {
+
+// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]
+template <class R>
+void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int B, int T, int C);
+template <class R>
+void encoder_backward(R* dwte, R* dwpe, const R* dout, const int* tokens, int B, int T, int C);
+
+// LayerNorm over the last dimension, eps 1e-5; keeps mean and 1/std for backward.
+template <class R>
+void layernorm_forward(R* out, R* mean, R* rstd, const R* in, const R* weight, const R* bias, int N, int C);
+// din += ..., dweight += ..., dbias += ...
+template <class R>
+void layernorm_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, const R* mean,
+                        const R* rstd, int N, int C);
+
+// out[N,OC] = in[N,C] * weight[OC,C]^T + bias (bias may be null)
+template <class R>
+void linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, int C, int OC);
+// din = dout * weight (or += when accumulate_din); dweight += dout^T in; dbias += column sums
+template <class R>
+void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C, int OC,
+                     bool accumulate_din);
+
+// Causal multi-head self-attention on qkv[B,T,3C] (q, k, v each C wide, heads of C/NH).
+// att[B,NH,T,T] keeps the softmax probabilities (zero above the diagonal) for backward.
+template <class R>
+void attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH);
+// dqkv = gradient (overwritten); scratch holds B*NH*T*T elements.
+template <class R>
+void attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B, int T, int C, int NH);
+
+// GELU, tanh approximation (as GPT-2).
+template <class R>
+void gelu_forward(R* out, const R* in, std::size_t n);
+// din = dout * gelu'(in)
+template <class R>
+void gelu_backward(R* din, const R* in, const R* dout, std::size_t n);
+
+template <class R>
+void add(R* out, const R* a, const R* b, std::size_t n);
+template <class R>
+void accumulate(R* out, const R* a, std::size_t n);  // out += a
+
+// Softmax over the first V of Vp logits per row, in place (padded columns become 0); losses
+// per row are -log p[target]. Returns their sum.
+template <class R>
+double softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N, int V, int Vp);
+// probs -> dlogits in place: (p - onehot(target)) * scale, padded columns 0.
+template <class R>
+void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, R scale);
+
+}  // namespace st::kernels

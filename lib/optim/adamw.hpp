@@ -1,0 +1,39 @@
+#pragma once
+// AdamW (Loshchilov & Hutter) with bias correction and decoupled weight decay, on any range of
+// the flat parameter buffer, so a rank can update just the shard it owns.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/layout.hpp"
+
+namespace st {
+
+struct AdamWSettings {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  bool decay_embeddings = false;
+  bool decay_norms_and_biases = false;
+};
+
+class AdamW {
+ public:
+  AdamW(const AdamWSettings& settings, const ParamLayout& layout);
+
+  // One update of params[global_offset, global_offset + params.size()) at step t (1-based, for
+  // bias correction). grad_scale multiplies every gradient first (clipping).
+  void update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
+              std::size_t global_offset, double lr, double grad_scale, std::int64_t t) const;
+
+  // Whether the element at a global offset is decayed (for tests and reports).
+  bool decays(std::size_t global_offset) const;
+
+ private:
+  struct Range {
+    std::size_t begin, end;
+    bool decay;
+  };
+  AdamWSettings settings_;
+  std::vector<Range> ranges_;  // sorted, covering the whole layout
+};
+
+}  // namespace st

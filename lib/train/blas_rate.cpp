@@ -1,0 +1,28 @@
+#include "train/blas_rate.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/timer.hpp"
+#include "model/gemm.hpp"
+
+namespace st {
+
+double measure_sgemm_flops(int m, int n, int k, double min_seconds) {
+  std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f), b(static_cast<std::size_t>(n) * k, 0.25f),
+      c(static_cast<std::size_t>(m) * n, 0.0f);
+  const double flops = 2.0 * m * n * k;
+  gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);  // warm up
+  double best = 0;
+  Stopwatch total;
+  int runs = 0;
+  while (runs < 3 || total.seconds() < min_seconds) {
+    Stopwatch one;
+    gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    best = std::max(best, flops / std::max(one.seconds(), 1e-9));
+    if (++runs >= 50) break;
+  }
+  return best;
+}
+
+}  // namespace st

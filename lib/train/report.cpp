@@ -1,0 +1,81 @@
+#include "train/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/text.hpp"
+
+namespace st {
+
+std::string settings_table(const Config& config, const std::vector<std::pair<std::string, std::string>>& derived) {
+  std::size_t key_width = 10, value_width = 5;
+  for (const auto& [key, value] : config.resolved) {
+    key_width = std::max(key_width, key.size());
+    value_width = std::max(value_width, std::min<std::size_t>(value.size(), 48));
+  }
+  for (const auto& [key, value] : derived) {
+    key_width = std::max(key_width, key.size());
+    value_width = std::max(value_width, std::min<std::size_t>(value.size(), 72));
+  }
+  std::ostringstream os;
+  auto rule = [&] { os << "+" << std::string(key_width + 2, '-') << "+" << std::string(value_width + 2, '-') << "+\n"; };
+  auto row = [&](const std::string& k, const std::string& v, const std::string& note) {
+    char line[512];
+    std::snprintf(line, sizeof line, "| %-*s | %-*s |", static_cast<int>(key_width), k.c_str(),
+                  static_cast<int>(value_width), v.c_str());
+    os << line << (note.empty() ? "" : " " + note) << "\n";
+  };
+  rule();
+  row("setting", "value", "(from)");
+  rule();
+  for (const auto& [key, value] : config.resolved) row(key, value, config.origin.at(key));
+  rule();
+  for (const auto& [key, value] : derived) row(key, value, "");
+  rule();
+  return os.str();
+}
+
+std::string step_line(const StepRecord& r) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | MFU %5.1f%% | "
+                "mem %s | comm %s",
+                static_cast<long long>(r.step), static_cast<long long>(r.steps), r.loss, r.lr, r.grad_norm,
+                r.seconds * 1e3, r.tokens_per_second, r.mfu * 100.0, format_bytes(static_cast<double>(r.memory_bytes)).c_str(),
+                format_bytes(static_cast<double>(r.comm_bytes)).c_str());
+  return line;
+}
+
+std::string step_json(const StepRecord& r) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "{\"kind\":\"train\",\"step\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"ms\":%.6g,"
+                "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"memory_bytes\":%llu,\"comm_bytes\":%llu}",
+                static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second, r.mfu,
+                static_cast<unsigned long long>(r.memory_bytes), static_cast<unsigned long long>(r.comm_bytes));
+  return line;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c >= 0x7f) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace st

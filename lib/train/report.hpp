@@ -1,0 +1,26 @@
+#pragma once
+// What rank 0 prints: the settings table before step 0 and the per-step line.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deck/config.hpp"
+
+namespace st {
+
+// Every deck key with its value and where it came from, then derived facts (name, value).
+std::string settings_table(const Config& config, const std::vector<std::pair<std::string, std::string>>& derived);
+
+struct StepRecord {
+  std::int64_t step = 0, steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_second = 0, mfu = 0;
+  std::uint64_t memory_bytes = 0, comm_bytes = 0;
+};
+std::string step_line(const StepRecord& r);
+std::string step_json(const StepRecord& r);
+
+// A JSON string literal with escapes.
+std::string json_string(const std::string& s);
+
+}  // namespace st

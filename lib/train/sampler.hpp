@@ -1,0 +1,20 @@
+#pragma once
+// Text generation from the current parameters, so a person sees what the model learned.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/gpt2.hpp"
+
+namespace st {
+
+// Appends `count` sampled tokens to `context` (temperature-scaled softmax, seeded draws); the
+// model sees at most its last seq_len tokens.
+std::vector<int> generate(Gpt2<float>& model, std::span<const float> params, std::vector<int> context, int count,
+                          double temperature, std::uint64_t seed);
+
+// Byte tokens as printable text (other bytes as \xNN); wider vocabularies as token ids.
+std::string render_tokens(const std::vector<int>& tokens, bool byte_level);
+
+}  // namespace st

@@ -1,0 +1,220 @@
+#include "train/trainer.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "core/timer.hpp"
+#include "optim/schedule.hpp"
+#include "train/blas_rate.hpp"
+#include "train/report.hpp"
+#include "train/sampler.hpp"
+#include "train/threads.hpp"
+
+namespace st {
+namespace {
+
+AdamWSettings adamw_settings(const OptimizerConfig& o) {
+  return {o.beta1, o.beta2, o.eps, o.weight_decay, o.decay_embeddings, o.decay_norms_and_biases};
+}
+
+// Streams of the seed: training batches, validation batches.
+constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
+
+}  // namespace
+
+std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
+  return (vocab_size + pad_to - 1) / pad_to * pad_to;
+}
+
+Trainer::Trainer(const Config& config, World& world)
+    : config_(config), world_(world), comm_(world.comm()), run_dir_(config, world.is_root()) {
+  threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.local_size());
+  apply_thread_count(threads_);
+
+  // Data: every rank maps the file itself; all must succeed before anyone goes on.
+  std::string problem;
+  try {
+    data_.emplace(TokenDataset::open(config.data.path, config.data.format));
+    if (data_->max_token() >= config.model.vocab_size)
+      problem = "data file '" + config.data.path + "' holds token id " + std::to_string(data_->max_token()) +
+                " but model.vocab_size = " + std::to_string(config.model.vocab_size) + "; set model.vocab_size to at least " +
+                std::to_string(data_->max_token() + 1) + (data_->byte_level() ? " (byte-level text: 256)" : "");
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree_or_throw(world.comm(), problem);
+  splits_ = split_data(*data_, config.data.val_fraction, config.model.seq_len);
+  plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
+
+  shape_ = {config.model.n_layer, config.model.d_model, config.model.n_head, config.model.seq_len,
+            config.model.vocab_size, padded_vocab(config.model.vocab_size, config.model.vocab_pad_to)};
+  model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch));
+  strategy_ = make_strategy(config.parallel, model_->layout(), adamw_settings(config.optimizer), comm_);
+  // Every rank initialises from the same seed, so replicas start equal without a broadcast.
+  model_->init_params(strategy_->params(), static_cast<std::uint64_t>(config.run.seed));
+
+  const auto seed = static_cast<std::uint64_t>(config.run.seed);
+  train_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.train, seed, kTrainStream, config.model.seq_len);
+  val_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.val, seed, kValStream, config.model.seq_len);
+  tokens_.resize(static_cast<std::size_t>(plan_.micro_batch * config.model.seq_len));
+  targets_.resize(tokens_.size());
+
+  // The yardstick for MFU: this rank's sgemm rate on the model's widest matmul, measured while
+  // the other ranks of the node measure theirs, as they will compute during training.
+  ST_CHECK_MPI(MPI_Barrier(world.comm()));
+  sgemm_flops_ = measure_sgemm_flops(static_cast<int>(plan_.micro_batch * config.model.seq_len),
+                                     static_cast<int>(4 * config.model.d_model), static_cast<int>(config.model.d_model));
+  double slowest = sgemm_flops_;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  sgemm_flops_ = slowest;
+}
+
+Trainer::~Trainer() = default;
+
+std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() const {
+  std::ostringstream gf;
+  gf.precision(1);
+  gf << std::fixed << sgemm_flops_ / 1e9 << " GFLOP/s per rank";
+  const auto memory = strategy_->memory();
+  return {
+      {"world size", std::to_string(world_.size()) + " ranks on " + std::to_string(world_.node_count()) + " node(s)"},
+      {"threads per rank", std::to_string(threads_)},
+      {"micro-batches per step", std::to_string(plan_.accum_steps) + " x " + std::to_string(plan_.micro_batch) +
+                                     " sequences per rank"},
+      {"tokens per step", std::to_string(plan_.global_batch * plan_.seq_len)},
+      {"parameters", std::to_string(model_->layout().total()) + " (" + std::to_string(model_->layout().segments().size()) +
+                         " segments)"},
+      {"padded vocabulary", std::to_string(shape_.padded_vocab)},
+      {"data", data_->path() + ": " + std::to_string(data_->size()) + (data_->byte_level() ? " bytes" : " tokens") +
+                   ", train " + std::to_string(splits_.train.size()) + ", val " + std::to_string(splits_.val.size())},
+      {"model state per rank", format_bytes(static_cast<double>(memory.total())) + " (params " +
+                                   format_bytes(static_cast<double>(memory.params)) + ", grads " +
+                                   format_bytes(static_cast<double>(memory.grads)) + ", Adam " +
+                                   format_bytes(static_cast<double>(memory.optimizer)) + ")"},
+      {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
+      {"measured sgemm rate", gf.str()},
+      {"run directory", run_dir_.path()},
+  };
+}
+
+void Trainer::say(const std::string& line) {
+  if (!world_.is_root()) return;
+  std::cout << line << std::endl;
+  run_dir_.log(line);
+}
+
+double Trainer::train_step(std::int64_t step) {
+  strategy_->zero_grads();
+  // Each micro-batch's mean loss enters with weight 1/(micro-batches x ranks): summed over
+  // ranks by the reduction, the gradient is that of the global batch's mean loss.
+  const float loss_scale = 1.0f / static_cast<float>(plan_.accum_steps * plan_.ranks);
+  double loss_sum = 0;
+  const std::int64_t first = plan_.first_sequence(world_.rank());
+  for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
+    train_sampler_->fill(step, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
+    loss_sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
+                                static_cast<int>(plan_.seq_len), strategy_.get());
+    model_->backward(strategy_->params(), strategy_->grads(), loss_scale, strategy_.get());
+  }
+  strategy_->finish_grads();
+
+  const double grad_norm = std::sqrt(strategy_->grad_norm_squared());
+  const double clip = config_.optimizer.grad_clip;
+  const double grad_scale = clip > 0 && grad_norm > clip ? clip / (grad_norm + 1e-6) : 1.0;
+  const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
+  strategy_->optimizer_step(lr, grad_scale, step + 1);
+
+  double loss = loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks);
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, world_.comm()));
+  last_grad_norm_ = grad_norm;
+  last_lr_ = lr;
+  return loss;
+}
+
+double Trainer::validation_loss() {
+  double sum = 0;
+  const std::int64_t first = plan_.first_sequence(world_.rank());
+  const std::int64_t per_rank = plan_.global_batch / plan_.ranks;
+  for (std::int64_t batch = 0; batch < config_.run.eval_batches; ++batch)
+    for (std::int64_t micro = 0; micro < per_rank / plan_.micro_batch; ++micro) {
+      val_sampler_->fill(batch, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
+      sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
+                             static_cast<int>(plan_.seq_len));
+    }
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world_.comm()));
+  return sum / static_cast<double>(config_.run.eval_batches * (plan_.global_batch / plan_.micro_batch));
+}
+
+void Trainer::print_sample(std::int64_t step) {
+  if (!world_.is_root() || config_.run.sample_tokens == 0) return;
+  std::vector<int> context;
+  if (data_->byte_level()) {
+    for (unsigned char c : config_.run.sample_prompt) context.push_back(c);
+    if (context.empty()) context.push_back('\n');
+  } else {
+    context.push_back((*data_)[splits_.val.begin]);  // a token that occurs in the data
+  }
+  const std::size_t prompt = context.size();
+  const auto tokens = generate(*model_, strategy_->params(), context, static_cast<int>(config_.run.sample_tokens),
+                               config_.run.sample_temperature, static_cast<std::uint64_t>(config_.run.seed) + step);
+  say("---- sample after step " + std::to_string(step) + " ----");
+  say(render_tokens(std::vector<int>(tokens.begin(), tokens.end()), data_->byte_level()));
+  say("----");
+  run_dir_.metric("{\"kind\":\"sample\",\"step\":" + std::to_string(step) + ",\"prompt_tokens\":" +
+                  std::to_string(prompt) + ",\"text\":" +
+                  json_string(render_tokens(tokens, data_->byte_level())) + "}");
+}
+
+TrainSummary Trainer::run() {
+  say(settings_table(config_, derived_settings()));
+  TrainSummary summary;
+  summary.val_unigram_entropy = data_->unigram_entropy(splits_.val.begin, splits_.val.end);
+  {
+    std::ostringstream os;
+    os.precision(4);
+    os << std::fixed << "reference: ln(vocab_size) = " << std::log(static_cast<double>(shape_.vocab_size))
+       << ", unigram entropy of the validation text = " << summary.val_unigram_entropy << " nats";
+    say(os.str());
+  }
+  const double flops_per_step =
+      gpt2_train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
+      static_cast<double>(plan_.ranks);
+  const std::uint64_t model_state = strategy_->memory().total() + model_->activation_bytes();
+
+  for (std::int64_t step = 0; step < config_.run.steps; ++step) {
+    Stopwatch clock;
+    const double loss = train_step(step);
+    const double seconds = clock.seconds();
+    const std::uint64_t comm_total = comm_.traffic().total();
+
+    StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
+                      static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
+                      flops_per_step / seconds / sgemm_flops_, model_state, comm_total - comm_bytes_seen_};
+    comm_bytes_seen_ = comm_total;
+    if (step == 0) summary.first_loss = loss;
+    summary.last_loss = loss;
+    summary.steps = step + 1;
+    if (world_.is_root()) run_dir_.metric(step_json(record));
+    if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
+
+    const bool last = step + 1 == config_.run.steps;
+    if (last || (config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0)) {
+      summary.last_val_loss = validation_loss();
+      char line[128];
+      std::snprintf(line, sizeof line, "val loss %.4f at step %lld", summary.last_val_loss, static_cast<long long>(step + 1));
+      say(line);
+      if (world_.is_root())
+        run_dir_.metric("{\"kind\":\"val\",\"step\":" + std::to_string(step + 1) + ",\"val_loss\":" +
+                        std::to_string(summary.last_val_loss) + "}");
+    }
+    if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
+  }
+  return summary;
+}
+
+}  // namespace st

@@ -1,0 +1,62 @@
+#pragma once
+// The training driver: one loop over steps with named phases (micro-batches, gradient
+// reduction, clipping, update), and "once in a while" blocks for logging, validation and samples.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_communicator.hpp"
+#include "comm/world.hpp"
+#include "data/batches.hpp"
+#include "data/dataset.hpp"
+#include "deck/config.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/strategy.hpp"
+#include "train/run_dir.hpp"
+
+namespace st {
+
+struct TrainSummary {
+  double first_loss = 0, last_loss = 0, last_val_loss = 0;
+  double val_unigram_entropy = 0;  // nats: the loss of a context-free model on the validation part
+  std::int64_t steps = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, World& world);
+  ~Trainer();
+  TrainSummary run();
+
+  // The derived settings (world, batches, parameters, threads) for the settings table.
+  std::vector<std::pair<std::string, std::string>> derived_settings() const;
+
+ private:
+  void say(const std::string& line);  // rank 0: stdout and train.log
+  double train_step(std::int64_t step);
+  double validation_loss();
+  void print_sample(std::int64_t step);
+
+  const Config& config_;
+  World& world_;
+  int threads_ = 1;
+  std::optional<TokenDataset> data_;
+  DataSplits splits_;
+  BatchPlan plan_;
+  Gpt2Shape shape_;
+  std::unique_ptr<Gpt2<float>> model_;
+  MpiCommunicator comm_;
+  std::unique_ptr<Strategy> strategy_;
+  RunDirectory run_dir_;
+  std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
+  std::vector<int> tokens_, targets_;
+  double sgemm_flops_ = 0;
+  std::uint64_t comm_bytes_seen_ = 0;
+  double last_grad_norm_ = 0, last_lr_ = 0;
+};
+
+// Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
+std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
+
+}  // namespace st
