@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <toml.hpp>
 
@@ -15,7 +16,7 @@ namespace {
 
 // One problem, placed so the list can be printed in file order.
 struct Problem {
-  std::size_t line;  // 0 for problems without a line (--set, missing keys)
+  std::size_t line;  // 0 for problems without a line (--set, missing keys): listed last
   std::string message;
 };
 
@@ -25,7 +26,7 @@ class ProblemList {
   bool empty() const { return problems_.empty(); }
   [[noreturn]] void raise(const std::string& path) {
     std::stable_sort(problems_.begin(), problems_.end(),
-                     [](const Problem& a, const Problem& b) { return a.line < b.line; });
+                     [](const Problem& a, const Problem& b) { return a.line - 1 < b.line - 1; });
     std::ostringstream os;
     os << "deck '" << path << "' has " << problems_.size() << (problems_.size() == 1 ? " error:" : " errors:");
     for (const auto& p : problems_) os << "\n  " << p.message;
@@ -189,6 +190,7 @@ class DeckParser {
       for (const auto& [name, value] : section.as_table()) {
         const std::size_t key_line = value.location().line();
         const KeySpec* key = find_key(section_name, name);
+        if (key) present_.insert(key->full_name());
         if (!key) {
           const std::string guess = closest_match(name, key_names(section_name));
           problems_.add(key_line, at(key_line) + ": unknown key '" + name + "' in [" + section_name + "]" +
@@ -244,7 +246,7 @@ class DeckParser {
 
   void fill_defaults() {
     for (const auto& key : deck_schema()) {
-      if (config_.origin.count(key.full_name())) continue;
+      if (config_.origin.count(key.full_name()) || present_.count(key.full_name())) continue;
       if (key.required()) {
         problems_.add(0, "missing required key " + key.full_name() + " (" + key.doc + ") Add it under [" +
                              key.section + "] in " + path_ + " or pass --set " + key.full_name() + "=...");
@@ -300,6 +302,7 @@ class DeckParser {
   }
 
   std::string path_;
+  std::set<std::string> present_;  // keys given in the file, valid or not
   Config config_;
   ProblemList problems_;
 };

@@ -221,7 +221,7 @@ std::string deck_reference_markdown() {
         "A deck is a TOML file with the sections below. Every key has a type and a default, or is\n"
         "required. Unknown sections and keys, wrong types and out-of-range values are errors that name\n"
         "the file, the line and what is allowed. `--set section.key=value` on the command line\n"
-        "overrides a key (the value is TOML: `--set optimizer.lr=3e-4`, `--set data.path=\\\"x.txt\\\"`;\n"
+        "overrides a key (the value is TOML: `--set optimizer.lr=3e-4`, `--set 'data.path=\"x.txt\"'`;\n"
         "quotes may be left out for string keys).\n";
   for (const auto& section : deck_sections()) {
     md << "\n## [" << section << "]\n\n| key | type / allowed | default | meaning |\n|---|---|---|---|\n";

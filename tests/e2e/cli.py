@@ -1,0 +1,39 @@
+"""The command line: help, version, the default deck's check, the deck reference."""
+import os
+import subprocess
+
+import harness as h
+
+args = h.parse_args()
+h.corpus(args)
+
+
+def run(argv):
+    return subprocess.run([args.exe] + argv, capture_output=True, text=True, timeout=60, cwd=args.source)
+
+
+p = run(["--help"])
+h.check(p.returncode == 0 and "run" in p.stdout and "check" in p.stdout and "deck-doc" in p.stdout,
+        "--help lists the subcommands")
+p = run(["--version"])
+h.check(p.returncode == 0 and p.stdout.startswith("shardtrain 0."), f"--version prints the version: {p.stdout!r}")
+p = run([])
+h.check(p.returncode != 0, "no subcommand is a usage error")
+p = run(["frobnicate"])
+h.check(p.returncode != 0, "an unknown subcommand is a usage error")
+
+p = run(["check", "inputs/default.toml"])
+h.check(p.returncode == 0 and "deck OK" in p.stdout, "the default deck checks out")
+for key in ("run.steps", "model.n_layer", "data.path", "optimizer.lr", "parallel.strategy", "checkpoint.every"):
+    h.check(f"| {key} " in p.stdout, f"the settings table shows {key}")
+h.check("inputs/default.toml:" in p.stdout and "| default" in p.stdout or " default\n" in p.stdout,
+        "the table says where each value came from")
+
+p = run(["check", "inputs/default.toml", "--ranks", "5"])
+h.check(p.returncode != 0 and "cannot be split over 5 ranks" in p.stderr,
+        "check --ranks plans for another world size and refuses a batch that does not split")
+
+p = run(["deck-doc"])
+with open(os.path.join(args.source, "docs", "deck.md")) as f:
+    h.check(p.stdout == f.read(), "deck-doc prints docs/deck.md")
+print("passed")

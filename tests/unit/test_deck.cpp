@@ -1,0 +1,169 @@
+// The input deck: types, defaults, overrides, and the messages a user sees for each mistake.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "deck/parse.hpp"
+#include "deck/schema.hpp"
+
+namespace st {
+namespace {
+
+const char* kMinimal = R"(
+[run]
+steps = 10
+[data]
+path = "corpus.txt"
+)";
+
+// The message parse_deck raises for this deck, or "" if it parses.
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_deck(text, "deck.toml", overrides);
+    return "";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::all_ranks) << "deck errors are seen by every rank alike";
+    return e.what();
+  }
+}
+
+TEST(Deck, MinimalDeckTakesDefaults) {
+  const Config c = parse_deck(kMinimal, "deck.toml", {});
+  EXPECT_EQ(c.run.steps, 10);
+  EXPECT_EQ(c.data.path, "corpus.txt");
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.parallel.strategy, "ddp");
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_EQ(c.origin.at("run.steps"), "deck.toml:3");
+  EXPECT_EQ(c.origin.at("model.n_layer"), "default");
+  EXPECT_EQ(c.resolved.size(), deck_schema().size());
+}
+
+TEST(Deck, IntegersAreAcceptedWhereRealsAreExpected) {
+  const Config c = parse_deck(std::string(kMinimal) + "[optimizer]\nlr = 1\n", "deck.toml", {});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1.0);
+}
+
+TEST(Deck, UnknownKeySuggestsTheClosestOne) {
+  const std::string e = error_of("[run]\nsetps = 10\n[data]\npath = \"x\"\n");
+  EXPECT_NE(e.find("deck.toml:2: unknown key 'setps' in [run]; did you mean 'steps'?"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing required key run.steps"), std::string::npos) << e;
+}
+
+TEST(Deck, UnknownSectionSuggestsTheClosestOne) {
+  const std::string e = error_of(std::string(kMinimal) + "[optimiser]\nlr = 1e-3\n");
+  EXPECT_NE(e.find("unknown section [optimiser]; did you mean [optimizer]?"), std::string::npos) << e;
+}
+
+TEST(Deck, KeyOutsideAnySectionIsNamed) {
+  const std::string e = error_of(std::string("steps = 3\n") + kMinimal);
+  EXPECT_NE(e.find("deck.toml:1: 'steps' is outside any section"), std::string::npos) << e;
+  EXPECT_NE(e.find("run.steps under [run]"), std::string::npos) << e;
+}
+
+TEST(Deck, WrongTypeNamesKeyValueAndWhatIsAllowed) {
+  const std::string e = error_of("[run]\nsteps = \"ten\"\n[data]\npath = \"x\"\n");
+  EXPECT_NE(e.find("deck.toml:2: run.steps = \"ten\": expected an integer in [1, 2^53], got a string"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Deck, OutOfRangeValueNamesTheRange) {
+  const std::string e = error_of(std::string(kMinimal) + "[optimizer]\nbeta1 = 1.5\n");
+  EXPECT_NE(e.find("deck.toml:7: optimizer.beta1 = 1.5: out of range, expected a number in [0, 0.999999]"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Deck, ChoiceListsTheAllowedValues) {
+  const std::string e = error_of(std::string(kMinimal) + "[optimizer]\nschedule = \"cosin\"\n");
+  EXPECT_NE(e.find("optimizer.schedule = \"cosin\": expected one of \"cosine\", \"linear\", \"constant\" (did you "
+                   "mean \"cosine\"?)"),
+            std::string::npos)
+      << e;
+}
+
+TEST(Deck, MissingRequiredKeyIsNamed) {
+  const std::string e = error_of("[run]\nsteps = 5\n");
+  EXPECT_NE(e.find("missing required key data.path"), std::string::npos) << e;
+}
+
+TEST(Deck, MalformedTomlGivesFileAndLine) {
+  const std::string e = error_of("[run]\nsteps = 5\n[data\npath = \"x\"\n");
+  EXPECT_NE(e.find("malformed TOML in deck.toml:3"), std::string::npos) << e;
+}
+
+TEST(Deck, DuplicateKeyIsRejected) {
+  const std::string e = error_of("[run]\nsteps = 5\nsteps = 6\n[data]\npath = \"x\"\n");
+  EXPECT_NE(e.find("malformed TOML"), std::string::npos) << e;
+}
+
+TEST(Deck, AllProblemsAreReportedTogetherInFileOrder) {
+  const std::string e = error_of("[run]\nsteps = -1\nseeed = 1\n[data]\npath = 3\n");
+  EXPECT_NE(e.find("has 3 errors"), std::string::npos) << e;
+  EXPECT_LT(e.find("deck.toml:2"), e.find("deck.toml:3"));
+  EXPECT_LT(e.find("deck.toml:3"), e.find("deck.toml:5"));
+}
+
+TEST(Deck, OverridesWinAndAreTyped) {
+  const Config c = parse_deck(kMinimal, "deck.toml",
+                              {"run.steps=42", "optimizer.lr=3e-4", "data.path=other.txt", "data.format=\"text\""});
+  EXPECT_EQ(c.run.steps, 42);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.data.path, "other.txt");
+  EXPECT_EQ(c.data.format, "text");
+  EXPECT_EQ(c.origin.at("run.steps"), "--set");
+}
+
+TEST(Deck, BadOverridesAreNamed) {
+  EXPECT_NE(error_of(kMinimal, {"run.stpes=3"}).find("--set run.stpes=3: unknown key 'run.stpes'; did you mean 'run.steps'?"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"run.steps=many"}).find("--set run.steps=many: 'many' is not a TOML value"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"steps"}).find("expected section.key=value"), std::string::npos);
+}
+
+TEST(Deck, CombinationsAreChecked) {
+  const std::string e = error_of(std::string(kMinimal) + "[model]\nd_model = 100\nn_head = 3\n");
+  EXPECT_NE(e.find("model.d_model = 100 is not divisible by model.n_head = 3"), std::string::npos) << e;
+}
+
+TEST(Deck, FeaturesNotBuiltYetAreRefusedNotIgnored) {
+  for (const char* strategy : {"zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"}) {
+    const std::string e = error_of(kMinimal, {std::string("parallel.strategy=") + strategy});
+    EXPECT_NE(e.find("is not available in this version of shardtrain; available: \"ddp\""), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of(kMinimal, {"checkpoint.every=10"}).find("checkpoints are not available"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"checkpoint.resume=latest"}).find("resuming is not available"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"parallel.precision=bf16"}).find("not available"), std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"parallel.ranks_per_node=2"}).find("emulated nodes"), std::string::npos);
+}
+
+TEST(Deck, EveryDefaultIsValid) {
+  // fill_defaults raises a this-rank Error for an invalid default; the minimal deck exercises all.
+  EXPECT_NO_THROW(parse_deck(kMinimal, "deck.toml", {}));
+  for (const auto& key : deck_schema()) EXPECT_FALSE(key.doc.empty()) << key.full_name();
+}
+
+TEST(Deck, ReferenceDocumentIsUpToDate) {
+  std::ifstream in(ST_SOURCE_DIR "/docs/deck.md");
+  ASSERT_TRUE(in) << "docs/deck.md is missing";
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), deck_reference_markdown())
+      << "docs/deck.md differs from the schema: regenerate it with `build/shardtrain deck-doc > docs/deck.md`";
+}
+
+TEST(Text, ClosestMatch) {
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(closest_match("setps", {"steps", "seed", "log_every"}), "steps");
+  EXPECT_EQ(closest_match("zzzzzz", {"steps", "seed"}), "");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(100), "100 B");
+}
+
+}  // namespace
+}  // namespace st

@@ -1,0 +1,166 @@
+// The whole model: gradients against finite differences, initial loss, initialisation, layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "model/gpt2.hpp"
+#include "model/layout.hpp"
+
+namespace st {
+namespace {
+
+Gpt2Shape tiny_shape() { return {2, 8, 2, 6, 11, 16}; }
+
+std::vector<int> tokens_for(int B, int T, int V, int salt) {
+  std::vector<int> t(static_cast<std::size_t>(B * T));
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int>((i * 7 + static_cast<std::size_t>(salt) * 3 + 1) % static_cast<std::size_t>(V));
+  return t;
+}
+
+TEST(Gpt2Layout, SegmentsCoverTheBufferInOrder) {
+  const Gpt2Shape s{3, 16, 4, 32, 100, 128};
+  const ParamLayout layout = make_gpt2_layout(s);
+  ASSERT_EQ(layout.segments().size(), 5u);  // embeddings, 3 blocks, final norm
+  std::size_t expected_offset = 0;
+  for (const auto& segment : layout.segments()) {
+    EXPECT_EQ(segment.offset, expected_offset) << segment.name;
+    std::size_t inside = segment.offset;
+    for (const auto& t : segment.tensors) {
+      EXPECT_EQ(t.offset, inside) << t.name;
+      inside += t.size;
+    }
+    EXPECT_EQ(inside, segment.offset + segment.size);
+    expected_offset += segment.size;
+  }
+  EXPECT_EQ(layout.total(), expected_offset);
+  // GPT-2 parameter count: (Vp + T) C + L (12 C^2 + 13 C) + 2 C
+  const std::size_t C = 16, L = 3;
+  EXPECT_EQ(layout.total(), (128 + 32) * C + L * (12 * C * C + 13 * C) + 2 * C);
+}
+
+TEST(Gpt2Layout, Gpt2SmallHas124MParameters) {
+  const Gpt2Shape gpt2_small{12, 768, 12, 1024, 50257, 50257};
+  EXPECT_EQ(make_gpt2_layout(gpt2_small).total(), 124439808u);  // the published count
+}
+
+TEST(Gpt2Model, WholeModelGradientMatchesFiniteDifferences) {
+  const Gpt2Shape shape = tiny_shape();
+  const int B = 2, T = 5;
+  Gpt2<double> model(shape, B);
+  std::vector<double> params(model.layout().total());
+  model.init_params(params, 42);
+  // Larger weights than GPT-2's 0.02 make every path contribute measurably.
+  for (auto& p : params) p *= 10.0;
+  const auto tokens = tokens_for(B, T, static_cast<int>(shape.vocab_size), 0);
+  const auto targets = tokens_for(B, T, static_cast<int>(shape.vocab_size), 1);
+
+  std::vector<double> grads(params.size(), 0.0);
+  model.forward(params, tokens.data(), targets.data(), B, T);
+  model.backward(params, grads, 1.0);
+
+  const double h = 1e-6;
+  for (const TensorSlot* t : model.layout().all_tensors()) {
+    double worst = 0, norm = 0;
+    for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
+      const double keep = params[i];
+      params[i] = keep + h;
+      const double up = model.forward(params, tokens.data(), targets.data(), B, T);
+      params[i] = keep - h;
+      const double down = model.forward(params, tokens.data(), targets.data(), B, T);
+      params[i] = keep;
+      const double numeric = (up - down) / (2 * h);
+      worst = std::max(worst, std::abs(numeric - grads[i]));
+      norm = std::max(norm, std::abs(numeric));
+    }
+    // Central differences with h = 1e-6 leave a truncation error near 1e-7 of the largest
+    // gradient here; a wrong gradient is off by far more.
+    EXPECT_LT(worst, 1e-6 * std::max(1.0, norm)) << t->name;
+    if (t->name != "wte") continue;
+    // Padded vocabulary rows are never used: their gradient is exactly zero.
+    for (std::size_t i = t->offset + shape.vocab_size * shape.d_model; i < t->offset + t->size; ++i)
+      EXPECT_EQ(grads[i], 0.0);
+  }
+}
+
+TEST(Gpt2Model, GradientsAccumulateAndScale) {
+  const Gpt2Shape shape = tiny_shape();
+  Gpt2<double> model(shape, 2);
+  std::vector<double> params(model.layout().total());
+  model.init_params(params, 7);
+  const auto tokens = tokens_for(2, 6, 11, 2), targets = tokens_for(2, 6, 11, 3);
+  std::vector<double> once(params.size(), 0.0), twice_half(params.size(), 0.0);
+  model.forward(params, tokens.data(), targets.data(), 2, 6);
+  model.backward(params, once, 1.0);
+  for (int k = 0; k < 2; ++k) {
+    model.forward(params, tokens.data(), targets.data(), 2, 6);
+    model.backward(params, twice_half, 0.5);
+  }
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice_half[i], once[i], 1e-12);
+}
+
+TEST(Gpt2Model, InitialLossIsNearLnVocab) {
+  const Gpt2Shape shape{2, 64, 4, 32, 256, 256};
+  Gpt2<float> model(shape, 4);
+  std::vector<float> params(model.layout().total());
+  model.init_params(params, 1337);
+  const auto tokens = tokens_for(4, 32, 256, 4), targets = tokens_for(4, 32, 256, 5);
+  const double loss = model.forward(params, tokens.data(), targets.data(), 4, 32);
+  EXPECT_NEAR(loss, std::log(256.0), 0.05);
+}
+
+TEST(Gpt2Model, InitialisationFollowsGpt2) {
+  const Gpt2Shape shape{4, 64, 4, 32, 250, 256};
+  Gpt2<float> model(shape, 1);
+  std::vector<float> params(model.layout().total());
+  model.init_params(params, 3);
+  auto stddev = [&](const std::string& name) {
+    const TensorSlot& t = model.layout().tensor(name);
+    double s = 0;
+    for (std::size_t i = t.offset; i < t.offset + t.size; ++i) s += static_cast<double>(params[i]) * params[i];
+    return std::sqrt(s / static_cast<double>(t.size));
+  };
+  EXPECT_NEAR(stddev("block0.attn.qkv.w"), 0.02, 0.001);
+  EXPECT_NEAR(stddev("block1.mlp.fc.w"), 0.02, 0.001);
+  EXPECT_NEAR(stddev("block0.mlp.proj.w"), 0.02 / std::sqrt(8.0), 0.0005);  // 1/sqrt(2 n_layer)
+  EXPECT_NEAR(stddev("block2.attn.proj.w"), 0.02 / std::sqrt(8.0), 0.0005);
+  EXPECT_EQ(stddev("block0.attn.qkv.b"), 0.0);
+  const TensorSlot& ln = model.layout().tensor("block3.ln2.w");
+  for (std::size_t i = ln.offset; i < ln.offset + ln.size; ++i) EXPECT_EQ(params[i], 1.0f);
+  const TensorSlot& wte = model.layout().tensor("wte");
+  for (std::size_t i = wte.offset + 250 * 64; i < wte.offset + wte.size; ++i) EXPECT_EQ(params[i], 0.0f);
+  // The same seed gives the same parameters; another seed does not.
+  std::vector<float> again(params.size()), other(params.size());
+  model.init_params(again, 3);
+  model.init_params(other, 4);
+  EXPECT_EQ(again, params);
+  EXPECT_NE(other, params);
+}
+
+TEST(Gpt2Model, FloatAndDoubleAgree) {
+  const Gpt2Shape shape{2, 32, 4, 16, 64, 64};
+  Gpt2<float> mf(shape, 2);
+  Gpt2<double> md(shape, 2);
+  std::vector<float> pf(mf.layout().total());
+  mf.init_params(pf, 11);
+  std::vector<double> pd(pf.begin(), pf.end());
+  const auto tokens = tokens_for(2, 16, 64, 6), targets = tokens_for(2, 16, 64, 7);
+  std::vector<float> gf(pf.size(), 0.0f);
+  std::vector<double> gd(pd.size(), 0.0);
+  EXPECT_NEAR(mf.forward(pf, tokens.data(), targets.data(), 2, 16), md.forward(pd, tokens.data(), targets.data(), 2, 16),
+              1e-5);
+  mf.backward(pf, gf, 1.0f);
+  md.backward(pd, gd, 1.0);
+  for (std::size_t i = 0; i < gf.size(); ++i) EXPECT_NEAR(gf[i], gd[i], 1e-5 + 1e-3 * std::abs(gd[i]));
+}
+
+TEST(Gpt2Model, FlopsPerToken) {
+  const Gpt2Shape s{12, 768, 12, 1024, 50257, 50304};
+  // 6 x (12 L C^2 + Vp C) + 12 L C T
+  EXPECT_DOUBLE_EQ(gpt2_train_flops_per_token(s, 1024),
+                   6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 1024);
+}
+
+}  // namespace
+}  // namespace st

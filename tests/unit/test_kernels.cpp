@@ -1,0 +1,188 @@
+// Every layer's backward against central finite differences, in double precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "model/kernels.hpp"
+
+namespace st {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec random_vector(std::size_t n, unsigned seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  Vec v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks analytic[i] == d/dx[i] <weights, f(x)> for every element of x.
+void expect_matches_finite_differences(Vec& x, const std::function<Vec()>& f, const Vec& weights, const Vec& analytic,
+                                       const char* what, double tolerance = 1e-6) {
+  ASSERT_EQ(x.size(), analytic.size());
+  const double h = 1e-5;
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = dot(weights, f());
+    x[i] = keep - h;
+    const double down = dot(weights, f());
+    x[i] = keep;
+    const double numeric = (up - down) / (2 * h);
+    const double error = std::abs(numeric - analytic[i]) / std::max(1.0, std::abs(numeric));
+    worst = std::max(worst, error);
+    EXPECT_LT(error, tolerance) << what << "[" << i << "]: analytic " << analytic[i] << " numeric " << numeric;
+  }
+  EXPECT_GT(dot(analytic, analytic), 0.0) << what << ": the gradient is identically zero";
+}
+
+TEST(KernelGradients, LayerNorm) {
+  const int N = 3, C = 7;
+  Vec in = random_vector(N * C, 1), w = random_vector(C, 2), b = random_vector(C, 3);
+  Vec dout = random_vector(N * C, 4);
+  Vec out(N * C), mean(N), rstd(N);
+  auto f = [&] {
+    kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), w.data(), b.data(), N, C);
+    return out;
+  };
+  f();
+  Vec din(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  kernels::layernorm_backward(din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), mean.data(),
+                              rstd.data(), N, C);
+  expect_matches_finite_differences(in, f, dout, din, "layernorm din");
+  expect_matches_finite_differences(w, f, dout, dw, "layernorm dweight");
+  expect_matches_finite_differences(b, f, dout, db, "layernorm dbias");
+}
+
+TEST(KernelGradients, LayerNormNormalises) {
+  const int N = 2, C = 64;
+  Vec in = random_vector(N * C, 9, 3.0), w(C, 1.0), b(C, 0.0), out(N * C), mean(N), rstd(N);
+  kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), w.data(), b.data(), N, C);
+  for (int i = 0; i < N; ++i) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += out[i * C + c] / C;
+    for (int c = 0; c < C; ++c) v += (out[i * C + c] - m) * (out[i * C + c] - m) / C;
+    EXPECT_NEAR(m, 0.0, 1e-12);
+    EXPECT_NEAR(v, 1.0, 1e-4);  // eps = 1e-5 against a variance of about 9
+  }
+}
+
+TEST(KernelGradients, Linear) {
+  const int N = 4, C = 5, OC = 6;
+  Vec in = random_vector(N * C, 5), w = random_vector(OC * C, 6), b = random_vector(OC, 7);
+  Vec dout = random_vector(N * OC, 8), out(N * OC);
+  auto f = [&] {
+    kernels::linear_forward(out.data(), in.data(), w.data(), b.data(), N, C, OC);
+    return out;
+  };
+  f();
+  Vec din(N * C, 0.0), dw(OC * C, 0.0), db(OC, 0.0);
+  kernels::linear_backward(din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), N, C, OC, false);
+  expect_matches_finite_differences(in, f, dout, din, "linear din");
+  expect_matches_finite_differences(w, f, dout, dw, "linear dweight");
+  expect_matches_finite_differences(b, f, dout, db, "linear dbias");
+  // Parameter gradients accumulate: a second backward doubles them.
+  Vec dw_twice = dw;
+  kernels::linear_backward(din.data(), dw_twice.data(), db.data(), dout.data(), in.data(), w.data(), N, C, OC, false);
+  for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw_twice[i], 2 * dw[i], 1e-12);
+}
+
+TEST(KernelGradients, CausalAttention) {
+  const int B = 2, T = 5, C = 8, NH = 2;
+  Vec qkv = random_vector(B * T * 3 * C, 11), dout = random_vector(B * T * C, 12);
+  Vec out(B * T * C), att(B * NH * T * T);
+  auto f = [&] {
+    kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return out;
+  };
+  f();
+  Vec dqkv(qkv.size(), 0.0), scratch(att.size());
+  kernels::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  expect_matches_finite_differences(qkv, f, dout, dqkv, "attention dqkv");
+}
+
+TEST(KernelGradients, AttentionIsCausal) {
+  // Changing a later token's q, k or v must not change an earlier position's output.
+  const int B = 1, T = 6, C = 4, NH = 2;
+  Vec qkv = random_vector(T * 3 * C, 13), out(T * C), att(NH * T * T);
+  kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  const Vec before = out;
+  for (int c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 1.0;
+  kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], before[i]);
+  bool last_changed = false;
+  for (int c = 0; c < C; ++c) last_changed |= out[(T - 1) * C + c] != before[(T - 1) * C + c];
+  EXPECT_TRUE(last_changed);
+}
+
+TEST(KernelGradients, Gelu) {
+  const std::size_t n = 40;
+  Vec in = random_vector(n, 14, 2.0), dout = random_vector(n, 15), out(n);
+  auto f = [&] {
+    kernels::gelu_forward(out.data(), in.data(), n);
+    return out;
+  };
+  f();
+  Vec din(n);
+  kernels::gelu_backward(din.data(), in.data(), dout.data(), n);
+  expect_matches_finite_differences(in, f, dout, din, "gelu din");
+  // GPT-2's tanh approximation at known points.
+  Vec x = {1.0, -1.0, 3.0}, y(3);
+  kernels::gelu_forward(y.data(), x.data(), 3);
+  EXPECT_NEAR(y[0], 0.8411919906082768, 1e-12);
+  EXPECT_NEAR(y[1], -0.15880800939172324, 1e-12);
+  EXPECT_NEAR(y[2], 2.996362607918227, 1e-12);
+}
+
+TEST(KernelGradients, SoftmaxCrossEntropyWithPaddedVocabulary) {
+  const int N = 4, V = 5, Vp = 8;
+  Vec logits = random_vector(N * Vp, 16);
+  const std::vector<int> targets = {0, 4, 2, 2};
+  Vec probs(N * Vp), losses(N);
+  auto loss_of = [&] {
+    probs = logits;
+    return Vec{kernels::softmax_cross_entropy_forward(probs.data(), losses.data(), targets.data(), N, V, Vp) / N};
+  };
+  loss_of();
+  Vec dlogits = probs;
+  kernels::softmax_cross_entropy_backward(dlogits.data(), targets.data(), N, V, Vp, 1.0 / N);
+  expect_matches_finite_differences(logits, loss_of, Vec{1.0}, dlogits, "cross-entropy dlogits");
+  for (int i = 0; i < N; ++i)
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(dlogits[i * Vp + j], 0.0) << "padded logits must get no gradient";
+  // Uniform logits give ln(V).
+  Vec flat(Vp, 0.0), one_loss(1);
+  const int target = 1;
+  EXPECT_NEAR(kernels::softmax_cross_entropy_forward(flat.data(), one_loss.data(), &target, 1, V, Vp), std::log(5.0),
+              1e-12);
+}
+
+TEST(KernelGradients, Encoder) {
+  const int B = 2, T = 3, C = 4, V = 5;
+  const std::vector<int> tokens = {1, 1, 4, 0, 1, 3};  // repeats: gradients must add up
+  Vec wte = random_vector(V * C, 17), wpe = random_vector(T * C, 18), dout = random_vector(B * T * C, 19);
+  Vec out(B * T * C);
+  auto f = [&] {
+    kernels::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return out;
+  };
+  f();
+  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  kernels::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  expect_matches_finite_differences(wte, f, dout, dwte, "encoder dwte");
+  expect_matches_finite_differences(wpe, f, dout, dwpe, "encoder dwpe");
+}
+
+}  // namespace
+}  // namespace st
