@@ -32,7 +32,7 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
 }
 
 Trainer::Trainer(const Config& config, World& world)
-    : config_(config), world_(world), comm_(world.comm()), run_dir_(config, world.is_root()) {
+    : config_(config), world_(world), comm_(world.comm()) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.local_size());
   apply_thread_count(threads_);
 
@@ -63,6 +63,8 @@ Trainer::Trainer(const Config& config, World& world)
   val_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.val, seed, kValStream, config.model.seq_len);
   tokens_.resize(static_cast<std::size_t>(plan_.micro_batch * config.model.seq_len));
   targets_.resize(tokens_.size());
+
+  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root());
 
   // The yardstick for MFU: this rank's sgemm rate on the model's widest matmul, measured while
   // the other ranks of the node measure theirs, as they will compute during training.
@@ -98,14 +100,14 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
                                    format_bytes(static_cast<double>(memory.optimizer)) + ")"},
       {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
       {"measured sgemm rate", gf.str()},
-      {"run directory", run_dir_.path()},
+      {"run directory", run_dir_->path()},
   };
 }
 
 void Trainer::say(const std::string& line) {
   if (!world_.is_root()) return;
   std::cout << line << std::endl;
-  run_dir_.log(line);
+  run_dir_->log(line);
 }
 
 double Trainer::train_step(std::int64_t step) {
@@ -165,7 +167,7 @@ void Trainer::print_sample(std::int64_t step) {
   say("---- sample after step " + std::to_string(step) + " ----");
   say(render_tokens(std::vector<int>(tokens.begin(), tokens.end()), data_->byte_level()));
   say("----");
-  run_dir_.metric("{\"kind\":\"sample\",\"step\":" + std::to_string(step) + ",\"prompt_tokens\":" +
+  run_dir_->metric("{\"kind\":\"sample\",\"step\":" + std::to_string(step) + ",\"prompt_tokens\":" +
                   std::to_string(prompt) + ",\"text\":" +
                   json_string(render_tokens(tokens, data_->byte_level())) + "}");
 }
@@ -199,7 +201,7 @@ TrainSummary Trainer::run() {
     if (step == 0) summary.first_loss = loss;
     summary.last_loss = loss;
     summary.steps = step + 1;
-    if (world_.is_root()) run_dir_.metric(step_json(record));
+    if (world_.is_root()) run_dir_->metric(step_json(record));
     if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
 
     const bool last = step + 1 == config_.run.steps;
@@ -209,7 +211,7 @@ TrainSummary Trainer::run() {
       std::snprintf(line, sizeof line, "val loss %.4f at step %lld", summary.last_val_loss, static_cast<long long>(step + 1));
       say(line);
       if (world_.is_root())
-        run_dir_.metric("{\"kind\":\"val\",\"step\":" + std::to_string(step + 1) + ",\"val_loss\":" +
+        run_dir_->metric("{\"kind\":\"val\",\"step\":" + std::to_string(step + 1) + ",\"val_loss\":" +
                         std::to_string(summary.last_val_loss) + "}");
     }
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);

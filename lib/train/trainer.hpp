@@ -48,7 +48,7 @@ class Trainer {
   std::unique_ptr<Gpt2<float>> model_;
   MpiCommunicator comm_;
   std::unique_ptr<Strategy> strategy_;
-  RunDirectory run_dir_;
+  std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
   std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
   std::vector<int> tokens_, targets_;
   double sgemm_flops_ = 0;

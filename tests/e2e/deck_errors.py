@@ -42,9 +42,12 @@ cases = [
      ["--set optimizer.lrr=1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?"]),
     ("missing data file", GOOD.replace(corpus, "/nonexistent/corpus.txt"), [],
      ["cannot open data file '/nonexistent/corpus.txt': No such file or directory"]),
-    ("batch that cannot be split", GOOD.replace("global_batch = 6", "global_batch = 6\nmicro_batch = 4"), [],
-     ["micro_batch = 4 does not divide" if args.ranks == 1 else "cannot be split over"]),
+    ("micro-batch that does not divide", GOOD.replace("global_batch = 6", "global_batch = 6\nmicro_batch = 4"), [],
+     ["which data.micro_batch = 4 does not divide"]),
 ]
+if args.ranks > 1:
+    cases.append(("batch that cannot be split over the ranks", GOOD.replace("global_batch = 6", "global_batch = 7"), [],
+                  [f"data.global_batch = 7 cannot be split over {args.ranks} ranks"]))
 
 for name, text, extra, expected in cases:
     deck = h.write_deck(work, "deck.toml", text)
