@@ -6,13 +6,17 @@ import subprocess
 import sys
 import tempfile
 
+import os
+
 try:
     import numpy as np
     import torch
-    import torch.nn.functional as F
 except ImportError as e:
     print(f"SKIP: PyTorch is not importable by {sys.executable} ({e}); tools/setup.sh installs python3-torch")
     sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_gpt2 import gpt2_loss  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--dump", required=True)
@@ -34,25 +38,7 @@ for t in meta["tensors"]:
     w[t["name"]] = torch.tensor(params[t["offset"]:t["offset"] + n].reshape(t["shape"]), requires_grad=True)
 
 
-def block(x, p):
-    h = F.layer_norm(x, (C,), w[p + "ln1.w"], w[p + "ln1.b"], eps=1e-5)
-    q, k, v = F.linear(h, w[p + "attn.qkv.w"], w[p + "attn.qkv.b"]).split(C, dim=2)
-    q, k, v = (z.view(B, T, NH, C // NH).transpose(1, 2) for z in (q, k, v))
-    att = (q @ k.transpose(-2, -1)) / (C // NH) ** 0.5
-    att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf")).softmax(-1)
-    y = (att @ v).transpose(1, 2).reshape(B, T, C)
-    x = x + F.linear(y, w[p + "attn.proj.w"], w[p + "attn.proj.b"])
-    h = F.layer_norm(x, (C,), w[p + "ln2.w"], w[p + "ln2.b"], eps=1e-5)
-    h = F.gelu(F.linear(h, w[p + "mlp.fc.w"], w[p + "mlp.fc.b"]), approximate="tanh")
-    return x + F.linear(h, w[p + "mlp.proj.w"], w[p + "mlp.proj.b"])
-
-
-x = w["wte"][tokens] + w["wpe"][:T]
-for layer in range(L):
-    x = block(x, f"block{layer}.")
-x = F.layer_norm(x, (C,), w["lnf.w"], w["lnf.b"], eps=1e-5)
-logits = (x @ w["wte"].T)[..., :V]  # tied head; padded rows are not predicted
-loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+loss = gpt2_loss(w, tokens, targets, L, C, NH, V)
 loss.backward()
 
 failures = 0
