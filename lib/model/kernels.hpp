@@ -44,6 +44,9 @@ void gelu_forward(R* out, const R* in, std::size_t n);
 template <class R>
 void gelu_backward(R* din, const R* in, const R* dout, std::size_t n);
 
+// The float tanh GELU uses (exposed for its accuracy test).
+float tanh_float(float x);
+
 template <class R>
 void add(R* out, const R* a, const R* b, std::size_t n);
 template <class R>

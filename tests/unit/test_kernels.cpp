@@ -146,6 +146,17 @@ TEST(KernelGradients, Gelu) {
   EXPECT_NEAR(y[2], 2.996362607918227, 1e-12);
 }
 
+TEST(Kernels, FloatTanhIsAccurateEverywhere) {
+  double worst = 0;
+  for (double x = -20.0; x <= 20.0; x += 1e-3) {
+    const float xf = static_cast<float>(x);
+    worst = std::max(worst, std::abs(static_cast<double>(kernels::tanh_float(xf)) - std::tanh(static_cast<double>(xf))));
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_EQ(kernels::tanh_float(0.0f), 0.0f);
+  EXPECT_EQ(kernels::tanh_float(-3.0f), -kernels::tanh_float(3.0f));
+}
+
 TEST(KernelGradients, SoftmaxCrossEntropyWithPaddedVocabulary) {
   const int N = 4, V = 5, Vp = 8;
   Vec logits = random_vector(N * Vp, 16);
