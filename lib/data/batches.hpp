@@ -34,6 +34,18 @@ struct DataSplits {
 // one sequence plus its target.
 DataSplits split_data(const TokenDataset& data, double val_fraction, std::int64_t seq_len);
 
+// The data loader's position: how many training batches have been drawn. Batch k depends only
+// on (seed, k), so restoring the position (from a checkpoint) resumes the exact batch sequence.
+class BatchCursor {
+ public:
+  std::int64_t take() { return next_++; }
+  std::int64_t position() const { return next_; }
+  void seek(std::int64_t position) { next_ = position; }
+
+ private:
+  std::int64_t next_ = 0;
+};
+
 // Draws sequence `index` of batch `batch` from a split: tokens and the next-token targets.
 // stream separates training (0) from validation (1) draws.
 class SequenceSampler {

@@ -6,7 +6,16 @@
 #include "core/timer.hpp"
 #include "model/gemm.hpp"
 
+#include <cblas.h>
+
 namespace st {
+
+std::string blas_description() {
+  const int parallel = openblas_get_parallel();
+  std::string config = openblas_get_config();
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  return config + (parallel == 2 ? " (OpenMP threading)" : parallel == 1 ? " (pthreads: may oversubscribe)" : " (sequential)");
+}
 
 double measure_sgemm_flops(int m, int n, int k, double min_seconds) {
   std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f), b(static_cast<std::size_t>(n) * k, 0.25f),

@@ -100,6 +100,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
                                    format_bytes(static_cast<double>(memory.optimizer)) + ")"},
       {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
       {"measured sgemm rate", gf.str()},
+      {"BLAS", blas_description()},
       {"run directory", run_dir_->path()},
   };
 }
@@ -117,8 +118,9 @@ double Trainer::train_step(std::int64_t step) {
   const float loss_scale = 1.0f / static_cast<float>(plan_.accum_steps * plan_.ranks);
   double loss_sum = 0;
   const std::int64_t first = plan_.first_sequence(world_.rank());
+  const std::int64_t batch = train_cursor_.take();
   for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
-    train_sampler_->fill(step, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
+    train_sampler_->fill(batch, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
     loss_sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
                                 static_cast<int>(plan_.seq_len), strategy_.get());
     model_->backward(strategy_->params(), strategy_->grads(), loss_scale, strategy_.get());

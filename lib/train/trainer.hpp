@@ -50,6 +50,7 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
   std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
+  BatchCursor train_cursor_;
   std::vector<int> tokens_, targets_;
   double sgemm_flops_ = 0;
   std::uint64_t comm_bytes_seen_ = 0;
