@@ -8,3 +8,8 @@ endif()
 if(ST_NATIVE)
   add_compile_options(-march=native)
 endif()
+
+# Numerical code: no FP traps and no errno from math calls, so elementwise loops (GELU, AdamW,
+# softmax) vectorise. Unlike -ffast-math this keeps IEEE results for every finite input.
+add_library(st_numeric INTERFACE)
+target_compile_options(st_numeric INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fno-trapping-math -fno-math-errno>)
