@@ -36,7 +36,7 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
-World::World(MPI_Comm parent) {
+World::World(MPI_Comm parent, int ranks_per_node) : emulated_(ranks_per_node > 0) {
   MPI_Comm dup = MPI_COMM_NULL;
   ST_CHECK_MPI(MPI_Comm_dup(parent, &dup));
   world_ = OwnedComm(dup);
@@ -45,13 +45,42 @@ World::World(MPI_Comm parent) {
   ST_CHECK_MPI(MPI_Comm_size(dup, &size_));
 
   MPI_Comm node = MPI_COMM_NULL;
-  ST_CHECK_MPI(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  if (emulated_) {
+    if (size_ % ranks_per_node != 0)
+      throw Error("parallel.ranks_per_node = " + std::to_string(ranks_per_node) + " does not divide the " +
+                      std::to_string(size_) + " ranks of this job",
+                  ErrorScope::all_ranks);
+    ST_CHECK_MPI(MPI_Comm_split(dup, rank_ / ranks_per_node, rank_, &node));
+  } else {
+    ST_CHECK_MPI(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  }
   node_ = OwnedComm(node);
   ST_CHECK_MPI(MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN));
   ST_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
   ST_CHECK_MPI(MPI_Comm_size(node, &local_size_));
-  int leader = local_rank_ == 0 ? 1 : 0;
-  ST_CHECK_MPI(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, dup));
+
+  // Node index: the number of node leaders with a lower world rank than this node's leader.
+  int is_leader = local_rank_ == 0 ? 1 : 0;
+  ST_CHECK_MPI(MPI_Allreduce(&is_leader, &node_count_, 1, MPI_INT, MPI_SUM, dup));
+  int leaders_before = 0;
+  int mine = is_leader;
+  ST_CHECK_MPI(MPI_Exscan(&mine, &leaders_before, 1, MPI_INT, MPI_SUM, dup));
+  if (rank_ == 0) leaders_before = 0;  // MPI_Exscan leaves rank 0's result undefined
+  node_index_ = leaders_before;
+  ST_CHECK_MPI(MPI_Bcast(&node_index_, 1, MPI_INT, 0, node));
+
+  MPI_Comm cross = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split(dup, local_rank_, rank_, &cross));
+  cross_ = OwnedComm(cross);
+  ST_CHECK_MPI(MPI_Comm_set_errhandler(cross, MPI_ERRORS_RETURN));
+
+  // Uniform: equal node sizes and world rank = node x ranks per node + local rank everywhere.
+  int ok = (rank_ == node_index_ * local_size_ + local_rank_) ? 1 : 0;
+  int max_local = local_size_, min_local = local_size_;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, dup));
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &max_local, 1, MPI_INT, MPI_MAX, dup));
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &min_local, 1, MPI_INT, MPI_MIN, dup));
+  uniform_ = ok == 1 && max_local == min_local;
 
   char name[256] = {};
   gethostname(name, sizeof name - 1);

@@ -31,14 +31,22 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
+// world -> node-local communicator -> cross-node communicator (the ranks with the same local
+// rank, one per node). Two-level collectives need every node to hold the same number of ranks
+// and a node's ranks to be consecutive in the world; uniform() says whether that holds.
 class World {
  public:
-  // Duplicates `parent` (errors return codes, so every call is checked) and splits off the
-  // ranks that share memory with this one.
-  explicit World(MPI_Comm parent = MPI_COMM_WORLD);
+  // Duplicates `parent` (errors return codes, so every call is checked). ranks_per_node = 0
+  // takes the ranks that share memory as a node; K > 0 makes each K consecutive ranks a node
+  // (emulated nodes on one host; the world size must be a multiple of K).
+  explicit World(MPI_Comm parent = MPI_COMM_WORLD, int ranks_per_node = 0);
 
   MPI_Comm comm() const { return world_.get(); }
   MPI_Comm node_comm() const { return node_.get(); }
+  MPI_Comm cross_comm() const { return cross_.get(); }
+  int node() const { return node_index_; }
+  bool emulated() const { return emulated_; }
+  bool uniform() const { return uniform_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
@@ -50,7 +58,9 @@ class World {
  private:
   OwnedComm world_;
   OwnedComm node_;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1;
+  OwnedComm cross_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, node_index_ = 0;
+  bool emulated_ = false, uniform_ = true;
   std::string host_;
 };
 

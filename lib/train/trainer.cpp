@@ -32,7 +32,9 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
 }
 
 Trainer::Trainer(const Config& config, World& world)
-    : config_(config), world_(world), comm_(world.comm()) {
+    : config_(config),
+      world_(world),
+      comm_(world.comm(), world.node_count() > 1 ? MpiCommunicator::Level::inter : MpiCommunicator::Level::intra) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.local_size());
   apply_thread_count(threads_);
 

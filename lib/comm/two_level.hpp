@@ -1,0 +1,34 @@
+#pragma once
+// Two-level collectives (as in Horovod's hierarchical all-reduce): work inside the node first,
+// send across nodes only what must cross, then finish inside the node. With L ranks per node
+// and M nodes an all-reduce of B bytes moves 2 (L-1)/L B inside the node and 2 (M-1)/M B / L
+// across it per rank, against 2 (N-1)/N B for a flat ring over N = L M ranks.
+#include <vector>
+
+#include "comm/communicator.hpp"
+
+namespace st {
+
+class TwoLevelCommunicator final : public Communicator {
+ public:
+  // intra: this rank's node (local rank l of L); inter: the ranks with local rank l, one per
+  // node, ordered by node (rank n of M). World rank must be n L + l (World::uniform()).
+  TwoLevelCommunicator(Communicator& intra, Communicator& inter);
+
+  int rank() const override { return inter_.rank() * intra_.size() + intra_.rank(); }
+  int size() const override { return intra_.size() * inter_.size(); }
+  void all_reduce(std::span<float> buffer, ReduceOp op) override;
+  void all_reduce(std::span<double> buffer, ReduceOp op) override;
+  void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) override;
+  void all_gather(std::span<const float> input, std::span<float> output) override;
+  void broadcast(std::span<float> buffer, int root) override;
+  void barrier() override;
+  LevelTraffic traffic() const override;
+
+ private:
+  Communicator& intra_;
+  Communicator& inter_;
+  std::vector<float> padded_, chunk_, permuted_;  // scratch, kept between calls
+};
+
+}  // namespace st

@@ -1,0 +1,148 @@
+// Collectives on 1..4 ranks and on emulated nodes: results against references computed
+// locally, uneven sizes through the padding rule, and bytes against what each algorithm moves.
+// ST_TEST_RANKS_PER_NODE (environment) sets the emulated node size (0: real nodes).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "comm/mpi_communicator.hpp"
+#include "comm/shard.hpp"
+#include "comm/two_level.hpp"
+#include "comm/world.hpp"
+
+namespace st {
+namespace {
+
+int emulated_ranks_per_node() {
+  const char* v = std::getenv("ST_TEST_RANKS_PER_NODE");
+  return v ? std::atoi(v) : 0;
+}
+
+// Rank r's value at element i: distinct per rank and element, exact in float sums.
+float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 1000 + static_cast<int>(i % 997)); }
+
+struct Fixture : ::testing::Test {
+  Fixture() : world(MPI_COMM_WORLD, emulated_ranks_per_node()) {
+    flat = std::make_unique<MpiCommunicator>(world.comm(), world.node_count() > 1 ? MpiCommunicator::Level::inter
+                                                                                  : MpiCommunicator::Level::intra);
+    intra = std::make_unique<MpiCommunicator>(world.node_comm(), MpiCommunicator::Level::intra);
+    inter = std::make_unique<MpiCommunicator>(world.cross_comm(), MpiCommunicator::Level::inter);
+    two_level = std::make_unique<TwoLevelCommunicator>(*intra, *inter);
+  }
+  std::vector<Communicator*> both() { return {flat.get(), two_level.get()}; }
+  World world;
+  std::unique_ptr<MpiCommunicator> flat, intra, inter;
+  std::unique_ptr<TwoLevelCommunicator> two_level;
+};
+
+TEST(ShardRange, PaddingRule) {
+  const ShardRange a = shard_range(10, 4, 3);  // chunks of 3: [9, 10) real, 2 padding
+  EXPECT_EQ(a.chunk, 3u);
+  EXPECT_EQ(a.padded, 12u);
+  EXPECT_EQ(a.begin, 9u);
+  EXPECT_EQ(a.real(), 1u);
+  const ShardRange empty = shard_range(2, 4, 3);  // a part that is all padding
+  EXPECT_EQ(empty.begin, 3u);
+  EXPECT_EQ(empty.real(), 0u);
+  std::size_t covered = 0;
+  for (int i = 0; i < 7; ++i) covered += shard_range(1001, 7, i).real();
+  EXPECT_EQ(covered, 1001u);
+}
+
+TEST_F(Fixture, HierarchyIsConsistent) {
+  EXPECT_EQ(world.local_size() * world.node_count(), world.size());
+  EXPECT_TRUE(world.uniform());
+  EXPECT_EQ(world.rank(), world.node() * world.local_size() + world.local_rank());
+  EXPECT_EQ(two_level->rank(), world.rank());
+  EXPECT_EQ(two_level->size(), world.size());
+  if (emulated_ranks_per_node() > 0) {
+    EXPECT_EQ(world.local_size(), emulated_ranks_per_node());
+  }
+}
+
+TEST_F(Fixture, AllReduceSumAndAverageOnUnevenSizes) {
+  const int N = world.size();
+  for (Communicator* comm : both())
+    for (std::size_t n : {1ul, 7ul, 1000ul, 1001ul, 65537ul}) {
+      std::vector<float> buffer(n);
+      for (std::size_t i = 0; i < n; ++i) buffer[i] = value(world.rank(), i);
+      std::vector<float> averaged = buffer;
+      comm->all_reduce(std::span<float>(buffer), ReduceOp::sum);
+      comm->all_reduce(std::span<float>(averaged), ReduceOp::average);
+      for (std::size_t i = 0; i < n; ++i) {
+        float expected = 0;
+        for (int r = 0; r < N; ++r) expected += value(r, i);
+        ASSERT_EQ(buffer[i], expected) << "n=" << n << " i=" << i;
+        ASSERT_NEAR(averaged[i], expected / N, 1e-3) << "n=" << n << " i=" << i;
+      }
+    }
+}
+
+TEST_F(Fixture, ReduceScatterAndAllGather) {
+  const int N = world.size();
+  for (Communicator* comm : both()) {
+    const ShardRange mine = shard_range(1003, N, world.rank());
+    std::vector<float> input(mine.padded, 0.0f), output(mine.chunk);
+    for (std::size_t i = 0; i < 1003; ++i) input[i] = value(world.rank(), i);
+    comm->reduce_scatter(input, output, ReduceOp::sum);
+    for (std::size_t k = 0; k < mine.chunk; ++k) {
+      const std::size_t i = mine.begin + k;
+      float expected = 0;
+      if (i < 1003)
+        for (int r = 0; r < N; ++r) expected += value(r, i);
+      ASSERT_EQ(output[k], expected) << "element " << i;
+    }
+    // All-gather puts every rank's chunk back in rank order.
+    std::vector<float> gathered(mine.padded);
+    comm->all_gather(output, gathered);
+    for (std::size_t i = 0; i < 1003; ++i) {
+      float expected = 0;
+      for (int r = 0; r < N; ++r) expected += value(r, i);
+      ASSERT_EQ(gathered[i], expected) << "element " << i;
+    }
+  }
+}
+
+TEST_F(Fixture, BroadcastFromEveryRoot) {
+  for (Communicator* comm : both())
+    for (int root = 0; root < world.size(); ++root) {
+      std::vector<float> buffer(513);
+      for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = value(world.rank(), i);
+      comm->broadcast(buffer, root);
+      for (std::size_t i = 0; i < buffer.size(); ++i) ASSERT_EQ(buffer[i], value(root, i)) << "root " << root;
+    }
+}
+
+TEST_F(Fixture, BytesMovedMatchTheAlgorithms) {
+  const std::uint64_t N = static_cast<std::uint64_t>(world.size());
+  const std::uint64_t L = static_cast<std::uint64_t>(world.local_size());
+  const std::uint64_t M = static_cast<std::uint64_t>(world.node_count());
+  const std::size_t n = 3 * 4 * 5 * 1024;  // divisible by every group size used here (1-6)
+  std::vector<float> buffer(n, 1.0f);
+  const std::uint64_t bytes = n * sizeof(float);
+
+  const LevelTraffic flat_before = flat->traffic();
+  flat->all_reduce(std::span<float>(buffer), ReduceOp::sum);
+  const std::uint64_t flat_moved = flat->traffic().total() - flat_before.total();
+  EXPECT_EQ(flat_moved, 2 * bytes * (N - 1) / N);
+
+  const LevelTraffic before = two_level->traffic();
+  two_level->all_reduce(std::span<float>(buffer), ReduceOp::sum);
+  const LevelTraffic after = two_level->traffic();
+  const std::uint64_t intra_moved = after.intra.total() - before.intra.total();
+  const std::uint64_t inter_moved = after.inter.total() - before.inter.total();
+  // Reduce-scatter and all-gather inside the node, all-reduce of one L-th across nodes.
+  EXPECT_EQ(intra_moved, 2 * bytes * (L - 1) / L);
+  EXPECT_EQ(inter_moved, 2 * (bytes / L) * (M - 1) / M);
+  if (M > 1 && L > 1) {
+    // The point of two levels: 1/L of the flat algorithm's bytes cross between nodes.
+    EXPECT_EQ(inter_moved * L * (N - 1) / N, flat_moved * (M - 1) / M);
+  }
+}
+
+}  // namespace
+}  // namespace st
