@@ -28,7 +28,9 @@ Config load_config(const DeckRequest& request, World& world) {
 
 int run_deck(const DeckRequest& request, World& world) {
   const Config config = load_config(request, world);
-  Trainer trainer(config, world);
+  // The deck may group ranks into emulated nodes: the training world is built from it.
+  World training_world(world.comm(), static_cast<int>(config.parallel.ranks_per_node));
+  Trainer trainer(config, training_world);
   trainer.run();
   return kExitOk;
 }
@@ -36,6 +38,10 @@ int run_deck(const DeckRequest& request, World& world) {
 int check_deck(const DeckRequest& request, World& world, int ranks) {
   const Config config = load_config(request, world);
   const int world_size = ranks > 0 ? ranks : world.size();
+  if (config.parallel.ranks_per_node > 0 && world_size % config.parallel.ranks_per_node != 0)
+    throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
+                    " does not divide the " + std::to_string(world_size) + " ranks",
+                ErrorScope::all_ranks);
   std::string problem;
   std::optional<TokenDataset> data;
   try {

@@ -56,6 +56,7 @@ struct ParallelConfig {
   std::string strategy;
   std::string precision;
   std::int64_t ranks_per_node = 0;
+  std::string collectives;
   double bucket_mb = 0.0;
 };
 

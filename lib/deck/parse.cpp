@@ -287,10 +287,6 @@ class DeckParser {
     if (p.precision != "fp32")
       problems_.add(0, origin("parallel.precision") + ": parallel.precision = \"" + p.precision +
                            "\" is not available in this version of shardtrain; available: \"fp32\"");
-    if (p.ranks_per_node != 0)
-      problems_.add(0, origin("parallel.ranks_per_node") +
-                           ": emulated nodes (parallel.ranks_per_node > 0) are not available in this version of "
-                           "shardtrain; use 0");
     const auto& c = config_.checkpoint;
     if (c.every != 0)
       problems_.add(0, origin("checkpoint.every") +

@@ -147,8 +147,13 @@ std::vector<KeySpec> build_schema() {
              store(&C::parallel, &ParallelConfig::precision)),
       integer("parallel", "ranks_per_node", "0", 0, 65536,
               "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
-              "(emulates several nodes on one host).",
+              "(emulates several nodes on one host); the world size must be a multiple of K.",
               store(&C::parallel, &ParallelConfig::ranks_per_node)),
+      choice("parallel", "collectives", "\"auto\"", {"auto", "flat", "two_level"},
+             "flat: one ring over all ranks. two_level: inside the node, then across nodes, then inside "
+             "again (needs equal nodes of consecutive ranks). auto: two_level when there are several such "
+             "nodes, else flat.",
+             store(&C::parallel, &ParallelConfig::collectives)),
       // [checkpoint]
       text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
            store(&C::checkpoint, &CheckpointConfig::dir)),

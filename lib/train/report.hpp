@@ -15,7 +15,8 @@ std::string settings_table(const Config& config, const std::vector<std::pair<std
 struct StepRecord {
   std::int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_second = 0, mfu = 0;
-  std::uint64_t memory_bytes = 0, comm_bytes = 0;
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t comm_intra_bytes = 0, comm_inter_bytes = 0;  // sent by this rank in the step
 };
 std::string step_line(const StepRecord& r);
 std::string step_json(const StepRecord& r);

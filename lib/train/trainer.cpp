@@ -34,7 +34,7 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
 Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
-      comm_(world.comm(), world.node_count() > 1 ? MpiCommunicator::Level::inter : MpiCommunicator::Level::intra) {
+      comms_(world, config.parallel.collectives) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.local_size());
   apply_thread_count(threads_);
 
@@ -56,7 +56,7 @@ Trainer::Trainer(const Config& config, World& world)
   shape_ = {config.model.n_layer, config.model.d_model, config.model.n_head, config.model.seq_len,
             config.model.vocab_size, padded_vocab(config.model.vocab_size, config.model.vocab_pad_to)};
   model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch));
-  strategy_ = make_strategy(config.parallel, model_->layout(), adamw_settings(config.optimizer), comm_);
+  strategy_ = make_strategy(config.parallel, model_->layout(), adamw_settings(config.optimizer), comms_.collectives());
   // Every rank initialises from the same seed, so replicas start equal without a broadcast.
   model_->init_params(strategy_->params(), static_cast<std::uint64_t>(config.run.seed));
 
@@ -86,7 +86,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   gf << std::fixed << sgemm_flops_ / 1e9 << " GFLOP/s per rank";
   const auto memory = strategy_->memory();
   return {
-      {"world size", std::to_string(world_.size()) + " ranks on " + std::to_string(world_.node_count()) + " node(s)"},
+      {"world size", std::to_string(world_.size()) + " ranks"},
+      {"collectives", comms_.description()},
       {"threads per rank", std::to_string(threads_)},
       {"micro-batches per step", std::to_string(plan_.accum_steps) + " x " + std::to_string(plan_.micro_batch) +
                                      " sequences per rank"},
@@ -196,12 +197,14 @@ TrainSummary Trainer::run() {
     Stopwatch clock;
     const double loss = train_step(step);
     const double seconds = clock.seconds();
-    const std::uint64_t comm_total = comm_.traffic().total();
+    const LevelTraffic traffic = comms_.traffic();
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
-                      flops_per_step / seconds / sgemm_flops_, model_state, comm_total - comm_bytes_seen_};
-    comm_bytes_seen_ = comm_total;
+                      flops_per_step / seconds / sgemm_flops_, model_state,
+                      traffic.intra.total() - traffic_seen_.intra.total(),
+                      traffic.inter.total() - traffic_seen_.inter.total()};
+    traffic_seen_ = traffic;
     if (step == 0) summary.first_loss = loss;
     summary.last_loss = loss;
     summary.steps = step + 1;

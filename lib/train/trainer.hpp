@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpi_communicator.hpp"
+#include "comm/stack.hpp"
 #include "comm/world.hpp"
 #include "data/batches.hpp"
 #include "data/dataset.hpp"
@@ -46,14 +46,14 @@ class Trainer {
   BatchPlan plan_;
   Gpt2Shape shape_;
   std::unique_ptr<Gpt2<float>> model_;
-  MpiCommunicator comm_;
+  CommStack comms_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
   std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
   BatchCursor train_cursor_;
   std::vector<int> tokens_, targets_;
   double sgemm_flops_ = 0;
-  std::uint64_t comm_bytes_seen_ = 0;
+  LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0;
 };
 

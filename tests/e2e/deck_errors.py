@@ -46,6 +46,8 @@ cases = [
      ["which data.micro_batch = 4 does not divide"]),
 ]
 if args.ranks > 1:
+    cases.append(("emulated node size that does not divide the ranks", GOOD + "[parallel]\nranks_per_node = 2\n", [],
+                  [f"parallel.ranks_per_node = 2 does not divide the {args.ranks} ranks"]))
     cases.append(("batch that cannot be split over the ranks", GOOD.replace("global_batch = 6", "global_batch = 7"), [],
                   [f"data.global_batch = 7 cannot be split over {args.ranks} ranks"]))
 

@@ -139,7 +139,6 @@ TEST(Deck, FeaturesNotBuiltYetAreRefusedNotIgnored) {
   EXPECT_NE(error_of(kMinimal, {"checkpoint.every=10"}).find("checkpoints are not available"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"checkpoint.resume=latest"}).find("resuming is not available"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"parallel.precision=bf16"}).find("not available"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"parallel.ranks_per_node=2"}).find("emulated nodes"), std::string::npos);
 }
 
 TEST(Deck, EveryDefaultIsValid) {
