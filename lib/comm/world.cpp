@@ -44,6 +44,11 @@ World::World(MPI_Comm parent, int ranks_per_node) : emulated_(ranks_per_node > 0
   ST_CHECK_MPI(MPI_Comm_rank(dup, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(dup, &size_));
 
+  MPI_Comm host = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host));
+  OwnedComm host_owner(host);
+  ST_CHECK_MPI(MPI_Comm_size(host, &host_ranks_));
+
   MPI_Comm node = MPI_COMM_NULL;
   if (emulated_) {
     if (size_ % ranks_per_node != 0)
@@ -52,7 +57,7 @@ World::World(MPI_Comm parent, int ranks_per_node) : emulated_(ranks_per_node > 0
                   ErrorScope::all_ranks);
     ST_CHECK_MPI(MPI_Comm_split(dup, rank_ / ranks_per_node, rank_, &node));
   } else {
-    ST_CHECK_MPI(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    ST_CHECK_MPI(MPI_Comm_dup(host, &node));
   }
   node_ = OwnedComm(node);
   ST_CHECK_MPI(MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN));

@@ -52,6 +52,8 @@ class World {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   int node_count() const { return node_count_; }
+  // Ranks sharing this host's memory (and cores), emulated nodes or not.
+  int host_ranks() const { return host_ranks_; }
   const std::string& host() const { return host_; }
   bool is_root() const { return rank_ == 0; }
 
@@ -59,7 +61,7 @@ class World {
   OwnedComm world_;
   OwnedComm node_;
   OwnedComm cross_;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, node_index_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, node_index_ = 0, host_ranks_ = 1;
   bool emulated_ = false, uniform_ = true;
   std::string host_;
 };

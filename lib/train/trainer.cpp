@@ -35,7 +35,7 @@ Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
       comms_(world, config.parallel.collectives) {
-  threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.local_size());
+  threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
   // Data: every rank maps the file itself; all must succeed before anyone goes on.
