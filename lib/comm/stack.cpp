@@ -4,11 +4,21 @@
 
 namespace st {
 
-CommStack::CommStack(const World& world, const std::string& mode) : world_(world) {
+CommStack::CommStack(const World& world, const std::string& mode, const std::string& intra_node) : world_(world) {
   using Level = MpiCommunicator::Level;
+  using ShmLevel = ShmCommunicator::Level;
   // A flat ring over several nodes crosses between them: its bytes count as inter-node.
-  flat_ = std::make_unique<MpiCommunicator>(world.comm(), world.node_count() > 1 ? Level::inter : Level::intra);
-  intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), Level::intra);
+  const bool spans_nodes = world.node_count() > 1;
+  shared_memory_ = intra_node == "shm";
+  const bool single_host = world.host_ranks() == world.size();
+  if (shared_memory_ && single_host)
+    flat_ = std::make_unique<ShmCommunicator>(world.comm(), spans_nodes ? ShmLevel::inter : ShmLevel::intra);
+  else
+    flat_ = std::make_unique<MpiCommunicator>(world.comm(), spans_nodes ? Level::inter : Level::intra);
+  if (shared_memory_)
+    intra_ = std::make_unique<ShmCommunicator>(world.node_comm(), ShmLevel::intra);
+  else
+    intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), Level::intra);
   inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), Level::inter);
   two_level_ = std::make_unique<TwoLevelCommunicator>(*intra_, *inter_);
   if (mode == "two_level" && !world.uniform())
@@ -22,7 +32,10 @@ CommStack::CommStack(const World& world, const std::string& mode) : world_(world
 std::string CommStack::description() const {
   const std::string nodes = std::to_string(world_.node_count()) + " node(s) x " + std::to_string(world_.local_size()) +
                             " ranks" + (world_.emulated() ? " (emulated nodes)" : "");
-  return (two_level_active_ ? "two-level, " : "flat ring, ") + nodes;
+  const bool flat_in_shm = shared_memory_ && world_.host_ranks() == world_.size();
+  return (two_level_active_ ? std::string("two-level (") + (shared_memory_ ? "shared memory" : "MPI") + " in the node, MPI across), "
+                            : std::string("flat (") + (flat_in_shm ? "shared memory" : "MPI") + "), ") +
+         nodes;
 }
 
 LevelTraffic CommStack::traffic() const {

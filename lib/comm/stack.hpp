@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/mpi_communicator.hpp"
+#include "comm/shm_communicator.hpp"
 #include "comm/two_level.hpp"
 #include "comm/world.hpp"
 
@@ -13,9 +14,10 @@ namespace st {
 
 class CommStack {
  public:
-  // mode: "flat", "two_level" or "auto". Throws Error (all ranks) for two_level on a job whose
-  // nodes are uneven or whose ranks are not consecutive per node.
-  CommStack(const World& world, const std::string& mode);
+  // mode: "flat", "two_level" or "auto"; intra_node: "shm" (shared-memory window among the
+  // ranks of a host) or "mpi". Throws Error (all ranks) for two_level on a job whose nodes are
+  // uneven or whose ranks are not consecutive per node.
+  CommStack(const World& world, const std::string& mode, const std::string& intra_node);
   Communicator& collectives() { return two_level_active_ ? static_cast<Communicator&>(*two_level_) : *flat_; }
   bool two_level() const { return two_level_active_; }
   // "two-level: 2 nodes x 2 ranks (emulated)" or "flat ring over 4 ranks".
@@ -25,7 +27,8 @@ class CommStack {
 
  private:
   const World& world_;
-  std::unique_ptr<MpiCommunicator> flat_, intra_, inter_;
+  std::unique_ptr<Communicator> flat_, intra_, inter_;
+  bool shared_memory_ = false;
   std::unique_ptr<TwoLevelCommunicator> two_level_;
   bool two_level_active_ = false;
 };

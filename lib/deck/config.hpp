@@ -57,6 +57,7 @@ struct ParallelConfig {
   std::string precision;
   std::int64_t ranks_per_node = 0;
   std::string collectives;
+  std::string intra_node;
   double bucket_mb = 0.0;
 };
 

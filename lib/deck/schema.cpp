@@ -154,6 +154,10 @@ std::vector<KeySpec> build_schema() {
              "again (needs equal nodes of consecutive ranks). auto: two_level when there are several such "
              "nodes, else flat.",
              store(&C::parallel, &ParallelConfig::collectives)),
+      choice("parallel", "intra_node", "\"shm\"", {"shm", "mpi"},
+             "How ranks on one host exchange data on CPU nodes: shm, through an MPI-3 shared-memory window "
+             "(bounded by memory bandwidth); mpi, through the MPI library's collectives.",
+             store(&C::parallel, &ParallelConfig::intra_node)),
       // [checkpoint]
       text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
            store(&C::checkpoint, &CheckpointConfig::dir)),

@@ -34,7 +34,7 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
 Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
-      comms_(world, config.parallel.collectives) {
+      comms_(world, config.parallel.collectives, config.parallel.intra_node) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 

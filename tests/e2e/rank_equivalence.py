@@ -52,6 +52,7 @@ h.check(ref_loss[-1] < ref_loss[0], "the reference run learns")
 nodes = ["--set", "parallel.ranks_per_node=2"]
 for ranks, micro, extra, label in ((2, 0, [], "np2"), (3, 0, [], "np3"), (4, 0, [], "np4"), (1, 3, [], "np1_micro3"),
                                    (2, 2, [], "np2_micro2"), (3, 2, [], "np3_micro2"),
+                                   (3, 0, ["--set", "parallel.intra_node=mpi"], "np3_mpi_collectives"),
                                    (4, 0, nodes, "nodes2x2_two_level"),
                                    (4, 0, nodes + ["--set", "parallel.collectives=flat"], "nodes2x2_flat")):
     loss, val, norm = run(ranks, micro, label, extra)

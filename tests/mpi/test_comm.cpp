@@ -11,6 +11,7 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/shard.hpp"
+#include "comm/shm_communicator.hpp"
 #include "comm/two_level.hpp"
 #include "comm/world.hpp"
 
@@ -32,11 +33,17 @@ struct Fixture : ::testing::Test {
     intra = std::make_unique<MpiCommunicator>(world.node_comm(), MpiCommunicator::Level::intra);
     inter = std::make_unique<MpiCommunicator>(world.cross_comm(), MpiCommunicator::Level::inter);
     two_level = std::make_unique<TwoLevelCommunicator>(*intra, *inter);
+    // Every rank of these tests shares one host: shared memory works over any group of them.
+    // A small slot makes the larger buffers go through in several pieces.
+    shm_world = std::make_unique<ShmCommunicator>(world.comm(), ShmCommunicator::Level::intra, 4096);
+    shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), ShmCommunicator::Level::intra, 4096);
+    shm_two_level = std::make_unique<TwoLevelCommunicator>(*shm_node, *inter);
   }
-  std::vector<Communicator*> both() { return {flat.get(), two_level.get()}; }
+  std::vector<Communicator*> both() { return {flat.get(), two_level.get(), shm_world.get(), shm_two_level.get()}; }
   World world;
   std::unique_ptr<MpiCommunicator> flat, intra, inter;
-  std::unique_ptr<TwoLevelCommunicator> two_level;
+  std::unique_ptr<TwoLevelCommunicator> two_level, shm_two_level;
+  std::unique_ptr<ShmCommunicator> shm_world, shm_node;
 };
 
 TEST(ShardRange, PaddingRule) {
@@ -138,6 +145,10 @@ TEST_F(Fixture, BytesMovedMatchTheAlgorithms) {
   // Reduce-scatter and all-gather inside the node, all-reduce of one L-th across nodes.
   EXPECT_EQ(intra_moved, 2 * bytes * (L - 1) / L);
   EXPECT_EQ(inter_moved, 2 * (bytes / L) * (M - 1) / M);
+  const LevelTraffic shm_before = shm_two_level->traffic();
+  shm_two_level->all_reduce(std::span<float>(buffer), ReduceOp::sum);
+  EXPECT_EQ(shm_two_level->traffic().intra.total() - shm_before.intra.total(), intra_moved);
+  EXPECT_EQ(shm_two_level->traffic().inter.total() - shm_before.inter.total(), inter_moved);
   if (M > 1 && L > 1) {
     // The point of two levels: 1/L of the flat algorithm's bytes cross between nodes.
     EXPECT_EQ(inter_moved * L * (N - 1) / N, flat_moved * (M - 1) / M);

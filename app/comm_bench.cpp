@@ -1,0 +1,249 @@
+// shardtrain-comm-bench: collectives benchmark in the style of nccl-tests. For each operation
+// and size it times the MPI library's own collective and the project's implementations side by
+// side, checks every result, and prints time, algbw and busbw (nccl-tests convention:
+// all-reduce busbw = algbw x 2(N-1)/N; reduce-scatter, all-gather, broadcast x (N-1)/N), plus
+// busbw as a fraction of one core's memcpy bandwidth measured in the same run.
+//   mpirun -n 2 build/shardtrain-comm-bench [--min-bytes 8] [--max-bytes 256M] [--ranks-per-node K]
+#include <mpi.h>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/mpi_communicator.hpp"
+#include "comm/shard.hpp"
+#include "comm/shm_communicator.hpp"
+#include "comm/two_level.hpp"
+#include "comm/world.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+
+namespace {
+
+using st::Collective;
+using st::Communicator;
+
+float value(int rank, std::size_t i) { return static_cast<float>((rank % 7) + static_cast<int>(i % 5)); }
+
+struct Implementation {
+  std::string name;
+  Communicator* comm;
+};
+
+double memcpy_bandwidth() {
+  const std::size_t n = std::size_t{64} << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  std::memcpy(b.data(), a.data(), n);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    st::Stopwatch clock;
+    std::memcpy(b.data(), a.data(), n);
+    best = std::max(best, static_cast<double>(n) / clock.seconds());
+  }
+  return best;
+}
+
+// Runs `op` on `comm` for a buffer of `bytes`, returns seconds per call (slowest rank) and
+// whether every element came out right.
+std::pair<double, bool> measure(Collective op, Communicator& comm, std::size_t bytes, int iterations, MPI_Comm world) {
+  const int N = comm.size(), rank = comm.rank();
+  const std::size_t n = std::max<std::size_t>(1, bytes / sizeof(float));
+  std::vector<float> buffer, output;
+  auto prepare = [&] {
+    switch (op) {
+      case Collective::all_reduce:
+      case Collective::broadcast:
+        buffer.resize(n);
+        for (std::size_t i = 0; i < n; ++i) buffer[i] = value(rank, i);
+        break;
+      case Collective::reduce_scatter: {
+        const std::size_t c = st::shard_range(n, N, 0).chunk;
+        buffer.assign(c * static_cast<std::size_t>(N), 0.0f);
+        for (std::size_t i = 0; i < n; ++i) buffer[i] = value(rank, i);
+        output.resize(c);
+        break;
+      }
+      case Collective::all_gather: {
+        const std::size_t c = std::max<std::size_t>(1, n / static_cast<std::size_t>(N));
+        buffer.resize(c);
+        for (std::size_t i = 0; i < c; ++i) buffer[i] = value(rank, i);
+        output.resize(c * static_cast<std::size_t>(N));
+        break;
+      }
+    }
+  };
+  auto run = [&] {
+    switch (op) {
+      case Collective::all_reduce: comm.all_reduce(std::span<float>(buffer), st::ReduceOp::sum); break;
+      case Collective::reduce_scatter: comm.reduce_scatter(buffer, output, st::ReduceOp::sum); break;
+      case Collective::all_gather: comm.all_gather(buffer, output); break;
+      case Collective::broadcast: comm.broadcast(buffer, 0); break;
+    }
+  };
+  prepare();
+  run();  // warm up (pages, window)
+  double seconds = 0;
+  for (int i = 0; i < iterations; ++i) {
+    prepare();
+    ST_CHECK_MPI(MPI_Barrier(world));
+    st::Stopwatch clock;
+    run();
+    seconds += clock.seconds();
+  }
+  seconds /= iterations;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, world));
+
+  // Check the last result against a locally computed reference.
+  bool ok = true;
+  float sum_of_values = 0;
+  switch (op) {
+    case Collective::all_reduce:
+      for (std::size_t i = 0; i < n && ok; ++i) {
+        sum_of_values = 0;
+        for (int r = 0; r < N; ++r) sum_of_values += value(r, i);
+        ok = buffer[i] == sum_of_values;
+      }
+      break;
+    case Collective::reduce_scatter: {
+      const st::ShardRange mine = st::shard_range(n, N, rank);
+      for (std::size_t k = 0; k < mine.real() && ok; ++k) {
+        sum_of_values = 0;
+        for (int r = 0; r < N; ++r) sum_of_values += value(r, mine.begin + k);
+        ok = output[k] == sum_of_values;
+      }
+      break;
+    }
+    case Collective::all_gather: {
+      const std::size_t c = buffer.size();
+      for (std::size_t i = 0; i < output.size() && ok; ++i) ok = output[i] == value(static_cast<int>(i / c), i % c);
+      break;
+    }
+    case Collective::broadcast:
+      for (std::size_t i = 0; i < n && ok; ++i) ok = buffer[i] == value(0, i);
+      break;
+  }
+  int all_ok = ok ? 1 : 0;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, world));
+  return {seconds, all_ok == 1};
+}
+
+std::size_t parse_size(const std::string& text) {
+  std::size_t pos = 0;
+  const double number = std::stod(text, &pos);
+  const std::string unit = text.substr(pos);
+  const double scale = unit.empty() || unit == "B" ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
+  if (scale < 0) throw st::Error("size '" + text + "': use a number with an optional K, M or G", st::ErrorScope::all_ranks);
+  return static_cast<std::size_t>(number * scale);
+}
+
+int bench(int argc, char** argv) {
+  CLI::App cli{"Collectives benchmark: MPI's own collectives against shardtrain's, checked, with algbw/busbw"};
+  std::string min_text = "8", max_text = "256M";
+  int ranks_per_node = 0;
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+  cli.add_option("--min-bytes", min_text, "Smallest buffer (8, 4K, 1M, ...)");
+  cli.add_option("--max-bytes", max_text, "Largest buffer");
+  cli.add_option("--ranks-per-node", ranks_per_node, "Emulate nodes of K consecutive ranks (0: real nodes)");
+  cli.add_option("--ops", ops, "Operations to run")->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "broadcast"}));
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank == 0 ? cli.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+  }
+  st::World world(MPI_COMM_WORLD, ranks_per_node);
+  // As in training: the host's cores are shared among its ranks.
+  omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.host_ranks()));
+  const bool single_host = world.host_ranks() == world.size();
+  using Level = st::MpiCommunicator::Level;
+  st::MpiCommunicator mpi(world.comm(), world.node_count() > 1 ? Level::inter : Level::intra);
+  st::MpiCommunicator intra(world.node_comm(), Level::intra), inter(world.cross_comm(), Level::inter);
+  std::unique_ptr<st::ShmCommunicator> shm_world, shm_node;
+  std::vector<Implementation> impls = {{"MPI", &mpi}};
+  if (single_host) {
+    // ST_SHM_SLOT (bytes) tries other piece sizes.
+    const char* slot_env = std::getenv("ST_SHM_SLOT");
+    shm_world = std::make_unique<st::ShmCommunicator>(
+        world.comm(), world.node_count() > 1 ? st::ShmCommunicator::Level::inter : st::ShmCommunicator::Level::intra,
+        slot_env ? std::stoul(slot_env) : std::size_t{1} << 20);
+    impls.push_back({"shm", shm_world.get()});
+  }
+  std::unique_ptr<st::TwoLevelCommunicator> two_mpi, two_shm;
+  if (world.node_count() > 1 && world.uniform()) {
+    shm_node = std::make_unique<st::ShmCommunicator>(world.node_comm());
+    two_shm = std::make_unique<st::TwoLevelCommunicator>(*shm_node, inter);
+    two_mpi = std::make_unique<st::TwoLevelCommunicator>(intra, inter);
+    impls.push_back({"2lvl-shm", two_shm.get()});
+    impls.push_back({"2lvl-mpi", two_mpi.get()});
+  }
+  const double copy_bw = memcpy_bandwidth();
+  double slowest_copy = copy_bw;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest_copy, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  const std::size_t lo = parse_size(min_text), hi = parse_size(max_text);
+  const int N = world.size();
+  if (world.is_root()) {
+    std::printf("# %d ranks, %d node(s) x %d%s; memcpy (one core, 64 MiB) %.2f GB/s\n", N, world.node_count(),
+                world.local_size(), world.emulated() ? " (emulated)" : "", slowest_copy / 1e9);
+    std::printf("# time: mean over iterations of the slowest rank; bw in GB/s; busbw/memcpy: best project "
+                "implementation\n");
+  }
+  bool all_correct = true;
+  for (const std::string& name : ops) {
+    const Collective op = name == "all_reduce" ? Collective::all_reduce
+                          : name == "reduce_scatter" ? Collective::reduce_scatter
+                          : name == "all_gather" ? Collective::all_gather : Collective::broadcast;
+    const double bus_factor = op == Collective::all_reduce ? 2.0 * (N - 1) / N : static_cast<double>(N - 1) / N;
+    if (world.is_root()) {
+      std::printf("\n## %s\n%12s", name.c_str(), "bytes");
+      for (const auto& impl : impls) std::printf(" | %9s us %8s algbw %8s busbw", impl.name.c_str(), "", "");
+      std::printf(" | best/MPI | busbw/memcpy | check\n");
+    }
+    for (std::size_t bytes = lo; bytes <= hi; bytes *= 2) {
+      const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 2, 50));
+      std::vector<double> seconds;
+      bool ok = true;
+      for (const auto& impl : impls) {
+        const auto [s, correct] = measure(op, *impl.comm, bytes, iterations, world.comm());
+        seconds.push_back(s);
+        ok = ok && correct;
+      }
+      all_correct = all_correct && ok;
+      if (!world.is_root()) continue;
+      std::printf("%12zu", bytes);
+      double best_project = 1e300;
+      for (std::size_t i = 0; i < impls.size(); ++i) {
+        const double algbw = static_cast<double>(bytes) / seconds[i] / 1e9;
+        std::printf(" | %12.1f %14.3f %14.3f", seconds[i] * 1e6, algbw, algbw * bus_factor);
+        if (i > 0) best_project = std::min(best_project, seconds[i]);
+      }
+      if (impls.size() == 1) best_project = seconds[0];
+      const double best_busbw = static_cast<double>(bytes) / best_project * bus_factor;
+      std::printf(" | %8.2f | %12.3f | %s\n", seconds[0] / best_project, best_busbw / slowest_copy, ok ? "ok" : "WRONG");
+      std::fflush(stdout);
+    }
+  }
+  return all_correct ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  st::MpiSession mpi(argc, argv);
+  try {
+    return bench(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardtrain-comm-bench: error: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

@@ -1,0 +1,55 @@
+#pragma once
+// Collectives among the ranks of one host through an MPI-3 shared-memory window: each rank
+// publishes its data in its own slot, each sums or copies straight out of the others' slots.
+// Bounded by memory bandwidth rather than by the MPI library's point-to-point protocol.
+#include <mpi.h>
+
+#include <vector>
+
+#include "comm/communicator.hpp"
+
+namespace st {
+
+class ShmCommunicator final : public Communicator {
+ public:
+  // comm must consist of ranks that share memory (a node communicator). Each rank's slot holds
+  // two halves of slot_bytes (inputs, results); larger buffers go through in pieces.
+  // Traffic is counted as `level` (inter when the group spans emulated nodes). 1 MiB slots
+  // gave the best bandwidth of 256 KiB to 32 MiB in docs/benchmarks.md.
+  enum class Level { intra, inter };
+  explicit ShmCommunicator(MPI_Comm comm, Level level = Level::intra, std::size_t slot_bytes = std::size_t{1} << 20);
+  ~ShmCommunicator() override;
+  ShmCommunicator(const ShmCommunicator&) = delete;
+  ShmCommunicator& operator=(const ShmCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce(std::span<float> buffer, ReduceOp op) override;
+  void all_reduce(std::span<double> buffer, ReduceOp op) override;
+  void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) override;
+  void all_gather(std::span<const float> input, std::span<float> output) override;
+  void broadcast(std::span<float> buffer, int root) override;
+  void barrier() override;
+  LevelTraffic traffic() const override;
+
+ private:
+  // Every rank's writes to its slot become visible to the others (and the reverse): a
+  // sense-reversing barrier on a counter in shared memory, far cheaper than MPI_Barrier.
+  void synchronize();
+  float* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
+  std::uint64_t others_share(std::uint64_t bytes) const;  // bytes x (L-1)/L
+
+  MPI_Comm comm_;
+  Level level_;
+  MPI_Win window_ = MPI_WIN_NULL;
+  MPI_Win control_window_ = MPI_WIN_NULL;
+  int* arrived_ = nullptr;  // ranks that reached the current barrier (rank 0's control area)
+  int* release_ = nullptr;  // flips when the last rank arrives
+  int sense_ = 0;
+  int rank_ = 0, size_ = 1;
+  std::size_t slot_floats_ = 0;
+  std::vector<float*> slots_;
+  TrafficCounters traffic_;
+};
+
+}  // namespace st
