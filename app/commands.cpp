@@ -1,6 +1,7 @@
 #include "app/commands.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "comm/agree.hpp"
@@ -24,12 +25,25 @@ Config load_config(const DeckRequest& request, World& world) {
   return parse_deck(text, request.deck_path, request.overrides);
 }
 
+// parallel.ranks_per_node, or SHARDTRAIN_RANKS_PER_NODE when the deck leaves it at 0.
+int ranks_per_node(const Config& config) {
+  if (config.parallel.ranks_per_node > 0) return static_cast<int>(config.parallel.ranks_per_node);
+  const char* env = std::getenv("SHARDTRAIN_RANKS_PER_NODE");
+  if (!env || !*env) return 0;
+  char* end = nullptr;
+  const long k = std::strtol(env, &end, 10);
+  if (*end != '\0' || k < 0 || k > 65536)
+    throw Error(std::string("SHARDTRAIN_RANKS_PER_NODE = '") + env + "' is not an integer in [0, 65536]",
+                ErrorScope::all_ranks);
+  return static_cast<int>(k);
+}
+
 }  // namespace
 
 int run_deck(const DeckRequest& request, World& world) {
   const Config config = load_config(request, world);
   // The deck may group ranks into emulated nodes: the training world is built from it.
-  World training_world(world.comm(), static_cast<int>(config.parallel.ranks_per_node));
+  World training_world(world.comm(), ranks_per_node(config));
   Trainer trainer(config, training_world);
   trainer.run();
   return kExitOk;

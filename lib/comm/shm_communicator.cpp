@@ -28,16 +28,18 @@ ShmCommunicator::ShmCommunicator(MPI_Comm comm, Level level, std::size_t slot_by
     slots_[static_cast<std::size_t>(r)] = static_cast<float*>(pointer);
   }
   // The barrier's two counters live on separate cache lines of rank 0's control area.
-  constexpr MPI_Aint kControlBytes = 128;
+  constexpr MPI_Aint kControlBytes = 256;
   void* control = nullptr;
   ST_CHECK_MPI(MPI_Win_allocate_shared(rank_ == 0 ? kControlBytes : 0, 1, MPI_INFO_NULL, comm_, &control,
                                        &control_window_));
   MPI_Aint control_size = 0;
   int control_unit = 0;
   ST_CHECK_MPI(MPI_Win_shared_query(control_window_, 0, &control_size, &control_unit, &control));
-  arrived_ = static_cast<int*>(control);
-  release_ = reinterpret_cast<int*>(static_cast<char*>(control) + 64);
-  if (rank_ == 0) *arrived_ = *release_ = 0;
+  for (int k = 0; k < 2; ++k) {
+    arrived_[k] = reinterpret_cast<int*>(static_cast<char*>(control) + 128 * k);
+    release_[k] = reinterpret_cast<int*>(static_cast<char*>(control) + 128 * k + 64);
+    if (rank_ == 0) *arrived_[k] = *release_[k] = 0;
+  }
   // A passive-target epoch for the windows' life; MPI_Win_sync orders the plain accesses.
   ST_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_));
   ST_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, control_window_));
@@ -55,15 +57,16 @@ ShmCommunicator::~ShmCommunicator() {
   MPI_Win_free(&control_window_);
 }
 
-void ShmCommunicator::synchronize() {
+void ShmCommunicator::synchronize(Counter which) {
+  const int k = static_cast<int>(which);
   ST_CHECK_MPI(MPI_Win_sync(window_));
-  sense_ = 1 - sense_;
-  if (__atomic_add_fetch(arrived_, 1, __ATOMIC_ACQ_REL) == size_) {
-    __atomic_store_n(arrived_, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(release_, sense_, __ATOMIC_RELEASE);
+  sense_[k] = 1 - sense_[k];
+  if (__atomic_add_fetch(arrived_[k], 1, __ATOMIC_ACQ_REL) == size_) {
+    __atomic_store_n(arrived_[k], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(release_[k], sense_[k], __ATOMIC_RELEASE);
   } else {
     // Spin briefly, then yield: ranks may outnumber cores (tests, emulated nodes).
-    for (int spins = 0; __atomic_load_n(release_, __ATOMIC_ACQUIRE) != sense_; ++spins)
+    for (int spins = 0; __atomic_load_n(release_[k], __ATOMIC_ACQUIRE) != sense_[k]; ++spins)
       if (spins > 200) sched_yield();
   }
   ST_CHECK_MPI(MPI_Win_sync(window_));
@@ -172,7 +175,7 @@ void ShmCommunicator::broadcast(std::span<float> buffer, int root) {
   traffic_.add(Collective::broadcast, others_share(buffer.size_bytes()));
 }
 
-void ShmCommunicator::barrier() { synchronize(); }
+void ShmCommunicator::barrier() { synchronize(Counter::barrier); }
 
 LevelTraffic ShmCommunicator::traffic() const {
   LevelTraffic t;

@@ -35,7 +35,10 @@ class ShmCommunicator final : public Communicator {
  private:
   // Every rank's writes to its slot become visible to the others (and the reverse): a
   // sense-reversing barrier on a counter in shared memory, far cheaper than MPI_Barrier.
-  void synchronize();
+  // Collectives and barrier() use separate counters, so a rank in barrier() never completes
+  // another rank's collective by mistake (a mismatch then shows up as a hang, and is diagnosed).
+  enum class Counter { collective = 0, barrier = 1 };
+  void synchronize(Counter which = Counter::collective);
   float* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
   std::uint64_t others_share(std::uint64_t bytes) const;  // bytes x (L-1)/L
 
@@ -43,9 +46,11 @@ class ShmCommunicator final : public Communicator {
   Level level_;
   MPI_Win window_ = MPI_WIN_NULL;
   MPI_Win control_window_ = MPI_WIN_NULL;
-  int* arrived_ = nullptr;  // ranks that reached the current barrier (rank 0's control area)
-  int* release_ = nullptr;  // flips when the last rank arrives
-  int sense_ = 0;
+  // Per counter: ranks that reached the current barrier, and a flag that flips when the last
+  // arrives (each on its own cache line of rank 0's control area).
+  int* arrived_[2] = {nullptr, nullptr};
+  int* release_[2] = {nullptr, nullptr};
+  int sense_[2] = {0, 0};
   int rank_ = 0, size_ = 1;
   std::size_t slot_floats_ = 0;
   std::vector<float*> slots_;

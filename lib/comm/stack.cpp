@@ -4,7 +4,9 @@
 
 namespace st {
 
-CommStack::CommStack(const World& world, const std::string& mode, const std::string& intra_node) : world_(world) {
+CommStack::CommStack(const World& world, const Settings& settings) : world_(world) {
+  const std::string& mode = settings.mode;
+  const std::string& intra_node = settings.intra_node;
   using Level = MpiCommunicator::Level;
   using ShmLevel = ShmCommunicator::Level;
   // A flat ring over several nodes crosses between them: its bytes count as inter-node.
@@ -20,13 +22,28 @@ CommStack::CommStack(const World& world, const std::string& mode, const std::str
   else
     intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), Level::intra);
   inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), Level::inter);
-  two_level_ = std::make_unique<TwoLevelCommunicator>(*intra_, *inter_);
+  Communicator* inter = inter_.get();
+  Communicator* flat = flat_.get();
+  if (settings.inter_gbps > 0 && spans_nodes) {
+    // Only what crosses nodes is slowed: the cross-node level, and a flat ring over nodes.
+    const double rate = settings.inter_gbps * 1e9, latency = settings.inter_latency_us * 1e-6;
+    slow_inter_ = std::make_unique<ThrottledCommunicator>(*inter_, rate, latency);
+    slow_flat_ = std::make_unique<ThrottledCommunicator>(*flat_, rate, latency);
+    inter = slow_inter_.get();
+    flat = slow_flat_.get();
+    throttle_note_ = "; inter-node link emulated at " + std::to_string(settings.inter_gbps).substr(0, 6) + " GB/s, " +
+                     std::to_string(settings.inter_latency_us).substr(0, 6) + " us";
+  }
+  two_level_ = std::make_unique<TwoLevelCommunicator>(*intra_, *inter);
   if (mode == "two_level" && !world.uniform())
     throw Error("parallel.collectives = \"two_level\" needs nodes with equal numbers of consecutive ranks; this "
                 "job's ranks are placed unevenly (use \"flat\" or \"auto\", or place ranks by node)",
                 ErrorScope::all_ranks);
   two_level_active_ = mode == "two_level" || (mode == "auto" && world.uniform() && world.node_count() > 1 &&
                                                world.local_size() > 1);
+  watchdog_ = std::make_unique<Watchdog>(world.comm(), settings.timeout_seconds);
+  Communicator& chosen = two_level_active_ ? static_cast<Communicator&>(*two_level_) : *flat;
+  watched_ = std::make_unique<WatchedCommunicator>(chosen, *watchdog_, two_level_active_ ? "two-level" : "world");
 }
 
 std::string CommStack::description() const {
@@ -35,7 +52,7 @@ std::string CommStack::description() const {
   const bool flat_in_shm = shared_memory_ && world_.host_ranks() == world_.size();
   return (two_level_active_ ? std::string("two-level (") + (shared_memory_ ? "shared memory" : "MPI") + " in the node, MPI across), "
                             : std::string("flat (") + (flat_in_shm ? "shared memory" : "MPI") + "), ") +
-         nodes;
+         nodes + throttle_note_;
 }
 
 LevelTraffic CommStack::traffic() const {

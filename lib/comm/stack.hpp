@@ -7,7 +7,9 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/shm_communicator.hpp"
+#include "comm/throttled.hpp"
 #include "comm/two_level.hpp"
+#include "comm/watched.hpp"
 #include "comm/world.hpp"
 
 namespace st {
@@ -17,10 +19,17 @@ class CommStack {
   // mode: "flat", "two_level" or "auto"; intra_node: "shm" (shared-memory window among the
   // ranks of a host) or "mpi". Throws Error (all ranks) for two_level on a job whose nodes are
   // uneven or whose ranks are not consecutive per node.
-  CommStack(const World& world, const std::string& mode, const std::string& intra_node);
-  Communicator& collectives() { return two_level_active_ ? static_cast<Communicator&>(*two_level_) : *flat_; }
+  struct Settings {
+    std::string mode = "auto";        // "flat", "two_level" or "auto"
+    std::string intra_node = "shm";   // "shm" or "mpi"
+    double timeout_seconds = 0;       // > 0: watch every collective for hangs (comm/watchdog.hpp)
+    double inter_gbps = 0;            // > 0: emulate an inter-node link of this many GB/s ...
+    double inter_latency_us = 0;      // ... and this latency per call
+  };
+  CommStack(const World& world, const Settings& settings);
+  Communicator& collectives() { return *watched_; }
   bool two_level() const { return two_level_active_; }
-  // "two-level: 2 nodes x 2 ranks (emulated)" or "flat ring over 4 ranks".
+  // "two-level (shared memory in the node, MPI across), 2 node(s) x 2 ranks (emulated nodes)".
   std::string description() const;
   // Every byte sent by any of this job's communicators, by level.
   LevelTraffic traffic() const;
@@ -28,9 +37,13 @@ class CommStack {
  private:
   const World& world_;
   std::unique_ptr<Communicator> flat_, intra_, inter_;
+  std::unique_ptr<Communicator> slow_flat_, slow_inter_;  // slow-link emulation, when on
+  std::string throttle_note_;
   bool shared_memory_ = false;
   std::unique_ptr<TwoLevelCommunicator> two_level_;
   bool two_level_active_ = false;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<WatchedCommunicator> watched_;
 };
 
 }  // namespace st

@@ -24,8 +24,10 @@ OwnedComm::~OwnedComm() {
 
 MpiSession::MpiSession(int& argc, char**& argv) {
   int provided = 0;
-  // Funneled: only the main thread calls MPI; OpenMP threads compute.
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+  // The main thread makes the collectives; the hang watchdog's thread asks other ranks what
+  // they are doing while a collective may be stuck, hence MPI_THREAD_MULTIPLE. A library that
+  // offers less still runs; the watchdog then reports only its own rank.
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     throw Error("MPI_Init_thread failed");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }

@@ -58,6 +58,9 @@ struct ParallelConfig {
   std::int64_t ranks_per_node = 0;
   std::string collectives;
   std::string intra_node;
+  double collective_timeout_s = 0.0;
+  double inter_node_gbps = 0.0;
+  double inter_node_latency_us = 0.0;
   double bucket_mb = 0.0;
 };
 

@@ -147,7 +147,8 @@ std::vector<KeySpec> build_schema() {
              store(&C::parallel, &ParallelConfig::precision)),
       integer("parallel", "ranks_per_node", "0", 0, 65536,
               "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
-              "(emulates several nodes on one host); the world size must be a multiple of K.",
+              "(emulates several nodes on one host); the world size must be a multiple of K. When this is 0 the "
+              "environment variable SHARDTRAIN_RANKS_PER_NODE, if set, gives K.",
               store(&C::parallel, &ParallelConfig::ranks_per_node)),
       choice("parallel", "collectives", "\"auto\"", {"auto", "flat", "two_level"},
              "flat: one ring over all ranks. two_level: inside the node, then across nodes, then inside "
@@ -158,6 +159,17 @@ std::vector<KeySpec> build_schema() {
              "How ranks on one host exchange data on CPU nodes: shm, through an MPI-3 shared-memory window "
              "(bounded by memory bandwidth); mpi, through the MPI library's collectives.",
              store(&C::parallel, &ParallelConfig::intra_node)),
+      real("parallel", "collective_timeout_s", "300", 0.0, 1e6,
+           "A collective unfinished after this many seconds makes the job print which ranks wait in "
+           "which operation and which are missing, then abort with exit code 3 (0: never).",
+           store(&C::parallel, &ParallelConfig::collective_timeout_s)),
+      real("parallel", "inter_node_gbps", "0", 0.0, 1e4,
+           "Emulate a slow link between nodes: collectives that cross nodes take at least their bytes at "
+           "this rate (GB/s) plus parallel.inter_node_latency_us; the time is slept, not spun (0: off).",
+           store(&C::parallel, &ParallelConfig::inter_node_gbps)),
+      real("parallel", "inter_node_latency_us", "0", 0.0, 1e7,
+           "Latency per cross-node collective for the slow-link emulation (with parallel.inter_node_gbps).",
+           store(&C::parallel, &ParallelConfig::inter_node_latency_us)),
       // [checkpoint]
       text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
            store(&C::checkpoint, &CheckpointConfig::dir)),

@@ -22,6 +22,10 @@ AdamWSettings adamw_settings(const OptimizerConfig& o) {
   return {o.beta1, o.beta2, o.eps, o.weight_decay, o.decay_embeddings, o.decay_norms_and_biases};
 }
 
+CommStack::Settings comm_settings(const ParallelConfig& p) {
+  return {p.collectives, p.intra_node, p.collective_timeout_s, p.inter_node_gbps, p.inter_node_latency_us};
+}
+
 // Streams of the seed: training batches, validation batches.
 constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
 
@@ -34,7 +38,7 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
 Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
-      comms_(world, config.parallel.collectives, config.parallel.intra_node) {
+      comms_(world, comm_settings(config.parallel)) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
@@ -137,7 +141,7 @@ double Trainer::train_step(std::int64_t step) {
   strategy_->optimizer_step(lr, grad_scale, step + 1);
 
   double loss = loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks);
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, world_.comm()));
+  comms_.collectives().all_reduce(std::span<double>(&loss, 1), ReduceOp::sum);
   last_grad_norm_ = grad_norm;
   last_lr_ = lr;
   return loss;
@@ -153,7 +157,7 @@ double Trainer::validation_loss() {
       sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
                              static_cast<int>(plan_.seq_len));
     }
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, world_.comm()));
+  comms_.collectives().all_reduce(std::span<double>(&sum, 1), ReduceOp::sum);
   return sum / static_cast<double>(config_.run.eval_batches * (plan_.global_batch / plan_.micro_batch));
 }
 

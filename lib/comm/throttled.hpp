@@ -1,0 +1,52 @@
+#pragma once
+// Slow-link emulation: a communicator whose calls take at least latency + bytes / bandwidth,
+// so nodes joined by a slow network (and how much communication overlaps compute) can be
+// studied on one host. The extra time is slept, not spun: the cores stay free for compute.
+#include <chrono>
+#include <thread>
+
+#include "comm/communicator.hpp"
+
+namespace st {
+
+class ThrottledCommunicator final : public Communicator {
+ public:
+  // bytes_per_second > 0; latency in seconds per call.
+  ThrottledCommunicator(Communicator& inner, double bytes_per_second, double latency_seconds)
+      : inner_(inner), rate_(bytes_per_second), latency_(latency_seconds) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void all_reduce(std::span<float> b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }
+  void all_reduce(std::span<double> b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }
+  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
+    paced([&] { inner_.reduce_scatter(in, out, op); });
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) override {
+    paced([&] { inner_.all_gather(in, out); });
+  }
+  void broadcast(std::span<float> b, int root) override { paced([&] { inner_.broadcast(b, root); }); }
+  void barrier() override { paced([&] { inner_.barrier(); }); }
+  LevelTraffic traffic() const override { return inner_.traffic(); }
+  // Seconds slept so far to emulate the slow link.
+  double delayed_seconds() const { return delayed_; }
+
+ private:
+  template <class Call>
+  void paced(Call&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto sent_before = inner_.traffic().total();
+    call();
+    const double sent = static_cast<double>(inner_.traffic().total() - sent_before);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double wait = latency_ + sent / rate_ - elapsed;
+    if (wait > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      delayed_ += wait;
+    }
+  }
+  Communicator& inner_;
+  double rate_, latency_;
+  double delayed_ = 0;
+};
+
+}  // namespace st

@@ -1,0 +1,75 @@
+#pragma once
+// Hang diagnosis. Every collective a rank enters is registered here (operation, sequence
+// number, bytes, communicator). A background thread notices a collective that has not finished
+// within the timeout, asks every rank (over a communicator of its own, so a stuck collective
+// does not block the question) what it is doing, prints who waits where and which ranks are
+// missing, and aborts the job with kExitHang. No silent hang.
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/world.hpp"
+
+namespace st {
+
+inline constexpr int kExitHang = 3;
+
+class Watchdog {
+ public:
+  // timeout_seconds <= 0 disables the watchdog. Needs MPI_THREAD_MULTIPLE to ask other ranks;
+  // without it, a timed-out rank reports only itself before aborting.
+  Watchdog(MPI_Comm world, double timeout_seconds);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // RAII registration of one collective.
+  class Scope {
+   public:
+    Scope(Watchdog* dog, const char* op, std::uint64_t bytes, const char* comm);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Watchdog* dog_;
+  };
+
+  double timeout_seconds() const { return timeout_; }
+
+ private:
+  struct State {
+    bool active = false;
+    char op[32] = {};
+    char comm[32] = {};
+    std::uint64_t bytes = 0;
+    std::uint64_t sequence = 0;   // collectives entered so far (this one included)
+    double started = 0;           // seconds on the steady clock
+  };
+  static double now();
+  void enter(const char* op, std::uint64_t bytes, const char* comm);
+  void leave();
+  void run();              // the background thread
+  void answer_requests();  // reply to other ranks' "what are you doing?"
+  [[noreturn]] void diagnose(const State& mine);
+  std::string describe(const State& s, int rank) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;  // a duplicate used only by the watchdog
+  int rank_ = 0, size_ = 1;
+  double timeout_ = 0;
+  bool can_ask_ = false;
+  std::mutex mutex_;
+  State state_;
+  std::uint64_t entered_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  int request_buffer_ = 0;
+};
+
+}  // namespace st

@@ -1,0 +1,40 @@
+// Makes one rank skip a collective so the job would hang, to check that the watchdog ends it
+// with a diagnosis instead. Used by tests/e2e/hang.py.
+//   hang_probe TIMEOUT_S SKIP_RANK INTRA_NODE(shm|mpi)
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/stack.hpp"
+#include "comm/world.hpp"
+
+int main(int argc, char** argv) {
+  st::MpiSession mpi(argc, argv);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: hang_probe TIMEOUT_S SKIP_RANK shm|mpi\n");
+    return 2;
+  }
+  const double timeout = std::stod(argv[1]);
+  const int skip = std::stoi(argv[2]);
+  st::World world;
+  st::CommStack::Settings settings;
+  settings.mode = "flat";
+  settings.intra_node = argv[3];
+  settings.timeout_seconds = timeout;
+  st::CommStack comms(world, settings);
+  std::vector<float> buffer(1 << 18, 1.0f);
+  for (int i = 0; i < 5; ++i) {
+    if (world.rank() == skip && i == 2) continue;  // the bug under test
+    comms.collectives().all_reduce(std::span<float>(buffer), st::ReduceOp::sum);
+  }
+  if (world.rank() == skip) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // "computing" while the others wait
+    comms.collectives().barrier();
+  }
+  std::printf("rank %d finished: the job did not hang\n", world.rank());
+  return 0;
+}
