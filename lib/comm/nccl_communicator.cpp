@@ -1,0 +1,110 @@
+#include "comm/nccl_communicator.hpp"
+
+#include "comm/cuda_check.hpp"
+
+namespace st {
+
+CudaStream::CudaStream() { ST_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+CudaStream::~CudaStream() {
+  if (stream_) cudaStreamDestroy(stream_);  // a failure cannot be reported from a destructor
+}
+
+template <class T>
+DeviceBuffer<T>::DeviceBuffer(std::size_t n) : size_(n) {
+  void* p = nullptr;
+  ST_CHECK_CUDA(cudaMalloc(&p, n * sizeof(T)));
+  data_ = static_cast<T*>(p);
+}
+template <class T>
+DeviceBuffer<T>::~DeviceBuffer() {
+  if (data_) cudaFree(data_);
+}
+template class DeviceBuffer<float>;
+template class DeviceBuffer<double>;
+
+int cuda_device_count(std::string& why) {
+  int count = 0;
+  const cudaError_t code = cudaGetDeviceCount(&count);
+  if (code != cudaSuccess) {
+    why = cudaGetErrorString(code);
+    return 0;
+  }
+  if (count == 0) why = "no CUDA device";
+  return count;
+}
+
+NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int local_rank, bool inter) : inter_(inter) {
+  ST_CHECK_MPI(MPI_Comm_rank(bootstrap, &rank_));
+  ST_CHECK_MPI(MPI_Comm_size(bootstrap, &size_));
+  int devices = 0;
+  ST_CHECK_CUDA(cudaGetDeviceCount(&devices));
+  ST_CHECK_CUDA(cudaSetDevice(local_rank % devices));
+  ncclUniqueId id{};
+  if (rank_ == 0) ST_CHECK_NCCL(ncclGetUniqueId(&id));
+  ST_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap));
+  stream_.emplace();
+  ST_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::finish() { ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get())); }
+
+std::uint64_t NcclCommunicator::ring_share(std::uint64_t bytes) const {
+  return bytes * static_cast<std::uint64_t>(size_ - 1) / static_cast<std::uint64_t>(size_);
+}
+
+namespace {
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::average ? ncclAvg : ncclSum; }
+}  // namespace
+
+void NcclCommunicator::all_reduce(std::span<float> buffer, ReduceOp op) {
+  ST_CHECK_NCCL(ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclFloat, nccl_op(op), comm_, stream_->get()));
+  finish();
+  traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.size_bytes()));
+}
+
+void NcclCommunicator::all_reduce(std::span<double> buffer, ReduceOp op) {
+  ST_CHECK_NCCL(ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclDouble, nccl_op(op), comm_, stream_->get()));
+  finish();
+  traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.size_bytes()));
+}
+
+void NcclCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
+  ST_REQUIRE(input.size() == output.size() * static_cast<std::size_t>(size_),
+             "reduce_scatter: input must hold size() x output elements");
+  ST_CHECK_NCCL(ncclReduceScatter(input.data(), output.data(), output.size(), ncclFloat, nccl_op(op), comm_,
+                                  stream_->get()));
+  finish();
+  traffic_.add(Collective::reduce_scatter, ring_share(input.size_bytes()));
+}
+
+void NcclCommunicator::all_gather(std::span<const float> input, std::span<float> output) {
+  ST_REQUIRE(output.size() == input.size() * static_cast<std::size_t>(size_),
+             "all_gather: output must hold size() x input elements");
+  ST_CHECK_NCCL(ncclAllGather(input.data(), output.data(), input.size(), ncclFloat, comm_, stream_->get()));
+  finish();
+  traffic_.add(Collective::all_gather, ring_share(output.size_bytes()));
+}
+
+void NcclCommunicator::broadcast(std::span<float> buffer, int root) {
+  ST_CHECK_NCCL(ncclBroadcast(buffer.data(), buffer.data(), buffer.size(), ncclFloat, root, comm_, stream_->get()));
+  finish();
+  traffic_.add(Collective::broadcast, ring_share(buffer.size_bytes()));
+}
+
+void NcclCommunicator::barrier() {
+  DeviceBuffer<float> token(1);
+  ST_CHECK_NCCL(ncclAllReduce(token.data(), token.data(), 1, ncclFloat, ncclSum, comm_, stream_->get()));
+  finish();
+}
+
+LevelTraffic NcclCommunicator::traffic() const {
+  LevelTraffic t;
+  (inter_ ? t.inter : t.intra) = traffic_;
+  return t;
+}
+
+}  // namespace st

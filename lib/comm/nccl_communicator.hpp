@@ -1,0 +1,83 @@
+#pragma once
+// Collectives among GPUs through NCCL (CUDA builds with ST_ENABLE_NCCL). The communicator is
+// bootstrapped from an MPI communicator: rank 0 creates the unique id, MPI broadcasts it, every
+// rank joins with ncclCommInitRank. Buffers passed to it are device memory. Calls are enqueued
+// on the communicator's stream and waited for before returning.
+#include <mpi.h>
+#include <nccl.h>
+#include <cuda_runtime.h>
+
+#include <optional>
+#include <string>
+
+#include "comm/communicator.hpp"
+
+namespace st {
+
+// Move-only owner of a CUDA stream.
+class CudaStream {
+ public:
+  CudaStream();
+  ~CudaStream();
+  CudaStream(CudaStream&& other) noexcept : stream_(other.stream_) { other.stream_ = nullptr; }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  CudaStream& operator=(CudaStream&&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Move-only owner of a device allocation of n elements of T.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t n);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), size_(other.size_) { other.data_ = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::span<T> span() const { return {data_, size_}; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Number of CUDA devices, or 0 with the driver's reason in `why` (no GPU, driver too old).
+int cuda_device_count(std::string& why);
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Selects device (local rank mod device count) and joins a NCCL communicator with the ranks
+  // of `bootstrap`. Traffic counts as `intra` (NVLink inside a node) unless inter is true.
+  NcclCommunicator(MPI_Comm bootstrap, int local_rank, bool inter);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce(std::span<float> buffer, ReduceOp op) override;
+  void all_reduce(std::span<double> buffer, ReduceOp op) override;
+  void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) override;
+  void all_gather(std::span<const float> input, std::span<float> output) override;
+  void broadcast(std::span<float> buffer, int root) override;
+  void barrier() override;
+  LevelTraffic traffic() const override;
+
+ private:
+  void finish();  // wait for the enqueued operation
+  std::uint64_t ring_share(std::uint64_t bytes) const;
+  ncclComm_t comm_ = nullptr;
+  std::optional<CudaStream> stream_;  // created once the device is selected
+  int rank_ = 0, size_ = 1;
+  bool inter_ = false;
+  TrafficCounters traffic_;
+};
+
+}  // namespace st
