@@ -3,7 +3,9 @@
 // the CUDA build) implement it for one group of ranks; TwoLevelCommunicator composes a
 // node-local and a cross-node one behind the same interface.
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <span>
 #include <string_view>
 
@@ -39,6 +41,42 @@ struct LevelTraffic {
   std::uint64_t total() const { return intra.total() + inter.total(); }
 };
 
+// A collective in flight. wait() blocks until it is done and rethrows its error, if any; a
+// request that is never waited for is waited for by its destructor (a buffer must not be
+// released under a running collective).
+class Request {
+ public:
+  Request() = default;  // an already completed request
+  explicit Request(std::future<void> done) : done_(std::move(done)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& other) noexcept {
+    if (this != &other) {
+      finish_quietly();
+      done_ = std::move(other.done_);
+    }
+    return *this;
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request() { finish_quietly(); }
+  void wait() {
+    if (done_.valid()) done_.get();
+  }
+  bool ready() const {
+    return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+
+ private:
+  void finish_quietly() noexcept {
+    if (!done_.valid()) return;
+    try {
+      done_.get();
+    } catch (...) {  // the owner did not wait, so it did not want the error; the job aborts elsewhere
+    }
+  }
+  std::future<void> done_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -55,6 +93,21 @@ class Communicator {
   virtual void broadcast(std::span<float> buffer, int root) = 0;
   virtual void barrier() = 0;
   virtual LevelTraffic traffic() const = 0;
+
+  // Non-blocking forms: the buffers must stay alive and untouched until the request is waited
+  // for. Here they run to completion before returning; AsyncCommunicator overlaps them.
+  virtual Request start_all_reduce(std::span<float> buffer, ReduceOp op) {
+    all_reduce(buffer, op);
+    return {};
+  }
+  virtual Request start_reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
+    reduce_scatter(input, output, op);
+    return {};
+  }
+  virtual Request start_all_gather(std::span<const float> input, std::span<float> output) {
+    all_gather(input, output);
+    return {};
+  }
 };
 
 }  // namespace st

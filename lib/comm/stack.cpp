@@ -44,6 +44,7 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
   watchdog_ = std::make_unique<Watchdog>(world.comm(), settings.timeout_seconds);
   Communicator& chosen = two_level_active_ ? static_cast<Communicator&>(*two_level_) : *flat;
   watched_ = std::make_unique<WatchedCommunicator>(chosen, *watchdog_, two_level_active_ ? "two-level" : "world");
+  async_ = std::make_unique<AsyncCommunicator>(*watched_);
 }
 
 std::string CommStack::description() const {

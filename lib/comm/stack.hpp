@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/async.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shm_communicator.hpp"
 #include "comm/throttled.hpp"
@@ -27,7 +28,8 @@ class CommStack {
     double inter_latency_us = 0;      // ... and this latency per call
   };
   CommStack(const World& world, const Settings& settings);
-  Communicator& collectives() { return *watched_; }
+  // Blocking and non-blocking collectives, watched for hangs.
+  Communicator& collectives() { return *async_; }
   bool two_level() const { return two_level_active_; }
   // "two-level (shared memory in the node, MPI across), 2 node(s) x 2 ranks (emulated nodes)".
   std::string description() const;
@@ -44,6 +46,7 @@ class CommStack {
   bool two_level_active_ = false;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<WatchedCommunicator> watched_;
+  std::unique_ptr<AsyncCommunicator> async_;
 };
 
 }  // namespace st

@@ -9,11 +9,13 @@
 #include <memory>
 #include <vector>
 
+#include "comm/async.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shard.hpp"
 #include "comm/shm_communicator.hpp"
 #include "comm/two_level.hpp"
 #include "comm/world.hpp"
+#include "core/error.hpp"
 
 namespace st {
 namespace {
@@ -153,6 +155,51 @@ TEST_F(Fixture, BytesMovedMatchTheAlgorithms) {
     // The point of two levels: 1/L of the flat algorithm's bytes cross between nodes.
     EXPECT_EQ(inter_moved * L * (N - 1) / N, flat_moved * (M - 1) / M);
   }
+}
+
+TEST_F(Fixture, NonBlockingOperationsOverlapWorkAndCompleteInOrder) {
+  const int N = world.size();
+  for (Communicator* base : both()) {
+    AsyncCommunicator async(*base);
+    int threaded = async.overlaps() ? 1 : 0;
+    EXPECT_EQ(threaded, 1) << "MPI_THREAD_MULTIPLE is available here, so collectives should overlap";
+    const std::size_t n = 200003;
+    std::vector<float> a(n), b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i] = value(world.rank(), i);
+      b[i] = 2 * value(world.rank(), i);
+    }
+    const ShardRange mine = shard_range(n, N, world.rank());
+    std::vector<float> padded(mine.padded, 0.0f), chunk(mine.chunk), gathered(mine.padded);
+    for (std::size_t i = 0; i < n; ++i) padded[i] = value(world.rank(), i);
+    // Three operations in flight at once, and work on other data meanwhile.
+    Request ra = async.start_all_reduce(std::span<float>(a), ReduceOp::sum);
+    Request rb = async.start_all_reduce(std::span<float>(b), ReduceOp::average);
+    Request rs = async.start_reduce_scatter(padded, chunk, ReduceOp::sum);
+    double work = 0;
+    for (int i = 1; i < 2000000; ++i) work += 1.0 / i;
+    EXPECT_GT(work, 14.0);
+    rs.wait();
+    Request rg = async.start_all_gather(chunk, gathered);
+    ra.wait();
+    rb.wait();
+    rg.wait();
+    rg.wait();  // waiting twice is harmless
+    for (std::size_t i = 0; i < n; ++i) {
+      float expected = 0;
+      for (int r = 0; r < N; ++r) expected += value(r, i);
+      ASSERT_EQ(a[i], expected) << i;
+      ASSERT_NEAR(b[i], 2 * expected / N, 1e-3) << i;
+      ASSERT_EQ(gathered[i], expected) << i;
+    }
+  }
+}
+
+TEST_F(Fixture, NonBlockingErrorsReachTheWaiter) {
+  AsyncCommunicator async(*flat);
+  std::vector<float> wrong(3), out(5);
+  Request r = async.start_reduce_scatter(wrong, out, ReduceOp::sum);  // sizes do not fit
+  EXPECT_THROW(r.wait(), Error);
 }
 
 }  // namespace

@@ -1,0 +1,64 @@
+#pragma once
+// Non-blocking collectives: one progress thread per communicator runs the operations in the
+// order they were started (the same order on every rank, as MPI requires), so the caller can
+// compute while they move. Blocking calls go through the same queue, so they cannot overtake
+// a started one. Needs MPI_THREAD_MULTIPLE; without it every call runs inline.
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "comm/communicator.hpp"
+
+namespace st {
+
+class AsyncCommunicator final : public Communicator {
+ public:
+  explicit AsyncCommunicator(Communicator& inner);
+  ~AsyncCommunicator() override;
+  AsyncCommunicator(const AsyncCommunicator&) = delete;
+  AsyncCommunicator& operator=(const AsyncCommunicator&) = delete;
+
+  bool overlaps() const { return threaded_; }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void all_reduce(std::span<float> b, ReduceOp op) override { start_all_reduce(b, op).wait(); }
+  void all_reduce(std::span<double> b, ReduceOp op) override {
+    submit([this, b, op] { inner_.all_reduce(b, op); }).wait();
+  }
+  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
+    start_reduce_scatter(in, out, op).wait();
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) override { start_all_gather(in, out).wait(); }
+  void broadcast(std::span<float> b, int root) override {
+    submit([this, b, root] { inner_.broadcast(b, root); }).wait();
+  }
+  void barrier() override { submit([this] { inner_.barrier(); }).wait(); }
+  LevelTraffic traffic() const override;
+
+  Request start_all_reduce(std::span<float> b, ReduceOp op) override {
+    return submit([this, b, op] { inner_.all_reduce(b, op); });
+  }
+  Request start_reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
+    return submit([this, in, out, op] { inner_.reduce_scatter(in, out, op); });
+  }
+  Request start_all_gather(std::span<const float> in, std::span<float> out) override {
+    return submit([this, in, out] { inner_.all_gather(in, out); });
+  }
+
+ private:
+  Request submit(std::function<void()> work);
+  void run();
+
+  Communicator& inner_;
+  bool threaded_ = false;
+  std::mutex mutex_;                  // guards the queue
+  mutable std::mutex counter_mutex_;  // held while an operation runs: traffic() reads consistent counters
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace st
