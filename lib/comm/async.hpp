@@ -23,29 +23,27 @@ class AsyncCommunicator final : public Communicator {
   bool overlaps() const { return threaded_; }
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
-  void all_reduce(std::span<float> b, ReduceOp op) override { start_all_reduce(b, op).wait(); }
-  void all_reduce(std::span<double> b, ReduceOp op) override {
-    submit([this, b, op] { inner_.all_reduce(b, op); }).wait();
-  }
-  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
-    start_reduce_scatter(in, out, op).wait();
-  }
-  void all_gather(std::span<const float> in, std::span<float> out) override { start_all_gather(in, out).wait(); }
-  void broadcast(std::span<float> b, int root) override {
-    submit([this, b, root] { inner_.broadcast(b, root); }).wait();
-  }
-  void barrier() override { submit([this] { inner_.barrier(); }).wait(); }
   LevelTraffic traffic() const override;
 
-  Request start_all_reduce(std::span<float> b, ReduceOp op) override {
+  Request start_all_reduce(Buffer b, ReduceOp op) override {
     return submit([this, b, op] { inner_.all_reduce(b, op); });
   }
-  Request start_reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
+  Request start_reduce_scatter(Buffer in, Buffer out, ReduceOp op) override {
     return submit([this, in, out, op] { inner_.reduce_scatter(in, out, op); });
   }
-  Request start_all_gather(std::span<const float> in, std::span<float> out) override {
+  Request start_all_gather(Buffer in, Buffer out) override {
     return submit([this, in, out] { inner_.all_gather(in, out); });
   }
+  using Communicator::start_all_gather;
+  using Communicator::start_all_reduce;
+  using Communicator::start_reduce_scatter;
+
+ protected:
+  void run_all_reduce(Buffer b, ReduceOp op) override { start_all_reduce(b, op).wait(); }
+  void run_reduce_scatter(Buffer in, Buffer out, ReduceOp op) override { start_reduce_scatter(in, out, op).wait(); }
+  void run_all_gather(Buffer in, Buffer out) override { start_all_gather(in, out).wait(); }
+  void run_broadcast(Buffer b, int root) override { submit([this, b, root] { inner_.broadcast(b, root); }).wait(); }
+  void run_barrier() override { submit([this] { inner_.barrier(); }).wait(); }
 
  private:
   Request submit(std::function<void()> work);

@@ -8,6 +8,10 @@
 #include <future>
 #include <span>
 #include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "core/bf16.hpp"
 
 namespace st {
 
@@ -77,37 +81,124 @@ class Request {
   std::future<void> done_;
 };
 
+// Element types the collectives move. Reductions of bf16 add in fp32 and round the result.
+enum class DataType { f32, f64, bf16 };
+inline std::size_t size_of(DataType t) { return t == DataType::f64 ? 8 : t == DataType::f32 ? 4 : 2; }
+template <class T>
+constexpr DataType data_type_of();
+template <>
+constexpr DataType data_type_of<float>() { return DataType::f32; }
+template <>
+constexpr DataType data_type_of<double>() { return DataType::f64; }
+template <>
+constexpr DataType data_type_of<Bf16>() { return DataType::bf16; }
+
+// A typed view of a buffer: what every backend receives.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::f32;
+  std::size_t bytes() const { return count * size_of(type); }
+  template <class T>
+  static Buffer of(std::span<T> s) {
+    return {const_cast<std::remove_const_t<T>*>(s.data()), s.size(), data_type_of<std::remove_const_t<T>>()};
+  }
+};
+
+// The public calls take typed spans (float, double, Bf16) and forward to the backend's
+// run_* functions, which see a Buffer; decorators forward Buffers unchanged.
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // In place over the whole buffer.
-  virtual void all_reduce(std::span<float> buffer, ReduceOp op) = 0;
-  virtual void all_reduce(std::span<double> buffer, ReduceOp op) = 0;
-  // input holds size() x chunk elements (pad with shard_range's rule); rank i receives the
-  // reduction of chunk i in output (chunk elements).
-  virtual void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) = 0;
-  // input: this rank's chunk; output: size() x chunk, chunk i from rank i.
-  virtual void all_gather(std::span<const float> input, std::span<float> output) = 0;
-  virtual void broadcast(std::span<float> buffer, int root) = 0;
-  virtual void barrier() = 0;
   virtual LevelTraffic traffic() const = 0;
 
+  // In place over the whole buffer.
+  template <class T>
+  void all_reduce(std::span<T> buffer, ReduceOp op) { run_all_reduce(Buffer::of(buffer), op); }
+  // input holds size() x chunk elements (pad with shard_range's rule); rank i receives the
+  // reduction of chunk i in output (chunk elements).
+  template <class T>
+  void reduce_scatter(std::span<const T> input, std::span<T> output, ReduceOp op) {
+    run_reduce_scatter(Buffer::of(input), Buffer::of(output), op);
+  }
+  template <class T>
+  void reduce_scatter(std::span<T> input, std::span<T> output, ReduceOp op) {
+    run_reduce_scatter(Buffer::of(input), Buffer::of(output), op);
+  }
+  // input: this rank's chunk; output: size() x chunk, chunk i from rank i.
+  template <class T>
+  void all_gather(std::span<const T> input, std::span<T> output) { run_all_gather(Buffer::of(input), Buffer::of(output)); }
+  template <class T>
+  void all_gather(std::span<T> input, std::span<T> output) { run_all_gather(Buffer::of(input), Buffer::of(output)); }
+  template <class T>
+  void broadcast(std::span<T> buffer, int root) { run_broadcast(Buffer::of(buffer), root); }
+  void barrier() { run_barrier(); }
+  // The same for vectors.
+  template <class T>
+  void all_reduce(std::vector<T>& b, ReduceOp op) { all_reduce(std::span<T>(b), op); }
+  template <class T>
+  void reduce_scatter(const std::vector<T>& in, std::vector<T>& out, ReduceOp op) {
+    reduce_scatter(std::span<const T>(in), std::span<T>(out), op);
+  }
+  template <class T>
+  void all_gather(const std::vector<T>& in, std::vector<T>& out) { all_gather(std::span<const T>(in), std::span<T>(out)); }
+  template <class T>
+  void broadcast(std::vector<T>& b, int root) { broadcast(std::span<T>(b), root); }
+
   // Non-blocking forms: the buffers must stay alive and untouched until the request is waited
-  // for. Here they run to completion before returning; AsyncCommunicator overlaps them.
-  virtual Request start_all_reduce(std::span<float> buffer, ReduceOp op) {
-    all_reduce(buffer, op);
+  // for. Backends run them to completion before returning; AsyncCommunicator overlaps them.
+  template <class T>
+  Request start_all_reduce(std::span<T> buffer, ReduceOp op) { return start_all_reduce(Buffer::of(buffer), op); }
+  template <class T>
+  Request start_reduce_scatter(std::span<const T> input, std::span<T> output, ReduceOp op) {
+    return start_reduce_scatter(Buffer::of(input), Buffer::of(output), op);
+  }
+  template <class T>
+  Request start_reduce_scatter(const std::vector<T>& input, std::vector<T>& output, ReduceOp op) {
+    return start_reduce_scatter(std::span<const T>(input), std::span<T>(output), op);
+  }
+  template <class T>
+  Request start_all_gather(std::span<const T> input, std::span<T> output) {
+    return start_all_gather(Buffer::of(input), Buffer::of(output));
+  }
+  template <class T>
+  Request start_all_gather(const std::vector<T>& input, std::vector<T>& output) {
+    return start_all_gather(std::span<const T>(input), std::span<T>(output));
+  }
+
+  // The Buffer level, for decorators and generic code.
+  void all_reduce(Buffer b, ReduceOp op) { run_all_reduce(b, op); }
+  void reduce_scatter(Buffer in, Buffer out, ReduceOp op) { run_reduce_scatter(in, out, op); }
+  void all_gather(Buffer in, Buffer out) { run_all_gather(in, out); }
+  void broadcast(Buffer b, int root) { run_broadcast(b, root); }
+  virtual Request start_all_reduce(Buffer b, ReduceOp op) {
+    run_all_reduce(b, op);
     return {};
   }
-  virtual Request start_reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
-    reduce_scatter(input, output, op);
+  virtual Request start_reduce_scatter(Buffer in, Buffer out, ReduceOp op) {
+    run_reduce_scatter(in, out, op);
     return {};
   }
-  virtual Request start_all_gather(std::span<const float> input, std::span<float> output) {
-    all_gather(input, output);
+  virtual Request start_all_gather(Buffer in, Buffer out) {
+    run_all_gather(in, out);
     return {};
   }
+
+ protected:
+  virtual void run_all_reduce(Buffer buffer, ReduceOp op) = 0;
+  virtual void run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) = 0;
+  virtual void run_all_gather(Buffer input, Buffer output) = 0;
+  virtual void run_broadcast(Buffer buffer, int root) = 0;
+  virtual void run_barrier() = 0;
 };
+
+// Checks shared by the backends: element types agree and the sizes fit the padding rule.
+void require_reduce_scatter_shapes(const Buffer& input, const Buffer& output, int size);
+void require_all_gather_shapes(const Buffer& input, const Buffer& output, int size);
+// In-place helpers on typed buffers, used by the host backends.
+void scale_buffer(Buffer b, double factor);                // b *= factor
+void accumulate_buffer(Buffer into, const void* from, std::size_t count);  // into += from (same type)
 
 }  // namespace st

@@ -6,79 +6,82 @@
 #include "core/error.hpp"
 
 namespace st {
-
-std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::all_gather: return "all_gather";
-    case Collective::broadcast: return "broadcast";
-  }
-  return "?";
-}
-
 namespace {
+
 // MPI counts are int: larger buffers go in pieces of this many elements.
 constexpr std::size_t kPiece = std::size_t{1} << 30;
 
-template <class T>
-void scale(std::span<T> buffer, int size) {
-  if (size <= 1) return;
-  const T factor = T(1) / static_cast<T>(size);
-  for (auto& x : buffer) x *= factor;
+void add_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
+  const auto* a = static_cast<const Bf16*>(in);
+  auto* b = static_cast<Bf16*>(inout);
+  for (int i = 0; i < *count; ++i) b[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
 }
+
+char* at(const Buffer& b, std::size_t element) { return static_cast<char*>(b.data) + element * size_of(b.type); }
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, Level level) : comm_(comm), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  ST_CHECK_MPI(MPI_Op_create(&add_bf16, 1, &bf16_sum_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
+}
+
+MPI_Datatype MpiCommunicator::mpi_type(DataType t) const {
+  switch (t) {
+    case DataType::f32: return MPI_FLOAT;
+    case DataType::f64: return MPI_DOUBLE;
+    case DataType::bf16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
 }
 
 std::uint64_t MpiCommunicator::ring_share(std::uint64_t bytes) const {
   return bytes * static_cast<std::uint64_t>(size_ - 1) / static_cast<std::uint64_t>(size_);
 }
 
-template <class T>
-void MpiCommunicator::all_reduce_impl(std::span<T> buffer, ReduceOp op, MPI_Datatype type) {
-  for (std::size_t begin = 0; begin < buffer.size(); begin += kPiece) {
-    const std::size_t count = std::min(kPiece, buffer.size() - begin);
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer.data() + begin, static_cast<int>(count), type, MPI_SUM, comm_));
+void MpiCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
+  for (std::size_t begin = 0; begin < b.count; begin += kPiece) {
+    const std::size_t count = std::min(kPiece, b.count - begin);
+    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, at(b, begin), static_cast<int>(count), mpi_type(b.type), sum_op(b.type),
+                               comm_));
   }
-  if (op == ReduceOp::average) scale(buffer, size_);
-  traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.size_bytes()));
+  if (op == ReduceOp::average && size_ > 1) scale_buffer(b, 1.0 / size_);
+  traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes()));
 }
 
-void MpiCommunicator::all_reduce(std::span<float> buffer, ReduceOp op) { all_reduce_impl(buffer, op, MPI_FLOAT); }
-void MpiCommunicator::all_reduce(std::span<double> buffer, ReduceOp op) { all_reduce_impl(buffer, op, MPI_DOUBLE); }
-
-void MpiCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
-  ST_REQUIRE(input.size() == output.size() * static_cast<std::size_t>(size_),
-             "reduce_scatter: input must hold size() x output elements (pad with shard_range)");
-  ST_REQUIRE(output.size() <= static_cast<std::size_t>(INT_MAX), "reduce_scatter: chunk exceeds an MPI count");
-  ST_CHECK_MPI(MPI_Reduce_scatter_block(input.data(), output.data(), static_cast<int>(output.size()), MPI_FLOAT, MPI_SUM,
-                                        comm_));
-  if (op == ReduceOp::average) scale(output, size_);
-  traffic_.add(Collective::reduce_scatter, ring_share(input.size_bytes()));
+void MpiCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
+  require_reduce_scatter_shapes(input, output, size_);
+  ST_REQUIRE(output.count <= static_cast<std::size_t>(INT_MAX), "reduce_scatter: chunk exceeds an MPI count");
+  ST_CHECK_MPI(MPI_Reduce_scatter_block(input.data, output.data, static_cast<int>(output.count), mpi_type(input.type),
+                                        sum_op(input.type), comm_));
+  if (op == ReduceOp::average && size_ > 1) scale_buffer(output, 1.0 / size_);
+  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes()));
 }
 
-void MpiCommunicator::all_gather(std::span<const float> input, std::span<float> output) {
-  ST_REQUIRE(output.size() == input.size() * static_cast<std::size_t>(size_),
-             "all_gather: output must hold size() x input elements");
-  ST_REQUIRE(input.size() <= static_cast<std::size_t>(INT_MAX), "all_gather: chunk exceeds an MPI count");
-  ST_CHECK_MPI(MPI_Allgather(input.data(), static_cast<int>(input.size()), MPI_FLOAT, output.data(),
-                             static_cast<int>(input.size()), MPI_FLOAT, comm_));
-  traffic_.add(Collective::all_gather, ring_share(output.size_bytes()));
+void MpiCommunicator::run_all_gather(Buffer input, Buffer output) {
+  require_all_gather_shapes(input, output, size_);
+  ST_REQUIRE(input.count <= static_cast<std::size_t>(INT_MAX), "all_gather: chunk exceeds an MPI count");
+  ST_CHECK_MPI(MPI_Allgather(input.data, static_cast<int>(input.count), mpi_type(input.type), output.data,
+                             static_cast<int>(input.count), mpi_type(input.type), comm_));
+  traffic_.add(Collective::all_gather, ring_share(output.bytes()));
 }
 
-void MpiCommunicator::broadcast(std::span<float> buffer, int root) {
-  for (std::size_t begin = 0; begin < buffer.size(); begin += kPiece) {
-    const std::size_t count = std::min(kPiece, buffer.size() - begin);
-    ST_CHECK_MPI(MPI_Bcast(buffer.data() + begin, static_cast<int>(count), MPI_FLOAT, root, comm_));
+void MpiCommunicator::run_broadcast(Buffer b, int root) {
+  for (std::size_t begin = 0; begin < b.count; begin += kPiece) {
+    const std::size_t count = std::min(kPiece, b.count - begin);
+    ST_CHECK_MPI(MPI_Bcast(at(b, begin), static_cast<int>(count), mpi_type(b.type), root, comm_));
   }
-  traffic_.add(Collective::broadcast, ring_share(buffer.size_bytes()));
+  traffic_.add(Collective::broadcast, ring_share(b.bytes()));
 }
 
-void MpiCommunicator::barrier() { ST_CHECK_MPI(MPI_Barrier(comm_)); }
+void MpiCommunicator::run_barrier() { ST_CHECK_MPI(MPI_Barrier(comm_)); }
 
 LevelTraffic MpiCommunicator::traffic() const {
   LevelTraffic t;

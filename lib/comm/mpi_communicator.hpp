@@ -6,28 +6,34 @@
 namespace st {
 
 // Collectives over one MPI communicator (not owned). Its traffic counts as one level: `intra`
-// when the group lives inside a node, `inter` otherwise.
+// when the group lives inside a node, `inter` otherwise. bf16 travels as 16-bit words and is
+// summed by a user-defined MPI operation that adds in fp32.
 class MpiCommunicator final : public Communicator {
  public:
   enum class Level { intra, inter };
   MpiCommunicator(MPI_Comm comm, Level level);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void all_reduce(std::span<float> buffer, ReduceOp op) override;
-  void all_reduce(std::span<double> buffer, ReduceOp op) override;
-  void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) override;
-  void all_gather(std::span<const float> input, std::span<float> output) override;
-  void broadcast(std::span<float> buffer, int root) override;
-  void barrier() override;
   LevelTraffic traffic() const override;
 
+ protected:
+  void run_all_reduce(Buffer buffer, ReduceOp op) override;
+  void run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) override;
+  void run_all_gather(Buffer input, Buffer output) override;
+  void run_broadcast(Buffer buffer, int root) override;
+  void run_barrier() override;
+
  private:
-  template <class T>
-  void all_reduce_impl(std::span<T> buffer, ReduceOp op, MPI_Datatype type);
+  MPI_Datatype mpi_type(DataType t) const;
+  MPI_Op sum_op(DataType t) const { return t == DataType::bf16 ? bf16_sum_ : MPI_SUM; }
   std::uint64_t ring_share(std::uint64_t bytes) const;  // bytes x (N-1)/N
   MPI_Comm comm_;
   Level level_;
   int rank_ = 0, size_ = 1;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
   TrafficCounters traffic_;
 };
 

@@ -58,44 +58,44 @@ std::uint64_t NcclCommunicator::ring_share(std::uint64_t bytes) const {
 
 namespace {
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::average ? ncclAvg : ncclSum; }
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::f32: return ncclFloat;
+    case DataType::f64: return ncclDouble;
+    case DataType::bf16: return ncclBfloat16;
+  }
+  return ncclFloat;
+}
 }  // namespace
 
-void NcclCommunicator::all_reduce(std::span<float> buffer, ReduceOp op) {
-  ST_CHECK_NCCL(ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclFloat, nccl_op(op), comm_, stream_->get()));
+void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
+  ST_CHECK_NCCL(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.type), nccl_op(op), comm_, stream_->get()));
   finish();
-  traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.size_bytes()));
+  traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes()));
 }
 
-void NcclCommunicator::all_reduce(std::span<double> buffer, ReduceOp op) {
-  ST_CHECK_NCCL(ncclAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclDouble, nccl_op(op), comm_, stream_->get()));
-  finish();
-  traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.size_bytes()));
-}
-
-void NcclCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
-  ST_REQUIRE(input.size() == output.size() * static_cast<std::size_t>(size_),
-             "reduce_scatter: input must hold size() x output elements");
-  ST_CHECK_NCCL(ncclReduceScatter(input.data(), output.data(), output.size(), ncclFloat, nccl_op(op), comm_,
+void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
+  require_reduce_scatter_shapes(input, output, size_);
+  ST_CHECK_NCCL(ncclReduceScatter(input.data, output.data, output.count, nccl_type(input.type), nccl_op(op), comm_,
                                   stream_->get()));
   finish();
-  traffic_.add(Collective::reduce_scatter, ring_share(input.size_bytes()));
+  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes()));
 }
 
-void NcclCommunicator::all_gather(std::span<const float> input, std::span<float> output) {
-  ST_REQUIRE(output.size() == input.size() * static_cast<std::size_t>(size_),
-             "all_gather: output must hold size() x input elements");
-  ST_CHECK_NCCL(ncclAllGather(input.data(), output.data(), input.size(), ncclFloat, comm_, stream_->get()));
+void NcclCommunicator::run_all_gather(Buffer input, Buffer output) {
+  require_all_gather_shapes(input, output, size_);
+  ST_CHECK_NCCL(ncclAllGather(input.data, output.data, input.count, nccl_type(input.type), comm_, stream_->get()));
   finish();
-  traffic_.add(Collective::all_gather, ring_share(output.size_bytes()));
+  traffic_.add(Collective::all_gather, ring_share(output.bytes()));
 }
 
-void NcclCommunicator::broadcast(std::span<float> buffer, int root) {
-  ST_CHECK_NCCL(ncclBroadcast(buffer.data(), buffer.data(), buffer.size(), ncclFloat, root, comm_, stream_->get()));
+void NcclCommunicator::run_broadcast(Buffer b, int root) {
+  ST_CHECK_NCCL(ncclBroadcast(b.data, b.data, b.count, nccl_type(b.type), root, comm_, stream_->get()));
   finish();
-  traffic_.add(Collective::broadcast, ring_share(buffer.size_bytes()));
+  traffic_.add(Collective::broadcast, ring_share(b.bytes()));
 }
 
-void NcclCommunicator::barrier() {
+void NcclCommunicator::run_barrier() {
   DeviceBuffer<float> token(1);
   ST_CHECK_NCCL(ncclAllReduce(token.data(), token.data(), 1, ncclFloat, ncclSum, comm_, stream_->get()));
   finish();

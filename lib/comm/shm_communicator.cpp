@@ -12,11 +12,11 @@ namespace st {
 ShmCommunicator::ShmCommunicator(MPI_Comm comm, Level level, std::size_t slot_bytes) : comm_(comm), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
-  slot_floats_ = slot_bytes / sizeof(float);
-  ST_REQUIRE(slot_floats_ >= static_cast<std::size_t>(size_), "shared-memory slot too small for the group");
+  slot_bytes_ = slot_bytes / 8 * 8;
+  ST_REQUIRE(slot_bytes_ >= 8 * static_cast<std::size_t>(size_), "shared-memory slot too small for the group");
   void* base = nullptr;
   // Two halves per slot: one for inputs, one for all-reduce results.
-  ST_CHECK_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(2 * slot_floats_ * sizeof(float)), sizeof(float),
+  ST_CHECK_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(2 * slot_bytes_), 1,
                                        MPI_INFO_NULL, comm_, &base, &window_));
   ST_CHECK_MPI(MPI_Win_set_errhandler(window_, MPI_ERRORS_RETURN));
   slots_.resize(static_cast<std::size_t>(size_));
@@ -25,7 +25,7 @@ ShmCommunicator::ShmCommunicator(MPI_Comm comm, Level level, std::size_t slot_by
     int unit = 0;
     void* pointer = nullptr;
     ST_CHECK_MPI(MPI_Win_shared_query(window_, r, &size, &unit, &pointer));
-    slots_[static_cast<std::size_t>(r)] = static_cast<float*>(pointer);
+    slots_[static_cast<std::size_t>(r)] = static_cast<char*>(pointer);
   }
   // The barrier's two counters live on separate cache lines of rank 0's control area.
   constexpr MPI_Aint kControlBytes = 256;
@@ -76,16 +76,15 @@ std::uint64_t ShmCommunicator::others_share(std::uint64_t bytes) const {
   return bytes * static_cast<std::uint64_t>(size_ - 1) / static_cast<std::uint64_t>(size_);
 }
 
-void ShmCommunicator::all_reduce(std::span<float> buffer, ReduceOp op) {
-  const float factor = op == ReduceOp::average ? 1.0f / static_cast<float>(size_) : 1.0f;
+void ShmCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
+  const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
   // Per piece, rank l reduces part l. It publishes only the parts the others reduce (input
   // half of its slot), adds the others' part l into its own buffer, copies the result to the
   // result half of its slot, and finally copies the other parts' results. Each part is summed
-  // once, by its owner, so every rank ends with the same bits. Each rank moves about 4 bytes of memory per
-  // byte of buffer (L = 2), against 5.5 for publish-everything.
-  for (std::size_t begin = 0; begin < buffer.size(); begin += slot_floats_) {
-    const std::size_t n = std::min(slot_floats_, buffer.size() - begin);
-    float* data = buffer.data() + begin;
+  // once, by its owner, so every rank ends with the same bits.
+  for (std::size_t begin = 0; begin < buffer.count; begin += piece) {
+    const std::size_t n = std::min(piece, buffer.count - begin);
+    char* data = static_cast<char*>(buffer.data) + begin * e;
     const std::size_t part = (n + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_);
     auto part_range = [&](int r) {
       const std::size_t lo = std::min(n, static_cast<std::size_t>(r) * part);
@@ -94,88 +93,74 @@ void ShmCommunicator::all_reduce(std::span<float> buffer, ReduceOp op) {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       const auto [lo, hi] = part_range(r);
-      std::memcpy(slot(rank_) + lo, data + lo, (hi - lo) * sizeof(float));
+      std::memcpy(slot(rank_) + lo * e, data + lo * e, (hi - lo) * e);
     }
     synchronize();
-    const auto [my_lo, my_hi] = part_range(rank_);
-    const auto lo = static_cast<std::ptrdiff_t>(my_lo), hi = static_cast<std::ptrdiff_t>(my_hi);
-    float* result = slot(rank_) + slot_floats_;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      const float* source = slot(r);
-#pragma omp parallel for simd schedule(static)
-      for (std::ptrdiff_t i = lo; i < hi; ++i) data[i] += source[i];
-    }
-#pragma omp parallel for simd schedule(static)
-    for (std::ptrdiff_t i = lo; i < hi; ++i) result[i] = data[i] *= factor;
+    const auto [lo, hi] = part_range(rank_);
+    const Buffer mine{data + lo * e, hi - lo, buffer.type};
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) accumulate_buffer(mine, slot(r) + lo * e, hi - lo);
+    if (op == ReduceOp::average) scale_buffer(mine, 1.0 / size_);
+    std::memcpy(slot(rank_) + slot_bytes_ + lo * e, mine.data, mine.bytes());
     synchronize();
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       const auto [rlo, rhi] = part_range(r);
-      std::memcpy(data + rlo, slot(r) + slot_floats_ + rlo, (rhi - rlo) * sizeof(float));
+      std::memcpy(data + rlo * e, slot(r) + slot_bytes_ + rlo * e, (rhi - rlo) * e);
     }
     synchronize();  // the result halves are free again
   }
-  traffic_.add(Collective::all_reduce, 2 * others_share(buffer.size_bytes()));
+  traffic_.add(Collective::all_reduce, 2 * others_share(buffer.bytes()));
 }
 
-void ShmCommunicator::all_reduce(std::span<double> buffer, ReduceOp op) {
-  // A handful of scalars: not worth a second window.
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_DOUBLE, MPI_SUM, comm_));
-  if (op == ReduceOp::average)
-    for (auto& x : buffer) x /= size_;
-  traffic_.add(Collective::all_reduce, 2 * others_share(buffer.size_bytes()));
-}
-
-void ShmCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
-  const std::size_t L = static_cast<std::size_t>(size_), c = output.size();
-  ST_REQUIRE(input.size() == c * L, "reduce_scatter: input must hold size() x output elements");
-  const float factor = op == ReduceOp::average ? 1.0f / static_cast<float>(size_) : 1.0f;
+void ShmCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
+  require_reduce_scatter_shapes(input, output, size_);
+  const std::size_t L = static_cast<std::size_t>(size_), c = output.count, e = size_of(input.type);
   // Pieces of p elements of every chunk: the slot holds L x p.
-  const std::size_t p = slot_floats_ / L;
+  const std::size_t p = slot_bytes_ / e / L;
+  const char* in = static_cast<const char*>(input.data);
   for (std::size_t k = 0; k < c; k += p) {
     const std::size_t m = std::min(p, c - k);
-    for (std::size_t j = 0; j < L; ++j) std::memcpy(slot(rank_) + j * m, input.data() + j * c + k, m * sizeof(float));
+    for (std::size_t j = 0; j < L; ++j) std::memcpy(slot(rank_) + j * m * e, in + (j * c + k) * e, m * e);
     synchronize();
-    float* out = output.data() + k;
-    std::fill(out, out + m, 0.0f);
-    for (int r = 0; r < size_; ++r) {
-      const float* source = slot(r) + static_cast<std::size_t>(rank_) * m;
-#pragma omp simd
-      for (std::size_t i = 0; i < m; ++i) out[i] += source[i];
-    }
-    if (factor != 1.0f)
-      for (std::size_t i = 0; i < m; ++i) out[i] *= factor;
+    const Buffer out{static_cast<char*>(output.data) + k * e, m, output.type};
+    std::memcpy(out.data, slot(0) + static_cast<std::size_t>(rank_) * m * e, m * e);
+    for (int r = 1; r < size_; ++r) accumulate_buffer(out, slot(r) + static_cast<std::size_t>(rank_) * m * e, m);
+    if (op == ReduceOp::average) scale_buffer(out, 1.0 / size_);
     synchronize();
   }
-  traffic_.add(Collective::reduce_scatter, others_share(input.size_bytes()));
+  traffic_.add(Collective::reduce_scatter, others_share(input.bytes()));
 }
 
-void ShmCommunicator::all_gather(std::span<const float> input, std::span<float> output) {
-  const std::size_t L = static_cast<std::size_t>(size_), c = input.size();
-  ST_REQUIRE(output.size() == c * L, "all_gather: output must hold size() x input elements");
-  for (std::size_t k = 0; k < c; k += slot_floats_) {
-    const std::size_t m = std::min(slot_floats_, c - k);
-    std::memcpy(slot(rank_), input.data() + k, m * sizeof(float));
+void ShmCommunicator::run_all_gather(Buffer input, Buffer output) {
+  require_all_gather_shapes(input, output, size_);
+  const std::size_t L = static_cast<std::size_t>(size_), c = input.count, e = size_of(input.type);
+  const std::size_t piece = slot_bytes_ / e;
+  for (std::size_t k = 0; k < c; k += piece) {
+    const std::size_t m = std::min(piece, c - k);
+    std::memcpy(slot(rank_), static_cast<const char*>(input.data) + k * e, m * e);
     synchronize();
-    for (std::size_t r = 0; r < L; ++r) std::memcpy(output.data() + r * c + k, slot(static_cast<int>(r)), m * sizeof(float));
+    for (std::size_t r = 0; r < L; ++r)
+      std::memcpy(static_cast<char*>(output.data) + (r * c + k) * e, slot(static_cast<int>(r)), m * e);
     synchronize();
   }
-  traffic_.add(Collective::all_gather, others_share(output.size_bytes()));
+  traffic_.add(Collective::all_gather, others_share(output.bytes()));
 }
 
-void ShmCommunicator::broadcast(std::span<float> buffer, int root) {
-  for (std::size_t k = 0; k < buffer.size(); k += slot_floats_) {
-    const std::size_t m = std::min(slot_floats_, buffer.size() - k);
-    if (rank_ == root) std::memcpy(slot(root), buffer.data() + k, m * sizeof(float));
+void ShmCommunicator::run_broadcast(Buffer buffer, int root) {
+  const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
+  char* data = static_cast<char*>(buffer.data);
+  for (std::size_t k = 0; k < buffer.count; k += piece) {
+    const std::size_t m = std::min(piece, buffer.count - k);
+    if (rank_ == root) std::memcpy(slot(root), data + k * e, m * e);
     synchronize();
-    if (rank_ != root) std::memcpy(buffer.data() + k, slot(root), m * sizeof(float));
+    if (rank_ != root) std::memcpy(data + k * e, slot(root), m * e);
     synchronize();
   }
-  traffic_.add(Collective::broadcast, others_share(buffer.size_bytes()));
+  traffic_.add(Collective::broadcast, others_share(buffer.bytes()));
 }
 
-void ShmCommunicator::barrier() { synchronize(Counter::barrier); }
+void ShmCommunicator::run_barrier() { synchronize(Counter::barrier); }
 
 LevelTraffic ShmCommunicator::traffic() const {
   LevelTraffic t;

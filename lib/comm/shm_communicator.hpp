@@ -24,13 +24,14 @@ class ShmCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void all_reduce(std::span<float> buffer, ReduceOp op) override;
-  void all_reduce(std::span<double> buffer, ReduceOp op) override;
-  void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) override;
-  void all_gather(std::span<const float> input, std::span<float> output) override;
-  void broadcast(std::span<float> buffer, int root) override;
-  void barrier() override;
   LevelTraffic traffic() const override;
+
+ protected:
+  void run_all_reduce(Buffer buffer, ReduceOp op) override;
+  void run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) override;
+  void run_all_gather(Buffer input, Buffer output) override;
+  void run_broadcast(Buffer buffer, int root) override;
+  void run_barrier() override;
 
  private:
   // Every rank's writes to its slot become visible to the others (and the reverse): a
@@ -39,7 +40,8 @@ class ShmCommunicator final : public Communicator {
   // another rank's collective by mistake (a mismatch then shows up as a hang, and is diagnosed).
   enum class Counter { collective = 0, barrier = 1 };
   void synchronize(Counter which = Counter::collective);
-  float* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
+  // Rank r's slot: input half at 0, result half at slot_bytes_.
+  char* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
   std::uint64_t others_share(std::uint64_t bytes) const;  // bytes x (L-1)/L
 
   MPI_Comm comm_;
@@ -52,8 +54,8 @@ class ShmCommunicator final : public Communicator {
   int* release_[2] = {nullptr, nullptr};
   int sense_[2] = {0, 0};
   int rank_ = 0, size_ = 1;
-  std::size_t slot_floats_ = 0;
-  std::vector<float*> slots_;
+  std::size_t slot_bytes_ = 0;
+  std::vector<char*> slots_;
   TrafficCounters traffic_;
 };
 

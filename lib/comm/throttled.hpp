@@ -16,19 +16,18 @@ class ThrottledCommunicator final : public Communicator {
       : inner_(inner), rate_(bytes_per_second), latency_(latency_seconds) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
-  void all_reduce(std::span<float> b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }
-  void all_reduce(std::span<double> b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }
-  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
-    paced([&] { inner_.reduce_scatter(in, out, op); });
-  }
-  void all_gather(std::span<const float> in, std::span<float> out) override {
-    paced([&] { inner_.all_gather(in, out); });
-  }
-  void broadcast(std::span<float> b, int root) override { paced([&] { inner_.broadcast(b, root); }); }
-  void barrier() override { paced([&] { inner_.barrier(); }); }
   LevelTraffic traffic() const override { return inner_.traffic(); }
   // Seconds slept so far to emulate the slow link.
   double delayed_seconds() const { return delayed_; }
+
+ protected:
+  void run_all_reduce(Buffer b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }
+  void run_reduce_scatter(Buffer in, Buffer out, ReduceOp op) override {
+    paced([&] { inner_.reduce_scatter(in, out, op); });
+  }
+  void run_all_gather(Buffer in, Buffer out) override { paced([&] { inner_.all_gather(in, out); }); }
+  void run_broadcast(Buffer b, int root) override { paced([&] { inner_.broadcast(b, root); }); }
+  void run_barrier() override { paced([&] { inner_.barrier(); }); }
 
  private:
   template <class Call>

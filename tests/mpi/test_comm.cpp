@@ -195,6 +195,55 @@ TEST_F(Fixture, NonBlockingOperationsOverlapWorkAndCompleteInOrder) {
   }
 }
 
+TEST_F(Fixture, Bf16OperationsMoveHalfTheBytes) {
+  const int N = world.size();
+  // Small integers are exact in bf16 (8 significant bits), so sums up to 256 compare exactly.
+  auto small = [](int rank, std::size_t i) { return static_cast<float>((rank + 1) + static_cast<int>(i % 5)); };
+  for (Communicator* comm : both()) {
+    const std::size_t n = 3001;
+    std::vector<Bf16> buffer(n);
+    for (std::size_t i = 0; i < n; ++i) buffer[i] = to_bf16(small(world.rank(), i));
+    comm->all_reduce(buffer, ReduceOp::sum);
+    for (std::size_t i = 0; i < n; ++i) {
+      float expected = 0;
+      for (int r = 0; r < N; ++r) expected += small(r, i);
+      ASSERT_EQ(to_float(buffer[i]), expected) << i;
+    }
+    const ShardRange mine = shard_range(n, N, world.rank());
+    std::vector<Bf16> padded(mine.padded, Bf16{}), chunk(mine.chunk), gathered(mine.padded);
+    for (std::size_t i = 0; i < n; ++i) padded[i] = to_bf16(small(world.rank(), i));
+    comm->reduce_scatter(padded, chunk, ReduceOp::sum);
+    comm->all_gather(chunk, gathered);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(to_float(gathered[i]), to_float(buffer[i])) << i;
+    std::vector<Bf16> cast(7, to_bf16(static_cast<float>(world.rank())));
+    comm->broadcast(cast, N - 1);
+    for (const Bf16 x : cast) ASSERT_EQ(to_float(x), static_cast<float>(N - 1));
+
+    // The same number of elements in bf16 moves exactly half the bytes of fp32, on every level.
+    const std::size_t even = 3 * 4 * 5 * 1024;
+    std::vector<float> wide(even, 1.0f);
+    std::vector<Bf16> narrow(even, to_bf16(1.0f));
+    const LevelTraffic t0 = comm->traffic();
+    comm->all_reduce(wide, ReduceOp::sum);
+    const LevelTraffic t1 = comm->traffic();
+    comm->all_reduce(narrow, ReduceOp::sum);
+    const LevelTraffic t2 = comm->traffic();
+    EXPECT_EQ(t2.intra.total() - t1.intra.total(), (t1.intra.total() - t0.intra.total()) / 2);
+    EXPECT_EQ(t2.inter.total() - t1.inter.total(), (t1.inter.total() - t0.inter.total()) / 2);
+    if (N > 1) {
+      EXPECT_GT(t1.total() - t0.total(), 0u);
+    }
+  }
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(to_float(to_bf16(1.0f)), 1.0f);
+  EXPECT_EQ(to_float(to_bf16(1.00390625f)), 1.0f);       // halfway between 1 and 1+2^-7: to even
+  EXPECT_EQ(to_float(to_bf16(1.01171875f)), 1.015625f);  // halfway, rounds up to even
+  EXPECT_EQ(to_float(to_bf16(3.14159265f)), 3.140625f);
+  EXPECT_TRUE(std::isnan(to_float(to_bf16(std::nanf("")))));
+}
+
 TEST_F(Fixture, NonBlockingErrorsReachTheWaiter) {
   AsyncCommunicator async(*flat);
   std::vector<float> wrong(3), out(5);

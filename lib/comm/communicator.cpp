@@ -1,0 +1,78 @@
+#include "comm/communicator.hpp"
+
+#include "core/error.hpp"
+
+namespace st {
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_gather: return "all_gather";
+    case Collective::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+void require_reduce_scatter_shapes(const Buffer& input, const Buffer& output, int size) {
+  ST_REQUIRE(input.type == output.type, "reduce_scatter: input and output element types differ");
+  ST_REQUIRE(input.count == output.count * static_cast<std::size_t>(size),
+             "reduce_scatter: input must hold size() x output elements (pad with shard_range)");
+}
+
+void require_all_gather_shapes(const Buffer& input, const Buffer& output, int size) {
+  ST_REQUIRE(input.type == output.type, "all_gather: input and output element types differ");
+  ST_REQUIRE(output.count == input.count * static_cast<std::size_t>(size),
+             "all_gather: output must hold size() x input elements");
+}
+
+void scale_buffer(Buffer b, double factor) {
+  switch (b.type) {
+    case DataType::f32: {
+      auto* x = static_cast<float*>(b.data);
+      const float f = static_cast<float>(factor);
+#pragma omp parallel for simd schedule(static)
+      for (std::size_t i = 0; i < b.count; ++i) x[i] *= f;
+      break;
+    }
+    case DataType::f64: {
+      auto* x = static_cast<double*>(b.data);
+      for (std::size_t i = 0; i < b.count; ++i) x[i] *= factor;
+      break;
+    }
+    case DataType::bf16: {
+      auto* x = static_cast<Bf16*>(b.data);
+      const float f = static_cast<float>(factor);
+#pragma omp parallel for schedule(static)
+      for (std::size_t i = 0; i < b.count; ++i) x[i] = to_bf16(to_float(x[i]) * f);
+      break;
+    }
+  }
+}
+
+void accumulate_buffer(Buffer into, const void* from, std::size_t count) {
+  switch (into.type) {
+    case DataType::f32: {
+      auto* x = static_cast<float*>(into.data);
+      const auto* y = static_cast<const float*>(from);
+#pragma omp parallel for simd schedule(static)
+      for (std::size_t i = 0; i < count; ++i) x[i] += y[i];
+      break;
+    }
+    case DataType::f64: {
+      auto* x = static_cast<double*>(into.data);
+      const auto* y = static_cast<const double*>(from);
+      for (std::size_t i = 0; i < count; ++i) x[i] += y[i];
+      break;
+    }
+    case DataType::bf16: {
+      auto* x = static_cast<Bf16*>(into.data);
+      const auto* y = static_cast<const Bf16*>(from);
+#pragma omp parallel for schedule(static)
+      for (std::size_t i = 0; i < count; ++i) x[i] = to_bf16(to_float(x[i]) + to_float(y[i]));
+      break;
+    }
+  }
+}
+
+}  // namespace st
