@@ -108,3 +108,53 @@ LevelTraffic NcclCommunicator::traffic() const {
 }
 
 }  // namespace st
+
+namespace st {
+
+HostStagedCommunicator::HostStagedCommunicator(Communicator& host) : host_(host) {}
+
+HostStagedCommunicator::~HostStagedCommunicator() {
+  for (void* p : pinned_)
+    if (p) cudaFreeHost(p);  // a failure cannot be reported from a destructor
+}
+
+Buffer HostStagedCommunicator::stage(Buffer device, int which, bool copy_in) {
+  if (capacity_[which] < device.bytes()) {
+    if (pinned_[which]) ST_CHECK_CUDA(cudaFreeHost(pinned_[which]));
+    pinned_[which] = nullptr;
+    ST_CHECK_CUDA(cudaMallocHost(&pinned_[which], device.bytes()));
+    capacity_[which] = device.bytes();
+  }
+  if (copy_in) ST_CHECK_CUDA(cudaMemcpy(pinned_[which], device.data, device.bytes(), cudaMemcpyDeviceToHost));
+  return {pinned_[which], device.count, device.type};
+}
+
+void HostStagedCommunicator::unstage(Buffer device, Buffer host) {
+  ST_CHECK_CUDA(cudaMemcpy(device.data, host.data, device.bytes(), cudaMemcpyHostToDevice));
+}
+
+void HostStagedCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
+  const Buffer host = stage(buffer, 0, true);
+  host_.all_reduce(host, op);
+  unstage(buffer, host);
+}
+
+void HostStagedCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
+  const Buffer in = stage(input, 0, true), out = stage(output, 1, false);
+  host_.reduce_scatter(in, out, op);
+  unstage(output, out);
+}
+
+void HostStagedCommunicator::run_all_gather(Buffer input, Buffer output) {
+  const Buffer in = stage(input, 0, true), out = stage(output, 1, false);
+  host_.all_gather(in, out);
+  unstage(output, out);
+}
+
+void HostStagedCommunicator::run_broadcast(Buffer buffer, int root) {
+  const Buffer host = stage(buffer, 0, true);
+  host_.broadcast(host, root);
+  unstage(buffer, host);
+}
+
+}  // namespace st

@@ -82,3 +82,36 @@ class NcclCommunicator final : public Communicator {
 };
 
 }  // namespace st
+
+namespace st {
+
+// Runs a host communicator (MPI across nodes) on device buffers: copies them to pinned host
+// memory, runs the collective there, copies the result back. The two-level GPU composition is
+// NCCL inside the node and this across nodes, for an MPI that is not CUDA-aware.
+class HostStagedCommunicator final : public Communicator {
+ public:
+  explicit HostStagedCommunicator(Communicator& host);
+  ~HostStagedCommunicator() override;
+  HostStagedCommunicator(const HostStagedCommunicator&) = delete;
+  HostStagedCommunicator& operator=(const HostStagedCommunicator&) = delete;
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  LevelTraffic traffic() const override { return host_.traffic(); }
+
+ protected:
+  void run_all_reduce(Buffer buffer, ReduceOp op) override;
+  void run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) override;
+  void run_all_gather(Buffer input, Buffer output) override;
+  void run_broadcast(Buffer buffer, int root) override;
+  void run_barrier() override { host_.barrier(); }
+
+ private:
+  // Pinned staging areas, grown on demand: a for inputs (and in-place buffers), b for outputs.
+  Buffer stage(Buffer device, int which, bool copy_in);
+  void unstage(Buffer device, Buffer host);
+  Communicator& host_;
+  void* pinned_[2] = {nullptr, nullptr};
+  std::size_t capacity_[2] = {0, 0};
+};
+
+}  // namespace st

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "comm/cuda_check.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "comm/two_level.hpp"
 #include "comm/shard.hpp"
 #include "comm/world.hpp"
 
@@ -56,6 +58,29 @@ TEST_F(Nccl, AllReduceReduceScatterAllGatherBroadcast) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(padded[i], host[i]) << i;
   const std::uint64_t bytes = n * sizeof(float);
   EXPECT_EQ(comm->traffic().intra.of(Collective::all_reduce), 2 * (bytes * (N - 1) / N));
+}
+
+TEST_F(Nccl, TwoLevelWithNcclInsideAndStagedMpiAcross) {
+  // On one GPU host with emulated nodes of one rank each: NCCL on the (1-rank) node, MPI across
+  // through pinned host buffers.
+  World nodes(MPI_COMM_WORLD, 1);
+  NcclCommunicator intra(nodes.node_comm(), nodes.local_rank(), false);
+  MpiCommunicator across(nodes.cross_comm(), MpiCommunicator::Level::inter);
+  HostStagedCommunicator staged(across);
+  TwoLevelCommunicator two(intra, staged);
+  const int N = two.size();
+  const std::size_t n = 4099;
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = value(two.rank(), i);
+  DeviceBuffer<float> buffer(n);
+  ST_CHECK_CUDA(cudaMemcpy(buffer.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  two.all_reduce(buffer.span(), ReduceOp::sum);
+  ST_CHECK_CUDA(cudaMemcpy(host.data(), buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (std::size_t i = 0; i < n; ++i) {
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += value(r, i);
+    ASSERT_EQ(host[i], expected) << i;
+  }
 }
 
 }  // namespace
