@@ -39,6 +39,11 @@ struct TrafficCounters {
   }
 };
 
+// The share of `bytes` a ring over `size` ranks sends per rank: bytes x (N-1)/N.
+inline std::uint64_t ring_share(std::uint64_t bytes, int size) {
+  return bytes * static_cast<std::uint64_t>(size - 1) / static_cast<std::uint64_t>(size);
+}
+
 // Traffic split by level: inside a node and across nodes.
 struct LevelTraffic {
   TrafficCounters intra, inter;

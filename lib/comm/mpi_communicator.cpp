@@ -42,10 +42,6 @@ MPI_Datatype MpiCommunicator::mpi_type(DataType t) const {
   return MPI_DATATYPE_NULL;
 }
 
-std::uint64_t MpiCommunicator::ring_share(std::uint64_t bytes) const {
-  return bytes * static_cast<std::uint64_t>(size_ - 1) / static_cast<std::uint64_t>(size_);
-}
-
 void MpiCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
   for (std::size_t begin = 0; begin < b.count; begin += kPiece) {
     const std::size_t count = std::min(kPiece, b.count - begin);
@@ -53,7 +49,7 @@ void MpiCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
                                comm_));
   }
   if (op == ReduceOp::average && size_ > 1) scale_buffer(b, 1.0 / size_);
-  traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes()));
+  traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes(), size_));
 }
 
 void MpiCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
@@ -62,7 +58,7 @@ void MpiCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp o
   ST_CHECK_MPI(MPI_Reduce_scatter_block(input.data, output.data, static_cast<int>(output.count), mpi_type(input.type),
                                         sum_op(input.type), comm_));
   if (op == ReduceOp::average && size_ > 1) scale_buffer(output, 1.0 / size_);
-  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes()));
+  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes(), size_));
 }
 
 void MpiCommunicator::run_all_gather(Buffer input, Buffer output) {
@@ -70,7 +66,7 @@ void MpiCommunicator::run_all_gather(Buffer input, Buffer output) {
   ST_REQUIRE(input.count <= static_cast<std::size_t>(INT_MAX), "all_gather: chunk exceeds an MPI count");
   ST_CHECK_MPI(MPI_Allgather(input.data, static_cast<int>(input.count), mpi_type(input.type), output.data,
                              static_cast<int>(input.count), mpi_type(input.type), comm_));
-  traffic_.add(Collective::all_gather, ring_share(output.bytes()));
+  traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void MpiCommunicator::run_broadcast(Buffer b, int root) {
@@ -78,7 +74,7 @@ void MpiCommunicator::run_broadcast(Buffer b, int root) {
     const std::size_t count = std::min(kPiece, b.count - begin);
     ST_CHECK_MPI(MPI_Bcast(at(b, begin), static_cast<int>(count), mpi_type(b.type), root, comm_));
   }
-  traffic_.add(Collective::broadcast, ring_share(b.bytes()));
+  traffic_.add(Collective::broadcast, ring_share(b.bytes(), size_));
 }
 
 void MpiCommunicator::run_barrier() { ST_CHECK_MPI(MPI_Barrier(comm_)); }

@@ -29,7 +29,6 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Datatype mpi_type(DataType t) const;
   MPI_Op sum_op(DataType t) const { return t == DataType::bf16 ? bf16_sum_ : MPI_SUM; }
-  std::uint64_t ring_share(std::uint64_t bytes) const;  // bytes x (N-1)/N
   MPI_Comm comm_;
   Level level_;
   int rank_ = 0, size_ = 1;

@@ -52,10 +52,6 @@ NcclCommunicator::~NcclCommunicator() {
 
 void NcclCommunicator::finish() { ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get())); }
 
-std::uint64_t NcclCommunicator::ring_share(std::uint64_t bytes) const {
-  return bytes * static_cast<std::uint64_t>(size_ - 1) / static_cast<std::uint64_t>(size_);
-}
-
 namespace {
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::average ? ncclAvg : ncclSum; }
 ncclDataType_t nccl_type(DataType t) {
@@ -71,7 +67,7 @@ ncclDataType_t nccl_type(DataType t) {
 void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
   ST_CHECK_NCCL(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.type), nccl_op(op), comm_, stream_->get()));
   finish();
-  traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes()));
+  traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes(), size_));
 }
 
 void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
@@ -79,20 +75,20 @@ void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp 
   ST_CHECK_NCCL(ncclReduceScatter(input.data, output.data, output.count, nccl_type(input.type), nccl_op(op), comm_,
                                   stream_->get()));
   finish();
-  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes()));
+  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes(), size_));
 }
 
 void NcclCommunicator::run_all_gather(Buffer input, Buffer output) {
   require_all_gather_shapes(input, output, size_);
   ST_CHECK_NCCL(ncclAllGather(input.data, output.data, input.count, nccl_type(input.type), comm_, stream_->get()));
   finish();
-  traffic_.add(Collective::all_gather, ring_share(output.bytes()));
+  traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void NcclCommunicator::run_broadcast(Buffer b, int root) {
   ST_CHECK_NCCL(ncclBroadcast(b.data, b.data, b.count, nccl_type(b.type), root, comm_, stream_->get()));
   finish();
-  traffic_.add(Collective::broadcast, ring_share(b.bytes()));
+  traffic_.add(Collective::broadcast, ring_share(b.bytes(), size_));
 }
 
 void NcclCommunicator::run_barrier() {

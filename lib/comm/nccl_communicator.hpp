@@ -73,7 +73,6 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void finish();  // wait for the enqueued operation
-  std::uint64_t ring_share(std::uint64_t bytes) const;
   ncclComm_t comm_ = nullptr;
   std::optional<CudaStream> stream_;  // created once the device is selected
   int rank_ = 0, size_ = 1;

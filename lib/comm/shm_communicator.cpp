@@ -72,10 +72,6 @@ void ShmCommunicator::synchronize(Counter which) {
   ST_CHECK_MPI(MPI_Win_sync(window_));
 }
 
-std::uint64_t ShmCommunicator::others_share(std::uint64_t bytes) const {
-  return bytes * static_cast<std::uint64_t>(size_ - 1) / static_cast<std::uint64_t>(size_);
-}
-
 void ShmCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
   // Per piece, rank l reduces part l. It publishes only the parts the others reduce (input
@@ -110,7 +106,7 @@ void ShmCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
     }
     synchronize();  // the result halves are free again
   }
-  traffic_.add(Collective::all_reduce, 2 * others_share(buffer.bytes()));
+  traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.bytes(), size_));
 }
 
 void ShmCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
@@ -129,7 +125,7 @@ void ShmCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp o
     if (op == ReduceOp::average) scale_buffer(out, 1.0 / size_);
     synchronize();
   }
-  traffic_.add(Collective::reduce_scatter, others_share(input.bytes()));
+  traffic_.add(Collective::reduce_scatter, ring_share(input.bytes(), size_));
 }
 
 void ShmCommunicator::run_all_gather(Buffer input, Buffer output) {
@@ -144,7 +140,7 @@ void ShmCommunicator::run_all_gather(Buffer input, Buffer output) {
       std::memcpy(static_cast<char*>(output.data) + (r * c + k) * e, slot(static_cast<int>(r)), m * e);
     synchronize();
   }
-  traffic_.add(Collective::all_gather, others_share(output.bytes()));
+  traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void ShmCommunicator::run_broadcast(Buffer buffer, int root) {
@@ -157,7 +153,7 @@ void ShmCommunicator::run_broadcast(Buffer buffer, int root) {
     if (rank_ != root) std::memcpy(data + k * e, slot(root), m * e);
     synchronize();
   }
-  traffic_.add(Collective::broadcast, others_share(buffer.bytes()));
+  traffic_.add(Collective::broadcast, ring_share(buffer.bytes(), size_));
 }
 
 void ShmCommunicator::run_barrier() { synchronize(Counter::barrier); }

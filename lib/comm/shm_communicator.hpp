@@ -42,7 +42,6 @@ class ShmCommunicator final : public Communicator {
   void synchronize(Counter which = Counter::collective);
   // Rank r's slot: input half at 0, result half at slot_bytes_.
   char* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
-  std::uint64_t others_share(std::uint64_t bytes) const;  // bytes x (L-1)/L
 
   MPI_Comm comm_;
   Level level_;
