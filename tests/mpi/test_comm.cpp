@@ -36,9 +36,9 @@ struct Fixture : ::testing::Test {
     inter = std::make_unique<MpiCommunicator>(world.cross_comm(), MpiCommunicator::Level::inter);
     two_level = std::make_unique<TwoLevelCommunicator>(*intra, *inter);
     // Every rank of these tests shares one host: shared memory works over any group of them.
-    // A small slot makes the larger buffers go through in several pieces.
-    shm_world = std::make_unique<ShmCommunicator>(world.comm(), ShmCommunicator::Level::intra, 4096);
-    shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), ShmCommunicator::Level::intra, 4096);
+    // A small slot (64 KiB) makes the larger buffers go through in several pieces.
+    shm_world = std::make_unique<ShmCommunicator>(world.comm(), ShmCommunicator::Level::intra, 65536);
+    shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), ShmCommunicator::Level::intra, 65536);
     shm_two_level = std::make_unique<TwoLevelCommunicator>(*shm_node, *inter);
   }
   std::vector<Communicator*> both() { return {flat.get(), two_level.get(), shm_world.get(), shm_two_level.get()}; }
