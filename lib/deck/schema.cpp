@@ -150,6 +150,10 @@ std::vector<KeySpec> build_schema() {
               "(emulates several nodes on one host); the world size must be a multiple of K. When this is 0 the "
               "environment variable SHARDTRAIN_RANKS_PER_NODE, if set, gives K.",
               store(&C::parallel, &ParallelConfig::ranks_per_node)),
+      real("parallel", "bucket_mb", "25", 0.0, 1e6,
+           "ddp: gradient MiB per all-reduce; each bucket's all-reduce starts during the last micro-batch's "
+           "backward as soon as its layers are done (0: one all-reduce after backward).",
+           store(&C::parallel, &ParallelConfig::bucket_mb)),
       choice("parallel", "collectives", "\"auto\"", {"auto", "flat", "two_level"},
              "flat: one ring over all ranks. two_level: inside the node, then across nodes, then inside "
              "again (needs equal nodes of consecutive ranks). auto: two_level when there are several such "

@@ -27,6 +27,9 @@ class Strategy : public SegmentHooks {
   // Where the model accumulates this micro-batch's gradients.
   virtual std::span<float> grads() = 0;
   virtual void zero_grads() = 0;
+  // Called before each micro-batch's forward; `last` marks the one whose backward completes
+  // the step's gradients (reductions may start during it, not before).
+  virtual void begin_micro_batch(bool /*last*/) {}
   // After the last micro-batch: reduce gradients so each rank holds what it must update.
   virtual void finish_grads() = 0;
   // Squared L2 norm of the full, reduced gradient (the same on every rank).

@@ -127,6 +127,7 @@ double Trainer::train_step(std::int64_t step) {
   const std::int64_t first = plan_.first_sequence(world_.rank());
   const std::int64_t batch = train_cursor_.take();
   for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
+    strategy_->begin_micro_batch(micro + 1 == plan_.accum_steps);
     train_sampler_->fill(batch, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
     loss_sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
                                 static_cast<int>(plan_.seq_len), strategy_.get());

@@ -1,5 +1,6 @@
-"""One deck, one training run: the same losses on 1, 2, 3 and 4 ranks, and with gradient
-accumulation (k micro-batches of b equal one batch of k*b)."""
+"""One deck, one training run: the same losses on 1, 2, 3 and 4 ranks, with gradient
+accumulation (k micro-batches of b equal one batch of k*b), with DDP's gradient buckets small
+(many all-reduces started during backward) or single, and on emulated nodes."""
 import os
 
 import harness as h
@@ -53,6 +54,8 @@ nodes = ["--set", "parallel.ranks_per_node=2"]
 for ranks, micro, extra, label in ((2, 0, [], "np2"), (3, 0, [], "np3"), (4, 0, [], "np4"), (1, 3, [], "np1_micro3"),
                                    (2, 2, [], "np2_micro2"), (3, 2, [], "np3_micro2"),
                                    (3, 0, ["--set", "parallel.intra_node=mpi"], "np3_mpi_collectives"),
+                                   (3, 2, ["--set", "parallel.bucket_mb=0.01"], "np3_micro2_small_buckets"),
+                                   (2, 0, ["--set", "parallel.bucket_mb=0"], "np2_one_bucket"),
                                    (4, 0, nodes, "nodes2x2_two_level"),
                                    (4, 0, nodes + ["--set", "parallel.collectives=flat"], "nodes2x2_flat")):
     loss, val, norm = run(ranks, micro, label, extra)
