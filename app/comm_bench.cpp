@@ -165,16 +165,15 @@ int bench(int argc, char** argv) {
   // As in training: the host's cores are shared among its ranks.
   omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.host_ranks()));
   const bool single_host = world.host_ranks() == world.size();
-  using Level = st::MpiCommunicator::Level;
-  st::MpiCommunicator mpi(world.comm(), world.node_count() > 1 ? Level::inter : Level::intra);
-  st::MpiCommunicator intra(world.node_comm(), Level::intra), inter(world.cross_comm(), Level::inter);
+  st::MpiCommunicator mpi(world.comm(), world.node_count() > 1 ? st::TrafficLevel::inter : st::TrafficLevel::intra);
+  st::MpiCommunicator intra(world.node_comm(), st::TrafficLevel::intra), inter(world.cross_comm(), st::TrafficLevel::inter);
   std::unique_ptr<st::ShmCommunicator> shm_world, shm_node;
   std::vector<Implementation> impls = {{"MPI", &mpi}};
   if (single_host) {
     // ST_SHM_SLOT (bytes) tries other piece sizes.
     const char* slot_env = std::getenv("ST_SHM_SLOT");
     shm_world = std::make_unique<st::ShmCommunicator>(
-        world.comm(), world.node_count() > 1 ? st::ShmCommunicator::Level::inter : st::ShmCommunicator::Level::intra,
+        world.comm(), world.node_count() > 1 ? st::TrafficLevel::inter : st::TrafficLevel::intra,
         slot_env ? std::stoul(slot_env) : std::size_t{1} << 20);
     impls.push_back({"shm", shm_world.get()});
   }

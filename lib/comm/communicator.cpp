@@ -4,16 +4,6 @@
 
 namespace st {
 
-std::string_view collective_name(Collective c) {
-  switch (c) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::all_gather: return "all_gather";
-    case Collective::broadcast: return "broadcast";
-  }
-  return "?";
-}
-
 void require_reduce_scatter_shapes(const Buffer& input, const Buffer& output, int size) {
   ST_REQUIRE(input.type == output.type, "reduce_scatter: input and output element types differ");
   ST_REQUIRE(input.count == output.count * static_cast<std::size_t>(size),

@@ -19,7 +19,6 @@ enum class ReduceOp { sum, average };
 
 enum class Collective { all_reduce, reduce_scatter, all_gather, broadcast };
 inline constexpr std::size_t kCollectiveKinds = 4;
-std::string_view collective_name(Collective c);
 
 // Bytes this rank sends, per collective, as a ring algorithm moves them on a group of N:
 // all-reduce 2 (N-1)/N of the buffer, reduce-scatter (N-1)/N of the input, all-gather (N-1)/N
@@ -45,9 +44,16 @@ inline std::uint64_t ring_share(std::uint64_t bytes, int size) {
 }
 
 // Traffic split by level: inside a node and across nodes.
+enum class TrafficLevel { intra, inter };
 struct LevelTraffic {
   TrafficCounters intra, inter;
   std::uint64_t total() const { return intra.total() + inter.total(); }
+  // One backend's counters, booked at the level its group spans.
+  static LevelTraffic at(TrafficLevel level, const TrafficCounters& counters) {
+    LevelTraffic t;
+    (level == TrafficLevel::intra ? t.intra : t.inter) = counters;
+    return t;
+  }
 };
 
 // A collective in flight. wait() blocks until it is done and rethrows its error, if any; a
@@ -70,9 +76,6 @@ class Request {
   ~Request() { finish_quietly(); }
   void wait() {
     if (done_.valid()) done_.get();
-  }
-  bool ready() const {
-    return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
 
  private:

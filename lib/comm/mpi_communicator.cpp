@@ -21,7 +21,7 @@ char* at(const Buffer& b, std::size_t element) { return static_cast<char*>(b.dat
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, Level level) : comm_(comm), level_(level) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, TrafficLevel level) : comm_(comm), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   ST_CHECK_MPI(MPI_Op_create(&add_bf16, 1, &bf16_sum_));
@@ -79,10 +79,6 @@ void MpiCommunicator::run_broadcast(Buffer b, int root) {
 
 void MpiCommunicator::run_barrier() { ST_CHECK_MPI(MPI_Barrier(comm_)); }
 
-LevelTraffic MpiCommunicator::traffic() const {
-  LevelTraffic t;
-  (level_ == Level::intra ? t.intra : t.inter) = traffic_;
-  return t;
-}
+LevelTraffic MpiCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
 
 }  // namespace st

@@ -10,8 +10,7 @@ namespace st {
 // summed by a user-defined MPI operation that adds in fp32.
 class MpiCommunicator final : public Communicator {
  public:
-  enum class Level { intra, inter };
-  MpiCommunicator(MPI_Comm comm, Level level);
+  MpiCommunicator(MPI_Comm comm, TrafficLevel level);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -30,7 +29,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Datatype mpi_type(DataType t) const;
   MPI_Op sum_op(DataType t) const { return t == DataType::bf16 ? bf16_sum_ : MPI_SUM; }
   MPI_Comm comm_;
-  Level level_;
+  TrafficLevel level_;
   int rank_ = 0, size_ = 1;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   TrafficCounters traffic_;

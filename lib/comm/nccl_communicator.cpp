@@ -33,7 +33,7 @@ int cuda_device_count(std::string& why) {
   return count;
 }
 
-NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int local_rank, bool inter) : inter_(inter) {
+NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int local_rank, TrafficLevel level) : level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(bootstrap, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(bootstrap, &size_));
   int devices = 0;
@@ -97,11 +97,7 @@ void NcclCommunicator::run_barrier() {
   finish();
 }
 
-LevelTraffic NcclCommunicator::traffic() const {
-  LevelTraffic t;
-  (inter_ ? t.inter : t.intra) = traffic_;
-  return t;
-}
+LevelTraffic NcclCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
 
 }  // namespace st
 

@@ -54,8 +54,8 @@ int cuda_device_count(std::string& why);
 class NcclCommunicator final : public Communicator {
  public:
   // Selects device (local rank mod device count) and joins a NCCL communicator with the ranks
-  // of `bootstrap`. Traffic counts as `intra` (NVLink inside a node) unless inter is true.
-  NcclCommunicator(MPI_Comm bootstrap, int local_rank, bool inter);
+  // of `bootstrap`. Traffic is counted at `level` (intra: NVLink inside a node).
+  NcclCommunicator(MPI_Comm bootstrap, int local_rank, TrafficLevel level);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -76,7 +76,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   std::optional<CudaStream> stream_;  // created once the device is selected
   int rank_ = 0, size_ = 1;
-  bool inter_ = false;
+  TrafficLevel level_;
   TrafficCounters traffic_;
 };
 

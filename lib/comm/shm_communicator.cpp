@@ -9,7 +9,7 @@
 
 namespace st {
 
-ShmCommunicator::ShmCommunicator(MPI_Comm comm, Level level, std::size_t slot_bytes) : comm_(comm), level_(level) {
+ShmCommunicator::ShmCommunicator(MPI_Comm comm, TrafficLevel level, std::size_t slot_bytes) : comm_(comm), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   slot_bytes_ = slot_bytes / 8 * 8;
@@ -158,10 +158,6 @@ void ShmCommunicator::run_broadcast(Buffer buffer, int root) {
 
 void ShmCommunicator::run_barrier() { synchronize(Counter::barrier); }
 
-LevelTraffic ShmCommunicator::traffic() const {
-  LevelTraffic t;
-  (level_ == Level::intra ? t.intra : t.inter) = traffic_;
-  return t;
-}
+LevelTraffic ShmCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
 
 }  // namespace st

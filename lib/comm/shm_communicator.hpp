@@ -14,10 +14,10 @@ class ShmCommunicator final : public Communicator {
  public:
   // comm must consist of ranks that share memory (a node communicator). Each rank's slot holds
   // two halves of slot_bytes (inputs, results); larger buffers go through in pieces.
-  // Traffic is counted as `level` (inter when the group spans emulated nodes). 1 MiB slots
+  // Traffic is counted at `level` (inter when the group spans emulated nodes). 1 MiB slots
   // gave the best bandwidth of 256 KiB to 32 MiB in docs/benchmarks.md.
-  enum class Level { intra, inter };
-  explicit ShmCommunicator(MPI_Comm comm, Level level = Level::intra, std::size_t slot_bytes = std::size_t{1} << 20);
+  explicit ShmCommunicator(MPI_Comm comm, TrafficLevel level = TrafficLevel::intra,
+                           std::size_t slot_bytes = std::size_t{1} << 20);
   ~ShmCommunicator() override;
   ShmCommunicator(const ShmCommunicator&) = delete;
   ShmCommunicator& operator=(const ShmCommunicator&) = delete;
@@ -44,7 +44,7 @@ class ShmCommunicator final : public Communicator {
   char* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
 
   MPI_Comm comm_;
-  Level level_;
+  TrafficLevel level_;
   MPI_Win window_ = MPI_WIN_NULL;
   MPI_Win control_window_ = MPI_WIN_NULL;
   // Per counter: ranks that reached the current barrier, and a flag that flips when the last

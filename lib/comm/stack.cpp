@@ -7,21 +7,19 @@ namespace st {
 CommStack::CommStack(const World& world, const Settings& settings) : world_(world) {
   const std::string& mode = settings.mode;
   const std::string& intra_node = settings.intra_node;
-  using Level = MpiCommunicator::Level;
-  using ShmLevel = ShmCommunicator::Level;
   // A flat ring over several nodes crosses between them: its bytes count as inter-node.
   const bool spans_nodes = world.node_count() > 1;
   shared_memory_ = intra_node == "shm";
   const bool single_host = world.host_ranks() == world.size();
   if (shared_memory_ && single_host)
-    flat_ = std::make_unique<ShmCommunicator>(world.comm(), spans_nodes ? ShmLevel::inter : ShmLevel::intra);
+    flat_ = std::make_unique<ShmCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra);
   else
-    flat_ = std::make_unique<MpiCommunicator>(world.comm(), spans_nodes ? Level::inter : Level::intra);
+    flat_ = std::make_unique<MpiCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra);
   if (shared_memory_)
-    intra_ = std::make_unique<ShmCommunicator>(world.node_comm(), ShmLevel::intra);
+    intra_ = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra);
   else
-    intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), Level::intra);
-  inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), Level::inter);
+    intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra);
+  inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter);
   Communicator* inter = inter_.get();
   Communicator* flat = flat_.get();
   if (settings.inter_gbps > 0 && spans_nodes) {

@@ -17,8 +17,6 @@ class ThrottledCommunicator final : public Communicator {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   LevelTraffic traffic() const override { return inner_.traffic(); }
-  // Seconds slept so far to emulate the slow link.
-  double delayed_seconds() const { return delayed_; }
 
  protected:
   void run_all_reduce(Buffer b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }
@@ -38,14 +36,10 @@ class ThrottledCommunicator final : public Communicator {
     const double sent = static_cast<double>(inner_.traffic().total() - sent_before);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double wait = latency_ + sent / rate_ - elapsed;
-    if (wait > 0) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-      delayed_ += wait;
-    }
+    if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
   }
   Communicator& inner_;
   double rate_, latency_;
-  double delayed_ = 0;
 };
 
 }  // namespace st

@@ -40,8 +40,6 @@ class Watchdog {
     Watchdog* dog_;
   };
 
-  double timeout_seconds() const { return timeout_; }
-
  private:
   struct State {
     bool active = false;

@@ -27,7 +27,7 @@ class Nccl : public ::testing::Test {
     MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (least == 0) GTEST_SKIP() << "no usable CUDA device on this machine: " << why;
     world = std::make_unique<World>(MPI_COMM_WORLD);
-    comm = std::make_unique<NcclCommunicator>(world->comm(), world->local_rank(), false);
+    comm = std::make_unique<NcclCommunicator>(world->comm(), world->local_rank(), TrafficLevel::intra);
   }
   std::unique_ptr<World> world;
   std::unique_ptr<NcclCommunicator> comm;
@@ -64,8 +64,8 @@ TEST_F(Nccl, TwoLevelWithNcclInsideAndStagedMpiAcross) {
   // On one GPU host with emulated nodes of one rank each: NCCL on the (1-rank) node, MPI across
   // through pinned host buffers.
   World nodes(MPI_COMM_WORLD, 1);
-  NcclCommunicator intra(nodes.node_comm(), nodes.local_rank(), false);
-  MpiCommunicator across(nodes.cross_comm(), MpiCommunicator::Level::inter);
+  NcclCommunicator intra(nodes.node_comm(), nodes.local_rank(), TrafficLevel::intra);
+  MpiCommunicator across(nodes.cross_comm(), TrafficLevel::inter);
   HostStagedCommunicator staged(across);
   TwoLevelCommunicator two(intra, staged);
   const int N = two.size();

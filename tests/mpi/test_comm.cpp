@@ -30,15 +30,15 @@ float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 10
 
 struct Fixture : ::testing::Test {
   Fixture() : world(MPI_COMM_WORLD, emulated_ranks_per_node()) {
-    flat = std::make_unique<MpiCommunicator>(world.comm(), world.node_count() > 1 ? MpiCommunicator::Level::inter
-                                                                                  : MpiCommunicator::Level::intra);
-    intra = std::make_unique<MpiCommunicator>(world.node_comm(), MpiCommunicator::Level::intra);
-    inter = std::make_unique<MpiCommunicator>(world.cross_comm(), MpiCommunicator::Level::inter);
+    flat = std::make_unique<MpiCommunicator>(world.comm(), world.node_count() > 1 ? TrafficLevel::inter
+                                                                                  : TrafficLevel::intra);
+    intra = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra);
+    inter = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter);
     two_level = std::make_unique<TwoLevelCommunicator>(*intra, *inter);
     // Every rank of these tests shares one host: shared memory works over any group of them.
     // A small slot (64 KiB) makes the larger buffers go through in several pieces.
-    shm_world = std::make_unique<ShmCommunicator>(world.comm(), ShmCommunicator::Level::intra, 65536);
-    shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), ShmCommunicator::Level::intra, 65536);
+    shm_world = std::make_unique<ShmCommunicator>(world.comm(), TrafficLevel::intra, 65536);
+    shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra, 65536);
     shm_two_level = std::make_unique<TwoLevelCommunicator>(*shm_node, *inter);
   }
   std::vector<Communicator*> both() { return {flat.get(), two_level.get(), shm_world.get(), shm_two_level.get()}; }
