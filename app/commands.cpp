@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
@@ -56,18 +55,10 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
     throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
                     " does not divide the " + std::to_string(world_size) + " ranks",
                 ErrorScope::all_ranks);
-  std::string problem;
-  std::optional<TokenDataset> data;
-  try {
-    data.emplace(TokenDataset::open(config.data.path, config.data.format));
-  } catch (const Error& e) {
-    problem = e.what();
-  }
-  agree_or_throw(world.comm(), problem);
-  const DataSplits splits = split_data(*data, config.data.val_fraction, config.model.seq_len);
+  const TokenDataset data = open_training_data(config, world.comm());
+  const DataSplits splits = split_data(data, config.data.val_fraction, config.model.seq_len);
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
-  const Gpt2Shape shape{config.model.n_layer, config.model.d_model, config.model.n_head, config.model.seq_len,
-                        config.model.vocab_size, padded_vocab(config.model.vocab_size, config.model.vocab_pad_to)};
+  const Gpt2Shape shape = gpt2_shape(config.model);
   const std::size_t params = make_gpt2_layout(shape).total();
   const std::size_t activations = Gpt2<float>::activation_elements(shape, static_cast<int>(plan.micro_batch));
   // ddp in fp32: parameters, gradients, Adam m and v, 4 bytes each.
@@ -79,14 +70,9 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"parameters", std::to_string(params)},
       {"model state per rank", format_bytes(state) + " (" + config.parallel.strategy + ", fp32)"},
       {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
-      {"data", data->path() + ": " + std::to_string(data->size()) + (data->byte_level() ? " bytes" : " tokens") +
-                   ", train " + std::to_string(splits.train.size()) + ", val " + std::to_string(splits.val.size())},
+      {"data", describe_data(data, splits)},
       {"run directory", resolve_out_dir(config)},
   };
-  if (data->max_token() >= config.model.vocab_size)
-    throw Error(request.deck_path + ": data file holds token id " + std::to_string(data->max_token()) +
-                    " but model.vocab_size = " + std::to_string(config.model.vocab_size),
-                ErrorScope::all_ranks);
   if (world.is_root()) std::cout << settings_table(config, derived) << "deck OK\n";
   return kExitOk;
 }

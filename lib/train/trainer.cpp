@@ -35,6 +35,33 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
   return (vocab_size + pad_to - 1) / pad_to * pad_to;
 }
 
+Gpt2Shape gpt2_shape(const ModelConfig& m) {
+  return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, padded_vocab(m.vocab_size, m.vocab_pad_to)};
+}
+
+TokenDataset open_training_data(const Config& config, MPI_Comm comm) {
+  // Every rank maps the file itself; all must succeed before anyone goes on.
+  std::string problem;
+  std::optional<TokenDataset> data;
+  try {
+    data.emplace(TokenDataset::open(config.data.path, config.data.format));
+    if (data->max_token() >= config.model.vocab_size)
+      problem = "data file '" + config.data.path + "' holds token id " + std::to_string(data->max_token()) +
+                " but model.vocab_size = " + std::to_string(config.model.vocab_size) +
+                "; set model.vocab_size to at least " + std::to_string(data->max_token() + 1) +
+                (data->byte_level() ? " (byte-level text: 256)" : "");
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree_or_throw(comm, problem);
+  return std::move(*data);
+}
+
+std::string describe_data(const TokenDataset& data, const DataSplits& splits) {
+  return data.path() + ": " + std::to_string(data.size()) + (data.byte_level() ? " bytes" : " tokens") + ", train " +
+         std::to_string(splits.train.size()) + ", val " + std::to_string(splits.val.size());
+}
+
 Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
@@ -42,23 +69,11 @@ Trainer::Trainer(const Config& config, World& world)
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
-  // Data: every rank maps the file itself; all must succeed before anyone goes on.
-  std::string problem;
-  try {
-    data_.emplace(TokenDataset::open(config.data.path, config.data.format));
-    if (data_->max_token() >= config.model.vocab_size)
-      problem = "data file '" + config.data.path + "' holds token id " + std::to_string(data_->max_token()) +
-                " but model.vocab_size = " + std::to_string(config.model.vocab_size) + "; set model.vocab_size to at least " +
-                std::to_string(data_->max_token() + 1) + (data_->byte_level() ? " (byte-level text: 256)" : "");
-  } catch (const Error& e) {
-    problem = e.what();
-  }
-  agree_or_throw(world.comm(), problem);
+  data_.emplace(open_training_data(config, world.comm()));
   splits_ = split_data(*data_, config.data.val_fraction, config.model.seq_len);
   plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
 
-  shape_ = {config.model.n_layer, config.model.d_model, config.model.n_head, config.model.seq_len,
-            config.model.vocab_size, padded_vocab(config.model.vocab_size, config.model.vocab_pad_to)};
+  shape_ = gpt2_shape(config.model);
   model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch));
   strategy_ = make_strategy(config.parallel, model_->layout(), adamw_settings(config.optimizer), comms_.collectives());
   // Every rank initialises from the same seed, so replicas start equal without a broadcast.
@@ -99,8 +114,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
       {"parameters", std::to_string(model_->layout().total()) + " (" + std::to_string(model_->layout().segments().size()) +
                          " segments)"},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
-      {"data", data_->path() + ": " + std::to_string(data_->size()) + (data_->byte_level() ? " bytes" : " tokens") +
-                   ", train " + std::to_string(splits_.train.size()) + ", val " + std::to_string(splits_.val.size())},
+      {"data", describe_data(*data_, splits_)},
       {"model state per rank", format_bytes(static_cast<double>(memory.total())) + " (params " +
                                    format_bytes(static_cast<double>(memory.params)) + ", grads " +
                                    format_bytes(static_cast<double>(memory.grads)) + ", Adam " +

@@ -59,5 +59,12 @@ class Trainer {
 
 // Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
+// The deck's model shape, vocabulary padded per model.vocab_pad_to.
+Gpt2Shape gpt2_shape(const ModelConfig& model);
+// Maps data.path on every rank and checks that its token ids fit model.vocab_size; if any rank
+// fails, every rank throws the same Error (scope: all ranks).
+TokenDataset open_training_data(const Config& config, MPI_Comm comm);
+// "data/x.txt: 2483683 bytes, train 2359499, val 124184", for the settings table.
+std::string describe_data(const TokenDataset& data, const DataSplits& splits);
 
 }  // namespace st

@@ -26,8 +26,15 @@ p = run(["check", "inputs/default.toml"])
 h.check(p.returncode == 0 and "deck OK" in p.stdout, "the default deck checks out")
 for key in ("run.steps", "model.n_layer", "data.path", "optimizer.lr", "parallel.strategy", "checkpoint.every"):
     h.check(f"| {key} " in p.stdout, f"the settings table shows {key}")
-h.check("inputs/default.toml:" in p.stdout and "| default" in p.stdout or " default\n" in p.stdout,
-        "the table says where each value came from")
+import re  # noqa: E402
+steps_line = next(i for i, line in enumerate(open(os.path.join(args.source, "inputs/default.toml")), 1)
+                  if line.startswith("steps"))
+h.check(re.search(r"\| run\.steps +\| 900 +\| inputs/default\.toml:%d\n" % steps_line, p.stdout) is not None,
+        "the table says a deck value came from its file and line")
+h.check(re.search(r"\| run\.threads +\| 0 +\| default\n", p.stdout) is not None,
+        "the table says an unset key took its default")
+p2 = run(["check", "inputs/default.toml", "--set", "run.seed=7"])
+h.check(re.search(r"\| run\.seed +\| 7 +\| --set\n", p2.stdout) is not None, "the table says a value came from --set")
 
 p = run(["check", "inputs/default.toml", "--ranks", "5"])
 h.check(p.returncode != 0 and "cannot be split over 5 ranks" in p.stderr,
