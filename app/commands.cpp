@@ -12,6 +12,7 @@
 #include "deck/read.hpp"
 #include "deck/schema.hpp"
 #include "model/gpt2.hpp"
+#include "parallel/plan.hpp"
 #include "train/report.hpp"
 #include "train/run_dir.hpp"
 #include "train/trainer.hpp"
@@ -45,6 +46,7 @@ int run_deck(const DeckRequest& request, World& world) {
   World training_world(world.comm(), ranks_per_node(config));
   Trainer trainer(config, training_world);
   trainer.run();
+  if (!request.save_params.empty()) trainer.save_params(request.save_params);
   return kExitOk;
 }
 
@@ -59,16 +61,27 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const DataSplits splits = split_data(data, config.data.val_fraction, config.model.seq_len);
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
   const Gpt2Shape shape = gpt2_shape(config.model);
-  const std::size_t params = make_gpt2_layout(shape).total();
+  const ParamLayout layout = make_gpt2_layout(shape);
   const std::size_t activations = Gpt2<float>::activation_elements(shape, static_cast<int>(plan.micro_batch));
-  // ddp in fp32: parameters, gradients, Adam m and v, 4 bytes each.
-  const double state = 16.0 * static_cast<double>(params);
+  const auto& p = config.parallel;
+  int group = world_size;
+  if (p.strategy == "hsdp") {
+    const int node = ranks_per_node(config);
+    group = hsdp_group_size(p, world_size, node > 0 ? node : ranks > 0 ? world_size : world.local_size(), request.deck_path);
+  }
+  const StrategyPlan predicted = plan_strategy(layout, p.strategy, p.precision, world_size, group, plan.accum_steps);
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  const MemoryReport& m = predicted.memory;
+  std::string traffic = b(predicted.group_bytes) + (p.strategy == "hsdp" ? " within groups of " + std::to_string(group) : "");
+  if (p.strategy == "hsdp") traffic += ", " + b(predicted.replica_bytes) + " across groups";
   const std::vector<std::pair<std::string, std::string>> derived = {
       {"world size", std::to_string(world_size) + " ranks" + (ranks > 0 ? " (--ranks)" : "")},
       {"micro-batches per step", std::to_string(plan.accum_steps) + " x " + std::to_string(plan.micro_batch) +
                                      " sequences per rank"},
-      {"parameters", std::to_string(params)},
-      {"model state per rank", format_bytes(state) + " (" + config.parallel.strategy + ", fp32)"},
+      {"parameters", std::to_string(layout.total())},
+      {"model state per rank", b(m.model_state()) + " (" + p.strategy + ", " + p.precision + ": params " + b(m.params) +
+                                   ", grads " + b(m.grads) + ", optimizer " + b(m.optimizer) + "; largest rank)"},
+      {"comm per step per rank", traffic},
       {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
       {"data", describe_data(data, splits)},
       {"run directory", resolve_out_dir(config)},
@@ -99,6 +112,8 @@ int main_with_mpi(int argc, char** argv) {
   };
   auto* run = cli.add_subcommand("run", "Train on the deck's settings");
   add_deck_options(run);
+  run->add_option("--save-params", request.save_params,
+                  "After training, write the full fp32 parameters (flat layout, raw little-endian float32) here");
   auto* check = cli.add_subcommand("check", "Validate the deck and its data, print the resolved settings, exit");
   add_deck_options(check);
   check->add_option("--ranks", ranks, "Plan for this many ranks instead of the job's size")->check(CLI::PositiveNumber);

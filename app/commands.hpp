@@ -10,6 +10,7 @@ namespace st::app {
 struct DeckRequest {
   std::string deck_path;
   std::vector<std::string> overrides;  // --set section.key=value
+  std::string save_params;             // run --save-params FILE
 };
 
 // `shardtrain run DECK`: train. Returns the exit code.

@@ -21,10 +21,11 @@ AsyncCommunicator::~AsyncCommunicator() {
   worker_.join();
 }
 
-Request AsyncCommunicator::submit(std::function<void()> work) {
-  std::packaged_task<void()> task([this, work = std::move(work)] {
+Request AsyncCommunicator::submit(const char* op, std::uint64_t bytes, std::function<void()> work) {
+  std::packaged_task<void()> task([this, op, bytes, work = std::move(work)] {
     // The counters are read by the training thread between steps; updates happen under the lock.
     std::lock_guard<std::mutex> lock(counter_mutex_);
+    Timeline::Span span(timeline_, track_.c_str(), op, bytes);
     work();
   });
   Request request(task.get_future());

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/communicator.hpp"
+#include "core/timeline.hpp"
 
 namespace st {
 
@@ -25,14 +26,20 @@ class AsyncCommunicator final : public Communicator {
   int size() const override { return inner_.size(); }
   LevelTraffic traffic() const override;
 
+  // Each operation becomes a span on `track` of the timeline while it is enabled.
+  void trace_to(Timeline* timeline, std::string track) {
+    timeline_ = timeline;
+    track_ = std::move(track);
+  }
+
   Request start_all_reduce(Buffer b, ReduceOp op) override {
-    return submit([this, b, op] { inner_.all_reduce(b, op); });
+    return submit("all_reduce", b.bytes(), [this, b, op] { inner_.all_reduce(b, op); });
   }
   Request start_reduce_scatter(Buffer in, Buffer out, ReduceOp op) override {
-    return submit([this, in, out, op] { inner_.reduce_scatter(in, out, op); });
+    return submit("reduce_scatter", in.bytes(), [this, in, out, op] { inner_.reduce_scatter(in, out, op); });
   }
   Request start_all_gather(Buffer in, Buffer out) override {
-    return submit([this, in, out] { inner_.all_gather(in, out); });
+    return submit("all_gather", out.bytes(), [this, in, out] { inner_.all_gather(in, out); });
   }
   using Communicator::start_all_gather;
   using Communicator::start_all_reduce;
@@ -42,11 +49,13 @@ class AsyncCommunicator final : public Communicator {
   void run_all_reduce(Buffer b, ReduceOp op) override { start_all_reduce(b, op).wait(); }
   void run_reduce_scatter(Buffer in, Buffer out, ReduceOp op) override { start_reduce_scatter(in, out, op).wait(); }
   void run_all_gather(Buffer in, Buffer out) override { start_all_gather(in, out).wait(); }
-  void run_broadcast(Buffer b, int root) override { submit([this, b, root] { inner_.broadcast(b, root); }).wait(); }
-  void run_barrier() override { submit([this] { inner_.barrier(); }).wait(); }
+  void run_broadcast(Buffer b, int root) override {
+    submit("broadcast", b.bytes(), [this, b, root] { inner_.broadcast(b, root); }).wait();
+  }
+  void run_barrier() override { submit("barrier", 0, [this] { inner_.barrier(); }).wait(); }
 
  private:
-  Request submit(std::function<void()> work);
+  Request submit(const char* op, std::uint64_t bytes, std::function<void()> work);
   void run();
 
   Communicator& inner_;
@@ -57,6 +66,8 @@ class AsyncCommunicator final : public Communicator {
   std::deque<std::packaged_task<void()>> queue_;
   bool stop_ = false;
   std::thread worker_;
+  Timeline* timeline_ = nullptr;
+  std::string track_;
 };
 
 }  // namespace st

@@ -4,7 +4,7 @@
 
 namespace st {
 
-CommStack::CommStack(const World& world, const Settings& settings) : world_(world) {
+CommStack::CommStack(const World& world, const Settings& settings) : world_(world), settings_(settings) {
   const std::string& mode = settings.mode;
   const std::string& intra_node = settings.intra_node;
   // A flat ring over several nodes crosses between them: its bytes count as inter-node.
@@ -61,7 +61,68 @@ LevelTraffic CommStack::traffic() const {
   t.intra += b.intra;
   t.inter += a.inter;
   t.inter += b.inter;
+  for (const Lane* lane : {within_.get(), across_.get()})
+    if (lane) {
+      const LevelTraffic l = lane->backend->traffic();
+      t.intra += l.intra;
+      t.inter += l.inter;
+    }
   return t;
+}
+
+std::unique_ptr<CommStack::Lane> CommStack::make_lane(int color, const char* name) {
+  auto lane = std::make_unique<Lane>();
+  MPI_Comm split = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split(world_.comm(), color, world_.rank(), &split));
+  lane->comm = OwnedComm(split);
+  ST_CHECK_MPI(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
+  int size = 0;
+  ST_CHECK_MPI(MPI_Comm_size(split, &size));
+  // Does the group span nodes (as the job sees them, emulated or not)? Does it share memory?
+  int node_range[2] = {-world_.node(), world_.node()};
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, node_range, 2, MPI_INT, MPI_MAX, split));
+  const bool spans_nodes = -node_range[0] != node_range[1];
+  MPI_Comm host = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split_type(split, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  int host_size = 0;
+  ST_CHECK_MPI(MPI_Comm_size(host, &host_size));
+  ST_CHECK_MPI(MPI_Comm_free(&host));
+  int one_host = host_size == size ? 1 : 0;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &one_host, 1, MPI_INT, MPI_MIN, split));
+
+  const TrafficLevel level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
+  if (settings_.intra_node == "shm" && one_host)
+    lane->backend = std::make_unique<ShmCommunicator>(split, level);
+  else
+    lane->backend = std::make_unique<MpiCommunicator>(split, level);
+  Communicator* chosen = lane->backend.get();
+  if (settings_.inter_gbps > 0 && spans_nodes) {
+    lane->throttled = std::make_unique<ThrottledCommunicator>(*lane->backend, settings_.inter_gbps * 1e9,
+                                                              settings_.inter_latency_us * 1e-6);
+    chosen = lane->throttled.get();
+  }
+  lane->watchdog = std::make_unique<Watchdog>(world_.comm(), settings_.timeout_seconds);
+  lane->watched = std::make_unique<WatchedCommunicator>(*chosen, *lane->watchdog, name);
+  lane->async = std::make_unique<AsyncCommunicator>(*lane->watched);
+  return lane;
+}
+
+void CommStack::trace_to(Timeline* timeline) {
+  async_->trace_to(timeline, "comm: world");
+  if (within_) within_->async->trace_to(timeline, "comm: group");
+  if (across_) across_->async->trace_to(timeline, "comm: replicas");
+}
+
+CommStack::Groups CommStack::groups(int group_size) {
+  ST_REQUIRE(group_size >= 1 && world_.size() % group_size == 0, "group size must divide the world size");
+  if (!within_ || group_size_ != group_size) {
+    within_.reset();
+    across_.reset();
+    within_ = make_lane(world_.rank() / group_size, "group");
+    across_ = make_lane(world_.rank() % group_size, "replicas");
+    group_size_ = group_size;
+  }
+  return {*within_->async, *across_->async};
 }
 
 }  // namespace st

@@ -36,7 +36,34 @@ class CommStack {
   // Every byte sent by any of this job's communicators, by level.
   LevelTraffic traffic() const;
 
+  // Collectives within consecutive groups of group_size ranks (a sharding group) and across
+  // them (the ranks with the same place in their groups), on communicators of their own, so
+  // they may run alongside collectives(). Each is booked (and, with slow-link emulation,
+  // throttled) as inter-node when its ranks sit on different nodes. Collective over the world;
+  // group_size must divide the world size (the deck checks it).
+  struct Groups {
+    Communicator& within;
+    Communicator& across;
+  };
+  Groups groups(int group_size);
+
+  // Record every collective of collectives() and of the groups on the timeline.
+  void trace_to(Timeline* timeline);
+
  private:
+  // One group communicator: an MPI communicator of its own, its backend, watched and async.
+  struct Lane {
+    OwnedComm comm;
+    std::unique_ptr<Communicator> backend, throttled;
+    std::unique_ptr<Watchdog> watchdog;
+    std::unique_ptr<WatchedCommunicator> watched;
+    std::unique_ptr<AsyncCommunicator> async;
+  };
+  std::unique_ptr<Lane> make_lane(int color, const char* name);
+  Settings settings_;
+  std::unique_ptr<Lane> within_, across_;
+  int group_size_ = 0;
+
   const World& world_;
   std::unique_ptr<Communicator> flat_, intra_, inter_;
   std::unique_ptr<Communicator> slow_flat_, slow_inter_;  // slow-link emulation, when on

@@ -20,4 +20,7 @@ std::string format_bytes(double bytes);
 // Joins with a separator: join({"a","b"}, ", ") == "a, b".
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
 
+// A JSON string literal, quotes included, with control and non-ASCII bytes escaped.
+std::string json_string(const std::string& s);
+
 }  // namespace st

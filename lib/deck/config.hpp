@@ -11,6 +11,7 @@ struct RunConfig {
   std::int64_t steps = 0;
   std::int64_t seed = 0;
   std::int64_t log_every = 0;
+  std::int64_t trace_steps = 0;
   std::int64_t eval_every = 0;
   std::int64_t eval_batches = 0;
   std::int64_t sample_every = 0;
@@ -62,6 +63,8 @@ struct ParallelConfig {
   double inter_node_gbps = 0.0;
   double inter_node_latency_us = 0.0;
   double bucket_mb = 0.0;
+  std::int64_t shard_group = 0;
+  bool overlap = true;
 };
 
 struct CheckpointConfig {

@@ -276,17 +276,19 @@ class DeckParser {
       problems_.add(0, origin("data.micro_batch") + ": data.micro_batch = " + std::to_string(config_.data.micro_batch) +
                            " exceeds data.global_batch = " + std::to_string(config_.data.global_batch));
     if (config_.data.path.empty()) problems_.add(0, origin("data.path") + ": data.path is empty");
+    const auto& p = config_.parallel;
+    if (p.shard_group != 0 && p.strategy != "hsdp")
+      problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "
+                                                        "\"hsdp\" only (this deck has \"" + p.strategy + "\")");
   }
 
   // Keys of features this build does not have yet are refused rather than ignored.
   void refuse_unbuilt_features() {
     const auto& p = config_.parallel;
-    if (p.strategy != "ddp")
-      problems_.add(0, origin("parallel.strategy") + ": parallel.strategy = \"" + p.strategy +
-                           "\" is not available in this version of shardtrain; available: \"ddp\"");
-    if (p.precision != "fp32")
-      problems_.add(0, origin("parallel.precision") + ": parallel.precision = \"" + p.precision +
-                           "\" is not available in this version of shardtrain; available: \"fp32\"");
+    if (p.strategy == "auto")
+      problems_.add(0, origin("parallel.strategy") +
+                           ": parallel.strategy = \"auto\" (the planner) is not available in this version of "
+                           "shardtrain; choose one of \"ddp\", \"zero1\", \"zero2\", \"zero3\", \"fsdp\", \"hsdp\"");
     const auto& c = config_.checkpoint;
     if (c.every != 0)
       problems_.add(0, origin("checkpoint.every") +

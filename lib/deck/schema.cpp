@@ -62,6 +62,10 @@ std::vector<KeySpec> build_schema() {
               store(&C::run, &RunConfig::seed)),
       integer("run", "log_every", "1", 1, kMaxInt, "Print a log line every this many steps.",
               store(&C::run, &RunConfig::log_every)),
+      integer("run", "trace_steps", "0", 0, kMaxInt,
+              "Record a timeline of the first this many steps (compute per segment, each collective, each "
+              "wait) and write it per rank to <run dir>/trace.rank<R>.json (Chrome trace / Perfetto; 0: off).",
+              store(&C::run, &RunConfig::trace_steps)),
       integer("run", "eval_every", "100", 0, kMaxInt,
               "Validation loss every this many steps (0: only after the last step).",
               store(&C::run, &RunConfig::eval_every)),
@@ -154,6 +158,16 @@ std::vector<KeySpec> build_schema() {
            "ddp: gradient MiB per all-reduce; each bucket's all-reduce starts during the last micro-batch's "
            "backward as soon as its layers are done (0: one all-reduce after backward).",
            store(&C::parallel, &ParallelConfig::bucket_mb)),
+      integer("parallel", "shard_group", "0", 0, 65536,
+              "hsdp: ranks per sharding group; parameters, gradients and optimizer state are sharded inside a "
+              "group and replicated across groups. 0: the ranks of a node. Must divide the world size.",
+              store(&C::parallel, &ParallelConfig::shard_group)),
+      boolean("parallel", "overlap", "true",
+              "Overlap communication with compute: ddp starts each bucket's all-reduce during backward, "
+              "zero2/zero3/hsdp reduce-scatter segments while backward goes on, zero3/hsdp prefetch the next "
+              "segment's gather. false: every collective is waited for where it starts (to measure what "
+              "overlap hides).",
+              store(&C::parallel, &ParallelConfig::overlap)),
       choice("parallel", "collectives", "\"auto\"", {"auto", "flat", "two_level"},
              "flat: one ring over all ranks. two_level: inside the node, then across nodes, then inside "
              "again (needs equal nodes of consecutive ranks). auto: two_level when there are several such "

@@ -14,13 +14,15 @@ Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch)
     : shape_(shape), layout_(make_gpt2_layout(shape)), max_batch_(max_batch) {
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
-  wte_ = layout_.tensor("wte").offset;
-  wpe_ = layout_.tensor("wpe").offset;
-  lnfw_ = layout_.tensor("lnf.w").offset;
-  lnfb_ = layout_.tensor("lnf.b").offset;
+  const auto& segments = layout_.segments();
+  wte_ = layout_.tensor("wte").offset - segments.front().offset;
+  wpe_ = layout_.tensor("wpe").offset - segments.front().offset;
+  lnfw_ = layout_.tensor("lnf.w").offset - segments.back().offset;
+  lnfb_ = layout_.tensor("lnf.b").offset - segments.back().offset;
   for (std::int64_t l = 0; l < shape.n_layer; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
-    auto at = [&](const char* n) { return layout_.tensor(p + n).offset; };
+    const std::size_t base = segments[static_cast<std::size_t>(l) + 1].offset;
+    auto at = [&](const char* n) { return layout_.tensor(p + n).offset - base; };
     blocks_.push_back({at("ln1.w"), at("ln1.b"), at("attn.qkv.w"), at("attn.qkv.b"), at("attn.proj.w"),
                        at("attn.proj.b"), at("ln2.w"), at("ln2.b"), at("mlp.fc.w"), at("mlp.fc.b"), at("mlp.proj.w"),
                        at("mlp.proj.b")});
@@ -114,8 +116,7 @@ void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
 }
 
 template <class Real>
-double Gpt2<Real>::forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T,
-                           SegmentHooks* hooks) {
+double Gpt2<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
   ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
   B_ = B;
   T_ = T;
@@ -124,13 +125,14 @@ double Gpt2<Real>::forward(std::span<const Real> params, const int* tokens, cons
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
-  const Real* P = params.data();
   const std::size_t NC = static_cast<std::size_t>(N) * C;
 
-  if (hooks) hooks->before_forward(0);
-  kernels::encoder_forward(x0_, tokens_.data(), P + wte_, P + wpe_, B, T, C);
+  buffers.before_forward(0);
+  const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again
+  kernels::encoder_forward(x0_, tokens_.data(), E + wte_, E + wpe_, B, T, C);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    if (hooks) hooks->before_forward(l + 1);
+    buffers.before_forward(l + 1);
+    const Real* P = buffers.params(l + 1);
     const BlockOffsets& o = blocks_[l];
     BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
@@ -144,44 +146,48 @@ double Gpt2<Real>::forward(std::span<const Real> params, const int* tokens, cons
     kernels::gelu_forward(a.fch_gelu, a.fch, 4 * NC);
     kernels::linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
     kernels::add(a.res3, a.res2, tmp_, NC);
-    if (hooks) hooks->after_forward(l + 1);
+    buffers.after_forward(l + 1);
   }
   const std::size_t last = layout_.segments().size() - 1;
-  if (hooks) hooks->before_forward(last);
+  buffers.before_forward(last);
+  const Real* F = buffers.params(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  kernels::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, P + lnfw_, P + lnfb_, N, C);
-  if (hooks) hooks->after_forward(last);
-  // LM head tied to the token embedding: the embeddings segment is used a second time here.
-  kernels::linear_forward(logits_, lnf_, P + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
-  if (hooks) hooks->after_forward(0);
+  kernels::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, N, C);
+  buffers.after_forward(last);
+  // LM head tied to the token embedding.
+  kernels::linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
+  buffers.after_forward(0);
   const double total = kernels::softmax_cross_entropy_forward(logits_, losses_, targets ? targets_.data() : nullptr,
                                                               N, V, Vp);
   return targets ? total / N : 0.0;
 }
 
 template <class Real>
-void Gpt2<Real>::backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale, SegmentHooks* hooks) {
+void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
-  ST_REQUIRE(grads.size() == layout_.total(), "gradient buffer does not match the layout");
   const int B = B_, T = T_, N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  const Real* P = params.data();
-  Real* G = grads.data();
   const std::size_t NC = static_cast<std::size_t>(N) * C;
 
   // The loss is the mean over N tokens.
   kernels::softmax_cross_entropy_backward(logits_, targets_.data(), N, V, Vp, loss_scale / static_cast<Real>(N));
-  if (hooks) hooks->before_backward(0);
-  kernels::linear_backward(dtmp_, G + wte_, static_cast<Real*>(nullptr), logits_, lnf_, P + wte_, N, C, Vp, false);
+  buffers.before_backward(0);  // the embeddings: the LM head now, the encoder at the very end
+  const Real* E = buffers.params(0);
+  Real* GE = buffers.grads(0);
+  kernels::linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_, lnf_, E + wte_, N, C, Vp, false);
   const std::size_t last = layout_.segments().size() - 1;
-  if (hooks) hooks->before_backward(last);
+  buffers.before_backward(last);
+  const Real* F = buffers.params(last);
+  Real* GF = buffers.grads(last);
   std::memset(dres_, 0, NC * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  kernels::layernorm_backward(dres_, G + lnfw_, G + lnfb_, dtmp_, top, P + lnfw_, lnf_mean_, lnf_rstd_, N, C);
-  if (hooks) hooks->grad_ready(last);
+  kernels::layernorm_backward(dres_, GF + lnfw_, GF + lnfb_, dtmp_, top, F + lnfw_, lnf_mean_, lnf_rstd_, N, C);
+  buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
-    if (hooks) hooks->before_backward(l + 1);
+    buffers.before_backward(l + 1);
+    const Real* P = buffers.params(l + 1);
+    Real* G = buffers.grads(l + 1);
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
@@ -195,11 +201,26 @@ void Gpt2<Real>::backward(std::span<const Real> params, std::span<Real> grads, R
     kernels::attention_backward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C, NH);
     kernels::linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
     kernels::layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
-    if (hooks) hooks->grad_ready(l + 1);
+    buffers.grad_ready(l + 1);
   }
-  kernels::encoder_backward(G + wte_, G + wpe_, dres_, tokens_.data(), B, T, C);
-  if (hooks) hooks->grad_ready(0);
+  kernels::encoder_backward(GE + wte_, GE + wpe_, dres_, tokens_.data(), B, T, C);
+  buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
+}
+
+template <class Real>
+std::vector<std::size_t> Gpt2<Real>::forward_order() const {
+  std::vector<std::size_t> order;
+  for (std::size_t s = 0; s < layout_.segments().size(); ++s) order.push_back(s);
+  return order;
+}
+
+template <class Real>
+std::vector<std::size_t> Gpt2<Real>::backward_order() const {
+  const std::size_t last = layout_.segments().size() - 1;
+  std::vector<std::size_t> order{0, last};
+  for (std::size_t s = last - 1; s >= 1; --s) order.push_back(s);
+  return order;
 }
 
 template <class Real>

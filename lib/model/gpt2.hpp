@@ -31,11 +31,25 @@ class Gpt2 {
 
   // tokens and targets are B x T (T <= seq_len). Returns the mean loss over B x T (0 without
   // targets). Keeps activations for backward and probabilities for probs().
-  double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T,
-                 SegmentHooks* hooks = nullptr);
-
+  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
   // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
-  void backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale, SegmentHooks* hooks = nullptr);
+  void backward(SegmentBuffers<Real>& buffers, Real loss_scale);
+
+  // The same over whole flat buffers.
+  double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T) {
+    FlatBuffers<Real> flat(layout_, params);
+    return forward(flat, tokens, targets, B, T);
+  }
+  void backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale) {
+    FlatBuffers<Real> flat(layout_, params, grads);
+    backward(flat, loss_scale);
+  }
+
+  // The order in which forward and backward call before_forward / before_backward on segments
+  // (the embeddings, used again by the tied LM head, stay in use for the whole pass), so that a
+  // strategy can fetch the next segment while this one computes.
+  std::vector<std::size_t> forward_order() const;
+  std::vector<std::size_t> backward_order() const;
 
   // Next-token probabilities at (b, t) of the last forward (vocab_size entries).
   std::span<const Real> probs(int b, int t) const;
@@ -51,6 +65,7 @@ class Gpt2 {
   Gpt2Shape shape_;
   ParamLayout layout_;
   int max_batch_;
+  // Offsets within the owning segment: embeddings (wte, wpe), final norm (lnf), blocks.
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<BlockOffsets> blocks_;
 

@@ -1,12 +1,16 @@
 #pragma once
-// A parallel strategy owns the flat parameter, gradient and optimizer-state buffers of one rank
-// and decides when to communicate. The step loop calls it; the model calls its segment hooks.
+// A parallel strategy owns one rank's share of the parameters, gradients and optimizer state and
+// decides when to communicate. The step loop calls it; the model finds each segment's parameters
+// and gradients through it (SegmentBuffers) and calls its hooks, where it gathers, releases and
+// reduces.
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/timeline.hpp"
 #include "deck/config.hpp"
 #include "model/hooks.hpp"
 #include "model/layout.hpp"
@@ -14,32 +18,57 @@
 
 namespace st {
 
-// Bytes of model state this rank holds.
+// Bytes this rank holds. Model state (the ZeRO table's terms): parameters in their compute
+// precision, gradients, and the optimizer's fp32 state (master copy where there is one, Adam m
+// and v). On top: workspace, the high-water mark of gathered segments, gradient buffers waiting
+// for their reduction, and chunks on their way to a gather.
 struct MemoryReport {
-  std::uint64_t params = 0, grads = 0, optimizer = 0;
-  std::uint64_t total() const { return params + grads + optimizer; }
+  std::uint64_t params = 0, grads = 0, optimizer = 0, workspace = 0;
+  std::uint64_t model_state() const { return params + grads + optimizer; }
 };
 
-class Strategy : public SegmentHooks {
+class Strategy : public SegmentBuffers<float> {
  public:
-  // Parameters the model reads (for a replicated strategy, the whole model).
-  virtual std::span<float> params() = 0;
-  // Where the model accumulates this micro-batch's gradients.
-  virtual std::span<float> grads() = 0;
+  // Every rank passes the same full, flat parameters (fp32); each keeps what it holds.
+  virtual void load_params(std::span<const float> full) = 0;
+  // The full fp32 parameters (the master copy in mixed precision), on every rank. Collective.
+  virtual std::vector<float> gather_params() = 0;
+
   virtual void zero_grads() = 0;
   // Called before each micro-batch's forward; `last` marks the one whose backward completes
-  // the step's gradients (reductions may start during it, not before).
-  virtual void begin_micro_batch(bool /*last*/) {}
-  // After the last micro-batch: reduce gradients so each rank holds what it must update.
+  // the step's gradients (reductions start during it, not before).
+  virtual void begin_micro_batch(bool last) = 0;
+  // After the last micro-batch: wait for the reductions; each rank then holds the reduced
+  // gradients of what it updates.
   virtual void finish_grads() = 0;
-  // Squared L2 norm of the full, reduced gradient (the same on every rank).
+  // Squared L2 norm of the full, reduced gradient (the same on every rank). Collective.
   virtual double grad_norm_squared() = 0;
   virtual void optimizer_step(double lr, double grad_scale, std::int64_t step) = 0;
+
   virtual MemoryReport memory() const = 0;
+  // Seconds the calling thread has spent waiting for communication so far (exposed time).
+  virtual double comm_wait_seconds() const = 0;
   virtual std::string name() const = 0;
+  // One line: what is sharded over which group, and the precision.
+  virtual std::string description() const = 0;
 };
 
+// The communicators a strategy may use: the world's collectives, and for hsdp the groups.
+struct StrategyComms {
+  Communicator& world;
+  Communicator* group = nullptr;     // hsdp: within a sharding group
+  Communicator* replicas = nullptr;  // hsdp: across groups
+};
+
+struct ExecutionOrder {
+  std::vector<std::size_t> forward, backward;  // segments in the order the model uses them
+};
+
+// 0 (ddp) .. 3 (zero3, fsdp, hsdp): how much of the model state is sharded.
+int zero_stage(const std::string& strategy);
+
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const ParamLayout& layout,
-                                        const AdamWSettings& adamw, Communicator& comm);
+                                        const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
+                                        Timeline* timeline);
 
 }  // namespace st

@@ -15,13 +15,12 @@ std::string settings_table(const Config& config, const std::vector<std::pair<std
 struct StepRecord {
   std::int64_t step = 0, steps = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_second = 0, mfu = 0;
-  std::uint64_t memory_bytes = 0;
+  double exposed_comm_seconds = 0;  // of `seconds`, spent waiting for communication
+  std::uint64_t memory_bytes = 0;   // model state + workspace + activations of this rank
   std::uint64_t comm_intra_bytes = 0, comm_inter_bytes = 0;  // sent by this rank in the step
 };
 std::string step_line(const StepRecord& r);
 std::string step_json(const StepRecord& r);
 
-// A JSON string literal with escapes.
-std::string json_string(const std::string& s);
 
 }  // namespace st

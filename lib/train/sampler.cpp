@@ -8,7 +8,7 @@
 
 namespace st {
 
-std::vector<int> generate(Gpt2<float>& model, std::span<const float> params, std::vector<int> context, int count,
+std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
                           double temperature, std::uint64_t seed) {
   const auto window = static_cast<std::size_t>(model.shape().seq_len);
   NormalStream random(seed, hash_name("sample"));
@@ -16,7 +16,7 @@ std::vector<int> generate(Gpt2<float>& model, std::span<const float> params, std
   for (int i = 0; i < count; ++i) {
     const std::size_t start = context.size() > window ? context.size() - window : 0;
     const int T = static_cast<int>(context.size() - start);
-    model.forward(params, context.data() + start, nullptr, 1, T);
+    model.forward(buffers, context.data() + start, nullptr, 1, T);
     const auto probs = model.probs(0, T - 1);
     // p^(1/temperature), renormalised: the same as a softmax of logits / temperature.
     weights.assign(probs.size(), 0.0);

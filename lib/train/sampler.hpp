@@ -11,7 +11,9 @@ namespace st {
 
 // Appends `count` sampled tokens to `context` (temperature-scaled softmax, seeded draws); the
 // model sees at most its last seq_len tokens.
-std::vector<int> generate(Gpt2<float>& model, std::span<const float> params, std::vector<int> context, int count,
+// With a sharded strategy as `buffers` every rank of its group must call it (the forward passes
+// gather segments).
+std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
                           double temperature, std::uint64_t seed);
 
 // Byte tokens as printable text (other bytes as \xNN); wider vocabularies as token ids.

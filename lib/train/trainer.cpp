@@ -1,6 +1,9 @@
 #include "train/trainer.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -30,6 +33,19 @@ CommStack::Settings comm_settings(const ParallelConfig& p) {
 constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
 
 }  // namespace
+
+int hsdp_group_size(const ParallelConfig& p, int world_size, int node_size, const std::string& deck_path) {
+  const int group = p.shard_group > 0 ? static_cast<int>(p.shard_group) : node_size;
+  if (world_size % group != 0)
+    throw Error(deck_path + ": hsdp's sharding group of " + std::to_string(group) + " ranks (" +
+                    (p.shard_group > 0 ? "parallel.shard_group = " + std::to_string(group)
+                                       : std::string("parallel.shard_group = 0: the ranks of a node")) +
+                    ") does not divide the world of " + std::to_string(world_size) +
+                    " ranks; hsdp needs groups of equal size: set parallel.shard_group to a divisor of " +
+                    std::to_string(world_size),
+                ErrorScope::all_ranks);
+  return group;
+}
 
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
   return (vocab_size + pad_to - 1) / pad_to * pad_to;
@@ -65,7 +81,8 @@ std::string describe_data(const TokenDataset& data, const DataSplits& splits) {
 Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
-      comms_(world, comm_settings(config.parallel)) {
+      comms_(world, comm_settings(config.parallel)),
+      timeline_(config.run.trace_steps > 0) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
@@ -75,9 +92,28 @@ Trainer::Trainer(const Config& config, World& world)
 
   shape_ = gpt2_shape(config.model);
   model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch));
-  strategy_ = make_strategy(config.parallel, model_->layout(), adamw_settings(config.optimizer), comms_.collectives());
-  // Every rank initialises from the same seed, so replicas start equal without a broadcast.
-  model_->init_params(strategy_->params(), static_cast<std::uint64_t>(config.run.seed));
+  StrategyComms comms{comms_.collectives()};
+  if (config.parallel.strategy == "hsdp") {
+    if (config.parallel.shard_group == 0 && !world.uniform())
+      throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
+                                     "different numbers of ranks (or a node's ranks are not consecutive); set "
+                                     "parallel.shard_group",
+                  ErrorScope::all_ranks);
+    const auto groups =
+        comms_.groups(hsdp_group_size(config.parallel, world.size(), world.local_size(), config.deck_path));
+    comms.group = &groups.within;
+    comms.replicas = &groups.across;
+  }
+  comms_.trace_to(&timeline_);
+  strategy_ = make_strategy(config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
+                            adamw_settings(config.optimizer), comms, &timeline_);
+  {
+    // Every rank initialises the whole model from the same seed and keeps its part, so all start
+    // from the same parameters without a broadcast.
+    std::vector<float> full(model_->layout().total());
+    model_->init_params(full, static_cast<std::uint64_t>(config.run.seed));
+    strategy_->load_params(full);
+  }
 
   const auto seed = static_cast<std::uint64_t>(config.run.seed);
   train_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.train, seed, kTrainStream, config.model.seq_len);
@@ -115,9 +151,10 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
                          " segments)"},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
       {"data", describe_data(*data_, splits_)},
-      {"model state per rank", format_bytes(static_cast<double>(memory.total())) + " (params " +
+      {"strategy", strategy_->description()},
+      {"model state per rank", format_bytes(static_cast<double>(memory.model_state())) + " (params " +
                                    format_bytes(static_cast<double>(memory.params)) + ", grads " +
-                                   format_bytes(static_cast<double>(memory.grads)) + ", Adam " +
+                                   format_bytes(static_cast<double>(memory.grads)) + ", optimizer " +
                                    format_bytes(static_cast<double>(memory.optimizer)) + ")"},
       {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
       {"measured sgemm rate", gf.str()},
@@ -143,11 +180,12 @@ double Trainer::train_step(std::int64_t step) {
   for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
     strategy_->begin_micro_batch(micro + 1 == plan_.accum_steps);
     train_sampler_->fill(batch, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
-    loss_sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
-                                static_cast<int>(plan_.seq_len), strategy_.get());
-    model_->backward(strategy_->params(), strategy_->grads(), loss_scale, strategy_.get());
+    loss_sum += model_->forward(*strategy_, tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
+                                static_cast<int>(plan_.seq_len));
+    model_->backward(*strategy_, loss_scale);
   }
   strategy_->finish_grads();
+  Timeline::Span span(&timeline_, "compute", "clip and update");
 
   const double grad_norm = std::sqrt(strategy_->grad_norm_squared());
   const double clip = config_.optimizer.grad_clip;
@@ -169,7 +207,7 @@ double Trainer::validation_loss() {
   for (std::int64_t batch = 0; batch < config_.run.eval_batches; ++batch)
     for (std::int64_t micro = 0; micro < per_rank / plan_.micro_batch; ++micro) {
       val_sampler_->fill(batch, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
-      sum += model_->forward(strategy_->params(), tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
+      sum += model_->forward(*strategy_, tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
                              static_cast<int>(plan_.seq_len));
     }
   comms_.collectives().all_reduce(std::span<double>(&sum, 1), ReduceOp::sum);
@@ -177,7 +215,8 @@ double Trainer::validation_loss() {
 }
 
 void Trainer::print_sample(std::int64_t step) {
-  if (!world_.is_root() || config_.run.sample_tokens == 0) return;
+  // Every rank generates (a sharded strategy gathers segments collectively); rank 0 prints.
+  if (config_.run.sample_tokens == 0) return;
   std::vector<int> context;
   if (data_->byte_level()) {
     for (unsigned char c : config_.run.sample_prompt) context.push_back(c);
@@ -186,8 +225,9 @@ void Trainer::print_sample(std::int64_t step) {
     context.push_back((*data_)[splits_.val.begin]);  // a token that occurs in the data
   }
   const std::size_t prompt = context.size();
-  const auto tokens = generate(*model_, strategy_->params(), context, static_cast<int>(config_.run.sample_tokens),
+  const auto tokens = generate(*model_, *strategy_, context, static_cast<int>(config_.run.sample_tokens),
                                config_.run.sample_temperature, static_cast<std::uint64_t>(config_.run.seed) + step);
+  if (!world_.is_root()) return;
   say("---- sample after step " + std::to_string(step) + " ----");
   say(render_tokens(std::vector<int>(tokens.begin(), tokens.end()), data_->byte_level()));
   say("----");
@@ -210,19 +250,24 @@ TrainSummary Trainer::run() {
   const double flops_per_step =
       gpt2_train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
       static_cast<double>(plan_.ranks);
-  const std::uint64_t model_state = strategy_->memory().total() + model_->activation_bytes();
+  say(memory_line("at start"));
 
   for (std::int64_t step = 0; step < config_.run.steps; ++step) {
+    timeline_.set_enabled(step < config_.run.trace_steps);
     Stopwatch clock;
     const double loss = train_step(step);
     const double seconds = clock.seconds();
     const LevelTraffic traffic = comms_.traffic();
+    const double waited = strategy_->comm_wait_seconds();
+    const MemoryReport memory = strategy_->memory();
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
-                      flops_per_step / seconds / sgemm_flops_, model_state,
+                      flops_per_step / seconds / sgemm_flops_, waited - waited_seen_,
+                      memory.model_state() + memory.workspace + model_->activation_bytes(),
                       traffic.intra.total() - traffic_seen_.intra.total(),
                       traffic.inter.total() - traffic_seen_.inter.total()};
+    waited_seen_ = waited;
     traffic_seen_ = traffic;
     if (step == 0) summary.first_loss = loss;
     summary.last_loss = loss;
@@ -241,8 +286,50 @@ TrainSummary Trainer::run() {
                         std::to_string(summary.last_val_loss) + "}");
     }
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
+    if (step == 0 || last) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
   }
+  timeline_.set_enabled(false);
+  write_traces();
   return summary;
+}
+
+std::string Trainer::memory_line(const char* when) const {
+  const MemoryReport m = strategy_->memory();
+  const std::uint64_t activations = model_->activation_bytes();
+  const std::uint64_t total = m.model_state() + m.workspace + activations;
+  unsigned long long largest = total;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, world_.comm()));
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  if (world_.is_root())
+    run_dir_->metric("{\"kind\":\"memory\",\"when\":" + json_string(when) + ",\"params\":" + std::to_string(m.params) +
+                     ",\"grads\":" + std::to_string(m.grads) + ",\"optimizer\":" + std::to_string(m.optimizer) +
+                     ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" + std::to_string(activations) +
+                     ",\"total\":" + std::to_string(total) + ",\"largest_rank_total\":" + std::to_string(largest) + "}");
+  return std::string("memory per rank ") + when + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
+         b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) + " = " + b(total) +
+         " on rank 0 (largest rank " + b(largest) + ")";
+}
+
+void Trainer::write_traces() {
+  if (config_.run.trace_steps == 0) return;
+  // Every rank writes its own file; the directory's name is the same on every rank.
+  const std::string& dir = run_dir_->path();
+  const std::string path = dir + "/trace.rank" + std::to_string(world_.rank()) + ".json";
+  std::ofstream out(path);
+  out << timeline_.json(world_.rank());
+  out.close();
+  if (!out) throw Error("cannot write the timeline to " + path + ": " + std::strerror(errno));
+  say("timeline of the first " + std::to_string(std::min(config_.run.trace_steps, config_.run.steps)) + " step(s): " + dir +
+      "/trace.rank<R>.json (open in https://ui.perfetto.dev or chrome://tracing)");
+}
+
+void Trainer::save_params(const std::string& path) {
+  const std::vector<float> full = strategy_->gather_params();
+  if (!world_.is_root()) return;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(full.data()), static_cast<std::streamsize>(full.size() * sizeof(float)));
+  out.close();
+  if (!out) throw Error("cannot write parameters to " + path + ": " + std::strerror(errno));
 }
 
 }  // namespace st

@@ -28,6 +28,9 @@ class Trainer {
   Trainer(const Config& config, World& world);
   ~Trainer();
   TrainSummary run();
+  // The full fp32 parameters (master copy in mixed precision) as raw little-endian float32 in
+  // flat-layout order, written by rank 0. Collective.
+  void save_params(const std::string& path);
 
   // The derived settings (world, batches, parameters, threads) for the settings table.
   std::vector<std::pair<std::string, std::string>> derived_settings() const;
@@ -37,6 +40,8 @@ class Trainer {
   double train_step(std::int64_t step);
   double validation_loss();
   void print_sample(std::int64_t step);
+  std::string memory_line(const char* when) const;
+  void write_traces();
 
   const Config& config_;
   World& world_;
@@ -47,6 +52,7 @@ class Trainer {
   Gpt2Shape shape_;
   std::unique_ptr<Gpt2<float>> model_;
   CommStack comms_;
+  Timeline timeline_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
   std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
@@ -54,9 +60,12 @@ class Trainer {
   std::vector<int> tokens_, targets_;
   double sgemm_flops_ = 0;
   LevelTraffic traffic_seen_;
-  double last_grad_norm_ = 0, last_lr_ = 0;
+  double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
 };
 
+// hsdp's sharding group: parallel.shard_group ranks, or node_size (the ranks of a node); throws
+// Error (all ranks) naming the key if it does not divide the world.
+int hsdp_group_size(const ParallelConfig& parallel, int world_size, int node_size, const std::string& deck_path);
 // Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
 // The deck's model shape, vocabulary padded per model.vocab_pad_to.

@@ -36,8 +36,12 @@ cases = [
      ["malformed TOML in", "deck.toml:6"]),
     ("unknown section", GOOD + "[optimiser]\nlr = 1e-3\n", [],
      ["unknown section [optimiser]; did you mean [optimizer]?"]),
-    ("feature not built yet", GOOD + '[parallel]\nstrategy = "zero3"\n', [],
-     ['parallel.strategy = "zero3" is not available in this version of shardtrain; available: "ddp"']),
+    ("unknown strategy", GOOD + '[parallel]\nstrategy = "zero4"\n', [],
+     ['parallel.strategy = "zero4"', '"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"']),
+    ("planner not built yet", GOOD + '[parallel]\nstrategy = "auto"\n', [],
+     ['parallel.strategy = "auto" (the planner) is not available']),
+    ("shard_group without hsdp", GOOD + '[parallel]\nstrategy = "zero3"\nshard_group = 2\n', [],
+     ['parallel.shard_group applies to parallel.strategy = "hsdp" only (this deck has "zero3")']),
     ("bad override", GOOD, ["--set", "optimizer.lrr=1"],
      ["--set optimizer.lrr=1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?"]),
     ("missing data file", GOOD.replace(corpus, "/nonexistent/corpus.txt"), [],
@@ -45,6 +49,10 @@ cases = [
     ("micro-batch that does not divide", GOOD.replace("global_batch = 6", "global_batch = 6\nmicro_batch = 4"), [],
      ["which data.micro_batch = 4 does not divide"]),
 ]
+if args.ranks % 2 == 1:
+    cases.append(("hsdp group that does not divide the world", GOOD + '[parallel]\nstrategy = "hsdp"\nshard_group = 2\n',
+                  [], [f"hsdp's sharding group of 2 ranks (parallel.shard_group = 2) does not divide the world of "
+                       f"{args.ranks} ranks"]))
 if args.ranks > 1:
     cases.append(("emulated node size that does not divide the ranks", GOOD + "[parallel]\nranks_per_node = 2\n", [],
                   [f"parallel.ranks_per_node = 2 does not divide the {args.ranks} ranks"]))

@@ -132,13 +132,28 @@ TEST(Deck, CombinationsAreChecked) {
 }
 
 TEST(Deck, FeaturesNotBuiltYetAreRefusedNotIgnored) {
-  for (const char* strategy : {"zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"}) {
-    const std::string e = error_of(kMinimal, {std::string("parallel.strategy=") + strategy});
-    EXPECT_NE(e.find("is not available in this version of shardtrain; available: \"ddp\""), std::string::npos) << e;
-  }
+  const std::string e = error_of(kMinimal, {"parallel.strategy=auto"});
+  EXPECT_NE(e.find("parallel.strategy = \"auto\" (the planner) is not available"), std::string::npos) << e;
   EXPECT_NE(error_of(kMinimal, {"checkpoint.every=10"}).find("checkpoints are not available"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"checkpoint.resume=latest"}).find("resuming is not available"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"parallel.precision=bf16"}).find("not available"), std::string::npos);
+}
+
+TEST(Deck, EveryStrategyAndPrecisionIsAccepted) {
+  for (const char* strategy : {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"})
+    for (const char* precision : {"fp32", "bf16"}) {
+      const Config c = parse_deck(kMinimal, "deck.toml",
+                                  {std::string("parallel.strategy=") + strategy, std::string("parallel.precision=") + precision});
+      EXPECT_EQ(c.parallel.strategy, strategy);
+      EXPECT_EQ(c.parallel.precision, precision);
+    }
+}
+
+TEST(Deck, ShardGroupBelongsToHsdp) {
+  const std::string e = error_of(kMinimal, {"parallel.strategy=zero3", "parallel.shard_group=2"});
+  EXPECT_NE(e.find("parallel.shard_group applies to parallel.strategy = \"hsdp\" only (this deck has \"zero3\")"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=hsdp", "parallel.shard_group=2"}).parallel.shard_group, 2);
 }
 
 TEST(Deck, EveryDefaultIsValid) {

@@ -1,0 +1,465 @@
+#include "parallel/sharded.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+
+namespace st {
+namespace {
+
+constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+// Reductions in flight at once during backward: enough to overlap, few enough that the
+// workspace holding their inputs stays at a couple of segments.
+constexpr std::size_t kReductionsInFlight = 2;
+
+inline float as_float(float x) { return x; }
+inline float as_float(Bf16 x) { return to_float(x); }
+template <class T>
+inline T from_float(float x) {
+  if constexpr (std::is_same_v<T, Bf16>) return to_bf16(x);
+  else return x;
+}
+
+std::vector<std::size_t> successors(const std::vector<std::size_t>& order, std::size_t segments) {
+  std::vector<std::size_t> next(segments, kNone);
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) next[order[i]] = order[i + 1];
+  return next;
+}
+
+}  // namespace
+
+template <class T>
+ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
+                                    Communicator& group, Communicator* replicas, ShardingSettings settings,
+                                    Timeline* timeline)
+    : settings_(std::move(settings)),
+      adamw_(adamw, layout),
+      group_(group),
+      replicas_(replicas),
+      timeline_(timeline),
+      shards_(layout, group.size()),
+      rank_(group.rank()) {
+  const int stage = settings_.stage;
+  ST_REQUIRE(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3");
+  opt_parts_ = stage == 0 ? 1 : group.size();
+  opt_rank_ = stage == 0 ? 0 : rank_;
+  const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
+  if (stage < 3) full_params_.assign(shards_.padded_total(), T{});
+  if (stage < 2) full_grads_.assign(shards_.padded_total(), T{});
+  if (stage == 3) shard_params_.assign(shards_.shard_total(), T{});
+  if (stage >= 2) grad_shard_.assign(shards_.shard_total(), T{});
+  if (kMixed) master_.assign(opt_total, 0.0f);
+  adam_m_.assign(opt_total, 0.0f);
+  adam_v_.assign(opt_total, 0.0f);
+
+  const std::size_t n = shards_.segments().size();
+  param_view_.assign(n, nullptr);
+  param_copy_.assign(n, nullptr);
+  gathered_.assign(n, nullptr);
+  gather_request_.resize(n);
+  grad_buffer_.assign(n, nullptr);
+  compute_started_us_.assign(n, 0.0);
+  next_forward_ = successors(order.forward, n);
+  next_backward_ = successors(order.backward, n);
+  for (const Segment& segment : layout.segments()) segment_names_.push_back(segment.name);
+
+  // DDP buckets: consecutive segments in the order backward finishes them, each a contiguous
+  // range of the padded gradient buffer, until a bucket holds bucket_bytes.
+  bucket_of_.assign(n, 0);
+  const std::size_t bucket_elements =
+      settings_.bucket_bytes == 0 ? shards_.padded_total() : std::max<std::size_t>(1, settings_.bucket_bytes / sizeof(T));
+  for (std::size_t s = n; s-- > 0;) {
+    const SegmentShard& seg = shards_.segment(s);
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elements)
+      buckets_.push_back({seg.padded_offset, seg.padded_offset + shards_.padded(s), 0});
+    buckets_.back().begin = seg.padded_offset;
+    ++buckets_.back().segments;
+    bucket_of_[s] = buckets_.size() - 1;
+  }
+  waiting_.assign(buckets_.size(), 0);
+}
+
+template <class T>
+ShardedStrategy<T>::~ShardedStrategy() = default;
+
+template <class T>
+std::string ShardedStrategy<T>::description() const {
+  static const char* what[] = {"nothing sharded: full replicas, gradient buckets all-reduced during backward",
+                               "optimizer state sharded", "optimizer state and gradients sharded",
+                               "parameters, gradients and optimizer state sharded"};
+  std::string line = settings_.name + ": " + what[settings_.stage];
+  if (settings_.stage > 0) line += " over " + std::to_string(group_.size()) + " rank(s)";
+  if (replicas_) line += ", replicated over " + std::to_string(replicas_->size()) + " group(s)";
+  line += kMixed ? "; bf16 params/grads, fp32 master weights and Adam state" : "; fp32";
+  return line;
+}
+
+// ---- bookkeeping of collectives in flight ----
+
+template <class T>
+void ShardedStrategy<T>::wait(Request& request, const char* what) {
+  Stopwatch clock;
+  {
+    Timeline::Span span(timeline_, "compute", std::string("wait: ") + what);
+    request.wait();
+  }
+  wait_seconds_ += clock.seconds();
+}
+
+template <class T>
+void ShardedStrategy<T>::complete_oldest() {
+  Pending pending = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  wait(pending.request, "reduction");
+  if (pending.done) pending.done();
+}
+
+template <class T>
+void ShardedStrategy<T>::drain(std::size_t keep) {
+  while (in_flight_.size() > keep) complete_oldest();
+}
+
+// ---- where each segment's parameters and gradients are ----
+
+template <class T>
+std::size_t ShardedStrategy<T>::owned(std::size_t s) const {
+  return settings_.stage == 0 ? shards_.segment(s).size : shards_.owned_count(s, rank_);
+}
+
+template <class T>
+std::size_t ShardedStrategy<T>::opt_offset(std::size_t s) const {
+  return settings_.stage == 0 ? shards_.segment(s).offset : shards_.segment(s).shard_offset;
+}
+
+template <class T>
+std::span<float> ShardedStrategy<T>::master_slice(std::size_t s) {
+  const std::size_t n = owned(s);
+  if constexpr (kMixed) {
+    return {master_.data() + opt_offset(s), n};
+  } else {
+    if (settings_.stage == 3) return {shard_params_.data() + shards_.segment(s).shard_offset, n};
+    const std::size_t at = settings_.stage == 0 ? shards_.segment(s).padded_offset : shards_.owned_padded_offset(s, rank_);
+    return {full_params_.data() + at, n};
+  }
+}
+
+template <class T>
+std::span<T> ShardedStrategy<T>::grad_slice(std::size_t s) {
+  const std::size_t n = owned(s);
+  if (settings_.stage == 0) return {full_grads_.data() + shards_.segment(s).padded_offset, n};
+  if (settings_.stage == 1) return {full_grads_.data() + shards_.owned_padded_offset(s, rank_), n};
+  return {grad_shard_.data() + shards_.segment(s).shard_offset, n};
+}
+
+template <class T>
+const float* ShardedStrategy<T>::params(std::size_t s) {
+  ST_REQUIRE(param_view_[s] != nullptr, "segment parameters used outside their hooks");
+  return param_view_[s];
+}
+
+template <class T>
+float* ShardedStrategy<T>::grads(std::size_t s) {
+  if constexpr (!kMixed)
+    if (settings_.stage < 2) return full_grads_.data() + shards_.segment(s).padded_offset;
+  if (!grad_buffer_[s]) {
+    const std::size_t n = shards_.padded(s);
+    grad_buffer_[s] = float_pool_.acquire(n);
+    std::fill(grad_buffer_[s], grad_buffer_[s] + n, 0.0f);
+  }
+  return grad_buffer_[s];
+}
+
+template <class T>
+void ShardedStrategy<T>::start_gather(std::size_t s) {
+  const SegmentShard& seg = shards_.segment(s);
+  T* buffer = pool_.acquire(shards_.padded(s));
+  gathered_[s] = buffer;
+  gather_request_[s] = group_.start_all_gather(std::span<const T>(shard_params_.data() + seg.shard_offset, seg.chunk),
+                                               std::span<T>(buffer, shards_.padded(s)));
+}
+
+template <class T>
+void ShardedStrategy<T>::prefetch(const std::vector<std::size_t>& next, std::size_t s) {
+  if (settings_.stage != 3 || !settings_.overlap) return;
+  const std::size_t n = next[s];
+  if (n != kNone && !gathered_[n] && !param_view_[n]) start_gather(n);
+}
+
+template <class T>
+void ShardedStrategy<T>::acquire_params(std::size_t s) {
+  ST_REQUIRE(param_view_[s] == nullptr, "segment acquired twice");
+  if (timeline_) compute_started_us_[s] = timeline_->now_us();
+  const std::size_t n = shards_.segment(s).size;
+  const T* source = nullptr;
+  if (settings_.stage == 3) {
+    if (!gathered_[s]) start_gather(s);
+    wait(gather_request_[s], "gather");
+    source = gathered_[s];
+  } else {
+    source = full_params_.data() + shards_.segment(s).padded_offset;
+  }
+  if constexpr (kMixed) {
+    // The CPU kernels compute in fp32: an fp32 copy of the bf16 segment for as long as it is used.
+    float* copy = float_pool_.acquire(n);
+    for (std::size_t i = 0; i < n; ++i) copy[i] = to_float(source[i]);
+    param_copy_[s] = copy;
+    param_view_[s] = copy;
+    if (gathered_[s]) {
+      pool_.release(gathered_[s]);
+      gathered_[s] = nullptr;
+    }
+  } else {
+    param_view_[s] = source;
+  }
+}
+
+template <class T>
+void ShardedStrategy<T>::release_params(std::size_t s) {
+  param_view_[s] = nullptr;
+  if (param_copy_[s]) {
+    float_pool_.release(param_copy_[s]);
+    param_copy_[s] = nullptr;
+  }
+  if (gathered_[s]) {  // stage 3 in fp32: the gathered segment itself was in use
+    pool_.release(gathered_[s]);
+    gathered_[s] = nullptr;
+  }
+}
+
+// ---- hooks ----
+
+template <class T>
+void ShardedStrategy<T>::before_forward(std::size_t s) {
+  acquire_params(s);
+  prefetch(next_forward_, s);
+}
+
+template <class T>
+void ShardedStrategy<T>::after_forward(std::size_t s) {
+  release_params(s);
+  if (timeline_ && timeline_->enabled())
+    timeline_->record("compute", "forward " + segment_names_[s], compute_started_us_[s], timeline_->now_us());
+}
+
+template <class T>
+void ShardedStrategy<T>::before_backward(std::size_t s) {
+  acquire_params(s);
+  prefetch(next_backward_, s);
+}
+
+template <class T>
+void ShardedStrategy<T>::grad_ready(std::size_t s) {
+  release_params(s);
+  if (timeline_ && timeline_->enabled())
+    timeline_->record("compute", "backward " + segment_names_[s], compute_started_us_[s], timeline_->now_us());
+  if constexpr (kMixed) {
+    if (settings_.stage < 2) {
+      // Accumulate this micro-batch's fp32 gradients into the bf16 gradient buffer.
+      T* into = full_grads_.data() + shards_.segment(s).padded_offset;
+      const float* from = grad_buffer_[s];
+      for (std::size_t i = 0, n = shards_.segment(s).size; i < n; ++i) into[i] = to_bf16(to_float(into[i]) + from[i]);
+      float_pool_.release(grad_buffer_[s]);
+      grad_buffer_[s] = nullptr;
+    }
+  }
+  if (last_micro_batch_) start_reduction(s);
+}
+
+template <class T>
+void ShardedStrategy<T>::start_reduction(std::size_t s) {
+  const SegmentShard& seg = shards_.segment(s);
+  const std::size_t padded = shards_.padded(s);
+  if (settings_.stage == 0) {
+    if (group_.size() == 1) return;
+    const std::size_t b = bucket_of_[s];
+    if (--waiting_[b] > 0) return;
+    // Each rank's gradients are already scaled by 1/(micro-batches x ranks): a sum gives the mean.
+    const Bucket& bucket = buckets_[b];
+    in_flight_.push_back({group_.start_all_reduce(
+                              std::span<T>(full_grads_.data() + bucket.begin, bucket.end - bucket.begin), ReduceOp::sum),
+                          {}});
+    if (!settings_.overlap) drain(0);
+    return;
+  }
+  if (settings_.stage == 1) {
+    // Reduce-scatter the segment; this rank's reduced chunk replaces its slice of the buffer.
+    T* chunk = pool_.acquire(seg.chunk);
+    in_flight_.push_back({group_.start_reduce_scatter(std::span<const T>(full_grads_.data() + seg.padded_offset, padded),
+                                                      std::span<T>(chunk, seg.chunk), ReduceOp::sum),
+                          [this, s, chunk] {
+                            std::copy(chunk, chunk + owned(s), full_grads_.data() + shards_.owned_padded_offset(s, rank_));
+                            pool_.release(chunk);
+                          }});
+  } else {
+    // Reduce-scatter the segment's gradient buffer straight into this rank's gradient shard.
+    float* buffer = grad_buffer_[s];
+    grad_buffer_[s] = nullptr;
+    std::function<void()> release;
+    const T* input = nullptr;
+    if constexpr (kMixed) {
+      T* rounded = pool_.acquire(padded);
+      for (std::size_t i = 0; i < padded; ++i) rounded[i] = to_bf16(buffer[i]);
+      float_pool_.release(buffer);
+      input = rounded;
+      release = [this, rounded] { pool_.release(rounded); };
+    } else {
+      input = buffer;
+      release = [this, buffer] { float_pool_.release(buffer); };
+    }
+    in_flight_.push_back({group_.start_reduce_scatter(std::span<const T>(input, padded),
+                                                      std::span<T>(grad_shard_.data() + seg.shard_offset, seg.chunk),
+                                                      ReduceOp::sum),
+                          std::move(release)});
+  }
+  drain(settings_.overlap ? kReductionsInFlight : 0);
+}
+
+// ---- the step ----
+
+template <class T>
+void ShardedStrategy<T>::zero_grads() {
+  std::fill(full_grads_.begin(), full_grads_.end(), T{});
+  last_micro_batch_ = true;
+}
+
+template <class T>
+void ShardedStrategy<T>::begin_micro_batch(bool last) {
+  last_micro_batch_ = last;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].segments;
+}
+
+template <class T>
+void ShardedStrategy<T>::finish_grads() {
+  drain(0);
+  for (float* buffer : grad_buffer_) ST_REQUIRE(buffer == nullptr, "a segment's gradients were never reduced");
+  if (replicas_ && replicas_->size() > 1) {
+    // hsdp: every group holds the same shard layout; sum the shards across groups.
+    Request request = replicas_->start_all_reduce(std::span<T>(grad_shard_), ReduceOp::sum);
+    wait(request, "replica all-reduce");
+  }
+}
+
+template <class T>
+double ShardedStrategy<T>::grad_norm_squared() {
+  double sum = 0;
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const std::span<T> g = grad_slice(s);
+    double part = 0;
+#pragma omp parallel for reduction(+ : part) schedule(static)
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const double x = as_float(g[i]);
+      part += x * x;
+    }
+    sum += part;
+  }
+  // The shards of a group partition the gradient; replicas hold the same shards.
+  if (settings_.stage > 0 && group_.size() > 1) group_.all_reduce(std::span<double>(&sum, 1), ReduceOp::sum);
+  return sum;
+}
+
+template <class T>
+void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64_t step) {
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const std::size_t n = owned(s);
+    if (n == 0) continue;
+    const std::size_t global =
+        settings_.stage == 0 ? shards_.segment(s).offset : shards_.owned_flat_offset(s, rank_);
+    std::span<const float> grads;
+    if constexpr (kMixed) {
+      const std::span<T> g = grad_slice(s);
+      scratch_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) scratch_[i] = to_float(g[i]);
+      grads = scratch_;
+    } else {
+      grads = grad_slice(s);
+    }
+    adamw_.update(master_slice(s), grads, std::span<float>(adam_m_.data() + opt_offset(s), n),
+                  std::span<float>(adam_v_.data() + opt_offset(s), n), global, lr, grad_scale, step);
+  }
+
+  // Publish the updated parameters where the model reads them.
+  const int stage = settings_.stage;
+  if (stage == 0) {
+    if constexpr (kMixed)
+      for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+        const std::span<float> m = master_slice(s);
+        T* into = full_params_.data() + shards_.segment(s).padded_offset;
+        for (std::size_t i = 0; i < m.size(); ++i) into[i] = to_bf16(m[i]);
+      }
+  } else if (stage == 3) {
+    if constexpr (kMixed)
+      for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+        const std::span<float> m = master_slice(s);
+        T* into = shard_params_.data() + shards_.segment(s).shard_offset;
+        for (std::size_t i = 0; i < m.size(); ++i) into[i] = to_bf16(m[i]);
+      }
+  } else {
+    // zero1/zero2: all-gather every segment's updated chunks into the full parameters.
+    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+      const SegmentShard& seg = shards_.segment(s);
+      T* chunk = pool_.acquire(seg.chunk);
+      const std::span<float> m = master_slice(s);
+      for (std::size_t i = 0; i < m.size(); ++i) chunk[i] = from_float<T>(m[i]);
+      std::fill(chunk + m.size(), chunk + seg.chunk, T{});
+      in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
+                                                    std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
+                            [this, chunk] { pool_.release(chunk); }});
+    }
+    drain(0);
+  }
+}
+
+// ---- whole-model views ----
+
+template <class T>
+void ShardedStrategy<T>::load_params(std::span<const float> full) {
+  ST_REQUIRE(full.size() == shards_.flat_total(), "parameter buffer does not match the layout");
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const SegmentShard& seg = shards_.segment(s);
+    if (settings_.stage < 3)
+      for (std::size_t i = 0; i < seg.size; ++i) full_params_[seg.padded_offset + i] = from_float<T>(full[seg.offset + i]);
+    const std::size_t n = owned(s);
+    const std::size_t global = settings_.stage == 0 ? seg.offset : shards_.owned_flat_offset(s, rank_);
+    if (settings_.stage == 3)
+      for (std::size_t i = 0; i < n; ++i) shard_params_[seg.shard_offset + i] = from_float<T>(full[global + i]);
+    if constexpr (kMixed) std::copy(full.begin() + static_cast<std::ptrdiff_t>(global),
+                                    full.begin() + static_cast<std::ptrdiff_t>(global + n), master_slice(s).begin());
+  }
+}
+
+template <class T>
+std::vector<float> ShardedStrategy<T>::gather_params() {
+  std::vector<float> full(shards_.flat_total());
+  std::vector<float> chunk, gathered;
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const SegmentShard& seg = shards_.segment(s);
+    const std::span<float> m = master_slice(s);
+    if (settings_.stage == 0) {
+      std::copy(m.begin(), m.end(), full.begin() + static_cast<std::ptrdiff_t>(seg.offset));
+      continue;
+    }
+    chunk.assign(seg.chunk, 0.0f);
+    std::copy(m.begin(), m.end(), chunk.begin());
+    gathered.resize(shards_.padded(s));
+    group_.all_gather(chunk, gathered);
+    std::copy(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(seg.size),
+              full.begin() + static_cast<std::ptrdiff_t>(seg.offset));
+  }
+  return full;
+}
+
+template <class T>
+MemoryReport ShardedStrategy<T>::memory() const {
+  MemoryReport r;
+  r.params = (full_params_.size() + shard_params_.size()) * sizeof(T);
+  r.grads = (full_grads_.size() + grad_shard_.size()) * sizeof(T);
+  r.optimizer = (master_.size() + adam_m_.size() + adam_v_.size()) * sizeof(float);
+  r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.capacity() * sizeof(float);
+  return r;
+}
+
+template class ShardedStrategy<float>;
+template class ShardedStrategy<Bf16>;
+
+}  // namespace st

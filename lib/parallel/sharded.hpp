@@ -1,0 +1,135 @@
+#pragma once
+// Every strategy of the ZeRO family as one class, parameterised by what is sharded:
+//
+//   stage 0 (ddp)         nothing: full replicas; gradient buckets all-reduced during backward;
+//   stage 1 (zero1)       optimizer state (and the fp32 master copy in mixed precision);
+//                         gradients reduce-scattered, each rank updates its shard, params gathered;
+//   stage 2 (zero2)       gradients too: each segment reduce-scattered as backward finishes it;
+//   stage 3 (zero3, fsdp) parameters too: each segment gathered before its forward and again
+//                         before its backward, released after use, the next one prefetched;
+//   hsdp                  stage 3 within a group (by default the node), replicated across groups:
+//                         the gradient shard is all-reduced over the replicas.
+//
+// Sharding is per segment with the one padding rule (ShardLayout). T is the type of parameters
+// and gradients for compute and communication: float, or Bf16 in mixed precision, where an fp32
+// master copy is what the optimizer updates and the model computes on fp32 copies of each segment.
+//
+// Gradient accumulation: before the last micro-batch nothing is reduced; with stage 2 and 3 the
+// segments' gradients are held whole until then (as FSDP's no_sync), so their memory is that of
+// the full gradients while accumulating.
+#include <deque>
+#include <functional>
+#include <type_traits>
+
+#include "core/bf16.hpp"
+#include "parallel/shard_layout.hpp"
+#include "parallel/strategy.hpp"
+#include "parallel/workspace.hpp"
+
+namespace st {
+
+struct ShardingSettings {
+  std::string name;              // as the deck says it
+  int stage = 0;                 // 0..3, as above
+  std::size_t bucket_bytes = 0;  // stage 0: gradient bytes per all-reduce (0: one after backward)
+  bool overlap = true;           // false: wait for every collective where it starts, no prefetch
+};
+
+template <class T>
+class ShardedStrategy final : public Strategy {
+ public:
+  static constexpr bool kMixed = std::is_same_v<T, Bf16>;
+
+  // group: the sharding group (the world, or an hsdp group); replicas: across groups, or null.
+  ShardedStrategy(const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
+                  Communicator& group, Communicator* replicas, ShardingSettings settings, Timeline* timeline);
+  ~ShardedStrategy() override;
+
+  const float* params(std::size_t s) override;
+  float* grads(std::size_t s) override;
+  void before_forward(std::size_t s) override;
+  void after_forward(std::size_t s) override;
+  void before_backward(std::size_t s) override;
+  void grad_ready(std::size_t s) override;
+
+  void load_params(std::span<const float> full) override;
+  std::vector<float> gather_params() override;
+  void zero_grads() override;
+  void begin_micro_batch(bool last) override;
+  void finish_grads() override;
+  double grad_norm_squared() override;
+  void optimizer_step(double lr, double grad_scale, std::int64_t step) override;
+  MemoryReport memory() const override;
+  double comm_wait_seconds() const override { return wait_seconds_; }
+  std::string name() const override { return settings_.name; }
+  std::string description() const override;
+
+ private:
+  // A collective in flight and what to do once it is done (copy a result, release buffers).
+  struct Pending {
+    Request request;
+    std::function<void()> done;
+  };
+  void wait(Request& request, const char* what);
+  void complete_oldest();
+  void drain(std::size_t keep);  // complete until at most `keep` are in flight
+
+  void acquire_params(std::size_t s);
+  void release_params(std::size_t s);
+  void start_gather(std::size_t s);
+  void prefetch(const std::vector<std::size_t>& next, std::size_t s);
+  void start_reduction(std::size_t s);
+
+  // What this rank updates of segment s: the master copy, its gradients (type T), Adam state.
+  std::span<float> master_slice(std::size_t s);
+  std::span<T> grad_slice(std::size_t s);
+  std::size_t owned(std::size_t s) const;        // elements
+  std::size_t opt_offset(std::size_t s) const;   // into master_, adam_m_, adam_v_
+
+  ShardingSettings settings_;
+  AdamW adamw_;
+  Communicator& group_;
+  Communicator* replicas_;
+  Timeline* timeline_;
+  ShardLayout shards_;       // over the sharding group
+  int rank_ = 0;             // in the group
+  int opt_parts_ = 1, opt_rank_ = 0;  // how the optimizer state is split (stage 0: not at all)
+
+  std::vector<T> full_params_;   // stage < 3: padded full buffer
+  std::vector<T> full_grads_;    // stage < 2: padded full buffer
+  std::vector<T> shard_params_;  // stage 3: this rank's chunks
+  std::vector<T> grad_shard_;    // stage >= 2: reduced gradients of this rank's chunks
+  std::vector<float> master_;    // mixed precision: fp32 copy of what this rank updates
+  std::vector<float> adam_m_, adam_v_;
+  std::vector<float> scratch_;   // mixed precision: fp32 gradients of one slice for the update
+
+  WorkspacePool<T> pool_;             // gathers, reduction inputs, chunks
+  WorkspacePool<float> float_pool_;   // mixed precision: fp32 compute copies, gradient buffers
+
+  std::vector<const float*> param_view_;  // per segment, while in use
+  std::vector<float*> param_copy_;        // mixed precision: the fp32 copy behind param_view_
+  std::vector<T*> gathered_;              // stage 3: gathered (or being gathered) segment
+  std::vector<Request> gather_request_;
+  std::vector<float*> grad_buffer_;       // per segment: gradients not yet reduced (pool)
+  std::vector<std::size_t> next_forward_, next_backward_;  // prefetch order (npos: none)
+  std::vector<std::string> segment_names_;
+  std::vector<double> compute_started_us_;  // timeline: when the segment's forward/backward began
+
+  // stage 0 buckets: consecutive segments, in the order backward completes them
+  struct Bucket {
+    std::size_t begin = 0, end = 0;  // padded range
+    int segments = 0;
+  };
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  std::vector<int> waiting_;
+
+  std::deque<Pending> in_flight_;
+  bool last_micro_batch_ = true;
+  double wait_seconds_ = 0;
+};
+
+extern template class ShardedStrategy<float>;
+extern template class ShardedStrategy<Bf16>;
+
+}  // namespace st
