@@ -238,6 +238,12 @@ void Trainer::print_sample(std::int64_t step) {
 
 TrainSummary Trainer::run() {
   say(settings_table(config_, derived_settings()));
+  if (world_.is_root())
+    run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(model_->layout().total()) +
+                     ",\"world_size\":" + std::to_string(world_.size()) + ",\"nodes\":" +
+                     std::to_string(world_.node_count()) + ",\"strategy\":" + json_string(config_.parallel.strategy) +
+                     ",\"precision\":" + json_string(config_.parallel.precision) + ",\"tokens_per_step\":" +
+                     std::to_string(plan_.global_batch * plan_.seq_len) + "}");
   TrainSummary summary;
   summary.val_unigram_entropy = data_->unigram_entropy(splits_.val.begin, splits_.val.end);
   {
