@@ -1,7 +1,9 @@
 #include "comm/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -19,9 +21,20 @@ void add_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
 
 char* at(const Buffer& b, std::size_t element) { return static_cast<char*>(b.data) + element * size_of(b.type); }
 
+// MpiWait::polling: poll briefly, then nap between polls; each poll also drives MPI's progress.
+void complete(MPI_Request& request) {
+  int done = 0;
+  for (int polls = 0;; ++polls) {
+    ST_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 50 : 10));
+  }
+}
+
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, TrafficLevel level) : comm_(comm), level_(level) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, TrafficLevel level, MpiWait wait)
+    : comm_(comm), wait_(wait), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   ST_CHECK_MPI(MPI_Op_create(&add_bf16, 1, &bf16_sum_));
@@ -45,8 +58,15 @@ MPI_Datatype MpiCommunicator::mpi_type(DataType t) const {
 void MpiCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
   for (std::size_t begin = 0; begin < b.count; begin += kPiece) {
     const std::size_t count = std::min(kPiece, b.count - begin);
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, at(b, begin), static_cast<int>(count), mpi_type(b.type), sum_op(b.type),
-                               comm_));
+    void* data = at(b, begin);
+    const int n = static_cast<int>(count);
+    if (wait_ == MpiWait::blocking) {
+      ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data, n, mpi_type(b.type), sum_op(b.type), comm_));
+    } else {
+      MPI_Request request = MPI_REQUEST_NULL;
+      ST_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, n, mpi_type(b.type), sum_op(b.type), comm_, &request));
+      complete(request);
+    }
   }
   if (op == ReduceOp::average && size_ > 1) scale_buffer(b, 1.0 / size_);
   traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes(), size_));
@@ -55,8 +75,15 @@ void MpiCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
 void MpiCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
   require_reduce_scatter_shapes(input, output, size_);
   ST_REQUIRE(output.count <= static_cast<std::size_t>(INT_MAX), "reduce_scatter: chunk exceeds an MPI count");
-  ST_CHECK_MPI(MPI_Reduce_scatter_block(input.data, output.data, static_cast<int>(output.count), mpi_type(input.type),
-                                        sum_op(input.type), comm_));
+  const int n = static_cast<int>(output.count);
+  if (wait_ == MpiWait::blocking) {
+    ST_CHECK_MPI(MPI_Reduce_scatter_block(input.data, output.data, n, mpi_type(input.type), sum_op(input.type), comm_));
+  } else {
+    MPI_Request request = MPI_REQUEST_NULL;
+    ST_CHECK_MPI(MPI_Ireduce_scatter_block(input.data, output.data, n, mpi_type(input.type), sum_op(input.type), comm_,
+                                           &request));
+    complete(request);
+  }
   if (op == ReduceOp::average && size_ > 1) scale_buffer(output, 1.0 / size_);
   traffic_.add(Collective::reduce_scatter, ring_share(input.bytes(), size_));
 }
@@ -64,20 +91,41 @@ void MpiCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp o
 void MpiCommunicator::run_all_gather(Buffer input, Buffer output) {
   require_all_gather_shapes(input, output, size_);
   ST_REQUIRE(input.count <= static_cast<std::size_t>(INT_MAX), "all_gather: chunk exceeds an MPI count");
-  ST_CHECK_MPI(MPI_Allgather(input.data, static_cast<int>(input.count), mpi_type(input.type), output.data,
-                             static_cast<int>(input.count), mpi_type(input.type), comm_));
+  const int n = static_cast<int>(input.count);
+  const MPI_Datatype type = mpi_type(input.type);
+  if (wait_ == MpiWait::blocking) {
+    ST_CHECK_MPI(MPI_Allgather(input.data, n, type, output.data, n, type, comm_));
+  } else {
+    MPI_Request request = MPI_REQUEST_NULL;
+    ST_CHECK_MPI(MPI_Iallgather(input.data, n, type, output.data, n, type, comm_, &request));
+    complete(request);
+  }
   traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void MpiCommunicator::run_broadcast(Buffer b, int root) {
   for (std::size_t begin = 0; begin < b.count; begin += kPiece) {
     const std::size_t count = std::min(kPiece, b.count - begin);
-    ST_CHECK_MPI(MPI_Bcast(at(b, begin), static_cast<int>(count), mpi_type(b.type), root, comm_));
+    if (wait_ == MpiWait::blocking) {
+      ST_CHECK_MPI(MPI_Bcast(at(b, begin), static_cast<int>(count), mpi_type(b.type), root, comm_));
+    } else {
+      MPI_Request request = MPI_REQUEST_NULL;
+      ST_CHECK_MPI(MPI_Ibcast(at(b, begin), static_cast<int>(count), mpi_type(b.type), root, comm_, &request));
+      complete(request);
+    }
   }
   traffic_.add(Collective::broadcast, ring_share(b.bytes(), size_));
 }
 
-void MpiCommunicator::run_barrier() { ST_CHECK_MPI(MPI_Barrier(comm_)); }
+void MpiCommunicator::run_barrier() {
+  if (wait_ == MpiWait::blocking) {
+    ST_CHECK_MPI(MPI_Barrier(comm_));
+    return;
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  ST_CHECK_MPI(MPI_Ibarrier(comm_, &request));
+  complete(request);
+}
 
 LevelTraffic MpiCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
 

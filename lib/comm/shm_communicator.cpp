@@ -1,5 +1,8 @@
 #include "comm/shm_communicator.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <sched.h>
 
 #include <algorithm>
@@ -65,9 +68,14 @@ void ShmCommunicator::synchronize(Counter which) {
     __atomic_store_n(arrived_[k], 0, __ATOMIC_RELAXED);
     __atomic_store_n(release_[k], sense_[k], __ATOMIC_RELEASE);
   } else {
-    // Spin briefly, then yield: ranks may outnumber cores (tests, emulated nodes).
-    for (int spins = 0; __atomic_load_n(release_[k], __ATOMIC_ACQUIRE) != sense_[k]; ++spins)
-      if (spins > 200) sched_yield();
+    // Spin briefly (the others are usually microseconds away), then yield, then nap: when ranks
+    // and their progress threads outnumber the cores (emulated nodes, oversubscribed tests), a
+    // waiter that keeps yielding still takes the core from the compute it is waiting for.
+    for (int spins = 0; __atomic_load_n(release_[k], __ATOMIC_ACQUIRE) != sense_[k]; ++spins) {
+      if (spins < 2000) continue;
+      if (spins < 2100) sched_yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
   ST_CHECK_MPI(MPI_Win_sync(window_));
 }

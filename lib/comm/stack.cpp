@@ -14,12 +14,13 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
   if (shared_memory_ && single_host)
     flat_ = std::make_unique<ShmCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra);
   else
-    flat_ = std::make_unique<MpiCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra);
+    flat_ = std::make_unique<MpiCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra,
+                                               MpiWait::polling);
   if (shared_memory_)
     intra_ = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra);
   else
-    intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra);
-  inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter);
+    intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra, MpiWait::polling);
+  inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter, MpiWait::polling);
   Communicator* inter = inter_.get();
   Communicator* flat = flat_.get();
   if (settings.inter_gbps > 0 && spans_nodes) {
@@ -94,7 +95,7 @@ std::unique_ptr<CommStack::Lane> CommStack::make_lane(int color, const char* nam
   if (settings_.intra_node == "shm" && one_host)
     lane->backend = std::make_unique<ShmCommunicator>(split, level);
   else
-    lane->backend = std::make_unique<MpiCommunicator>(split, level);
+    lane->backend = std::make_unique<MpiCommunicator>(split, level, MpiWait::polling);
   Communicator* chosen = lane->backend.get();
   if (settings_.inter_gbps > 0 && spans_nodes) {
     lane->throttled = std::make_unique<ThrottledCommunicator>(*lane->backend, settings_.inter_gbps * 1e9,

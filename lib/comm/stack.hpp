@@ -60,11 +60,11 @@ class CommStack {
     std::unique_ptr<AsyncCommunicator> async;
   };
   std::unique_ptr<Lane> make_lane(int color, const char* name);
-  Settings settings_;
   std::unique_ptr<Lane> within_, across_;
   int group_size_ = 0;
 
   const World& world_;
+  Settings settings_;
   std::unique_ptr<Communicator> flat_, intra_, inter_;
   std::unique_ptr<Communicator> slow_flat_, slow_inter_;  // slow-link emulation, when on
   std::string throttle_note_;

@@ -35,15 +35,19 @@ struct Fixture : ::testing::Test {
     intra = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra);
     inter = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter);
     two_level = std::make_unique<TwoLevelCommunicator>(*intra, *inter);
+    // The waiting mode the trainer's progress threads use: non-blocking collectives, polled.
+    polled = std::make_unique<MpiCommunicator>(world.comm(), TrafficLevel::intra, MpiWait::polling);
     // Every rank of these tests shares one host: shared memory works over any group of them.
     // A small slot (64 KiB) makes the larger buffers go through in several pieces.
     shm_world = std::make_unique<ShmCommunicator>(world.comm(), TrafficLevel::intra, 65536);
     shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra, 65536);
     shm_two_level = std::make_unique<TwoLevelCommunicator>(*shm_node, *inter);
   }
-  std::vector<Communicator*> both() { return {flat.get(), two_level.get(), shm_world.get(), shm_two_level.get()}; }
+  std::vector<Communicator*> both() {
+    return {flat.get(), two_level.get(), shm_world.get(), shm_two_level.get(), polled.get()};
+  }
   World world;
-  std::unique_ptr<MpiCommunicator> flat, intra, inter;
+  std::unique_ptr<MpiCommunicator> flat, intra, inter, polled;
   std::unique_ptr<TwoLevelCommunicator> two_level, shm_two_level;
   std::unique_ptr<ShmCommunicator> shm_world, shm_node;
 };
