@@ -1,6 +1,7 @@
 #include "comm/async.hpp"
 
 #include <mpi.h>
+#include <omp.h>
 
 namespace st {
 
@@ -42,6 +43,10 @@ Request AsyncCommunicator::submit(const char* op, std::uint64_t bytes, std::func
 }
 
 void AsyncCommunicator::run() {
+  // A new thread's OpenMP team size defaults to every core of the host: the reductions inside
+  // the collectives would start a team per rank and spin against the compute threads they are
+  // meant to overlap with. The progress thread works alone.
+  omp_set_num_threads(1);
   for (;;) {
     std::packaged_task<void()> task;
     {
