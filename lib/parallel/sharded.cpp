@@ -12,6 +12,8 @@ constexpr std::size_t kNone = static_cast<std::size_t>(-1);
 // Reductions in flight at once during backward: enough to overlap, few enough that the
 // workspace holding their inputs stays at a couple of segments.
 constexpr std::size_t kReductionsInFlight = 2;
+// Segments gathered ahead of the one in use (zero3, hsdp).
+constexpr int kPrefetchDepth = 2;
 
 inline float as_float(float x) { return x; }
 inline float as_float(Bf16 x) { return to_float(x); }
@@ -62,6 +64,8 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   compute_started_us_.assign(n, 0.0);
   next_forward_ = successors(order.forward, n);
   next_backward_ = successors(order.backward, n);
+  forward_first_ = order.forward.empty() ? kNone : order.forward.front();
+  backward_first_ = order.backward.empty() ? kNone : order.backward.front();
   for (const Segment& segment : layout.segments()) segment_names_.push_back(segment.name);
 
   // DDP buckets: consecutive segments in the order backward finishes them, each a contiguous
@@ -180,10 +184,38 @@ void ShardedStrategy<T>::start_gather(std::size_t s) {
 }
 
 template <class T>
-void ShardedStrategy<T>::prefetch(const std::vector<std::size_t>& next, std::size_t s) {
+void ShardedStrategy<T>::prefetch(bool forward, std::size_t s) {
   if (settings_.stage != 3 || !settings_.overlap) return;
-  const std::size_t n = next[s];
-  if (n != kNone && !gathered_[n] && !param_view_[n]) start_gather(n);
+  // Gather the next segments that are not in use, up to kPrefetchDepth ahead: the collectives
+  // run in order on one progress thread, so a gather issued only one segment ahead would queue
+  // behind the reduce-scatter of the segment just finished. The end of forward runs on into
+  // the start of backward; a forward without backward (validation) uses what was gathered the
+  // next time, as the parameters have not changed.
+  const std::vector<std::size_t>* next = forward ? &next_forward_ : &next_backward_;
+  auto step = [&](std::size_t from) {
+    std::size_t to = (*next)[from];
+    if (to == kNone && next == &next_forward_) {
+      next = &next_backward_;
+      to = backward_first_;
+    }
+    return to;
+  };
+  int started = 0;
+  for (std::size_t n = step(s); n != kNone && started < kPrefetchDepth; n = step(n)) {
+    if (param_view_[n]) continue;
+    if (!gathered_[n]) start_gather(n);
+    ++started;
+  }
+}
+
+template <class T>
+void ShardedStrategy<T>::drop_prefetched() {
+  for (std::size_t s = 0; s < gathered_.size(); ++s)
+    if (gathered_[s] && !param_view_[s]) {
+      gather_request_[s].wait();
+      pool_.release(gathered_[s]);
+      gathered_[s] = nullptr;
+    }
 }
 
 template <class T>
@@ -232,7 +264,7 @@ void ShardedStrategy<T>::release_params(std::size_t s) {
 template <class T>
 void ShardedStrategy<T>::before_forward(std::size_t s) {
   acquire_params(s);
-  prefetch(next_forward_, s);
+  prefetch(true, s);
 }
 
 template <class T>
@@ -245,7 +277,7 @@ void ShardedStrategy<T>::after_forward(std::size_t s) {
 template <class T>
 void ShardedStrategy<T>::before_backward(std::size_t s) {
   acquire_params(s);
-  prefetch(next_backward_, s);
+  prefetch(false, s);
 }
 
 template <class T>
@@ -360,6 +392,7 @@ double ShardedStrategy<T>::grad_norm_squared() {
 
 template <class T>
 void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64_t step) {
+  drop_prefetched();  // gathered before the update: stale after it
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const std::size_t n = owned(s);
     if (n == 0) continue;
@@ -394,6 +427,11 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
         T* into = shard_params_.data() + shards_.segment(s).shard_offset;
         for (std::size_t i = 0; i < m.size(); ++i) into[i] = to_bf16(m[i]);
       }
+    // The next forward's first segments move while the step's loss is reduced and logged.
+    if (settings_.overlap && forward_first_ != kNone) {
+      start_gather(forward_first_);
+      prefetch(true, forward_first_);
+    }
   } else {
     // zero1/zero2: all-gather every segment's updated chunks into the full parameters.
     for (std::size_t s = 0; s < shards_.segments().size(); ++s) {

@@ -77,7 +77,8 @@ class ShardedStrategy final : public Strategy {
   void acquire_params(std::size_t s);
   void release_params(std::size_t s);
   void start_gather(std::size_t s);
-  void prefetch(const std::vector<std::size_t>& next, std::size_t s);
+  void prefetch(bool forward, std::size_t s);
+  void drop_prefetched();
   void start_reduction(std::size_t s);
 
   // What this rank updates of segment s: the master copy, its gradients (type T), Adam state.
@@ -112,6 +113,7 @@ class ShardedStrategy final : public Strategy {
   std::vector<Request> gather_request_;
   std::vector<float*> grad_buffer_;       // per segment: gradients not yet reduced (pool)
   std::vector<std::size_t> next_forward_, next_backward_;  // prefetch order (npos: none)
+  std::size_t forward_first_ = 0, backward_first_ = 0;
   std::vector<std::string> segment_names_;
   std::vector<double> compute_started_us_;  // timeline: when the segment's forward/backward began
 
