@@ -52,6 +52,7 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--gbps", type=float, default=0.02, help="emulated inter-node link for the overlap runs")
     p.add_argument("--bucket-mb", type=float, default=1.0, help="ddp bucket size for the overlap runs")
+    p.add_argument("--layout", default="2x2", help="emulated nodes x ranks per node for the overlap runs")
     p.add_argument("--repeat", type=int, default=3, help="overlap off/on pairs per strategy")
     p.add_argument("--only-overlap", action="store_true", help="skip the strategy table")
     p.add_argument("--plot", default=os.path.join(ROOT, "docs", "img", "strategies.png"))
@@ -75,18 +76,19 @@ def main():
                   f"| {mib(r['largest'])} |", flush=True)
 
     print()
-    print(f"Overlap on 2 x 2 emulated nodes, inter-node link emulated at {a.gbps} GB/s, ddp buckets of {a.bucket_mb} MiB:")
+    print(f"Overlap on {a.layout} emulated nodes, inter-node link emulated at {a.gbps} GB/s, ddp buckets of {a.bucket_mb} MiB:")
     print()
     print("| strategy | repeat | step ms, overlap off | exposed comm ms, off (= comm time) | step ms, on "
           "| exposed comm ms, on | hidden: by exposed time | hidden: by step time |")
     print("|---|---|---|---|---|---|---|---|")
-    slow = steps + ["parallel.ranks_per_node=2", f"parallel.inter_node_gbps={a.gbps}", f"parallel.bucket_mb={a.bucket_mb}"]
+    nodes, per_node = (int(x) for x in a.layout.split("x"))
+    slow = steps + [f"parallel.ranks_per_node={per_node}", f"parallel.inter_node_gbps={a.gbps}", f"parallel.bucket_mb={a.bucket_mb}"]
     for strategy in ("ddp", "zero3"):
         shares = []
         for repeat in range(a.repeat):  # off and on alternate, so drifts of this machine hit both
-            off = run(a.exe, a.deck, 4, slow + [f"parallel.strategy={strategy}", "parallel.overlap=false"], work,
+            off = run(a.exe, a.deck, nodes * per_node, slow + [f"parallel.strategy={strategy}", "parallel.overlap=false"], work,
                       f"{strategy}_overlap_off_{repeat}")
-            on = run(a.exe, a.deck, 4, slow + [f"parallel.strategy={strategy}"], work, f"{strategy}_overlap_on_{repeat}")
+            on = run(a.exe, a.deck, nodes * per_node, slow + [f"parallel.strategy={strategy}"], work, f"{strategy}_overlap_on_{repeat}")
             # With overlap off every collective is waited for where it starts: its exposed time is
             # the communication time. Hidden by exposed time: the part no longer waited for; by step
             # time: what the step gained (less where the progress threads slow compute down).

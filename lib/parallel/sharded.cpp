@@ -448,6 +448,12 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
   }
 }
 
+template <class T>
+void ShardedStrategy<T>::settle() {
+  for (std::size_t s = 0; s < gathered_.size(); ++s)
+    if (gathered_[s] && !param_view_[s]) wait(gather_request_[s], "gather");
+}
+
 // ---- whole-model views ----
 
 template <class T>

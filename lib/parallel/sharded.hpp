@@ -59,6 +59,7 @@ class ShardedStrategy final : public Strategy {
   void finish_grads() override;
   double grad_norm_squared() override;
   void optimizer_step(double lr, double grad_scale, std::int64_t step) override;
+  void settle() override;
   MemoryReport memory() const override;
   double comm_wait_seconds() const override { return wait_seconds_; }
   std::string name() const override { return settings_.name; }

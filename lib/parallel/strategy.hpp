@@ -44,6 +44,9 @@ class Strategy : public SegmentBuffers<float> {
   // Squared L2 norm of the full, reduced gradient (the same on every rank). Collective.
   virtual double grad_norm_squared() = 0;
   virtual void optimizer_step(double lr, double grad_scale, std::int64_t step) = 0;
+  // Wait for collectives the strategy started ahead (prefetches for the next step), so that
+  // what the communicators counted belongs to the step that ends here.
+  virtual void settle() {}
 
   virtual MemoryReport memory() const = 0;
   // Seconds the calling thread has spent waiting for communication so far (exposed time).

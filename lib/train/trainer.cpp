@@ -195,6 +195,7 @@ double Trainer::train_step(std::int64_t step) {
 
   double loss = loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks);
   comms_.collectives().all_reduce(std::span<double>(&loss, 1), ReduceOp::sum);
+  strategy_->settle();
   last_grad_norm_ = grad_norm;
   last_lr_ = lr;
   return loss;
