@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "ckpt/checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
@@ -45,9 +46,9 @@ int run_deck(const DeckRequest& request, World& world) {
   // The deck may group ranks into emulated nodes: the training world is built from it.
   World training_world(world.comm(), ranks_per_node(config));
   Trainer trainer(config, training_world);
-  trainer.run();
+  const TrainSummary summary = trainer.run();
   if (!request.save_params.empty()) trainer.save_params(request.save_params);
-  return kExitOk;
+  return summary.stop_signal != 0 ? kExitStopped : kExitOk;
 }
 
 int check_deck(const DeckRequest& request, World& world, int ranks) {
@@ -90,6 +91,26 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   return kExitOk;
 }
 
+int ckpt_command(const std::string& action, const std::string& file, const std::string& out, World& world) {
+  // One process does the work; the others wait for its verdict so the job ends together.
+  std::string problem;
+  if (world.is_root()) {
+    try {
+      if (action == "inspect") std::cout << inspect_checkpoint(file);
+      else export_checkpoint(file, out), std::cout << "wrote " << out << "\n";
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  int failed = problem.empty() ? 0 : 1;
+  ST_CHECK_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()));
+  if (failed) {
+    if (world.is_root()) std::cerr << "error: " << problem << "\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
 int print_deck_doc() {
   std::cout << deck_reference_markdown();
   return kExitOk;
@@ -118,6 +139,14 @@ int main_with_mpi(int argc, char** argv) {
   add_deck_options(check);
   check->add_option("--ranks", ranks, "Plan for this many ranks instead of the job's size")->check(CLI::PositiveNumber);
   auto* doc = cli.add_subcommand("deck-doc", "Print the input deck reference (docs/deck.md)");
+  auto* ckpt = cli.add_subcommand("ckpt", "Checkpoint tools");
+  ckpt->require_subcommand(1);
+  std::string ckpt_file, ckpt_out;
+  auto* inspect = ckpt->add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
+  inspect->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
+  auto* exporter = ckpt->add_subcommand("export", "Write the parameters as one HDF5 dataset per tensor, in its shape");
+  exporter->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
+  exporter->add_option("out", ckpt_out, "Output HDF5 file")->required();
 
   try {
     cli.parse(argc, argv);
@@ -129,6 +158,7 @@ int main_with_mpi(int argc, char** argv) {
   if (*run) return run_deck(request, world);
   if (*check) return check_deck(request, world, ranks);
   if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
+  if (*ckpt) return ckpt_command(*inspect ? "inspect" : "export", ckpt_file, ckpt_out, world);
   return kExitUsage;
 }
 

@@ -72,6 +72,7 @@ struct CheckpointConfig {
   std::int64_t every = 0;
   std::int64_t keep = 0;
   std::string resume;
+  double timeout_s = 0.0;
 };
 
 struct Config {

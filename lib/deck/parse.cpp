@@ -289,14 +289,6 @@ class DeckParser {
       problems_.add(0, origin("parallel.strategy") +
                            ": parallel.strategy = \"auto\" (the planner) is not available in this version of "
                            "shardtrain; choose one of \"ddp\", \"zero1\", \"zero2\", \"zero3\", \"fsdp\", \"hsdp\"");
-    const auto& c = config_.checkpoint;
-    if (c.every != 0)
-      problems_.add(0, origin("checkpoint.every") +
-                           ": checkpoints are not available in this version of shardtrain; use checkpoint.every = 0");
-    if (c.resume != "none")
-      problems_.add(0, origin("checkpoint.resume") +
-                           ": resuming is not available in this version of shardtrain; use checkpoint.resume = "
-                           "\"none\"");
   }
 
   std::string path_;

@@ -191,12 +191,20 @@ std::vector<KeySpec> build_schema() {
       // [checkpoint]
       text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
            store(&C::checkpoint, &CheckpointConfig::dir)),
-      integer("checkpoint", "every", "0", 0, kMaxInt, "Write a checkpoint every this many steps (0: never).",
+      integer("checkpoint", "every", "0", 0, kMaxInt,
+              "Write a checkpoint every this many steps and after the last step (0: only on SIGUSR1/SIGTERM).",
               store(&C::checkpoint, &CheckpointConfig::every)),
       integer("checkpoint", "keep", "3", 1, 100000, "Checkpoints kept; older ones are deleted.",
               store(&C::checkpoint, &CheckpointConfig::keep)),
-      text("checkpoint", "resume", "\"none\"", "\"none\", \"latest\", or the path of a checkpoint file to resume from.",
+      text("checkpoint", "resume", "\"none\"",
+           "\"none\": start from step 0. \"latest\": the newest valid checkpoint in checkpoint.dir (falls back "
+           "past damaged ones and says so; starts from step 0 if there is none). Or the path of a checkpoint file. "
+           "Any world size and strategy can resume any checkpoint of the same model.",
            store(&C::checkpoint, &CheckpointConfig::resume)),
+      real("checkpoint", "timeout_s", "600", 0.0, 1e7,
+           "A checkpoint write that takes longer than this aborts the job (exit code 5; 0: no limit). SIGUSR1 "
+           "and SIGTERM make every rank finish its step, write a checkpoint and exit with code 4.",
+           store(&C::checkpoint, &CheckpointConfig::timeout_s)),
   };
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/shard.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 
@@ -129,6 +130,11 @@ void ShardedStrategy<T>::drain(std::size_t keep) {
 template <class T>
 std::size_t ShardedStrategy<T>::owned(std::size_t s) const {
   return settings_.stage == 0 ? shards_.segment(s).size : shards_.owned_count(s, rank_);
+}
+
+template <class T>
+std::size_t ShardedStrategy<T>::owned_flat(std::size_t s) const {
+  return settings_.stage == 0 ? shards_.segment(s).offset : shards_.owned_flat_offset(s, rank_);
 }
 
 template <class T>
@@ -491,6 +497,76 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
               full.begin() + static_cast<std::ptrdiff_t>(seg.offset));
   }
   return full;
+}
+
+// ---- checkpoints ----
+
+template <class T>
+std::vector<Strategy::StateRange> ShardedStrategy<T>::optimizer_ranges() const {
+  std::vector<StateRange> ranges;
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s)
+    if (owned(s) > 0) ranges.push_back({owned_flat(s), owned(s)});
+  return ranges;
+}
+
+template <class T>
+std::vector<Strategy::StateRange> ShardedStrategy<T>::checkpoint_ranges() const {
+  // Replicas hold the same state: the first replica of each shard writes it.
+  if (replicas_ && replicas_->rank() != 0) return {};
+  if (settings_.stage > 0) return optimizer_ranges();
+  // ddp: every rank holds everything; each writes a 1/N stripe so all ranks share the I/O.
+  const ShardRange stripe = shard_range(shards_.flat_total(), group_.size(), rank_);
+  if (stripe.real() == 0) return {};
+  return {{stripe.begin, stripe.real()}};
+}
+
+template <class T>
+std::vector<Strategy::StateRange> ShardedStrategy<T>::param_ranges() const {
+  if (settings_.stage == 3) return optimizer_ranges();
+  return {{0, shards_.flat_total()}};
+}
+
+template <class T>
+void ShardedStrategy<T>::save_state(const std::vector<StateRange>& ranges, float* params, float* m, float* v) {
+  // Each range may span segments (a ddp stripe); copy its overlap with what this rank owns of each.
+  std::size_t out = 0;
+  for (const StateRange& r : ranges) {
+    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+      const std::size_t begin = std::max(r.offset, owned_flat(s));
+      const std::size_t end = std::min(r.offset + r.count, owned_flat(s) + owned(s));
+      if (begin >= end) continue;
+      const std::size_t local = begin - owned_flat(s), n = end - begin;
+      const std::span<float> master = master_slice(s);
+      std::copy_n(master.data() + local, n, params + out + (begin - r.offset));
+      std::copy_n(adam_m_.data() + opt_offset(s) + local, n, m + out + (begin - r.offset));
+      std::copy_n(adam_v_.data() + opt_offset(s) + local, n, v + out + (begin - r.offset));
+    }
+    out += r.count;
+  }
+}
+
+template <class T>
+void ShardedStrategy<T>::load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v) {
+  if (settings_.stage < 3) {
+    load_params(params);  // the whole model
+  } else {
+    std::size_t at = 0;
+    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+      const std::size_t n = owned(s);
+      T* into = shard_params_.data() + shards_.segment(s).shard_offset;
+      for (std::size_t i = 0; i < n; ++i) into[i] = from_float<T>(params[at + i]);
+      if constexpr (kMixed) std::copy_n(params.data() + at, n, master_slice(s).data());
+      at += n;
+    }
+  }
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const std::size_t n = owned(s);
+    std::copy_n(m.data() + at, n, adam_m_.data() + opt_offset(s));
+    std::copy_n(v.data() + at, n, adam_v_.data() + opt_offset(s));
+    at += n;
+  }
+  drop_prefetched();
 }
 
 template <class T>

@@ -60,6 +60,11 @@ class ShardedStrategy final : public Strategy {
   double grad_norm_squared() override;
   void optimizer_step(double lr, double grad_scale, std::int64_t step) override;
   void settle() override;
+  std::vector<StateRange> checkpoint_ranges() const override;
+  void save_state(const std::vector<StateRange>& ranges, float* params, float* m, float* v) override;
+  std::vector<StateRange> param_ranges() const override;
+  std::vector<StateRange> optimizer_ranges() const override;
+  void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v) override;
   MemoryReport memory() const override;
   double comm_wait_seconds() const override { return wait_seconds_; }
   std::string name() const override { return settings_.name; }
@@ -86,6 +91,7 @@ class ShardedStrategy final : public Strategy {
   std::span<float> master_slice(std::size_t s);
   std::span<T> grad_slice(std::size_t s);
   std::size_t owned(std::size_t s) const;        // elements
+  std::size_t owned_flat(std::size_t s) const;   // first of them in the flat layout
   std::size_t opt_offset(std::size_t s) const;   // into master_, adam_m_, adam_v_
 
   ShardingSettings settings_;

@@ -48,6 +48,21 @@ class Strategy : public SegmentBuffers<float> {
   // what the communicators counted belongs to the step that ends here.
   virtual void settle() {}
 
+  // Checkpoints. Ranges are of the flat layout. A checkpoint holds the fp32 parameters (the
+  // master copy in mixed precision) and Adam m and v of every element, each written by one rank.
+  struct StateRange {
+    std::size_t offset = 0, count = 0;
+  };
+  // What this rank writes (disjoint across ranks, covering the model together).
+  virtual std::vector<StateRange> checkpoint_ranges() const = 0;
+  // Parameters, m and v of `ranges` (within what this rank holds), each concatenated.
+  virtual void save_state(const std::vector<StateRange>& ranges, float* params, float* m, float* v) = 0;
+  // What this rank reads to resume: parameters (the whole model unless parameters are
+  // sharded) and optimizer state (what it updates).
+  virtual std::vector<StateRange> param_ranges() const = 0;
+  virtual std::vector<StateRange> optimizer_ranges() const = 0;
+  virtual void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v) = 0;
+
   virtual MemoryReport memory() const = 0;
   // Seconds the calling thread has spent waiting for communication so far (exposed time).
   virtual double comm_wait_seconds() const = 0;

@@ -14,7 +14,8 @@ std::string resolve_out_dir(const Config& config) {
   return out;
 }
 
-RunDirectory::RunDirectory(const Config& config, bool active) : active_(active), path_(resolve_out_dir(config)) {
+RunDirectory::RunDirectory(const Config& config, bool active, bool append)
+    : active_(active), path_(resolve_out_dir(config)) {
   if (!active_) return;
   std::error_code ec;
   std::filesystem::create_directories(path_, ec);
@@ -32,8 +33,9 @@ RunDirectory::RunDirectory(const Config& config, bool active) : active_(active),
     }
     if (!deck || !resolved) throw Error("cannot write the deck into run directory '" + path_ + "'");
   }
-  log_.open(path_ + "/train.log", std::ios::trunc);
-  metrics_.open(path_ + "/metrics.jsonl", std::ios::trunc);
+  const auto mode = append ? std::ios::app : std::ios::trunc;
+  log_.open(path_ + "/train.log", mode);
+  metrics_.open(path_ + "/metrics.jsonl", mode);
   if (!log_ || !metrics_) throw Error("cannot open train.log / metrics.jsonl in '" + path_ + "'");
 }
 

@@ -12,8 +12,9 @@ std::string resolve_out_dir(const Config& config);
 
 class RunDirectory {
  public:
-  // Creates the directory (rank 0 only; other ranks get an inactive object).
-  RunDirectory(const Config& config, bool active);
+  // Creates the directory (rank 0 only; other ranks get an inactive object). A resumed run
+  // appends to train.log and metrics.jsonl.
+  RunDirectory(const Config& config, bool active, bool append = false);
   bool active() const { return active_; }
   const std::string& path() const { return path_; }
   // Appends a line to train.log (and flushes: a killed job keeps what it printed).

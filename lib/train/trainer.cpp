@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "ckpt/checkpoint.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -121,7 +122,10 @@ Trainer::Trainer(const Config& config, World& world)
   tokens_.resize(static_cast<std::size_t>(plan_.micro_batch * config.model.seq_len));
   targets_.resize(tokens_.size());
 
-  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root());
+  checkpoint_dir_ = config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
+  resume();
+  signals_ = std::make_unique<StopSignals>();
+  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
 
   // The yardstick for MFU: this rank's sgemm rate on the model's widest matmul, measured while
   // the other ranks of the node measure theirs, as they will compute during training.
@@ -161,6 +165,70 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
       {"BLAS", blas_description()},
       {"run directory", run_dir_->path()},
   };
+}
+
+void Trainer::resume() {
+  const std::string& resume = config_.checkpoint.resume;
+  if (resume == "none") return;
+  const bool latest = resume == "latest";
+  const std::vector<std::string> candidates = latest ? checkpoint_candidates(checkpoint_dir_) : std::vector{resume};
+  for (const std::string& path : candidates) {
+    try {
+      Stopwatch clock;
+      const CheckpointInfo info = read_checkpoint(path, shape_, *strategy_, world_.comm());
+      start_step_ = info.step;
+      train_cursor_.seek(info.data_position);
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "resumed from %s: step %lld, written by %lld rank(s) with %s (%s); read in %.2f s", path.c_str(),
+                    static_cast<long long>(info.step), static_cast<long long>(info.world_size), info.strategy.c_str(),
+                    info.precision.c_str(), clock.seconds());
+      resume_notes_.push_back(line);
+      return;
+    } catch (const Error& e) {
+      // read_checkpoint agrees across ranks: every rank is here with the same message.
+      if (!latest) throw Error(std::string(e.what()) + " (checkpoint.resume)", ErrorScope::all_ranks);
+      resume_notes_.push_back(std::string("skipping a checkpoint that cannot be resumed: ") + e.what());
+    }
+  }
+  resume_notes_.push_back(candidates.empty() ? "checkpoint.resume = \"latest\": no checkpoint in " + checkpoint_dir_ +
+                                                   "; starting from step 0"
+                                             : "checkpoint.resume = \"latest\": no valid checkpoint in " +
+                                                   checkpoint_dir_ + "; starting from step 0");
+}
+
+void Trainer::save_checkpoint(std::int64_t steps_done) {
+  CheckpointInfo info;
+  info.step = steps_done;
+  info.tokens_seen = steps_done * plan_.global_batch * plan_.seq_len;
+  info.data_position = train_cursor_.position();
+  info.seed = config_.run.seed;
+  info.strategy = config_.parallel.strategy;
+  info.precision = config_.parallel.precision;
+  info.world_size = world_.size();
+  info.shard_group = config_.parallel.strategy == "hsdp"
+                         ? hsdp_group_size(config_.parallel, world_.size(), world_.local_size(), config_.deck_path)
+                         : world_.size();
+  info.deck = config_.deck_text;
+  info.created_by = std::string("shardtrain ") + ST_VERSION + " on " + world_.host();
+  info.shape = shape_;
+  Stopwatch clock;
+  std::string path;
+  {
+    Deadline deadline(config_.checkpoint.timeout_s, "the checkpoint of step " + std::to_string(steps_done));
+    path = write_checkpoint(checkpoint_dir_, info, model_->layout(), *strategy_,
+                            static_cast<int>(config_.checkpoint.keep), world_.comm());
+  }
+  const double seconds = clock.seconds();
+  const double bytes = 3.0 * 4.0 * static_cast<double>(model_->layout().total());
+  char line[512];
+  std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s)", path.c_str(), format_bytes(bytes).c_str(),
+                seconds, bytes / seconds / 1e6);
+  say(line);
+  if (world_.is_root())
+    run_dir_->metric("{\"kind\":\"checkpoint\",\"step\":" + std::to_string(steps_done) + ",\"path\":" +
+                     json_string(path) + ",\"bytes\":" + std::to_string(static_cast<std::uint64_t>(bytes)) +
+                     ",\"seconds\":" + std::to_string(seconds) + "}");
 }
 
 void Trainer::say(const std::string& line) {
@@ -257,9 +325,10 @@ TrainSummary Trainer::run() {
   const double flops_per_step =
       gpt2_train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
       static_cast<double>(plan_.ranks);
+  for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));
 
-  for (std::int64_t step = 0; step < config_.run.steps; ++step) {
+  for (std::int64_t step = start_step_; step < config_.run.steps; ++step) {
     timeline_.set_enabled(step < config_.run.trace_steps);
     Stopwatch clock;
     const double loss = train_step(step);
@@ -276,7 +345,7 @@ TrainSummary Trainer::run() {
                       traffic.inter.total() - traffic_seen_.inter.total()};
     waited_seen_ = waited;
     traffic_seen_ = traffic;
-    if (step == 0) summary.first_loss = loss;
+    if (step == start_step_) summary.first_loss = loss;
     summary.last_loss = loss;
     summary.steps = step + 1;
     if (world_.is_root()) run_dir_->metric(step_json(record));
@@ -293,7 +362,19 @@ TrainSummary Trainer::run() {
                         std::to_string(summary.last_val_loss) + "}");
     }
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
-    if (step == 0 || last) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
+    if (step == start_step_ || last) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
+
+    // A stop signal on any rank stops every rank after this step, with a checkpoint.
+    int stop = signals_->received();
+    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, world_.comm()));
+    const std::int64_t every = config_.checkpoint.every;
+    if (stop != 0 || (every > 0 && ((step + 1) % every == 0 || last))) save_checkpoint(step + 1);
+    if (stop != 0) {
+      say("stopped by " + StopSignals::name(stop) + " after step " + std::to_string(step + 1) +
+          " with a checkpoint; resume with checkpoint.resume = \"latest\" (exit code " + std::to_string(kExitStopped) + ")");
+      summary.stop_signal = stop;
+      break;
+    }
   }
   timeline_.set_enabled(false);
   write_traces();

@@ -14,6 +14,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
 #include "train/run_dir.hpp"
+#include "train/stop_signals.hpp"
 
 namespace st {
 
@@ -21,6 +22,7 @@ struct TrainSummary {
   double first_loss = 0, last_loss = 0, last_val_loss = 0;
   double val_unigram_entropy = 0;  // nats: the loss of a context-free model on the validation part
   std::int64_t steps = 0;
+  int stop_signal = 0;  // nonzero: stopped by this signal after writing a checkpoint
 };
 
 class Trainer {
@@ -41,6 +43,8 @@ class Trainer {
   double validation_loss();
   void print_sample(std::int64_t step);
   std::string memory_line(const char* when) const;
+  void resume();
+  void save_checkpoint(std::int64_t steps_done);
   void write_traces();
 
   const Config& config_;
@@ -61,6 +65,10 @@ class Trainer {
   double sgemm_flops_ = 0;
   LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
+  std::int64_t start_step_ = 0;
+  std::string checkpoint_dir_;
+  std::vector<std::string> resume_notes_;  // said once the run directory is open
+  std::unique_ptr<StopSignals> signals_;
 };
 
 // hsdp's sharding group: parallel.shard_group ranks, or node_size (the ranks of a node); throws

@@ -134,8 +134,6 @@ TEST(Deck, CombinationsAreChecked) {
 TEST(Deck, FeaturesNotBuiltYetAreRefusedNotIgnored) {
   const std::string e = error_of(kMinimal, {"parallel.strategy=auto"});
   EXPECT_NE(e.find("parallel.strategy = \"auto\" (the planner) is not available"), std::string::npos) << e;
-  EXPECT_NE(error_of(kMinimal, {"checkpoint.every=10"}).find("checkpoints are not available"), std::string::npos);
-  EXPECT_NE(error_of(kMinimal, {"checkpoint.resume=latest"}).find("resuming is not available"), std::string::npos);
 }
 
 TEST(Deck, EveryStrategyAndPrecisionIsAccepted) {

@@ -1,0 +1,363 @@
+#include "ckpt/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "ckpt/h5.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace st {
+namespace {
+
+namespace fs = std::filesystem;
+
+// 4 MiB chunks: large enough for streaming I/O, small enough that a rank's slice of a sharded
+// dataset touches few chunks it shares with another rank.
+constexpr std::uint64_t kChunkElements = std::uint64_t{1} << 20;
+const char* const kStateDatasets[] = {"params", "adam_m", "adam_v"};
+
+std::string checkpoint_name(std::int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt_%08lld.h5", static_cast<long long>(step));
+  return name;
+}
+
+std::vector<h5::Range> to_h5(const std::vector<Strategy::StateRange>& ranges) {
+  std::vector<h5::Range> out;
+  for (const auto& r : ranges) out.push_back({r.offset, r.count});
+  return out;
+}
+
+std::size_t total(const std::vector<Strategy::StateRange>& ranges) {
+  std::size_t n = 0;
+  for (const auto& r : ranges) n += r.count;
+  return n;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// fsync a file or directory by path; "" or what went wrong.
+std::string sync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return "cannot open " + path + " to flush it: " + errno_text();
+  const bool ok = ::fsync(fd) == 0;
+  const std::string why = ok ? "" : "cannot flush " + path + ": " + errno_text();
+  ::close(fd);
+  return why;
+}
+
+std::int64_t step_of(const std::string& filename) {
+  static const std::regex pattern(R"(ckpt_(\d+)\.h5)");
+  std::smatch m;
+  if (!std::regex_match(filename, m, pattern)) return -1;
+  return std::stoll(m[1].str());
+}
+
+// Rank 0, after every rank has closed the temporary file: make it durable, give it its name,
+// point `latest` at it, drop old ones. "" or what went wrong.
+std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, int keep) {
+  const std::string final_path = dir + "/" + name;
+  if (auto why = sync_path(tmp, false); !why.empty()) return why;
+  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+    return "cannot rename " + tmp + " to " + final_path + ": " + errno_text();
+  if (auto why = sync_path(dir, true); !why.empty()) return why;
+  const std::string latest = dir + "/latest", latest_tmp = dir + "/latest.tmp";
+  {
+    std::ofstream out(latest_tmp, std::ios::trunc);
+    out << name << "\n";
+    out.close();
+    if (!out) return "cannot write " + latest_tmp;
+  }
+  if (auto why = sync_path(latest_tmp, false); !why.empty()) return why;
+  if (std::rename(latest_tmp.c_str(), latest.c_str()) != 0) return "cannot rename " + latest_tmp + ": " + errno_text();
+  if (auto why = sync_path(dir, true); !why.empty()) return why;
+
+  // Keep the newest `keep`; leftovers of interrupted writes go too.
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.ends_with(".h5.tmp")) fs::remove(entry.path(), ec);
+    else if (const std::int64_t step = step_of(file); step >= 0) found.emplace_back(step, entry.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) fs::remove(found[i].second, ec);
+  return "";
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s;
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  return s;
+}
+
+std::vector<std::int64_t> parse_shape(const std::string& text) {
+  std::vector<std::int64_t> dims;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, 'x')) dims.push_back(std::stoll(part));
+  return dims;
+}
+
+CheckpointInfo read_info(hid_t file) {
+  CheckpointInfo info;
+  info.format_version = h5::read_int_attribute(file, "format_version");
+  if (info.format_version > kCheckpointFormat)
+    throw Error("written in checkpoint format " + std::to_string(info.format_version) + ", newer than the " +
+                std::to_string(kCheckpointFormat) + " this shardtrain reads (use the shardtrain that wrote it, or newer)");
+  info.step = h5::read_int_attribute(file, "step");
+  info.tokens_seen = h5::read_int_attribute(file, "tokens_seen");
+  info.data_position = h5::read_int_attribute(file, "data_position");
+  info.seed = h5::read_int_attribute(file, "seed");
+  info.strategy = h5::read_string_attribute(file, "strategy");
+  info.precision = h5::read_string_attribute(file, "precision");
+  info.world_size = h5::read_int_attribute(file, "world_size");
+  info.shard_group = h5::read_int_attribute(file, "shard_group");
+  info.deck = h5::read_string_attribute(file, "deck");
+  info.created_by = h5::read_string_attribute(file, "created_by");
+  h5::Handle model = h5::open_group(file, "model");
+  info.shape.n_layer = h5::read_int_attribute(model.get(), "n_layer");
+  info.shape.d_model = h5::read_int_attribute(model.get(), "d_model");
+  info.shape.n_head = h5::read_int_attribute(model.get(), "n_head");
+  info.shape.seq_len = h5::read_int_attribute(model.get(), "seq_len");
+  info.shape.vocab_size = h5::read_int_attribute(model.get(), "vocab_size");
+  info.shape.padded_vocab = h5::read_int_attribute(model.get(), "padded_vocab");
+  return info;
+}
+
+void require_same_shape(const Gpt2Shape& file, const Gpt2Shape& run) {
+  std::vector<std::string> diffs;
+  auto compare = [&](const char* key, std::int64_t a, std::int64_t b) {
+    if (a != b) diffs.push_back(std::string(key) + " = " + std::to_string(a) + " in the checkpoint, " + std::to_string(b) +
+                                " in the deck");
+  };
+  compare("model.n_layer", file.n_layer, run.n_layer);
+  compare("model.d_model", file.d_model, run.d_model);
+  compare("model.n_head", file.n_head, run.n_head);
+  compare("model.seq_len", file.seq_len, run.seq_len);
+  compare("model.vocab_size", file.vocab_size, run.vocab_size);
+  compare("padded vocabulary (model.vocab_pad_to)", file.padded_vocab, run.padded_vocab);
+  if (!diffs.empty()) throw Error("holds a different model: " + join(diffs, "; "));
+}
+
+void require_state_datasets(hid_t file, std::uint64_t elements) {
+  for (const char* name : kStateDatasets) {
+    if (!h5::has_link(file, name)) throw Error(std::string("dataset '/") + name + "' is missing");
+    h5::Handle d = h5::open_dataset(file, name);
+    const std::uint64_t n = h5::dataset_length(d.get());
+    if (n != elements)
+      throw Error(std::string("dataset '/") + name + "' holds " + std::to_string(n) + " elements, the model " +
+                  std::to_string(elements));
+  }
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
+                             Strategy& strategy, int keep, MPI_Comm comm) {
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  std::string problem;
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) problem = "cannot create checkpoint directory '" + dir + "' (checkpoint.dir): " + ec.message();
+  }
+  agree_or_throw(comm, problem);
+
+  const std::string name = checkpoint_name(info.step);
+  const std::string tmp = dir + "/" + name + ".tmp";
+  {
+    h5::Handle file = h5::create_file(tmp, comm);
+    const hid_t f = file.get();
+    h5::write_attribute(f, "format_version", kCheckpointFormat);
+    h5::write_attribute(f, "step", info.step);
+    h5::write_attribute(f, "tokens_seen", info.tokens_seen);
+    h5::write_attribute(f, "data_position", info.data_position);
+    h5::write_attribute(f, "seed", info.seed);
+    h5::write_attribute(f, "strategy", info.strategy);
+    h5::write_attribute(f, "precision", info.precision);
+    h5::write_attribute(f, "world_size", info.world_size);
+    h5::write_attribute(f, "shard_group", info.shard_group);
+    h5::write_attribute(f, "deck", info.deck);
+    h5::write_attribute(f, "created_by", info.created_by);
+    {
+      h5::Handle model = h5::create_group(f, "model");
+      h5::write_attribute(model.get(), "n_layer", info.shape.n_layer);
+      h5::write_attribute(model.get(), "d_model", info.shape.d_model);
+      h5::write_attribute(model.get(), "n_head", info.shape.n_head);
+      h5::write_attribute(model.get(), "seq_len", info.shape.seq_len);
+      h5::write_attribute(model.get(), "vocab_size", info.shape.vocab_size);
+      h5::write_attribute(model.get(), "padded_vocab", info.shape.padded_vocab);
+    }
+    {
+      h5::Handle table = h5::create_group(f, "layout");
+      std::vector<std::string> names, shapes;
+      std::vector<std::int64_t> offsets, sizes;
+      for (const TensorSlot* t : layout.all_tensors()) {
+        names.push_back(t->name);
+        shapes.push_back(shape_text(t->shape));
+        offsets.push_back(static_cast<std::int64_t>(t->offset));
+        sizes.push_back(static_cast<std::int64_t>(t->size));
+      }
+      h5::write_strings(table.get(), "names", names, rank == 0);
+      h5::write_strings(table.get(), "shapes", shapes, rank == 0);
+      h5::write_int_dataset(table.get(), "offsets", offsets, rank == 0);
+      h5::write_int_dataset(table.get(), "sizes", sizes, rank == 0);
+    }
+    const auto ranges = strategy.checkpoint_ranges();
+    const std::size_t n = total(ranges);
+    std::vector<float> params(n), m(n), v(n);
+    strategy.save_state(ranges, params.data(), m.data(), v.data());
+    const float* data[] = {params.data(), m.data(), v.data()};
+    for (int k = 0; k < 3; ++k) {
+      h5::Handle d = h5::create_float_dataset(f, kStateDatasets[k], layout.total(), kChunkElements);
+      h5::write_ranges(d.get(), to_h5(ranges), n ? data[k] : nullptr, true);
+    }
+    file.close("closing " + tmp);
+  }
+  problem.clear();
+  if (rank == 0) problem = commit(dir, tmp, name, keep);
+  agree_or_throw(comm, problem);
+  return dir + "/" + name;
+}
+
+CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
+  CheckpointInfo info;
+  std::string problem;
+  try {
+    if (!fs::exists(path)) throw Error("no such file");
+    h5::Handle file = h5::open_file(path, comm);
+    info = read_info(file.get());
+    require_same_shape(info.shape, shape);
+    const std::uint64_t elements = make_gpt2_layout(shape).total();
+    require_state_datasets(file.get(), elements);
+    // Independent reads: each rank reads its own slices; Fletcher32 is verified on every chunk read.
+    const auto param_ranges = strategy.param_ranges(), optimizer_ranges = strategy.optimizer_ranges();
+    std::vector<float> params(total(param_ranges)), m(total(optimizer_ranges)), v(total(optimizer_ranges));
+    {
+      h5::Handle d = h5::open_dataset(file.get(), "params");
+      h5::read_ranges(d.get(), to_h5(param_ranges), params.data(), false);
+    }
+    for (auto [name, into] : {std::pair{"adam_m", &m}, std::pair{"adam_v", &v}}) {
+      h5::Handle d = h5::open_dataset(file.get(), name);
+      h5::read_ranges(d.get(), to_h5(optimizer_ranges), into->data(), false);
+    }
+    file.close("closing " + path);
+    strategy.load_state(params, m, v);
+  } catch (const Error& e) {
+    problem = "checkpoint " + path + ": " + e.what();
+  }
+  agree_or_throw(comm, problem);
+  return info;
+}
+
+std::vector<std::string> checkpoint_candidates(const std::string& dir) {
+  std::vector<std::string> out;
+  std::ifstream latest(dir + "/latest");
+  std::string name;
+  if (latest && std::getline(latest, name) && !name.empty()) out.push_back(dir + "/" + name);
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (const std::int64_t step = step_of(file); step >= 0) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [step, path] : found)
+    if (std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
+  return out;
+}
+
+std::string inspect_checkpoint(const std::string& path) {
+  try {
+    h5::Handle file = h5::open_file_serial(path);
+    const CheckpointInfo info = read_info(file.get());
+    const Gpt2Shape& s = info.shape;
+    const std::uint64_t elements = make_gpt2_layout(s).total();
+    std::ostringstream os;
+    os << path << "\n"
+       << "  format " << info.format_version << ", step " << info.step << ", tokens seen " << info.tokens_seen
+       << ", data position " << info.data_position << ", seed " << info.seed << "\n"
+       << "  written by " << info.world_size << " rank(s) with strategy " << info.strategy << " ("
+       << info.precision << (info.strategy == "hsdp" ? ", groups of " + std::to_string(info.shard_group) : "")
+       << "), " << info.created_by << "\n"
+       << "  model: n_layer " << s.n_layer << ", d_model " << s.d_model << ", n_head " << s.n_head << ", seq_len "
+       << s.seq_len << ", vocab " << s.vocab_size << " (padded " << s.padded_vocab << "), " << elements
+       << " parameters\n";
+    require_state_datasets(file.get(), elements);
+    const auto names = h5::read_strings(h5::open_group(file.get(), "layout").get(), "names");
+    os << "  " << names.size() << " tensors in /layout\n";
+    std::vector<float> buffer;
+    for (const char* name : kStateDatasets) {
+      h5::Handle d = h5::open_dataset(file.get(), name);
+      double sum_squares = 0;
+      for (std::uint64_t at = 0; at < elements; at += kChunkElements) {
+        const std::uint64_t n = std::min<std::uint64_t>(kChunkElements, elements - at);
+        buffer.resize(n);
+        h5::read_ranges(d.get(), {{at, n}}, buffer.data(), false);
+        for (float x : buffer) sum_squares += static_cast<double>(x) * x;
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "  /%-7s %llu x float32, Fletcher32 verified, L2 norm %.6g\n", name,
+                    static_cast<unsigned long long>(elements), std::sqrt(sum_squares));
+      os << line;
+    }
+    os << "  deck:\n";
+    std::istringstream deck(info.deck);
+    for (std::string line; std::getline(deck, line);) os << "    " << line << "\n";
+    return os.str();
+  } catch (const Error& e) {
+    throw Error("checkpoint " + path + ": " + e.what(), ErrorScope::all_ranks);
+  }
+}
+
+void export_checkpoint(const std::string& path, const std::string& out) {
+  try {
+    h5::Handle file = h5::open_file_serial(path);
+    const CheckpointInfo info = read_info(file.get());
+    const std::uint64_t elements = make_gpt2_layout(info.shape).total();
+    require_state_datasets(file.get(), elements);
+    h5::Handle table = h5::open_group(file.get(), "layout");
+    const auto names = h5::read_strings(table.get(), "names");
+    const auto shapes = h5::read_strings(table.get(), "shapes");
+    const auto offsets = h5::read_int_dataset(table.get(), "offsets");
+    std::vector<float> params(elements);
+    h5::read_ranges(h5::open_dataset(file.get(), "params").get(), {{0, elements}}, params.data(), false);
+
+    h5::Handle target = h5::create_file_serial(out);
+    h5::write_attribute(target.get(), "source", path);
+    h5::write_attribute(target.get(), "step", info.step);
+    for (const char* key : {"n_layer", "d_model", "n_head", "seq_len", "vocab_size", "padded_vocab"}) {
+      h5::Handle model = h5::open_group(file.get(), "model");
+      h5::write_attribute(target.get(), key, h5::read_int_attribute(model.get(), key));
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const auto dims = parse_shape(shapes[i]);
+      std::vector<hsize_t> h5dims(dims.begin(), dims.end());
+      h5::Handle space(H5Screate_simple(static_cast<int>(h5dims.size()), h5dims.data(), nullptr), H5Sclose, "dataspace");
+      h5::Handle d(H5Dcreate2(target.get(), names[i].c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                              H5P_DEFAULT),
+                   H5Dclose, "dataset " + names[i]);
+      h5::check(H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                         params.data() + offsets[i]),
+                "writing " + names[i]);
+    }
+    target.close("closing " + out);
+  } catch (const Error& e) {
+    throw Error("checkpoint " + path + ": " + e.what(), ErrorScope::all_ranks);
+  }
+}
+
+}  // namespace st

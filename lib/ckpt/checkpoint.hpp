@@ -1,0 +1,59 @@
+#pragma once
+// Checkpoints: one parallel HDF5 file per checkpoint, self-describing, atomically committed.
+//
+// Layout (format 1; docs/checkpoints.md):
+//   /                   attributes: format_version, step, tokens_seen, data_position, seed,
+//                       strategy, precision, world_size, shard_group, deck (text), created_by
+//   /model              attributes: n_layer, d_model, n_head, seq_len, vocab_size, padded_vocab
+//   /layout/names       tensor names; /layout/offsets, /layout/sizes: their place in the flat
+//                       layout; /layout/shapes: "768x2304"
+//   /params             fp32 parameters (the master copy in mixed precision), flat layout
+//   /adam_m, /adam_v    Adam moments, flat layout
+// The three state datasets are chunked with Fletcher32 checksums; every rank writes its own
+// hyperslabs collectively and reads back only what it needs, so a checkpoint written by any
+// world size and strategy resumes on any other.
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/layout.hpp"
+#include "parallel/strategy.hpp"
+
+namespace st {
+
+inline constexpr std::int64_t kCheckpointFormat = 1;
+
+struct CheckpointInfo {
+  std::int64_t format_version = kCheckpointFormat;
+  std::int64_t step = 0;           // optimizer steps taken
+  std::int64_t tokens_seen = 0;
+  std::int64_t data_position = 0;  // the training batch cursor
+  std::int64_t seed = 0;
+  std::string strategy, precision, deck, created_by;
+  std::int64_t world_size = 0, shard_group = 0;
+  Gpt2Shape shape;
+};
+
+// Writes `dir`/ckpt_<step>.h5 through a temporary name, flushes, renames it into place (rank 0,
+// then the directory is synced), points `dir`/latest at it and keeps the newest `keep`.
+// Collective over comm. Returns the final path.
+std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
+                             Strategy& strategy, int keep, MPI_Comm comm);
+
+// Reads what this rank needs into the strategy after checking the file against the run's model
+// shape. Collective; on any rank's failure every rank throws the same Error naming the file.
+CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
+
+// Candidates for checkpoint.resume = "latest": the file `dir`/latest names first, then every
+// ckpt_<step>.h5 in `dir`, newest first.
+std::vector<std::string> checkpoint_candidates(const std::string& dir);
+
+// One-process tools: what a checkpoint holds, with every checksum verified (throws on the first
+// problem), and an export to a plain HDF5 file with one dataset per tensor in its shape.
+std::string inspect_checkpoint(const std::string& path);
+void export_checkpoint(const std::string& path, const std::string& out);
+
+}  // namespace st

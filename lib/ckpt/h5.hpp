@@ -1,0 +1,80 @@
+#pragma once
+// Thin RAII over the HDF5 C API: every handle closes itself, every call is checked, and a
+// failing call throws st::Error with HDF5's own innermost message and what we were doing.
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace st::h5 {
+
+// Turns off HDF5's printing of its error stack (we report errors ourselves). Idempotent.
+void quiet_errors();
+
+// Throws Error("<what>: <HDF5's message>") when code < 0; returns code otherwise.
+template <class Code>
+Code check(Code code, const std::string& what);
+
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer, const std::string& what);
+  Handle(Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = H5I_INVALID_HID; }
+  Handle& operator=(Handle&& o) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle();
+  hid_t get() const { return id_; }
+  // Close now and report a failure (a file's close flushes: its errors matter).
+  void close(const std::string& what);
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+// Files through the MPI-IO driver: collective over comm.
+Handle create_file(const std::string& path, MPI_Comm comm);
+Handle open_file(const std::string& path, MPI_Comm comm);
+// Files on one process (tools, export).
+Handle open_file_serial(const std::string& path);
+Handle create_file_serial(const std::string& path);
+
+// Attributes on a file or group (parallel: every rank writes the same value).
+void write_attribute(hid_t object, const std::string& name, std::int64_t value);
+void write_attribute(hid_t object, const std::string& name, double value);
+void write_attribute(hid_t object, const std::string& name, const std::string& value);
+bool has_attribute(hid_t object, const std::string& name);
+std::int64_t read_int_attribute(hid_t object, const std::string& name);
+double read_double_attribute(hid_t object, const std::string& name);
+std::string read_string_attribute(hid_t object, const std::string& name);
+
+Handle create_group(hid_t parent, const std::string& name);
+Handle open_group(hid_t parent, const std::string& name);
+
+// A 1-D float32 dataset of n elements, chunked, with Fletcher32 checksums.
+Handle create_float_dataset(hid_t parent, const std::string& name, std::uint64_t n, std::uint64_t chunk);
+Handle open_dataset(hid_t parent, const std::string& name);
+bool has_link(hid_t parent, const std::string& name);
+std::uint64_t dataset_length(hid_t dataset);  // elements of a 1-D dataset
+
+// Elements [offset, offset + count) of a 1-D dataset, several at once.
+struct Range {
+  std::uint64_t offset = 0, count = 0;
+};
+// Collective write of this rank's ranges (possibly none) from `data` (their elements, in order).
+void write_ranges(hid_t dataset, const std::vector<Range>& ranges, const float* data, bool collective);
+// Read of ranges into `data` (their elements, in order); collective or independent.
+void read_ranges(hid_t dataset, const std::vector<Range>& ranges, float* data, bool collective);
+
+// Small contiguous datasets for metadata: every rank of a parallel file creates them (a
+// collective step), the `writer` rank writes the values.
+void write_int_dataset(hid_t parent, const std::string& name, const std::vector<std::int64_t>& values, bool writer);
+std::vector<std::int64_t> read_int_dataset(hid_t parent, const std::string& name);
+void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values, bool writer);
+std::vector<std::string> read_strings(hid_t parent, const std::string& name);
+
+}  // namespace st::h5

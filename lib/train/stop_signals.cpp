@@ -1,0 +1,71 @@
+#include "train/stop_signals.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.hpp"
+
+namespace st {
+namespace {
+
+volatile std::sig_atomic_t g_received = 0;
+
+void on_signal(int signal) {
+  if (g_received != 0) {
+    // Second signal: stop now. Only async-signal-safe calls here.
+    const char message[] = "shardtrain: second stop signal: aborting without a checkpoint\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof message - 1);
+    ::_exit(kExitAborted);
+  }
+  g_received = signal;
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_received = 0;
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // MPI and file I/O calls in progress go on
+  sigaction(SIGUSR1, &action, &previous_usr1_);
+  sigaction(SIGTERM, &action, &previous_term_);
+}
+
+StopSignals::~StopSignals() {
+  sigaction(SIGUSR1, &previous_usr1_, nullptr);
+  sigaction(SIGTERM, &previous_term_, nullptr);
+}
+
+int StopSignals::received() const { return g_received; }
+
+std::string StopSignals::name(int signal) {
+  return signal == SIGUSR1 ? "SIGUSR1" : signal == SIGTERM ? "SIGTERM" : "signal " + std::to_string(signal);
+}
+
+Deadline::Deadline(double seconds, std::string what) {
+  if (seconds <= 0) return;
+  thread_ = std::thread([this, seconds, what = std::move(what)] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (done_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return finished_; })) return;
+    std::fprintf(stderr, "shardtrain: %s did not finish within %.0f s (checkpoint.timeout_s): aborting the job\n",
+                 what.c_str(), seconds);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitAborted);
+  });
+}
+
+Deadline::~Deadline() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+  }
+  done_.notify_one();
+  thread_.join();
+}
+
+}  // namespace st

@@ -1,0 +1,44 @@
+#pragma once
+// What Slurm sends before a job's time limit (SIGTERM, or SIGUSR1 with --signal): the first one
+// asks the run to finish its step, write a checkpoint and stop; a second one aborts at once.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace st {
+
+class StopSignals {
+ public:
+  StopSignals();   // installs the handlers for SIGUSR1 and SIGTERM
+  ~StopSignals();  // restores the previous ones
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  // The signal received on this process, or 0.
+  int received() const;
+  static std::string name(int signal);
+
+ private:
+  struct sigaction previous_usr1_ {}, previous_term_ {};
+};
+
+// Aborts the whole job (MPI_Abort, kExitAborted) unless destroyed within `seconds` (<= 0: never):
+// a checkpoint that cannot finish must not hold the allocation until the time limit.
+class Deadline {
+ public:
+  Deadline(double seconds, std::string what);
+  ~Deadline();
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool finished_ = false;
+  std::thread thread_;
+};
+
+}  // namespace st
