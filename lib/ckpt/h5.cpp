@@ -111,13 +111,13 @@ Handle open_file(const std::string& path, MPI_Comm comm) {
   Handle fapl = property_list(H5P_FILE_ACCESS, "file access property list");
   check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "MPI-IO file driver");
   return Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,
-                path + " is not a readable HDF5 file (truncated or damaged?)");
+                "not a readable HDF5 file (truncated or damaged?)");
 }
 
 Handle open_file_serial(const std::string& path) {
   quiet_errors();
   return Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
-                path + " is not a readable HDF5 file (truncated or damaged?)");
+                "not a readable HDF5 file (truncated or damaged?)");
 }
 
 Handle create_file_serial(const std::string& path) {
