@@ -1,0 +1,137 @@
+"""Checkpoints under the events of a batch system.
+
+- SIGUSR1 (what `sbatch --signal` sends; SIGTERM is handled the same) delivered to the job in the
+  middle of training: every rank finishes its step, a checkpoint is written, the job exits with
+  code 4, and a run resumed from it (checkpoint.resume = "latest") continues the uninterrupted
+  run bit for bit.
+- kill -9 of one rank while a checkpoint is being written: the previous checkpoint stays the
+  one `latest` names, passes `ckpt inspect`, and the run resumes from it; the interrupted file is
+  never taken for a checkpoint.
+"""
+import os
+import signal
+import subprocess
+import time
+
+import harness as h
+
+args = h.parse_args()
+work = h.tmpdir()
+corpus = h.corpus(args)
+template = f"""
+[run]
+steps = STEPS
+eval_every = 0
+sample_tokens = 0
+out_dir = "{work}/OUT"
+[model]
+n_layer = 2
+d_model = D_MODEL
+n_head = 4
+seq_len = 64
+[data]
+path = "{corpus}"
+global_batch = 8
+[optimizer]
+lr = 2e-3
+warmup_steps = 2
+[parallel]
+strategy = "zero2"
+[checkpoint]
+dir = "{work}/OUT/ckpt"
+every = EVERY
+"""
+
+
+def deck(label, steps, every, d_model=64):
+    text = template.replace("OUT", label).replace("STEPS", str(steps)).replace("EVERY", str(every))
+    return h.write_deck(work, f"{label}.toml", text.replace("D_MODEL", str(d_model)))
+
+
+def start(path, ranks=2, sets=()):
+    cmd = [args.mpiexec, "-n", str(ranks), args.exe, "run", path]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def train_rows(label):
+    path = os.path.join(work, label, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    try:
+        return [r for r in h.metrics(os.path.join(work, label)) if r["kind"] == "train"]
+    except ValueError:  # a line being written
+        return []
+
+
+def wait(proc, timeout=300):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        h.fail("timed out (a hang?)")
+    return proc.returncode, out, err
+
+
+# ---- SIGUSR1 -> checkpoint -> exit 4 -> resume continues the same run ----
+STEPS = 60
+reference = deck("reference", STEPS, 0)
+code, _, err = wait(start(reference))
+h.check(code == 0, f"the uninterrupted run exits 0\n{err[-800:]}")
+expected = {r["step"]: r["loss"] for r in train_rows("reference")}
+
+signalled = deck("signalled", STEPS, 0)
+proc = start(signalled)
+deadline = time.time() + 120
+while len(train_rows("signalled")) < 5 and time.time() < deadline and proc.poll() is None:
+    time.sleep(0.02)
+h.check(proc.poll() is None, "the run is still going when the signal is sent")
+proc.send_signal(signal.SIGUSR1)  # mpirun forwards SIGUSR1 to every rank
+code, out, err = wait(proc)
+h.check(code == 4, f"a SIGUSR1 stops the job with exit code 4 (got {code})\n{err[-800:]}")
+stopped_at = max(r["step"] for r in train_rows("signalled"))
+h.check(f"stopped by SIGUSR1 after step {stopped_at} with a checkpoint" in out, "the log says where it stopped")
+ckpt_dir = os.path.join(work, "signalled", "ckpt")
+with open(os.path.join(ckpt_dir, "latest")) as f:
+    h.check(f.read().strip() == f"ckpt_{stopped_at:08d}.h5", f"latest names the checkpoint of step {stopped_at}")
+h.check(stopped_at < STEPS, f"it stopped early (step {stopped_at} of {STEPS})")
+
+code, out, err = wait(start(signalled, sets=["checkpoint.resume=latest"]))
+h.check(code == 0, f"the resumed run exits 0\n{err[-800:]}")
+rows = train_rows("signalled")
+resumed = {r["step"]: r["loss"] for r in rows if r["step"] > stopped_at}
+h.check(sorted(resumed) == list(range(stopped_at + 1, STEPS + 1)), "the resumed run continues after that step")
+h.check(all(resumed[s] == expected[s] for s in resumed), "with the uninterrupted run's losses, exactly")
+
+# ---- kill -9 of one rank while a checkpoint is being written ----
+killed = deck("killed", 400, 1, d_model=256)  # ~10 MB checkpoints, one per step
+proc = start(killed)
+ckpt_dir = os.path.join(work, "killed", "ckpt")
+victim = None
+deadline = time.time() + 240
+while time.time() < deadline and proc.poll() is None:
+    names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
+    if "latest" in names and any(n.endswith(".h5.tmp") for n in names):
+        ranks = subprocess.run(["pgrep", "-f", killed], capture_output=True, text=True).stdout.split()
+        ranks = [int(p) for p in ranks if int(p) != proc.pid]
+        if ranks:
+            victim = ranks[-1]
+            os.kill(victim, signal.SIGKILL)
+            break
+    time.sleep(0.001)
+h.check(victim is not None, "a rank was killed while a checkpoint was being written")
+code, _, _ = wait(proc)
+h.check(code != 0, f"the job ends with a failure ({code})")
+with open(os.path.join(ckpt_dir, "latest")) as f:
+    latest = os.path.join(ckpt_dir, f.read().strip())
+inspect = h.mpirun(args, 1, ["ckpt", "inspect", latest])
+h.check(inspect.returncode == 0 and inspect.stdout.count("Fletcher32 verified") == 3,
+        f"the checkpoint latest names is complete and verifies ({os.path.basename(latest)})")
+leftovers = [n for n in os.listdir(ckpt_dir) if n.endswith(".tmp")]
+latest_step = int(os.path.basename(latest)[5:13])
+code, out, err = wait(start(killed, sets=["checkpoint.resume=latest", f"run.steps={latest_step + 2}"]), timeout=600)
+h.check(code == 0 and f"resumed from {latest}" in out, f"the run resumes from it\n{err[-800:]}")
+h.check(not [n for n in os.listdir(ckpt_dir) if n.endswith(".tmp")],
+        f"the interrupted write ({leftovers}) was cleared by the next checkpoint")
+print("passed")
