@@ -87,8 +87,11 @@ keep = 1
 """)
     out, _ = shardtrain(a.exe, a.ranks, deck, [])
     params = int(re.search(r"\| parameters\s+\| (\d+)", out).group(1))
-    write = re.findall(r"checkpoint (\S+): .* in ([0-9.]+) s", out)[-1]
-    ckpt_path, ckpt_write = write[0], float(write[1])
+    write = re.findall(r"checkpoint (\S+): .* in ([0-9.]+) s .*training waited ([0-9.]+) s", out)[0]
+    ckpt_path, ckpt_write = write[0].rstrip(":"), float(write[1])
+    async_out, _ = shardtrain(a.exe, a.ranks, deck, ["checkpoint.async=true"])
+    async_write = re.findall(r"checkpoint (\S+): .* in ([0-9.]+) s .*training waited ([0-9.]+) s", async_out)[0]
+    ckpt_path = re.findall(r"checkpoint (\S+): ", async_out)[-1]  # the one kept (checkpoint.keep = 1)
     rows = [json.loads(line) for line in open(os.path.join(a.dir, "run", "metrics.jsonl"))]
     step_ms = max(r["ms"] for r in rows if r["kind"] == "train")
     state_bytes = 3 * 4 * params
@@ -110,8 +113,11 @@ keep = 1
           f"| {gb(file_bytes, plain_w):.2f} | {plain_w / ckpt_write:.2f} |")
     print(f"| read | {ckpt_read:.2f} | {gb(state_bytes, ckpt_read):.2f} | {plain_r:.2f} | {gb(file_bytes, plain_r):.2f} "
           f"| {plain_r / ckpt_read:.2f} |")
-    print(f"\nresume: whole resumed run (start-up, reading, no steps) {wall:.1f} s wall; the write stalls "
-          f"training for {ckpt_write:.2f} s = {ckpt_write * 1e3 / step_ms:.1f} steps")
+    print(f"\nresume: whole resumed run (start-up, reading, no steps) {wall:.1f} s wall, of which reading "
+          f"{ckpt_read:.2f} s. A synchronous write stalls training for {ckpt_write:.2f} s = "
+          f"{ckpt_write * 1e3 / step_ms:.1f} steps; with checkpoint.async = true training waited "
+          f"{float(async_write[2]):.2f} s (the state copy) while the write took {float(async_write[1]):.2f} s "
+          f"in the background")
 
 
 if __name__ == "__main__":

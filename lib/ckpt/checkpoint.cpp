@@ -164,8 +164,19 @@ void require_state_datasets(hid_t file, std::uint64_t elements) {
 
 }  // namespace
 
+StateSnapshot take_snapshot(Strategy& strategy) {
+  StateSnapshot snapshot;
+  snapshot.ranges = strategy.checkpoint_ranges();
+  const std::size_t n = total(snapshot.ranges);
+  snapshot.params.resize(n);
+  snapshot.m.resize(n);
+  snapshot.v.resize(n);
+  strategy.save_state(snapshot.ranges, snapshot.params.data(), snapshot.m.data(), snapshot.v.data());
+  return snapshot;
+}
+
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             Strategy& strategy, int keep, MPI_Comm comm) {
+                             const StateSnapshot& state, int keep, MPI_Comm comm) {
   int rank = 0;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   std::string problem;
@@ -216,14 +227,11 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
       h5::write_int_dataset(table.get(), "offsets", offsets, rank == 0);
       h5::write_int_dataset(table.get(), "sizes", sizes, rank == 0);
     }
-    const auto ranges = strategy.checkpoint_ranges();
-    const std::size_t n = total(ranges);
-    std::vector<float> params(n), m(n), v(n);
-    strategy.save_state(ranges, params.data(), m.data(), v.data());
-    const float* data[] = {params.data(), m.data(), v.data()};
+    const std::size_t n = total(state.ranges);
+    const float* data[] = {state.params.data(), state.m.data(), state.v.data()};
     for (int k = 0; k < 3; ++k) {
       h5::Handle d = h5::create_float_dataset(f, kStateDatasets[k], layout.total(), kChunkElements);
-      h5::write_ranges(d.get(), to_h5(ranges), n ? data[k] : nullptr, true);
+      h5::write_ranges(d.get(), to_h5(state.ranges), n ? data[k] : nullptr, true);
     }
     file.close("closing " + tmp);
   }

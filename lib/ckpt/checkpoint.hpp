@@ -37,11 +37,19 @@ struct CheckpointInfo {
   Gpt2Shape shape;
 };
 
+// What one rank writes: its ranges of the flat layout and their parameters, m and v.
+struct StateSnapshot {
+  std::vector<Strategy::StateRange> ranges;
+  std::vector<float> params, m, v;
+};
+// Copies this rank's part of the state out of the strategy (training may go on afterwards).
+StateSnapshot take_snapshot(Strategy& strategy);
+
 // Writes `dir`/ckpt_<step>.h5 through a temporary name, flushes, renames it into place (rank 0,
 // then the directory is synced), points `dir`/latest at it and keeps the newest `keep`.
 // Collective over comm. Returns the final path.
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             Strategy& strategy, int keep, MPI_Comm comm);
+                             const StateSnapshot& state, int keep, MPI_Comm comm);
 
 // Reads what this rank needs into the strategy after checking the file against the run's model
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.

@@ -197,7 +197,11 @@ Handle create_float_dataset(hid_t parent, const std::string& name, std::uint64_t
 }
 
 Handle open_dataset(hid_t parent, const std::string& name) {
-  return Handle(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose, "missing dataset '" + name + "'");
+  // A chunk cache that holds a few chunks: a rank's slices start and end inside chunks, and
+  // HDF5's default 1 MiB cache would read and checksum such a chunk once per slice.
+  Handle dapl = property_list(H5P_DATASET_ACCESS, "dataset access property list");
+  check(H5Pset_chunk_cache(dapl.get(), 521, std::size_t{64} << 20, 1.0), "chunk cache of " + name);
+  return Handle(H5Dopen2(parent, name.c_str(), dapl.get()), H5Dclose, "missing dataset '" + name + "'");
 }
 
 bool has_link(hid_t parent, const std::string& name) {

@@ -73,6 +73,7 @@ struct CheckpointConfig {
   std::int64_t keep = 0;
   std::string resume;
   double timeout_s = 0.0;
+  bool async = false;
 };
 
 struct Config {

@@ -205,6 +205,11 @@ std::vector<KeySpec> build_schema() {
            "A checkpoint write that takes longer than this aborts the job (exit code 5; 0: no limit). SIGUSR1 "
            "and SIGTERM make every rank finish its step, write a checkpoint and exit with code 4.",
            store(&C::checkpoint, &CheckpointConfig::timeout_s)),
+      boolean("checkpoint", "async", "false",
+              "Write checkpoints in the background: the state is copied, training goes on, and the write and its "
+              "atomic commit complete on a thread of their own (the next checkpoint, a stop signal and the end of "
+              "the run wait for it).",
+              store(&C::checkpoint, &CheckpointConfig::async)),
   };
 }
 

@@ -124,6 +124,8 @@ Trainer::Trainer(const Config& config, World& world)
 
   checkpoint_dir_ = config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
   resume();
+  checkpointer_ = std::make_unique<Checkpointer>(world.comm(), checkpoint_dir_, static_cast<int>(config.checkpoint.keep),
+                                                 config.checkpoint.timeout_s, config.checkpoint.async);
   signals_ = std::make_unique<StopSignals>();
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
 
@@ -212,23 +214,20 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   info.deck = config_.deck_text;
   info.created_by = std::string("shardtrain ") + ST_VERSION + " on " + world_.host();
   info.shape = shape_;
-  Stopwatch clock;
-  std::string path;
-  {
-    Deadline deadline(config_.checkpoint.timeout_s, "the checkpoint of step " + std::to_string(steps_done));
-    path = write_checkpoint(checkpoint_dir_, info, model_->layout(), *strategy_,
-                            static_cast<int>(config_.checkpoint.keep), world_.comm());
-  }
-  const double seconds = clock.seconds();
+  for (const auto& done : checkpointer_->save(info, model_->layout(), *strategy_)) report_checkpoint(done);
+}
+
+void Trainer::report_checkpoint(const Checkpointer::Done& done) {
   const double bytes = 3.0 * 4.0 * static_cast<double>(model_->layout().total());
   char line[512];
-  std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s)", path.c_str(), format_bytes(bytes).c_str(),
-                seconds, bytes / seconds / 1e6);
+  std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s); training waited %.2f s", done.path.c_str(),
+                format_bytes(bytes).c_str(), done.seconds, bytes / done.seconds / 1e6, done.stall_seconds);
   say(line);
   if (world_.is_root())
-    run_dir_->metric("{\"kind\":\"checkpoint\",\"step\":" + std::to_string(steps_done) + ",\"path\":" +
-                     json_string(path) + ",\"bytes\":" + std::to_string(static_cast<std::uint64_t>(bytes)) +
-                     ",\"seconds\":" + std::to_string(seconds) + "}");
+    run_dir_->metric("{\"kind\":\"checkpoint\",\"step\":" + std::to_string(done.step) + ",\"path\":" +
+                     json_string(done.path) + ",\"bytes\":" + std::to_string(static_cast<std::uint64_t>(bytes)) +
+                     ",\"seconds\":" + std::to_string(done.seconds) + ",\"stall_seconds\":" +
+                     std::to_string(done.stall_seconds) + "}");
 }
 
 void Trainer::say(const std::string& line) {
@@ -364,6 +363,8 @@ TrainSummary Trainer::run() {
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
     if (step == start_step_ || last) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
 
+    if (config_.checkpoint.async)  // the same on every rank: poll() is collective
+      if (auto done = checkpointer_->poll()) report_checkpoint(*done);
     // A stop signal on any rank stops every rank after this step, with a checkpoint.
     int stop = signals_->received();
     ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, world_.comm()));
@@ -376,6 +377,7 @@ TrainSummary Trainer::run() {
       break;
     }
   }
+  if (auto done = checkpointer_->finish()) report_checkpoint(*done);
   timeline_.set_enabled(false);
   write_traces();
   return summary;

@@ -13,6 +13,7 @@
 #include "deck/config.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
+#include "train/checkpointer.hpp"
 #include "train/run_dir.hpp"
 #include "train/stop_signals.hpp"
 
@@ -45,6 +46,7 @@ class Trainer {
   std::string memory_line(const char* when) const;
   void resume();
   void save_checkpoint(std::int64_t steps_done);
+  void report_checkpoint(const Checkpointer::Done& done);
   void write_traces();
 
   const Config& config_;
@@ -69,6 +71,7 @@ class Trainer {
   std::string checkpoint_dir_;
   std::vector<std::string> resume_notes_;  // said once the run directory is open
   std::unique_ptr<StopSignals> signals_;
+  std::unique_ptr<Checkpointer> checkpointer_;
 };
 
 // hsdp's sharding group: parallel.shard_group ranks, or node_size (the ranks of a node); throws

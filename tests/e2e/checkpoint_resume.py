@@ -83,9 +83,10 @@ def h5py(code):
 
 # ---- bitwise resume, every strategy ----
 for strategy, ranks, extra in (("ddp", 2, []), ("zero1", 2, []), ("zero2", 3, []), ("zero3", 2, []),
-                               ("hsdp", 4, ["parallel.ranks_per_node=2"]), ("zero3", 2, ["parallel.precision=bf16"])):
+                               ("hsdp", 4, ["parallel.ranks_per_node=2"]), ("zero3", 2, ["parallel.precision=bf16"]),
+                               ("zero1", 3, ["checkpoint.async=true"])):
     sets = [f"parallel.strategy={strategy}"] + extra
-    name = strategy + ("_bf16" if extra and "bf16" in extra[0] else "")
+    name = strategy + ("_bf16" if extra and "bf16" in extra[0] else "") + ("_async" if extra and "async" in extra[0] else "")
     _, full_params = run(f"{name}_full", ranks, sets)
     _, resumed_params = run(f"{name}_resumed", ranks, sets + [f"checkpoint.resume={ckpt(f'{name}_full', 4)}",
                                                               f"checkpoint.dir={work}/{name}_resumed/ckpt"])

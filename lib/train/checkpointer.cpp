@@ -1,0 +1,84 @@
+#include "train/checkpointer.hpp"
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "train/stop_signals.hpp"
+
+namespace st {
+
+Checkpointer::Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
+    : world_(world), dir_(std::move(dir)), keep_(keep), timeout_s_(timeout_s), async_(async) {
+  if (async_) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    ST_CHECK_MPI(MPI_Comm_dup(world, &dup));
+    io_comm_ = OwnedComm(dup);
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, const ParamLayout& layout,
+                                                   Strategy& strategy) {
+  Stopwatch stall;
+  std::vector<Done> finished;
+  if (auto previous = finish()) finished.push_back(*previous);  // one write at a time
+  Stopwatch clock;
+  snapshot_ = take_snapshot(strategy);
+  if (!async_) {
+    Done done;
+    {
+      Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
+      done.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_);
+    }
+    done.step = info.step;
+    done.seconds = clock.seconds();
+    done.stall_seconds = stall.seconds();
+    snapshot_ = {};
+    finished.push_back(done);
+    return finished;
+  }
+  finished_ = false;
+  error_.clear();
+  result_ = Done{};
+  result_.step = info.step;
+  result_.stall_seconds = stall.seconds();
+  thread_ = std::thread([this, info, &layout] {
+    Stopwatch write_clock;
+    try {
+      Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
+      result_.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get());
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+    result_.seconds = write_clock.seconds();
+    snapshot_ = {};
+    finished_ = true;
+  });
+  return finished;
+}
+
+std::optional<Checkpointer::Done> Checkpointer::join() {
+  thread_.join();
+  agree_or_throw(world_, error_);
+  return result_;
+}
+
+std::optional<Checkpointer::Done> Checkpointer::poll() {
+  if (!async_) return std::nullopt;
+  int all_finished = !thread_.joinable() || finished_ ? 1 : 0;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_finished, 1, MPI_INT, MPI_MIN, world_));
+  if (!all_finished || !thread_.joinable()) return std::nullopt;
+  return join();
+}
+
+std::optional<Checkpointer::Done> Checkpointer::finish() {
+  int any_busy = thread_.joinable() ? 1 : 0;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &any_busy, 1, MPI_INT, MPI_MAX, world_));
+  if (!any_busy) return std::nullopt;
+  return join();
+}
+
+}  // namespace st

@@ -1,0 +1,57 @@
+#pragma once
+// Writes the run's checkpoints, synchronously or in the background (checkpoint.async): the
+// state is copied out of the strategy, training goes on, and the write and its atomic commit
+// complete on a thread of their own over a duplicate of the world communicator.
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "comm/world.hpp"
+
+namespace st {
+
+class Checkpointer {
+ public:
+  struct Done {
+    std::string path;
+    std::int64_t step = 0;
+    double seconds = 0;        // the write, from the copy to the commit
+    double stall_seconds = 0;  // how long training waited for it
+  };
+
+  Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
+  ~Checkpointer();  // waits for a write in progress
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective. Waits for the previous write if one is still going (async), copies the state
+  // and writes it (sync) or starts writing it (async). Returns the writes that finished: the
+  // previous one if it had to be waited for, this one when sync.
+  std::vector<Done> save(const CheckpointInfo& info, const ParamLayout& layout, Strategy& strategy);
+  // Collective: whether the background write has finished on every rank; if so, its result
+  // (errors on any rank are thrown on every rank).
+  std::optional<Done> poll();
+  // Collective: wait for the background write, if any, and return its result.
+  std::optional<Done> finish();
+  bool busy() const { return thread_.joinable(); }
+
+ private:
+  std::optional<Done> join();
+  MPI_Comm world_;
+  OwnedComm io_comm_;  // the background write's own communicator
+  std::string dir_;
+  int keep_;
+  double timeout_s_;
+  bool async_;
+  std::thread thread_;
+  std::atomic<bool> finished_{false};
+  std::string error_;
+  Done result_;
+  StateSnapshot snapshot_;
+};
+
+}  // namespace st
