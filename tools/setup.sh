@@ -14,6 +14,7 @@ packages=(
   fortunes                                   # the default deck's training text
   python3 python3-numpy python3-matplotlib python3-h5py  # plots, checkpoint readers
   python3-torch                              # the PyTorch cross-check and benchmark baseline
+  slurm-wlm munge                            # a one-machine Slurm cluster for the Slurm test
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -39,4 +40,12 @@ if [[ ! -s $corpus ]]; then
   done > "$corpus.tmp"
   mv "$corpus.tmp" "$corpus"
   echo "setup: wrote $corpus ($(stat -c %s "$corpus") bytes)"
+fi
+
+# The Slurm test needs a running cluster: as root, start a one-machine one (munge, slurmctld,
+# slurmd); elsewhere say how (the test then skips, saying why).
+if [[ $(id -u) -eq 0 ]]; then
+  tools/slurm_local.sh
+else
+  echo "setup: not root: no local Slurm cluster started (sudo tools/slurm_local.sh starts one)"
 fi

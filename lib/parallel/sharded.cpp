@@ -274,10 +274,15 @@ void ShardedStrategy<T>::before_forward(std::size_t s) {
 }
 
 template <class T>
-void ShardedStrategy<T>::after_forward(std::size_t s) {
+void ShardedStrategy<T>::end_of_use(std::size_t s, const char* pass) {
   release_params(s);
   if (timeline_ && timeline_->enabled())
-    timeline_->record("compute", "forward " + segment_names_[s], compute_started_us_[s], timeline_->now_us());
+    timeline_->record("compute", pass + segment_names_[s], compute_started_us_[s], timeline_->now_us());
+}
+
+template <class T>
+void ShardedStrategy<T>::after_forward(std::size_t s) {
+  end_of_use(s, "forward ");
 }
 
 template <class T>
@@ -288,9 +293,7 @@ void ShardedStrategy<T>::before_backward(std::size_t s) {
 
 template <class T>
 void ShardedStrategy<T>::grad_ready(std::size_t s) {
-  release_params(s);
-  if (timeline_ && timeline_->enabled())
-    timeline_->record("compute", "backward " + segment_names_[s], compute_started_us_[s], timeline_->now_us());
+  end_of_use(s, "backward ");
   if constexpr (kMixed) {
     if (settings_.stage < 2) {
       // Accumulate this micro-batch's fp32 gradients into the bf16 gradient buffer.

@@ -82,6 +82,7 @@ class ShardedStrategy final : public Strategy {
 
   void acquire_params(std::size_t s);
   void release_params(std::size_t s);
+  void end_of_use(std::size_t s, const char* pass);  // release, and the compute span on the timeline
   void start_gather(std::size_t s);
   void prefetch(bool forward, std::size_t s);
   void drop_prefetched();
