@@ -20,31 +20,10 @@ args = h.parse_args()
 work = h.tmpdir()
 corpus = h.corpus(args)
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-h5py
-template = f"""
-[run]
-steps = 8
-eval_every = 0
-sample_tokens = 0
-out_dir = "{work}/OUT"
-[model]
-n_layer = 2
-d_model = 32
-n_head = 4
-seq_len = 32
-[data]
-path = "{corpus}"
-global_batch = 12
-[optimizer]
-lr = 3e-3
-warmup_steps = 2
-[checkpoint]
-dir = "{work}/OUT/ckpt"
-every = 4
-"""
 
 
-def run(label, ranks, sets=(), out=None, expect=0):
-    deck = h.write_deck(work, f"{label}.toml", template.replace("OUT", out or label))
+def run(label, ranks, sets=(), expect=0):
+    deck = h.small_deck(work, label, corpus, checkpoint={"dir": f"{work}/{label}/ckpt", "every": 4})
     params = os.path.join(work, f"{label}.f32")
     argv = ["run", deck, "--save-params", params]
     for s in sets:

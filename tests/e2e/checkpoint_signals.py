@@ -18,34 +18,12 @@ import harness as h
 args = h.parse_args()
 work = h.tmpdir()
 corpus = h.corpus(args)
-template = f"""
-[run]
-steps = STEPS
-eval_every = 0
-sample_tokens = 0
-out_dir = "{work}/OUT"
-[model]
-n_layer = 2
-d_model = D_MODEL
-n_head = 4
-seq_len = 64
-[data]
-path = "{corpus}"
-global_batch = 8
-[optimizer]
-lr = 2e-3
-warmup_steps = 2
-[parallel]
-strategy = "zero2"
-[checkpoint]
-dir = "{work}/OUT/ckpt"
-every = EVERY
-"""
 
 
 def deck(label, steps, every, d_model=64):
-    text = template.replace("OUT", label).replace("STEPS", str(steps)).replace("EVERY", str(every))
-    return h.write_deck(work, f"{label}.toml", text.replace("D_MODEL", str(d_model)))
+    return h.small_deck(work, label, corpus, run={"steps": steps}, model={"d_model": d_model, "seq_len": 64},
+                        data={"global_batch": 8}, optimizer={"lr": 2e-3}, parallel={"strategy": "zero2"},
+                        checkpoint={"dir": f"{work}/{label}/ckpt", "every": every})
 
 
 def start(path, ranks=2, sets=()):

@@ -67,3 +67,28 @@ def metrics(run_dir):
 
 def tmpdir():
     return tempfile.mkdtemp(prefix="st_e2e_")
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    return str(v)
+
+
+def small_deck(work, label, corpus, **sections):
+    """Writes work/<label>.toml: the small GPT the end-to-end tests train (2 blocks of d_model
+    32, sequences of 32 bytes, 12 per step, 8 steps), its run directory work/<label>. Each keyword
+    is a deck section whose keys override or add to these; returns the deck's path."""
+    deck = {
+        "run": {"steps": 8, "eval_every": 0, "sample_tokens": 0, "out_dir": os.path.join(work, label)},
+        "model": {"n_layer": 2, "d_model": 32, "n_head": 4, "seq_len": 32},
+        "data": {"path": corpus, "global_batch": 12},
+        "optimizer": {"lr": 3e-3, "warmup_steps": 2},
+    }
+    for section, keys in sections.items():
+        deck.setdefault(section, {}).update(keys)
+    text = "".join(f"[{name}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in keys.items())
+                   for name, keys in deck.items())
+    return write_deck(work, f"{label}.toml", text)

@@ -8,30 +8,10 @@ import harness as h
 args = h.parse_args()
 work = h.tmpdir()
 corpus = h.corpus(args)
-template = f"""
-[run]
-steps = 8
-eval_every = 4
-eval_batches = 2
-sample_tokens = 0
-out_dir = "{work}/OUT"
-[model]
-n_layer = 2
-d_model = 32
-n_head = 4
-seq_len = 32
-[data]
-path = "{corpus}"
-global_batch = 12
-micro_batch = MICRO
-[optimizer]
-lr = 3e-3
-warmup_steps = 2
-"""
 
 
 def run(ranks, micro, label, extra=()):
-    deck = h.write_deck(work, f"{label}.toml", template.replace("OUT", label).replace("MICRO", str(micro)))
+    deck = h.small_deck(work, label, corpus, run={"eval_every": 4, "eval_batches": 2}, data={"micro_batch": micro})
     proc = h.mpirun(args, ranks, ["run", deck] + list(extra), timeout=300)
     h.check(proc.returncode == 0, f"{label}: exits 0\n{proc.stderr[-1500:]}")
     rows = h.metrics(os.path.join(work, label))

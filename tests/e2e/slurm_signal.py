@@ -19,32 +19,12 @@ if subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).s
 
 work = h.tmpdir()
 corpus = h.corpus(args)
-template = f"""
-[run]
-steps = 40
-eval_every = 0
-sample_tokens = 0
-log_every = 1
-out_dir = "{work}/OUT"
-[model]
-n_layer = 2
-d_model = 64
-n_head = 4
-seq_len = 64
-[data]
-path = "{corpus}"
-global_batch = 8
-[optimizer]
-lr = 2e-3
-[parallel]
-strategy = "zero3"
-[checkpoint]
-dir = "{work}/OUT/ckpt"
-"""
 
 
 def deck(label):
-    return h.write_deck(work, f"{label}.toml", template.replace("OUT", label))
+    return h.small_deck(work, label, corpus, run={"steps": 40, "log_every": 1}, model={"d_model": 64, "seq_len": 64},
+                        data={"global_batch": 8}, optimizer={"lr": 2e-3}, parallel={"strategy": "zero3"},
+                        checkpoint={"dir": f"{work}/{label}/ckpt"})
 
 
 def losses(label):

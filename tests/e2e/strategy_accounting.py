@@ -14,31 +14,12 @@ import harness as h
 args = h.parse_args()
 work = h.tmpdir()
 corpus = h.corpus(args)
-template = f"""
-[run]
-steps = 3
-eval_every = 0
-sample_tokens = 0
-out_dir = "{work}/OUT"
-[model]
-n_layer = 2
-d_model = 64
-n_head = 4
-seq_len = 32
-[data]
-path = "{corpus}"
-global_batch = 4
-[parallel]
-strategy = "STRATEGY"
-precision = "PRECISION"
-bucket_mb = 0.05
-"""
 
 
 def run(ranks, strategy, precision, extra=()):
     label = f"{strategy}_{precision}_np{ranks}" + ("_nodes" if extra else "")
-    deck = h.write_deck(work, label + ".toml", template.replace("OUT", label).replace("STRATEGY", strategy)
-                        .replace("PRECISION", precision))
+    deck = h.small_deck(work, label, corpus, run={"steps": 3}, model={"d_model": 64}, data={"global_batch": 4},
+                        parallel={"strategy": strategy, "precision": precision, "bucket_mb": 0.05})
     proc = h.mpirun(args, ranks, ["run", deck] + list(extra), timeout=300)
     h.check(proc.returncode == 0, f"{label}: exits 0\n{proc.stderr[-1500:]}")
     rows = h.metrics(os.path.join(work, label))

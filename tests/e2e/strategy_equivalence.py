@@ -12,35 +12,12 @@ args = h.parse_args({"--strategy": {"required": True}})
 strategy = args.strategy
 work = h.tmpdir()
 corpus = h.corpus(args)
-template = f"""
-[run]
-steps = 20
-eval_every = 10
-eval_batches = 2
-sample_tokens = 0
-out_dir = "{work}/OUT"
-[model]
-n_layer = 2
-d_model = 32
-n_head = 4
-seq_len = 32
-[data]
-path = "{corpus}"
-global_batch = 12
-micro_batch = MICRO
-[optimizer]
-lr = 3e-3
-warmup_steps = 2
-[parallel]
-strategy = "STRATEGY"
-precision = "PRECISION"
-bucket_mb = 0.02
-"""
 
 
 def run(ranks, label, strategy, micro=0, precision="fp32", extra=()):
-    text = template.replace("OUT", label).replace("MICRO", str(micro)).replace("STRATEGY", strategy)
-    deck = h.write_deck(work, f"{label}.toml", text.replace("PRECISION", precision))
+    deck = h.small_deck(work, label, corpus, run={"steps": 20, "eval_every": 10, "eval_batches": 2},
+                        data={"micro_batch": micro},
+                        parallel={"strategy": strategy, "precision": precision, "bucket_mb": 0.02})
     params = os.path.join(work, f"{label}.f32")
     proc = h.mpirun(args, ranks, ["run", deck, "--save-params", params] + list(extra), timeout=300)
     h.check(proc.returncode == 0, f"{label}: exits 0\n{proc.stdout[-800:]}\n{proc.stderr[-1500:]}")
