@@ -361,7 +361,9 @@ TrainSummary Trainer::run() {
                         std::to_string(summary.last_val_loss) + "}");
     }
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
-    if (step == start_step_ || last) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
+    // Memory after the first step (the workspace has reached its size), at each evaluation, at the end.
+    const bool evaluated = config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0;
+    if (step == start_step_ || last || evaluated) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
 
     if (config_.checkpoint.async)  // the same on every rank: poll() is collective
       if (auto done = checkpointer_->poll()) report_checkpoint(*done);

@@ -8,6 +8,7 @@ the node and one all-reduce of the shard, 2 (Psi/g) (G-1)/G, across nodes. With 
 the timeline of each rank is valid Chrome-trace JSON holding compute spans and collectives."""
 import json
 import os
+import re
 
 import harness as h
 
@@ -56,6 +57,12 @@ for precision in ("fp32", "bf16"):
                                                    f"within 5%")
             if strategy == "zero3":
                 zero3_state[(precision, ranks)] = state
+            # `check --ranks N` predicts the same bytes (printed in MiB with two decimals).
+            proc = h.mpirun(args, 1, ["check", os.path.join(work, label + ".toml"), "--ranks", str(ranks)])
+            predicted = re.search(r"model state per rank\s*\|\s*([0-9.]+) (MiB|KiB)", proc.stdout)
+            unit = 2**20 if predicted and predicted.group(2) == "MiB" else 2**10
+            h.check(predicted is not None and abs(float(predicted.group(1)) * unit - state) <= 0.01 * state,
+                    f"{label}: check --ranks {ranks} predicts the model state ({predicted and predicted.group(0)})")
             # Step 2 (no validation, buffers warm): bytes this rank sent.
             step = [r for r in rows if r["kind"] == "train"][1]
             t = SIZES[precision][0]
