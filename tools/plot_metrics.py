@@ -62,7 +62,10 @@ def main():
         if val:
             ax_loss.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o--", color=line.get_color(),
                          label=f"{label} validation")
-        ax_time.plot(steps, [r["ms"] for r in train], color=line.get_color(), label=label, linewidth=0.8)
+        ax_time.plot(steps, [r["ms"] for r in train], color=line.get_color(), label=f"{label} step", linewidth=0.8)
+        if all("exposed_comm_ms" in r for r in train):  # the time of the step spent waiting for communication
+            ax_time.plot(steps, [r["exposed_comm_ms"] for r in train], ":", color=line.get_color(),
+                         label=f"{label} exposed communication", linewidth=0.8)
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss (nats per token)")
     ax_loss.set_title(f"loss (training: {args.smooth}-step moving average)")
@@ -70,7 +73,7 @@ def main():
     ax_loss.legend()
     ax_time.set_xlabel("step")
     ax_time.set_ylabel("ms per step")
-    ax_time.set_title("step time")
+    ax_time.set_title("step time and its exposed communication")
     ax_time.grid(alpha=0.3)
     ax_time.legend()
     fig.tight_layout()
