@@ -452,6 +452,7 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
       in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
                                                     std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
                             [this, chunk] { pool_.release(chunk); }});
+      drain(kReductionsInFlight);  // a few chunks in flight: the workspace stays a few segments' chunks
     }
     drain(0);
   }
