@@ -1,4 +1,4 @@
-"""Each parallel strategy gives the single-rank run: 20 steps of a small GPT on 1, 2, 3 and 4
+"""Each parallel strategy gives the single-rank run (also with parallel.overlap = false): 20 steps of a small GPT on 1, 2, 3 and 4
 ranks (hsdp on 2 x 2 emulated nodes and in groups of 2 on 4 flat ranks) match one rank's losses,
 gradient norms and final parameters within 1e-5 (fp32). Accumulation: 2 micro-batches of 3
 sequences on 2 ranks equal one batch of 6. In bf16 mixed precision the strategy runs on several
@@ -60,7 +60,7 @@ if strategy == "hsdp":
              (2, 2, nodes[:1] + ["parallel.ranks_per_node=1"], "np2_groups_of_1_micro2")]
 else:
     cases = [(1, 0, [], "np1"), (2, 0, [], "np2"), (3, 0, [], "np3"), (4, 0, [], "np4"), (2, 3, [], "np2_micro3"),
-             (4, 0, nodes, "nodes2x2")]
+             (4, 0, nodes, "nodes2x2"), (3, 2, ["--set", "parallel.overlap=false"], "np3_micro2_no_overlap")]
 for ranks, micro, extra, label in cases:
     compare(f"{strategy} {label}", run(ranks, f"{strategy}_{label}", strategy, micro, extra=extra), ref, 1e-5)
 
