@@ -1,8 +1,8 @@
-"""Each parallel strategy gives the single-rank run (also with parallel.overlap = false): 20 steps of a small GPT on 1, 2, 3 and 4
-ranks (hsdp on 2 x 2 emulated nodes and in groups of 2 on 4 flat ranks) match one rank's losses,
-gradient norms and final parameters within 1e-5 (fp32). Accumulation: 2 micro-batches of 3
-sequences on 2 ranks equal one batch of 6. In bf16 mixed precision the strategy runs on several
-ranks match bf16 on one rank closely and fp32 loosely."""
+"""Each parallel strategy gives the single-rank run: 20 steps of a small GPT on 1, 2, 3 and 4
+ranks (hsdp on 2 x 2 emulated nodes and in groups of 2 on 4 flat ranks), and with
+parallel.overlap = false, match one rank's losses, gradient norms and final parameters within
+1e-5 (fp32). Accumulation: 3 micro-batches on 2 ranks equal one batch. In bf16 mixed precision
+the strategy runs on several ranks match bf16 on one rank closely and fp32 loosely."""
 import array
 import os
 
