@@ -290,6 +290,7 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir) {
 
 std::string inspect_checkpoint(const std::string& path) {
   try {
+    if (!fs::exists(path)) throw Error("no such file");
     h5::Handle file = h5::open_file_serial(path);
     const CheckpointInfo info = read_info(file.get());
     const Gpt2Shape& s = info.shape;
@@ -333,6 +334,7 @@ std::string inspect_checkpoint(const std::string& path) {
 
 void export_checkpoint(const std::string& path, const std::string& out) {
   try {
+    if (!fs::exists(path)) throw Error("no such file");
     h5::Handle file = h5::open_file_serial(path);
     const CheckpointInfo info = read_info(file.get());
     const std::uint64_t elements = make_gpt2_layout(info.shape).total();
