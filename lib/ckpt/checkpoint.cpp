@@ -98,7 +98,10 @@ std::string commit(const std::string& dir, const std::string& tmp, const std::st
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s;
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += 'x';
+    s += std::to_string(shape[i]);
+  }
   return s;
 }
 
@@ -349,10 +352,9 @@ void export_checkpoint(const std::string& path, const std::string& out) {
     h5::Handle target = h5::create_file_serial(out);
     h5::write_attribute(target.get(), "source", path);
     h5::write_attribute(target.get(), "step", info.step);
-    for (const char* key : {"n_layer", "d_model", "n_head", "seq_len", "vocab_size", "padded_vocab"}) {
-      h5::Handle model = h5::open_group(file.get(), "model");
+    h5::Handle model = h5::open_group(file.get(), "model");
+    for (const char* key : {"n_layer", "d_model", "n_head", "seq_len", "vocab_size", "padded_vocab"})
       h5::write_attribute(target.get(), key, h5::read_int_attribute(model.get(), key));
-    }
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto dims = parse_shape(shapes[i]);
       std::vector<hsize_t> h5dims(dims.begin(), dims.end());

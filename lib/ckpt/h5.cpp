@@ -132,13 +132,6 @@ void write_attribute(hid_t object, const std::string& name, std::int64_t value) 
   check(H5Awrite(a.get(), H5T_NATIVE_INT64, &value), "attribute " + name);
 }
 
-void write_attribute(hid_t object, const std::string& name, double value) {
-  Handle space = scalar_space();
-  Handle a(H5Acreate2(object, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-           "attribute " + name);
-  check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), "attribute " + name);
-}
-
 void write_attribute(hid_t object, const std::string& name, const std::string& value) {
   Handle space = scalar_space();
   Handle type = string_type(value.size());
@@ -149,21 +142,10 @@ void write_attribute(hid_t object, const std::string& name, const std::string& v
   check(H5Awrite(a.get(), type.get(), text.data()), "attribute " + name);
 }
 
-bool has_attribute(hid_t object, const std::string& name) {
-  return check(H5Aexists(object, name.c_str()), "attribute " + name) > 0;
-}
-
 std::int64_t read_int_attribute(hid_t object, const std::string& name) {
   Handle a(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "missing attribute '" + name + "'");
   std::int64_t value = 0;
   check(H5Aread(a.get(), H5T_NATIVE_INT64, &value), "attribute '" + name + "'");
-  return value;
-}
-
-double read_double_attribute(hid_t object, const std::string& name) {
-  Handle a(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "missing attribute '" + name + "'");
-  double value = 0;
-  check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &value), "attribute '" + name + "'");
   return value;
 }
 

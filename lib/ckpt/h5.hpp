@@ -45,11 +45,8 @@ Handle create_file_serial(const std::string& path);
 
 // Attributes on a file or group (parallel: every rank writes the same value).
 void write_attribute(hid_t object, const std::string& name, std::int64_t value);
-void write_attribute(hid_t object, const std::string& name, double value);
 void write_attribute(hid_t object, const std::string& name, const std::string& value);
-bool has_attribute(hid_t object, const std::string& name);
 std::int64_t read_int_attribute(hid_t object, const std::string& name);
-double read_double_attribute(hid_t object, const std::string& name);
 std::string read_string_attribute(hid_t object, const std::string& name);
 
 Handle create_group(hid_t parent, const std::string& name);

@@ -30,7 +30,6 @@ class CommStack {
   CommStack(const World& world, const Settings& settings);
   // Blocking and non-blocking collectives, watched for hangs.
   Communicator& collectives() { return *async_; }
-  bool two_level() const { return two_level_active_; }
   // "two-level (shared memory in the node, MPI across), 2 node(s) x 2 ranks (emulated nodes)".
   std::string description() const;
   // Every byte sent by any of this job's communicators, by level.

@@ -15,11 +15,6 @@ void Timeline::record(const std::string& track, std::string name, double start_u
   events_.push_back({id, std::move(name), start_us, end_us, bytes});
 }
 
-std::size_t Timeline::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return events_.size();
-}
-
 std::string Timeline::json(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";

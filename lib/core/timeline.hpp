@@ -50,7 +50,6 @@ class Timeline {
 
   // The trace of this rank (pid = rank) as a JSON document.
   std::string json(int rank) const;
-  std::size_t size() const;
 
  private:
   struct Event {

@@ -25,13 +25,10 @@ StrategyPlan plan_strategy(const ParamLayout& layout, const std::string& strateg
     std::uint64_t sent = 0;
     for (std::size_t s = 0; s < shards.segments().size(); ++s) {
       const std::uint64_t segment = shards.padded(s) * t;
-      switch (stage) {
-        case 0: sent += 2 * ring_share(segment, n); break;  // all-reduce (per bucket; buckets hold whole segments)
-        case 1:
-        case 2: sent += 2 * ring_share(segment, n); break;  // reduce-scatter, all-gather
-        default:  // a gather for each forward and backward of every micro-batch, one reduce-scatter
-          sent += static_cast<std::uint64_t>(2 * micro_batches + 1) * ring_share(segment, n);
-      }
+      // ddp: an all-reduce (2 x); zero1/zero2: a reduce-scatter and an all-gather; zero3: a gather
+      // for each forward and backward of every micro-batch, and one reduce-scatter.
+      const std::uint64_t passes = stage < 3 ? 2 : static_cast<std::uint64_t>(2 * micro_batches + 1);
+      sent += passes * ring_share(segment, n);
     }
     plan.group_bytes = sent;
   }

@@ -116,7 +116,7 @@ template <class T>
 void ShardedStrategy<T>::complete_oldest() {
   Pending pending = std::move(in_flight_.front());
   in_flight_.pop_front();
-  wait(pending.request, "reduction");
+  wait(pending.request, pending.what);
   if (pending.done) pending.done();
 }
 
@@ -451,7 +451,7 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
       std::fill(chunk + m.size(), chunk + seg.chunk, T{});
       in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
                                                     std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
-                            [this, chunk] { pool_.release(chunk); }});
+                            [this, chunk] { pool_.release(chunk); }, "parameter gather"});
       drain(kReductionsInFlight);  // a few chunks in flight: the workspace stays a few segments' chunks
     }
     drain(0);

@@ -75,6 +75,7 @@ class ShardedStrategy final : public Strategy {
   struct Pending {
     Request request;
     std::function<void()> done;
+    const char* what = "reduction";  // for the timeline's wait span
   };
   void wait(Request& request, const char* what);
   void complete_oldest();

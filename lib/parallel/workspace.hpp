@@ -42,11 +42,6 @@ class WorkspacePool {
     for (const auto& block : blocks_) total += block->data.size() * sizeof(T);
     return total;
   }
-  std::size_t in_use() const {
-    std::size_t n = 0;
-    for (const auto& block : blocks_) n += block->in_use ? 1 : 0;
-    return n;
-  }
 
  private:
   struct Block {

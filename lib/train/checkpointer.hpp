@@ -37,7 +37,6 @@ class Checkpointer {
   std::optional<Done> poll();
   // Collective: wait for the background write, if any, and return its result.
   std::optional<Done> finish();
-  bool busy() const { return thread_.joinable(); }
 
  private:
   std::optional<Done> join();

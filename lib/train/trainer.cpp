@@ -94,14 +94,15 @@ Trainer::Trainer(const Config& config, World& world)
   shape_ = gpt2_shape(config.model);
   model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch));
   StrategyComms comms{comms_.collectives()};
+  shard_group_ = world.size();
   if (config.parallel.strategy == "hsdp") {
     if (config.parallel.shard_group == 0 && !world.uniform())
       throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
                                      "different numbers of ranks (or a node's ranks are not consecutive); set "
                                      "parallel.shard_group",
                   ErrorScope::all_ranks);
-    const auto groups =
-        comms_.groups(hsdp_group_size(config.parallel, world.size(), world.local_size(), config.deck_path));
+    shard_group_ = hsdp_group_size(config.parallel, world.size(), world.local_size(), config.deck_path);
+    const auto groups = comms_.groups(shard_group_);
     comms.group = &groups.within;
     comms.replicas = &groups.across;
   }
@@ -208,9 +209,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   info.strategy = config_.parallel.strategy;
   info.precision = config_.parallel.precision;
   info.world_size = world_.size();
-  info.shard_group = config_.parallel.strategy == "hsdp"
-                         ? hsdp_group_size(config_.parallel, world_.size(), world_.local_size(), config_.deck_path)
-                         : world_.size();
+  info.shard_group = shard_group_;
   info.deck = config_.deck_text;
   info.created_by = std::string("shardtrain ") + ST_VERSION + " on " + world_.host();
   info.shape = shape_;

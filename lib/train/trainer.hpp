@@ -68,6 +68,7 @@ class Trainer {
   LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
   std::int64_t start_step_ = 0;
+  int shard_group_ = 1;  // ranks a sharded strategy splits the model over (hsdp: its group)
   std::string checkpoint_dir_;
   std::vector<std::string> resume_notes_;  // said once the run directory is open
   std::unique_ptr<StopSignals> signals_;

@@ -3,7 +3,7 @@
 - SIGUSR1 (what `sbatch --signal` sends; SIGTERM is handled the same) delivered to the job in the
   middle of training: every rank finishes its step, a checkpoint is written, the job exits with
   code 4, and a run resumed from it (checkpoint.resume = "latest") continues the uninterrupted
-  run bit for bit.
+  run bit for bit. SIGTERM sent to one rank alone stops every rank the same way.
 - kill -9 of one rank while a checkpoint is being written: the previous checkpoint stays the
   one `latest` names, passes `ckpt inspect`, and the run resumes from it; the interrupted file is
   never taken for a checkpoint.
@@ -81,6 +81,24 @@ rows = train_rows("signalled")
 resumed = {r["step"]: r["loss"] for r in rows if r["step"] > stopped_at}
 h.check(sorted(resumed) == list(range(stopped_at + 1, STEPS + 1)), "the resumed run continues after that step")
 h.check(all(resumed[s] == expected[s] for s in resumed), "with the uninterrupted run's losses, exactly")
+
+# ---- SIGTERM to one rank only: the ranks agree after the step, all write and stop ----
+one = deck("one_rank_signalled", STEPS, 0)
+proc = start(one)
+deadline = time.time() + 120
+while len(train_rows("one_rank_signalled")) < 3 and time.time() < deadline and proc.poll() is None:
+    time.sleep(0.02)
+ranks = [int(p) for p in subprocess.run(["pgrep", "-f", one], capture_output=True, text=True).stdout.split()
+         if int(p) != proc.pid]
+h.check(len(ranks) == 2 and proc.poll() is None, "both ranks are running")
+os.kill(ranks[0], signal.SIGTERM)
+code, out, err = wait(proc)
+stopped_at = max(r["step"] for r in train_rows("one_rank_signalled"))
+h.check(code == 4 and f"stopped by SIGTERM after step {stopped_at} with a checkpoint" in out,
+        f"SIGTERM to one rank stops every rank after a checkpoint, exit code 4 (got {code})\n{err[-800:]}")
+inspect = h.mpirun(args, 1, ["ckpt", "inspect", os.path.join(work, "one_rank_signalled", "ckpt",
+                                                              f"ckpt_{stopped_at:08d}.h5")])
+h.check(inspect.returncode == 0 and f"step {stopped_at}," in inspect.stdout, "that checkpoint is complete")
 
 # ---- kill -9 of one rank while a checkpoint is being written ----
 killed = deck("killed", 400, 1, d_model=256)  # ~10 MB checkpoints, one per step

@@ -104,5 +104,4 @@ for rank in range(4):
                                                                      f"and replica tracks ({sorted(tracks)})")
     h.check({"forward block0", "backward block1", "all_gather", "reduce_scatter", "all_reduce"} <= names,
             f"rank {rank}'s timeline holds segment compute and each kind of collective")
-    h.check(all(e["dur"] >= 0 for e in events), f"rank {rank}'s spans have non-negative durations")
 print("passed")
