@@ -3,7 +3,7 @@
 against a plain sequential write (flushed the same way, fsync) and read of the same number of
 bytes on the same file system, measured in the same invocation; and the time to resume.
 
-    /usr/bin/python3 tools/bench_checkpoint.py [--ranks 2] [--strategy zero3] [--layers 16] [--dir runs/bench_checkpoint]
+    /usr/bin/python3 tools/bench_checkpoint.py [--ranks 2] [--strategy zero3] [--layers 16] [--repeat 3]
 
 The model is GPT-2 with d_model 768 and --layers blocks (16: 113 M parameters, 1.36 GB of
 parameters + Adam m and v). Prints a Markdown table for docs/benchmarks.md."""
@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -53,12 +54,23 @@ def plain_read(path):
     return time.time() - start
 
 
+def checkpoint_lines(out):
+    """(path, write seconds, stall seconds) of each checkpoint line of a run's output."""
+    return [(path.rstrip(":"), float(w), float(st)) for path, w, st in
+            re.findall(r"checkpoint (\S+): .* in ([0-9.]+) s .*training waited ([0-9.]+) s", out)]
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--exe", default=os.path.join(ROOT, "build", "shardtrain"))
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--strategy", default="zero3")
     p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--repeat", type=int, default=3, help="rounds of the whole comparison; medians are reported")
     p.add_argument("--dir", default=os.path.join(ROOT, "runs", "bench_checkpoint"))
     a = p.parse_args()
     shutil.rmtree(a.dir, ignore_errors=True)
@@ -83,41 +95,63 @@ global_batch = {a.ranks}
 strategy = "{a.strategy}"
 [checkpoint]
 every = 1
-keep = 1
+keep = 2
 """)
-    out, _ = shardtrain(a.exe, a.ranks, deck, [])
-    params = int(re.search(r"\| parameters\s+\| (\d+)", out).group(1))
-    write = re.findall(r"checkpoint (\S+): .* in ([0-9.]+) s .*training waited ([0-9.]+) s", out)[0]
-    ckpt_path, ckpt_write = write[0].rstrip(":"), float(write[1])
-    async_out, _ = shardtrain(a.exe, a.ranks, deck, ["checkpoint.async=true"])
-    async_write = re.findall(r"checkpoint (\S+): .* in ([0-9.]+) s .*training waited ([0-9.]+) s", async_out)[0]
-    ckpt_path = re.findall(r"checkpoint (\S+): ", async_out)[-1]  # the one kept (checkpoint.keep = 1)
-    rows = [json.loads(line) for line in open(os.path.join(a.dir, "run", "metrics.jsonl"))]
-    step_ms = max(r["ms"] for r in rows if r["kind"] == "train")
-    state_bytes = 3 * 4 * params
-    file_bytes = os.path.getsize(ckpt_path)
-
+    # keep = 2: neither write deletes an older checkpoint, as the plain write deletes nothing.
+    ckpt_dir = os.path.join(a.dir, "run", "checkpoints")
     plain = os.path.join(a.dir, "plain.bin")
-    plain_w = plain_write(plain, file_bytes)
-    out, wall = shardtrain(a.exe, a.ranks, deck, ["checkpoint.resume=latest", "checkpoint.every=0"])
-    ckpt_read = float(re.search(r"resumed from .* read in ([0-9.]+) s", out).group(1))
-    plain_r = plain_read(plain)
-    os.remove(plain)
+    writes, plain_writes, reads, plain_reads, walls, stalls, async_stalls, async_writes = ([] for _ in range(8))
+    rows = []
+    for round_ in range(a.repeat):
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        out, _ = shardtrain(a.exe, a.ranks, deck, [])
+        params = int(re.search(r"\| parameters\s+\| (\d+)", out).group(1))
+        lines = checkpoint_lines(out)
+        file_bytes = os.path.getsize(lines[-1][0])
+        round_writes = [w for _, w, _ in lines]
+        stalls += [st for _, _, st in lines]
+        round_plain = [plain_write(plain, file_bytes) for _ in lines]
+        out, wall = shardtrain(a.exe, a.ranks, deck, ["checkpoint.resume=latest", "checkpoint.every=0"])
+        read = float(re.search(r"resumed from .* read in ([0-9.]+) s", out).group(1))
+        plain_r = plain_read(plain)
+        os.remove(plain)
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        async_out, _ = shardtrain(a.exe, a.ranks, deck, ["checkpoint.async=true"])
+        async_lines = checkpoint_lines(async_out)
+        async_stalls.append([st for _, _, st in async_lines])
+        async_writes += [w for _, w, _ in async_lines]
+        writes += round_writes
+        plain_writes += round_plain
+        reads.append(read)
+        plain_reads.append(plain_r)
+        walls.append(wall)
+        rows.append((round_ + 1, round_writes, round_plain, read, plain_r))
+    state_bytes = 3 * 4 * params
+    step_ms = max(r["ms"] for r in (json.loads(line) for line in open(os.path.join(a.dir, "run", "metrics.jsonl")))
+                  if r["kind"] == "train")
 
     gb = lambda n, s: n / s / 1e9
     print(f"{params / 1e6:.1f} M parameters, {a.ranks} ranks, {a.strategy}; parameters + Adam m, v = "
-          f"{state_bytes / 1e9:.2f} GB (file {file_bytes / 1e9:.2f} GB); step {step_ms / 1e3:.1f} s\n")
+          f"{state_bytes / 1e9:.2f} GB (file {file_bytes / 1e9:.2f} GB); step {step_ms / 1e3:.1f} s; "
+          f"{a.repeat} rounds, two checkpoint writes each\n")
+    print("| round | shardtrain writes s | plain writes s | write ratio | shardtrain read s | plain read s | read ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for r, w, pw, rd, prd in rows:
+        print(f"| {r} | {', '.join(f'{x:.2f}' for x in w)} | {', '.join(f'{x:.2f}' for x in pw)} | "
+              f"{', '.join(f'{y / x:.2f}' for x, y in zip(w, pw))} | {rd:.2f} | {prd:.2f} | {prd / rd:.2f} |")
+    print("\nMedians:\n")
     print("| operation | shardtrain s | GB/s | plain sequential s | GB/s | shardtrain / plain |")
     print("|---|---|---|---|---|---|")
-    print(f"| write (flushed) | {ckpt_write:.2f} | {gb(state_bytes, ckpt_write):.2f} | {plain_w:.2f} "
-          f"| {gb(file_bytes, plain_w):.2f} | {plain_w / ckpt_write:.2f} |")
-    print(f"| read | {ckpt_read:.2f} | {gb(state_bytes, ckpt_read):.2f} | {plain_r:.2f} | {gb(file_bytes, plain_r):.2f} "
-          f"| {plain_r / ckpt_read:.2f} |")
-    print(f"\nresume: whole resumed run (start-up, reading, no steps) {wall:.1f} s wall, of which reading "
-          f"{ckpt_read:.2f} s. A synchronous write stalls training for {ckpt_write:.2f} s = "
-          f"{ckpt_write * 1e3 / step_ms:.1f} steps; with checkpoint.async = true training waited "
-          f"{float(async_write[2]):.2f} s (the state copy) while the write took {float(async_write[1]):.2f} s "
-          f"in the background")
+    w, pw, rd, prd = median(writes), median(plain_writes), median(reads), median(plain_reads)
+    print(f"| write (flushed) | {w:.2f} | {gb(state_bytes, w):.2f} | {pw:.2f} | {gb(file_bytes, pw):.2f} | {pw / w:.2f} |")
+    print(f"| read | {rd:.2f} | {gb(state_bytes, rd):.2f} | {prd:.2f} | {gb(file_bytes, prd):.2f} | {prd / rd:.2f} |")
+    first_stalls = [s[0] for s in async_stalls]
+    later_stalls = [x for s in async_stalls for x in s[1:]]
+    print(f"\nresume: whole resumed run (start-up, reading, no steps) {median(walls):.1f} s wall (median), of which "
+          f"reading {rd:.2f} s. A synchronous write stalls training for {w:.2f} s = {w * 1e3 / step_ms:.1f} steps; "
+          f"with checkpoint.async = true training waited {median(first_stalls):.2f} s for the first checkpoint's copy "
+          f"and {median(later_stalls):.2f} s for later ones (the copy's memory reused) while the write took "
+          f"{median(async_writes):.2f} s in the background (medians)")
 
 
 if __name__ == "__main__":

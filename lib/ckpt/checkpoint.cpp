@@ -11,8 +11,11 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
+#include "ckpt/chunk_io.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/skeleton_file.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -37,12 +40,6 @@ std::vector<h5::Range> to_h5(const std::vector<Strategy::StateRange>& ranges) {
   std::vector<h5::Range> out;
   for (const auto& r : ranges) out.push_back({r.offset, r.count});
   return out;
-}
-
-std::size_t total(const std::vector<Strategy::StateRange>& ranges) {
-  std::size_t n = 0;
-  for (const auto& r : ranges) n += r.count;
-  return n;
 }
 
 std::string errno_text() { return std::strerror(errno); }
@@ -165,16 +162,86 @@ void require_state_datasets(hid_t file, std::uint64_t elements) {
   }
 }
 
+// Rank 0: creates `tmp` with everything but the state datasets' data (attributes, the tensor
+// table, the datasets with their chunks allocated) and returns the file offset of every chunk of
+// /params, /adam_m and /adam_v, in that order.
+std::vector<std::uint64_t> lay_out(const std::string& dir, const std::string& tmp, const CheckpointInfo& info,
+                                   const ParamLayout& layout, const h5::ChunkGeometry& geometry) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("cannot create checkpoint directory '" + dir + "' (checkpoint.dir): " + ec.message());
+  h5::SkeletonFile file(tmp);
+  const hid_t f = file.get();
+  h5::write_attribute(f, "format_version", kCheckpointFormat);
+  h5::write_attribute(f, "step", info.step);
+  h5::write_attribute(f, "tokens_seen", info.tokens_seen);
+  h5::write_attribute(f, "data_position", info.data_position);
+  h5::write_attribute(f, "seed", info.seed);
+  h5::write_attribute(f, "strategy", info.strategy);
+  h5::write_attribute(f, "precision", info.precision);
+  h5::write_attribute(f, "world_size", info.world_size);
+  h5::write_attribute(f, "shard_group", info.shard_group);
+  h5::write_attribute(f, "deck", info.deck);
+  h5::write_attribute(f, "created_by", info.created_by);
+  {
+    h5::Handle model = h5::create_group(f, "model");
+    h5::write_attribute(model.get(), "n_layer", info.shape.n_layer);
+    h5::write_attribute(model.get(), "d_model", info.shape.d_model);
+    h5::write_attribute(model.get(), "n_head", info.shape.n_head);
+    h5::write_attribute(model.get(), "seq_len", info.shape.seq_len);
+    h5::write_attribute(model.get(), "vocab_size", info.shape.vocab_size);
+    h5::write_attribute(model.get(), "padded_vocab", info.shape.padded_vocab);
+  }
+  {
+    h5::Handle table = h5::create_group(f, "layout");
+    std::vector<std::string> names, shapes;
+    std::vector<std::int64_t> offsets, sizes;
+    for (const TensorSlot* t : layout.all_tensors()) {
+      names.push_back(t->name);
+      shapes.push_back(shape_text(t->shape));
+      offsets.push_back(static_cast<std::int64_t>(t->offset));
+      sizes.push_back(static_cast<std::int64_t>(t->size));
+    }
+    h5::write_strings(table.get(), "names", names);
+    h5::write_strings(table.get(), "shapes", shapes);
+    h5::write_int_dataset(table.get(), "offsets", offsets);
+    h5::write_int_dataset(table.get(), "sizes", sizes);
+  }
+  // The state datasets: chunks allocated now (their fill values not written), data later.
+  std::vector<std::uint64_t> chunk_offsets;
+  file.skip_raw_data(true);
+  for (const char* name : kStateDatasets) {
+    h5::Handle d = h5::create_float_dataset(f, name, geometry.elements, geometry.chunk);
+    const h5::ChunkOffsets where = h5::chunk_offsets(d.get(), geometry, {{0, geometry.elements}});
+    chunk_offsets.insert(chunk_offsets.end(), where.offsets.begin(), where.offsets.end());
+  }
+  file.skip_raw_data(false);
+  file.close("closing " + tmp);
+  return chunk_offsets;
+}
+
 }  // namespace
 
-StateSnapshot take_snapshot(Strategy& strategy) {
+StateSnapshot view_state(Strategy& strategy) {
   StateSnapshot snapshot;
-  snapshot.ranges = strategy.checkpoint_ranges();
-  const std::size_t n = total(snapshot.ranges);
-  snapshot.params.resize(n);
-  snapshot.m.resize(n);
-  snapshot.v.resize(n);
-  strategy.save_state(snapshot.ranges, snapshot.params.data(), snapshot.m.data(), snapshot.v.data());
+  snapshot.pieces = strategy.state_pieces();
+  return snapshot;
+}
+
+StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage) {
+  StateSnapshot snapshot = view_state(strategy);
+  std::size_t n = 0;
+  for (const auto& p : snapshot.pieces) n += p.count;
+  snapshot.copies = std::move(storage);
+  snapshot.copies.resize(3 * n);
+  float* at = snapshot.copies.data();
+  for (auto& p : snapshot.pieces) {
+    for (const float** field : {&p.params, &p.m, &p.v}) {
+      std::copy_n(*field, p.count, at);
+      *field = at;
+      at += p.count;
+    }
+  }
   return snapshot;
 }
 
@@ -182,62 +249,35 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
                              const StateSnapshot& state, int keep, MPI_Comm comm) {
   int rank = 0;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  std::string problem;
-  if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) problem = "cannot create checkpoint directory '" + dir + "' (checkpoint.dir): " + ec.message();
-  }
-  agree_or_throw(comm, problem);
-
   const std::string name = checkpoint_name(info.step);
   const std::string tmp = dir + "/" + name + ".tmp";
-  {
-    h5::Handle file = h5::create_file(tmp, comm);
-    const hid_t f = file.get();
-    h5::write_attribute(f, "format_version", kCheckpointFormat);
-    h5::write_attribute(f, "step", info.step);
-    h5::write_attribute(f, "tokens_seen", info.tokens_seen);
-    h5::write_attribute(f, "data_position", info.data_position);
-    h5::write_attribute(f, "seed", info.seed);
-    h5::write_attribute(f, "strategy", info.strategy);
-    h5::write_attribute(f, "precision", info.precision);
-    h5::write_attribute(f, "world_size", info.world_size);
-    h5::write_attribute(f, "shard_group", info.shard_group);
-    h5::write_attribute(f, "deck", info.deck);
-    h5::write_attribute(f, "created_by", info.created_by);
-    {
-      h5::Handle model = h5::create_group(f, "model");
-      h5::write_attribute(model.get(), "n_layer", info.shape.n_layer);
-      h5::write_attribute(model.get(), "d_model", info.shape.d_model);
-      h5::write_attribute(model.get(), "n_head", info.shape.n_head);
-      h5::write_attribute(model.get(), "seq_len", info.shape.seq_len);
-      h5::write_attribute(model.get(), "vocab_size", info.shape.vocab_size);
-      h5::write_attribute(model.get(), "padded_vocab", info.shape.padded_vocab);
+  const h5::ChunkGeometry geometry{layout.total(), std::min<std::uint64_t>(kChunkElements, layout.total())};
+
+  // Rank 0 lays the file out and tells every rank where the state datasets' chunks are.
+  std::vector<std::uint64_t> chunk_offsets(3 * geometry.chunks());
+  std::string problem;
+  if (rank == 0) {
+    try {
+      chunk_offsets = lay_out(dir, tmp, info, layout, geometry);
+    } catch (const Error& e) {
+      problem = e.what();
     }
-    {
-      h5::Handle table = h5::create_group(f, "layout");
-      std::vector<std::string> names, shapes;
-      std::vector<std::int64_t> offsets, sizes;
-      for (const TensorSlot* t : layout.all_tensors()) {
-        names.push_back(t->name);
-        shapes.push_back(shape_text(t->shape));
-        offsets.push_back(static_cast<std::int64_t>(t->offset));
-        sizes.push_back(static_cast<std::int64_t>(t->size));
-      }
-      h5::write_strings(table.get(), "names", names, rank == 0);
-      h5::write_strings(table.get(), "shapes", shapes, rank == 0);
-      h5::write_int_dataset(table.get(), "offsets", offsets, rank == 0);
-      h5::write_int_dataset(table.get(), "sizes", sizes, rank == 0);
-    }
-    const std::size_t n = total(state.ranges);
-    const float* data[] = {state.params.data(), state.m.data(), state.v.data()};
-    for (int k = 0; k < 3; ++k) {
-      h5::Handle d = h5::create_float_dataset(f, kStateDatasets[k], layout.total(), kChunkElements);
-      h5::write_ranges(d.get(), to_h5(state.ranges), n ? data[k] : nullptr, true);
-    }
-    file.close("closing " + tmp);
   }
+  agree_or_throw(comm, problem);
+  ST_CHECK_MPI(MPI_Bcast(chunk_offsets.data(), static_cast<int>(chunk_offsets.size()), MPI_UINT64_T, 0, comm));
+
+  // Every rank writes the bytes of its pieces, and the checksums, with MPI-IO.
+  std::vector<h5::ChunkedWrite> writes;
+  std::vector<h5::Range> ranges;
+  for (const auto& p : state.pieces) ranges.push_back({p.offset, p.count});
+  for (std::size_t k = 0; k < 3; ++k) {
+    const auto first = chunk_offsets.begin() + static_cast<std::ptrdiff_t>(k * geometry.chunks());
+    h5::ChunkedWrite w{geometry, ranges, {}, {0, {first, first + static_cast<std::ptrdiff_t>(geometry.chunks())}}};
+    for (const auto& p : state.pieces) w.data.push_back(k == 0 ? p.params : k == 1 ? p.m : p.v);
+    writes.push_back(std::move(w));
+  }
+  h5::write_chunks(tmp, writes, comm);
+
   problem.clear();
   if (rank == 0) problem = commit(dir, tmp, name, keep);
   agree_or_throw(comm, problem);
@@ -249,24 +289,27 @@ CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, 
   std::string problem;
   try {
     if (!fs::exists(path)) throw Error("no such file");
-    h5::Handle file = h5::open_file(path, comm);
+    // Each rank opens the file on its own and reads only its slices; every chunk it touches
+    // has its Fletcher32 checksum verified.
+    h5::Handle file = h5::open_file_serial(path);
     info = read_info(file.get());
     require_same_shape(info.shape, shape);
     const std::uint64_t elements = make_gpt2_layout(shape).total();
     require_state_datasets(file.get(), elements);
-    // Independent reads: each rank reads its own slices; Fletcher32 is verified on every chunk read.
-    const auto param_ranges = strategy.param_ranges(), optimizer_ranges = strategy.optimizer_ranges();
-    std::vector<float> params(total(param_ranges)), m(total(optimizer_ranges)), v(total(optimizer_ranges));
-    {
-      h5::Handle d = h5::open_dataset(file.get(), "params");
-      h5::read_ranges(d.get(), to_h5(param_ranges), params.data(), false);
-    }
-    for (auto [name, into] : {std::pair{"adam_m", &m}, std::pair{"adam_v", &v}}) {
+    const Strategy::LoadTargets targets = strategy.load_targets();
+    for (auto [name, ranges, into] : {std::tuple{"params", &targets.param_ranges, &targets.params},
+                                      std::tuple{"adam_m", &targets.optimizer_ranges, &targets.m},
+                                      std::tuple{"adam_v", &targets.optimizer_ranges, &targets.v}}) {
       h5::Handle d = h5::open_dataset(file.get(), name);
-      h5::read_ranges(d.get(), to_h5(optimizer_ranges), into->data(), false);
+      const auto h5_ranges = to_h5(*ranges);
+      if (const auto geometry = h5::direct_geometry(d.get())) {
+        h5::read_chunks(path, {name, *geometry, h5_ranges, *into, h5::chunk_offsets(d.get(), *geometry, h5_ranges)});
+      } else {  // not stored as this shardtrain writes it: let HDF5's filter read and verify it
+        for (std::size_t i = 0; i < h5_ranges.size(); ++i) h5::read_ranges(d.get(), {h5_ranges[i]}, (*into)[i]);
+      }
     }
     file.close("closing " + path);
-    strategy.load_state(params, m, v);
+    strategy.finish_load();
   } catch (const Error& e) {
     problem = "checkpoint " + path + ": " + e.what();
   }
@@ -318,7 +361,7 @@ std::string inspect_checkpoint(const std::string& path) {
       for (std::uint64_t at = 0; at < elements; at += kChunkElements) {
         const std::uint64_t n = std::min<std::uint64_t>(kChunkElements, elements - at);
         buffer.resize(n);
-        h5::read_ranges(d.get(), {{at, n}}, buffer.data(), false);
+        h5::read_ranges(d.get(), {{at, n}}, buffer.data());
         for (float x : buffer) sum_squares += static_cast<double>(x) * x;
       }
       char line[160];
@@ -347,7 +390,7 @@ void export_checkpoint(const std::string& path, const std::string& out) {
     const auto shapes = h5::read_strings(table.get(), "shapes");
     const auto offsets = h5::read_int_dataset(table.get(), "offsets");
     std::vector<float> params(elements);
-    h5::read_ranges(h5::open_dataset(file.get(), "params").get(), {{0, elements}}, params.data(), false);
+    h5::read_ranges(h5::open_dataset(file.get(), "params").get(), {{0, elements}}, params.data());
 
     h5::Handle target = h5::create_file_serial(out);
     h5::write_attribute(target.get(), "source", path);

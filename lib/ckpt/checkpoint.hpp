@@ -9,8 +9,9 @@
 //                       layout; /layout/shapes: "768x2304"
 //   /params             fp32 parameters (the master copy in mixed precision), flat layout
 //   /adam_m, /adam_v    Adam moments, flat layout
-// The three state datasets are chunked with Fletcher32 checksums; every rank writes its own
-// hyperslabs collectively and reads back only what it needs, so a checkpoint written by any
+// The three state datasets are chunked with Fletcher32 checksums. Rank 0 lays the file out
+// with HDF5 (skeleton_file.hpp); every rank then writes the chunks' bytes of its own slices
+// with MPI-IO and reads back only what it needs (chunk_io.hpp), so a checkpoint written by any
 // world size and strategy resumes on any other.
 #include <mpi.h>
 
@@ -37,13 +38,23 @@ struct CheckpointInfo {
   Gpt2Shape shape;
 };
 
-// What one rank writes: its ranges of the flat layout and their parameters, m and v.
+// What one rank writes: pieces of the flat layout with their parameters, m and v, either where
+// the strategy keeps them (a view: nothing copied, valid until training changes them) or in
+// copies the snapshot owns (training may go on while they are written). Move-only: the pieces
+// point into `copies`.
 struct StateSnapshot {
-  std::vector<Strategy::StateRange> ranges;
-  std::vector<float> params, m, v;
+  std::vector<Strategy::StatePiece> pieces;
+  std::vector<float> copies;
+  StateSnapshot() = default;
+  StateSnapshot(StateSnapshot&&) = default;
+  StateSnapshot& operator=(StateSnapshot&&) = default;
+  StateSnapshot(const StateSnapshot&) = delete;
+  StateSnapshot& operator=(const StateSnapshot&) = delete;
 };
-// Copies this rank's part of the state out of the strategy (training may go on afterwards).
-StateSnapshot take_snapshot(Strategy& strategy);
+StateSnapshot view_state(Strategy& strategy);
+// Copies into `storage`'s memory when it is large enough (a previous snapshot's, handed back):
+// fresh memory costs a page fault per 4 KiB, which was most of the copy's time.
+StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage = {});
 
 // Writes `dir`/ckpt_<step>.h5 through a temporary name, flushes, renames it into place (rank 0,
 // then the directory is synced), points `dir`/latest at it and keeps the newest `keep`.

@@ -38,12 +38,6 @@ Handle simple_space(std::uint64_t n) {
   return Handle(H5Screate_simple(1, dims, nullptr), H5Sclose, "dataspace");
 }
 
-Handle transfer_list(bool collective) {
-  Handle dxpl = property_list(H5P_DATASET_XFER, "transfer property list");
-  if (collective) check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "collective transfer");
-  return dxpl;
-}
-
 // The file selection of `ranges` and a memory space of their total length.
 std::pair<Handle, Handle> select(hid_t dataset, const std::vector<Range>& ranges) {
   Handle file_space(H5Dget_space(dataset), H5Sclose, "dataset space");
@@ -97,21 +91,6 @@ void Handle::close(const std::string& what) {
   const hid_t id = id_;
   id_ = H5I_INVALID_HID;
   check(closer_(id), what);
-}
-
-Handle create_file(const std::string& path, MPI_Comm comm) {
-  quiet_errors();
-  Handle fapl = property_list(H5P_FILE_ACCESS, "file access property list");
-  check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "MPI-IO file driver");
-  return Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose, "cannot create " + path);
-}
-
-Handle open_file(const std::string& path, MPI_Comm comm) {
-  quiet_errors();
-  Handle fapl = property_list(H5P_FILE_ACCESS, "file access property list");
-  check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "MPI-IO file driver");
-  return Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose,
-                "not a readable HDF5 file (truncated or damaged?)");
 }
 
 Handle open_file_serial(const std::string& path) {
@@ -174,6 +153,7 @@ Handle create_float_dataset(hid_t parent, const std::string& name, std::uint64_t
   const hsize_t chunk_dims[1] = {std::max<std::uint64_t>(1, std::min(chunk, n))};
   check(H5Pset_chunk(dcpl.get(), 1, chunk_dims), "chunking of " + name);
   check(H5Pset_fletcher32(dcpl.get()), "Fletcher32 checksums of " + name);
+  check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "allocation time of " + name);
   return Handle(H5Dcreate2(parent, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                 H5Dclose, "dataset " + name);
 }
@@ -199,27 +179,18 @@ std::uint64_t dataset_length(hid_t dataset) {
   return dims[0];
 }
 
-void write_ranges(hid_t dataset, const std::vector<Range>& ranges, const float* data, bool collective) {
+void read_ranges(hid_t dataset, const std::vector<Range>& ranges, float* data) {
   auto [file_space, memory_space] = select(dataset, ranges);
-  Handle dxpl = transfer_list(collective);
-  static const float none = 0;
-  check(H5Dwrite(dataset, H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), dxpl.get(), data ? data : &none),
-        "write");
-}
-
-void read_ranges(hid_t dataset, const std::vector<Range>& ranges, float* data, bool collective) {
-  auto [file_space, memory_space] = select(dataset, ranges);
-  Handle dxpl = transfer_list(collective);
   float none = 0;
-  check(H5Dread(dataset, H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), dxpl.get(), data ? data : &none),
+  check(H5Dread(dataset, H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), H5P_DEFAULT, data ? data : &none),
         "read (checksum mismatch or damaged data?)");
 }
 
-void write_int_dataset(hid_t parent, const std::string& name, const std::vector<std::int64_t>& values, bool writer) {
+void write_int_dataset(hid_t parent, const std::string& name, const std::vector<std::int64_t>& values) {
   Handle space = simple_space(std::max<std::size_t>(values.size(), 1));
   Handle d(H5Dcreate2(parent, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
            "dataset " + name);
-  if (writer && !values.empty())
+  if (!values.empty())
     check(H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "dataset " + name);
 }
 
@@ -230,14 +201,14 @@ std::vector<std::int64_t> read_int_dataset(hid_t parent, const std::string& name
   return values;
 }
 
-void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values, bool writer) {
+void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values) {
   std::size_t width = 1;
   for (const auto& v : values) width = std::max(width, v.size());
   Handle type = string_type(width);
   Handle space = simple_space(std::max<std::size_t>(values.size(), 1));
   Handle d(H5Dcreate2(parent, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
            "dataset " + name);
-  if (!writer || values.empty()) return;
+  if (values.empty()) return;
   std::vector<char> packed(values.size() * width, '\0');
   for (std::size_t i = 0; i < values.size(); ++i) std::memcpy(packed.data() + i * width, values[i].data(), values[i].size());
   check(H5Dwrite(d.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()), "dataset " + name);

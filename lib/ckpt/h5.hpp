@@ -2,7 +2,6 @@
 // Thin RAII over the HDF5 C API: every handle closes itself, every call is checked, and a
 // failing call throws st::Error with HDF5's own innermost message and what we were doing.
 #include <hdf5.h>
-#include <mpi.h>
 
 #include <cstdint>
 #include <string>
@@ -36,14 +35,12 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
-// Files through the MPI-IO driver: collective over comm.
-Handle create_file(const std::string& path, MPI_Comm comm);
-Handle open_file(const std::string& path, MPI_Comm comm);
-// Files on one process (tools, export).
+// Files on one process. (Checkpoints are laid out by one rank, skeleton_file.hpp, and their
+// bulk data moves with MPI-IO, chunk_io.hpp.)
 Handle open_file_serial(const std::string& path);
 Handle create_file_serial(const std::string& path);
 
-// Attributes on a file or group (parallel: every rank writes the same value).
+// Attributes on a file or group.
 void write_attribute(hid_t object, const std::string& name, std::int64_t value);
 void write_attribute(hid_t object, const std::string& name, const std::string& value);
 std::int64_t read_int_attribute(hid_t object, const std::string& name);
@@ -52,7 +49,8 @@ std::string read_string_attribute(hid_t object, const std::string& name);
 Handle create_group(hid_t parent, const std::string& name);
 Handle open_group(hid_t parent, const std::string& name);
 
-// A 1-D float32 dataset of n elements, chunked, with Fletcher32 checksums.
+// A 1-D float32 dataset of n elements, chunked, with Fletcher32 checksums; its chunks are
+// allocated when it is created.
 Handle create_float_dataset(hid_t parent, const std::string& name, std::uint64_t n, std::uint64_t chunk);
 Handle open_dataset(hid_t parent, const std::string& name);
 bool has_link(hid_t parent, const std::string& name);
@@ -62,16 +60,13 @@ std::uint64_t dataset_length(hid_t dataset);  // elements of a 1-D dataset
 struct Range {
   std::uint64_t offset = 0, count = 0;
 };
-// Collective write of this rank's ranges (possibly none) from `data` (their elements, in order).
-void write_ranges(hid_t dataset, const std::vector<Range>& ranges, const float* data, bool collective);
-// Read of ranges into `data` (their elements, in order); collective or independent.
-void read_ranges(hid_t dataset, const std::vector<Range>& ranges, float* data, bool collective);
+// Reads ranges into `data` (their elements, in order) through HDF5's filters.
+void read_ranges(hid_t dataset, const std::vector<Range>& ranges, float* data);
 
-// Small contiguous datasets for metadata: every rank of a parallel file creates them (a
-// collective step), the `writer` rank writes the values.
-void write_int_dataset(hid_t parent, const std::string& name, const std::vector<std::int64_t>& values, bool writer);
+// Small contiguous datasets for metadata.
+void write_int_dataset(hid_t parent, const std::string& name, const std::vector<std::int64_t>& values);
 std::vector<std::int64_t> read_int_dataset(hid_t parent, const std::string& name);
-void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values, bool writer);
+void write_strings(hid_t parent, const std::string& name, const std::vector<std::string>& values);
 std::vector<std::string> read_strings(hid_t parent, const std::string& name);
 
 }  // namespace st::h5

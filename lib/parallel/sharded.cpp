@@ -480,6 +480,9 @@ void ShardedStrategy<T>::load_params(std::span<const float> full) {
     if constexpr (kMixed) std::copy(full.begin() + static_cast<std::ptrdiff_t>(global),
                                     full.begin() + static_cast<std::ptrdiff_t>(global + n), master_slice(s).begin());
   }
+  std::fill(adam_m_.begin(), adam_m_.end(), 0.0f);
+  std::fill(adam_v_.begin(), adam_v_.end(), 0.0f);
+  drop_prefetched();
 }
 
 template <class T>
@@ -506,69 +509,65 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
 // ---- checkpoints ----
 
 template <class T>
-std::vector<Strategy::StateRange> ShardedStrategy<T>::optimizer_ranges() const {
-  std::vector<StateRange> ranges;
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s)
-    if (owned(s) > 0) ranges.push_back({owned_flat(s), owned(s)});
-  return ranges;
-}
-
-template <class T>
-std::vector<Strategy::StateRange> ShardedStrategy<T>::checkpoint_ranges() const {
+std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
   // Replicas hold the same state: the first replica of each shard writes it.
   if (replicas_ && replicas_->rank() != 0) return {};
-  if (settings_.stage > 0) return optimizer_ranges();
-  // ddp: every rank holds everything; each writes a 1/N stripe so all ranks share the I/O.
-  const ShardRange stripe = shard_range(shards_.flat_total(), group_.size(), rank_);
-  if (stripe.real() == 0) return {};
-  return {{stripe.begin, stripe.real()}};
-}
-
-template <class T>
-std::vector<Strategy::StateRange> ShardedStrategy<T>::param_ranges() const {
-  if (settings_.stage == 3) return optimizer_ranges();
-  return {{0, shards_.flat_total()}};
-}
-
-template <class T>
-void ShardedStrategy<T>::save_state(const std::vector<StateRange>& ranges, float* params, float* m, float* v) {
-  // Each range may span segments (a ddp stripe); copy its overlap with what this rank owns of each.
-  std::size_t out = 0;
-  for (const StateRange& r : ranges) {
-    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-      const std::size_t begin = std::max(r.offset, owned_flat(s));
-      const std::size_t end = std::min(r.offset + r.count, owned_flat(s) + owned(s));
-      if (begin >= end) continue;
-      const std::size_t local = begin - owned_flat(s), n = end - begin;
-      const std::span<float> master = master_slice(s);
-      std::copy_n(master.data() + local, n, params + out + (begin - r.offset));
-      std::copy_n(adam_m_.data() + opt_offset(s) + local, n, m + out + (begin - r.offset));
-      std::copy_n(adam_v_.data() + opt_offset(s) + local, n, v + out + (begin - r.offset));
-    }
-    out += r.count;
+  std::size_t lo = 0, hi = shards_.flat_total();
+  if (settings_.stage == 0) {
+    // ddp: every rank holds everything; each writes a 1/N stripe so all ranks share the I/O.
+    const ShardRange stripe = shard_range(shards_.flat_total(), group_.size(), rank_);
+    lo = std::min(stripe.begin, hi);
+    hi = std::min(stripe.begin + stripe.real(), hi);
   }
-}
-
-template <class T>
-void ShardedStrategy<T>::load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v) {
-  if (settings_.stage < 3) {
-    load_params(params);  // the whole model
-  } else {
-    std::size_t at = 0;
-    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-      const std::size_t n = owned(s);
-      T* into = shard_params_.data() + shards_.segment(s).shard_offset;
-      for (std::size_t i = 0; i < n; ++i) into[i] = from_float<T>(params[at + i]);
-      if constexpr (kMixed) std::copy_n(params.data() + at, n, master_slice(s).data());
-      at += n;
-    }
-  }
-  std::size_t at = 0;
+  std::vector<StatePiece> pieces;
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-    const std::size_t n = owned(s);
-    std::copy_n(m.data() + at, n, adam_m_.data() + opt_offset(s));
-    std::copy_n(v.data() + at, n, adam_v_.data() + opt_offset(s));
-    at += n;
+    const std::size_t begin = std::max(lo, owned_flat(s)), end = std::min(hi, owned_flat(s) + owned(s));
+    if (begin >= end) continue;
+    const std::size_t local = begin - owned_flat(s);
+    pieces.push_back({begin, end - begin, master_slice(s).data() + local, adam_m_.data() + opt_offset(s) + local,
+                      adam_v_.data() + opt_offset(s) + local});
+  }
+  return pieces;
+}
+
+template <class T>
+Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
+  LoadTargets t;
+  if (kMixed && settings_.stage < 3) load_staging_.assign(shards_.flat_total(), 0.0f);
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const SegmentShard& seg = shards_.segment(s);
+    if (settings_.stage < 3) {  // every rank holds the whole segment
+      t.param_ranges.push_back({seg.offset, seg.size});
+      if constexpr (kMixed) t.params.push_back(load_staging_.data() + seg.offset);
+      else t.params.push_back(full_params_.data() + seg.padded_offset);
+    } else if (owned(s) > 0) {  // the master slice: the shard itself in fp32
+      t.param_ranges.push_back({owned_flat(s), owned(s)});
+      t.params.push_back(master_slice(s).data());
+    }
+    if (owned(s) > 0) {
+      t.optimizer_ranges.push_back({owned_flat(s), owned(s)});
+      t.m.push_back(adam_m_.data() + opt_offset(s));
+      t.v.push_back(adam_v_.data() + opt_offset(s));
+    }
+  }
+  return t;
+}
+
+template <class T>
+void ShardedStrategy<T>::finish_load() {
+  if constexpr (kMixed) {
+    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+      const SegmentShard& seg = shards_.segment(s);
+      const std::span<float> master = master_slice(s);
+      if (settings_.stage < 3) {
+        const float* staged = load_staging_.data() + seg.offset;
+        for (std::size_t i = 0; i < seg.size; ++i) full_params_[seg.padded_offset + i] = from_float<T>(staged[i]);
+        std::copy_n(load_staging_.data() + owned_flat(s), master.size(), master.data());
+      } else {
+        for (std::size_t i = 0; i < master.size(); ++i) shard_params_[seg.shard_offset + i] = from_float<T>(master[i]);
+      }
+    }
+    load_staging_ = {};
   }
   drop_prefetched();
 }

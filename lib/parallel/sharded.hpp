@@ -60,11 +60,9 @@ class ShardedStrategy final : public Strategy {
   double grad_norm_squared() override;
   void optimizer_step(double lr, double grad_scale, std::int64_t step) override;
   void settle() override;
-  std::vector<StateRange> checkpoint_ranges() const override;
-  void save_state(const std::vector<StateRange>& ranges, float* params, float* m, float* v) override;
-  std::vector<StateRange> param_ranges() const override;
-  std::vector<StateRange> optimizer_ranges() const override;
-  void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v) override;
+  std::vector<StatePiece> state_pieces() override;
+  LoadTargets load_targets() override;
+  void finish_load() override;
   MemoryReport memory() const override;
   double comm_wait_seconds() const override { return wait_seconds_; }
   std::string name() const override { return settings_.name; }
@@ -112,6 +110,7 @@ class ShardedStrategy final : public Strategy {
   std::vector<float> master_;    // mixed precision: fp32 copy of what this rank updates
   std::vector<float> adam_m_, adam_v_;
   std::vector<float> scratch_;   // mixed precision: fp32 gradients of one slice for the update
+  std::vector<float> load_staging_;  // mixed precision, resuming: fp32 parameters until finish_load()
 
   WorkspacePool<T> pool_;             // gathers, reduction inputs, chunks
   WorkspacePool<float> float_pool_;   // mixed precision: fp32 compute copies, gradient buffers

@@ -29,7 +29,8 @@ struct MemoryReport {
 
 class Strategy : public SegmentBuffers<float> {
  public:
-  // Every rank passes the same full, flat parameters (fp32); each keeps what it holds.
+  // A fresh start: every rank passes the same full, flat parameters (fp32) and keeps what it
+  // holds; the optimizer state starts from zero.
   virtual void load_params(std::span<const float> full) = 0;
   // The full fp32 parameters (the master copy in mixed precision), on every rank. Collective.
   virtual std::vector<float> gather_params() = 0;
@@ -53,15 +54,26 @@ class Strategy : public SegmentBuffers<float> {
   struct StateRange {
     std::size_t offset = 0, count = 0;
   };
-  // What this rank writes (disjoint across ranks, covering the model together).
-  virtual std::vector<StateRange> checkpoint_ranges() const = 0;
-  // Parameters, m and v of `ranges` (within what this rank holds), each concatenated.
-  virtual void save_state(const std::vector<StateRange>& ranges, float* params, float* m, float* v) = 0;
-  // What this rank reads to resume: parameters (the whole model unless parameters are
-  // sharded) and optimizer state (what it updates).
-  virtual std::vector<StateRange> param_ranges() const = 0;
-  virtual std::vector<StateRange> optimizer_ranges() const = 0;
-  virtual void load_state(std::span<const float> params, std::span<const float> m, std::span<const float> v) = 0;
+  // A contiguous piece of what this rank writes, with its parameters, m and v where the
+  // strategy keeps them (valid until the next optimizer step or resume).
+  struct StatePiece {
+    std::size_t offset = 0, count = 0;
+    const float* params = nullptr;
+    const float* m = nullptr;
+    const float* v = nullptr;
+  };
+  // What this rank writes, in order: disjoint across ranks, covering the model together.
+  virtual std::vector<StatePiece> state_pieces() = 0;
+  // Resuming reads straight into the strategy: the ranges of parameters this rank needs (the
+  // whole model unless parameters are sharded) and of optimizer state (what it updates), each
+  // with the fp32 memory its values go to. A mixed-precision strategy stages the parameters and
+  // converts them in finish_load(), which must follow the reads.
+  struct LoadTargets {
+    std::vector<StateRange> param_ranges, optimizer_ranges;
+    std::vector<float*> params, m, v;  // one per range
+  };
+  virtual LoadTargets load_targets() = 0;
+  virtual void finish_load() = 0;
 
   virtual MemoryReport memory() const = 0;
   // Seconds the calling thread has spent waiting for communication so far (exposed time).

@@ -26,7 +26,9 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   std::vector<Done> finished;
   if (auto previous = finish()) finished.push_back(*previous);  // one write at a time
   Stopwatch clock;
-  snapshot_ = take_snapshot(strategy);
+  // A synchronous write reads the state where the strategy keeps it; an asynchronous one copies
+  // it first, since training changes it while the write goes on.
+  snapshot_ = async_ ? copy_state(strategy, std::move(spare_)) : view_state(strategy);
   if (!async_) {
     Done done;
     {
@@ -54,6 +56,7 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
       error_ = e.what();
     }
     result_.seconds = write_clock.seconds();
+    spare_ = std::move(snapshot_.copies);
     snapshot_ = {};
     finished_ = true;
   });

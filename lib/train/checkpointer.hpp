@@ -51,6 +51,7 @@ class Checkpointer {
   std::string error_;
   Done result_;
   StateSnapshot snapshot_;
+  std::vector<float> spare_;  // async: the last snapshot's copy, reused by the next one
 };
 
 }  // namespace st

@@ -109,13 +109,6 @@ Trainer::Trainer(const Config& config, World& world)
   comms_.trace_to(&timeline_);
   strategy_ = make_strategy(config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
                             adamw_settings(config.optimizer), comms, &timeline_);
-  {
-    // Every rank initialises the whole model from the same seed and keeps its part, so all start
-    // from the same parameters without a broadcast.
-    std::vector<float> full(model_->layout().total());
-    model_->init_params(full, static_cast<std::uint64_t>(config.run.seed));
-    strategy_->load_params(full);
-  }
 
   const auto seed = static_cast<std::uint64_t>(config.run.seed);
   train_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.train, seed, kTrainStream, config.model.seq_len);
@@ -170,13 +163,25 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   };
 }
 
+void Trainer::start_from_initial_params() {
+  // Every rank initialises the whole model from the same seed and keeps its part, so all start
+  // from the same parameters without a broadcast.
+  std::vector<float> full(model_->layout().total());
+  model_->init_params(full, static_cast<std::uint64_t>(config_.run.seed));
+  strategy_->load_params(full);
+}
+
 void Trainer::resume() {
+  // A resumed run reads every parameter and optimizer value it holds: it initialises the model
+  // only when there is nothing to resume from.
   const std::string& resume = config_.checkpoint.resume;
-  if (resume == "none") return;
+  if (resume == "none") return start_from_initial_params();
   const bool latest = resume == "latest";
   const std::vector<std::string> candidates = latest ? checkpoint_candidates(checkpoint_dir_) : std::vector{resume};
   for (const std::string& path : candidates) {
     try {
+      // The clock starts when every rank is here: start-up may end at different times on each.
+      ST_CHECK_MPI(MPI_Barrier(world_.comm()));
       Stopwatch clock;
       const CheckpointInfo info = read_checkpoint(path, shape_, *strategy_, world_.comm());
       start_step_ = info.step;
@@ -194,6 +199,7 @@ void Trainer::resume() {
       resume_notes_.push_back(std::string("skipping a checkpoint that cannot be resumed: ") + e.what());
     }
   }
+  start_from_initial_params();  // also undoes what a checkpoint that failed part-way filled in
   resume_notes_.push_back(candidates.empty() ? "checkpoint.resume = \"latest\": no checkpoint in " + checkpoint_dir_ +
                                                    "; starting from step 0"
                                              : "checkpoint.resume = \"latest\": no valid checkpoint in " +

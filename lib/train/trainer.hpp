@@ -44,6 +44,7 @@ class Trainer {
   double validation_loss();
   void print_sample(std::int64_t step);
   std::string memory_line(const char* when) const;
+  void start_from_initial_params();
   void resume();
   void save_checkpoint(std::int64_t steps_done);
   void report_checkpoint(const Checkpointer::Done& done);

@@ -6,7 +6,8 @@
   2->3, 3->1, zero3->ddp, ddp->zero3, hsdp->zero1) within 1e-5 of the uninterrupted run.
 - Bad files: truncated, a flipped byte in the data, a missing dataset, another model's shape,
   a newer format version: a clear error naming the file and the problem; with
-  resume = "latest" the run falls back to the newest valid checkpoint and says so.
+  resume = "latest" the run falls back to the newest valid checkpoint and says so, and a
+  checkpoint found bad after part of it was read leaves no trace in the run.
 - ckpt inspect verifies every checksum; ckpt export writes tensors h5py reads in their shapes.
 """
 import array
@@ -123,8 +124,8 @@ def truncate(path):
     os.truncate(path, os.path.getsize(path) // 2)
 
 
-def flip_byte(path):
-    offset = int(h5py(f"f = h5py.File({path!r}, 'r'); print(f['adam_m'].id.get_chunk_info(0).byte_offset)"))
+def flip_byte(path, dataset="adam_m"):
+    offset = int(h5py(f"f = h5py.File({path!r}, 'r'); print(f[{dataset!r}].id.get_chunk_info(0).byte_offset)"))
     with open(path, "r+b") as f:
         f.seek(offset + 100)
         byte = f.read(1)
@@ -141,7 +142,7 @@ def newer_format(path):
 
 
 cases = [("truncated", damaged("truncated.h5", truncate), [], "not a readable HDF5 file (truncated or damaged?)"),
-         ("flipped byte", damaged("flipped.h5", flip_byte), [], "checksum mismatch or damaged data"),
+         ("flipped byte", damaged("flipped.h5", flip_byte), [], "Fletcher32 checksum mismatch"),
          ("missing dataset", damaged("missing.h5", drop_dataset), [], "dataset '/adam_v' is missing"),
          ("newer format", damaged("newer.h5", newer_format), [], "checkpoint format 99, newer than the 1"),
          ("other model", source, ["model.d_model=64"], "model.d_model = 32 in the checkpoint, 64 in the deck")]
@@ -167,4 +168,22 @@ h.check("skipping a checkpoint that cannot be resumed" in proc.stdout and newest
                                                    f"{proc.stdout[-1500:]}")
 got = losses(os.path.join(work, "fallback"))
 h.check(abs(got[5] - reference[5]) <= 1e-5 * reference[5], "and continues the same run")
+
+# A checkpoint found bad part-way through reading (its last dataset damaged, after the parameters
+# were read into place) leaves nothing behind: with no other checkpoint the run starts afresh,
+# exactly as a run that never tried to resume.
+partial_dir = os.path.join(work, "partial_ckpt")
+os.makedirs(partial_dir)
+shutil.copy(good, os.path.join(partial_dir, "ckpt_00000004.h5"))
+flip_byte(os.path.join(partial_dir, "ckpt_00000004.h5"), "adam_v")
+proc, partial_params = run("partial", 2, ["parallel.strategy=ddp", "checkpoint.resume=latest",
+                                          f"checkpoint.dir={partial_dir}", "checkpoint.every=0"])
+h.check("Fletcher32 checksum mismatch" in proc.stdout and "no valid checkpoint" in proc.stdout
+        and "starting from step 0" in proc.stdout, f"a checkpoint bad in its last dataset is skipped\n{proc.stdout[-1500:]}")
+fresh = losses(os.path.join(work, "w2_ddp"))
+got = losses(os.path.join(work, "partial"))
+h.check(sorted(got) == sorted(fresh) and all(got[s] == fresh[s] for s in got),
+        "the run that found no valid checkpoint has a fresh run's losses exactly")
+with open(partial_params, "rb") as a, open(os.path.join(work, "w2_ddp.f32"), "rb") as b:
+    h.check(a.read() == b.read(), "and its final parameters, bit for bit")
 print("passed")

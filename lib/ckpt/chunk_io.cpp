@@ -1,0 +1,281 @@
+#include "ckpt/chunk_io.hpp"
+
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "ckpt/fletcher32.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+
+namespace st::h5 {
+namespace {
+
+// The part of one range that lies in one chunk: elements [begin, end) of chunk c, the
+// `at`-th element onwards of range r.
+struct ChunkSlice {
+  std::uint64_t chunk, begin, end;
+  std::size_t range;
+  std::uint64_t at;
+};
+
+// Calls f(slice) for every chunk slice of the ranges, in order.
+template <class F>
+void for_each_slice(const ChunkGeometry& g, const std::vector<Range>& ranges, F&& f) {
+  for (std::size_t r = 0; r < ranges.size(); ++r) {
+    std::uint64_t at = ranges[r].offset;
+    const std::uint64_t end = ranges[r].offset + ranges[r].count;
+    while (at < end) {
+      const std::uint64_t c = at / g.chunk;
+      const std::uint64_t stop = std::min(end, (c + 1) * g.chunk);
+      f(ChunkSlice{c, at, stop, r, at - ranges[r].offset});
+      at = stop;
+    }
+  }
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::uint32_t little_endian_u32(const unsigned char* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+void store_little_endian(std::uint32_t v, unsigned char* p) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+// A file descriptor that closes itself.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Reads exactly the bytes the iovecs ask for at `offset`; false at end of file.
+bool read_fully(int fd, iovec* iov, int count, std::uint64_t offset, const std::string& what) {
+  while (count > 0) {
+    const ssize_t got = ::preadv(fd, iov, count, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw Error("cannot read " + what + ": " + errno_text());
+    }
+    if (got == 0) return false;
+    offset += static_cast<std::uint64_t>(got);
+    auto left = static_cast<std::size_t>(got);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+// An MPI-IO file handle that closes itself (collective: every rank must reach the close).
+class MpiFile {
+ public:
+  MpiFile(const std::string& path, MPI_Comm comm, int mode) {
+    const int code = MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &file_);
+    if (code != MPI_SUCCESS) {
+      char text[MPI_MAX_ERROR_STRING];
+      int length = 0;
+      MPI_Error_string(code, text, &length);
+      throw Error("cannot open " + path + " with MPI-IO: " + std::string(text, static_cast<std::size_t>(length)));
+    }
+  }
+  MpiFile(const MpiFile&) = delete;
+  MpiFile& operator=(const MpiFile&) = delete;
+  ~MpiFile() {
+    if (file_ != MPI_FILE_NULL) MPI_File_close(&file_);
+  }
+  MPI_File get() const { return file_; }
+  void close() {
+    MPI_File f = file_;
+    file_ = MPI_FILE_NULL;
+    ST_CHECK_MPI(MPI_File_close(&f));
+  }
+
+ private:
+  MPI_File file_ = MPI_FILE_NULL;
+};
+
+void write_at(MPI_File file, std::uint64_t offset, const void* data, std::uint64_t bytes) {
+  MPI_Status status;
+  ST_CHECK_MPI(MPI_File_write_at(file, static_cast<MPI_Offset>(offset), data, static_cast<int>(bytes), MPI_BYTE, &status));
+}
+
+}  // namespace
+
+std::optional<ChunkGeometry> direct_geometry(hid_t dataset) {
+  Handle type(H5Dget_type(dataset), H5Tclose, "dataset type");
+  if (check(H5Tequal(type.get(), H5T_IEEE_F32LE), "dataset type") <= 0) return std::nullopt;
+  Handle space(H5Dget_space(dataset), H5Sclose, "dataset space");
+  if (check(H5Sget_simple_extent_ndims(space.get()), "dataset rank") != 1) return std::nullopt;
+  hsize_t dims[1] = {0};
+  check(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "dataset extent");
+  Handle dcpl(H5Dget_create_plist(dataset), H5Pclose, "dataset creation properties");
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return std::nullopt;
+  hsize_t chunk[1] = {0};
+  if (check(H5Pget_chunk(dcpl.get(), 1, chunk), "chunk shape") != 1 || chunk[0] == 0) return std::nullopt;
+  if (check(H5Pget_nfilters(dcpl.get()), "filters") != 1) return std::nullopt;
+  unsigned flags = 0;
+  std::size_t n_values = 0;
+  unsigned filter_config = 0;
+  const H5Z_filter_t filter =
+      check(H5Pget_filter2(dcpl.get(), 0, &flags, &n_values, nullptr, 0, nullptr, &filter_config), "filter");
+  if (filter != H5Z_FILTER_FLETCHER32) return std::nullopt;
+  return ChunkGeometry{dims[0], chunk[0]};
+}
+
+ChunkOffsets chunk_offsets(hid_t dataset, const ChunkGeometry& g, const std::vector<Range>& ranges) {
+  ChunkOffsets out;
+  std::uint64_t first = UINT64_MAX, last = 0;
+  for (const Range& r : ranges) {
+    if (r.count == 0) continue;
+    first = std::min(first, r.offset / g.chunk);
+    last = std::max(last, (r.offset + r.count - 1) / g.chunk);
+  }
+  if (first == UINT64_MAX) return out;
+  out.first = first;
+  for (std::uint64_t c = first; c <= last; ++c) {
+    const hsize_t coordinate[1] = {c * g.chunk};
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t size = 0;
+    check(H5Dget_chunk_info_by_coord(dataset, coordinate, &filter_mask, &address, &size),
+          "chunk " + std::to_string(c) + " location");
+    if (address == HADDR_UNDEF) throw Error("chunk " + std::to_string(c) + " is not allocated");
+    if (filter_mask != 0) throw Error("chunk " + std::to_string(c) + " is stored without its checksum");
+    if (size != g.stored_bytes())
+      throw Error("chunk " + std::to_string(c) + " is stored in " + std::to_string(size) + " bytes, not " +
+                  std::to_string(g.stored_bytes()));
+    out.offsets.push_back(address);
+  }
+  return out;
+}
+
+void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm) {
+  // Each rank's share of every chunk's sums; added over the ranks they give the checksums.
+  std::vector<std::size_t> first_part(writes.size() + 1, 0);
+  for (std::size_t k = 0; k < writes.size(); ++k) first_part[k + 1] = first_part[k] + writes[k].geometry.chunks();
+  std::vector<std::uint64_t> sums(3 * first_part.back(), 0);
+  for (std::size_t k = 0; k < writes.size(); ++k) {
+    const ChunkedWrite& w = writes[k];
+    const ChunkGeometry& g = w.geometry;
+    for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
+      const float* data = w.data[s.range] + s.at;
+      const fletcher32::Part p = fletcher32::part(data, (s.end - s.begin) * sizeof(float),
+                                                  ((s.chunk + 1) * g.chunk - s.end) * sizeof(float));
+      std::uint64_t* into = &sums[3 * (first_part[k] + s.chunk)];
+      into[0] += p.sum1;
+      into[1] += p.sum2;
+      into[2] += p.nonzero;
+    });
+  }
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm));
+
+  std::string problem;
+  {
+    std::unique_ptr<MpiFile> file;
+    try {
+      file = std::make_unique<MpiFile>(path, comm, MPI_MODE_WRONLY);
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    agree_or_throw(comm, problem);  // MPI_File_open is collective: all opened or none did
+    try {
+      std::vector<unsigned char> zeros;
+      for (std::size_t k = 0; k < writes.size(); ++k) {
+        const ChunkedWrite& w = writes[k];
+        const ChunkGeometry& g = w.geometry;
+        for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
+          const float* data = w.data[s.range] + s.at;
+          const std::uint64_t chunk_at = w.chunks.at(s.chunk);
+          write_at(file->get(), chunk_at + (s.begin - s.chunk * g.chunk) * sizeof(float), data,
+                   (s.end - s.begin) * sizeof(float));
+          if (s.end != g.chunk_end(s.chunk)) return;
+          // This rank holds the chunk's last element: it writes the padding and the checksum.
+          const std::uint64_t padding = ((s.chunk + 1) * g.chunk - s.end) * sizeof(float);
+          if (padding > 0) {
+            zeros.assign(padding, 0);
+            write_at(file->get(), chunk_at + (s.end - s.chunk * g.chunk) * sizeof(float), zeros.data(), padding);
+          }
+          const std::uint64_t* p = &sums[3 * (first_part[k] + s.chunk)];
+          unsigned char checksum[4];
+          store_little_endian(fletcher32::value({p[0] % 65535, p[1] % 65535, p[2]}), checksum);
+          write_at(file->get(), chunk_at + g.chunk_bytes(), checksum, 4);
+        });
+      }
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    try {
+      file->close();  // collective, and it is where a failed write may surface
+    } catch (const Error& e) {
+      if (problem.empty()) problem = e.what();
+    }
+  }
+  agree_or_throw(comm, problem);
+}
+
+void read_chunks(const std::string& path, const ChunkedRead& read) {
+  const ChunkGeometry& g = read.geometry;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw Error("cannot open: " + errno_text());
+  std::vector<unsigned char> scratch(g.stored_bytes());
+  std::uint64_t scratch_chunk = UINT64_MAX;  // the verified chunk scratch holds
+  auto where = [&](std::uint64_t c) {
+    return "dataset '/" + read.name + "' chunk " + std::to_string(c) + " (elements " + std::to_string(c * g.chunk) +
+           "-" + std::to_string(g.chunk_end(c) - 1) + ", file offset " + std::to_string(read.chunks.at(c)) + ")";
+  };
+  auto verify = [&](std::uint64_t c, const void* data, const unsigned char* stored) {
+    const std::uint32_t expected = little_endian_u32(stored), computed = fletcher32::of(data, g.chunk_bytes());
+    if (expected != computed) {
+      char detail[96];
+      std::snprintf(detail, sizeof detail, " (stored %08x, computed %08x)", expected, computed);
+      throw Error(where(c) + ": Fletcher32 checksum mismatch" + detail + ": damaged data");
+    }
+  };
+  for_each_slice(g, read.ranges, [&](const ChunkSlice& s) {
+    float* into = read.into[s.range] + s.at;
+    const std::uint64_t chunk_at = read.chunks.at(s.chunk);
+    if (s.begin == s.chunk * g.chunk && s.end == (s.chunk + 1) * g.chunk) {
+      // A whole chunk: straight into place, its checksum beside it.
+      unsigned char stored[4];
+      iovec iov[2] = {{into, g.chunk_bytes()}, {stored, 4}};
+      if (!read_fully(fd.get(), iov, 2, chunk_at, where(s.chunk)))
+        throw Error(where(s.chunk) + ": the file ends inside it (truncated?)");
+      verify(s.chunk, into, stored);
+      return;
+    }
+    if (scratch_chunk != s.chunk) {
+      iovec iov[1] = {{scratch.data(), scratch.size()}};
+      if (!read_fully(fd.get(), iov, 1, chunk_at, where(s.chunk)))
+        throw Error(where(s.chunk) + ": the file ends inside it (truncated?)");
+      verify(s.chunk, scratch.data(), scratch.data() + g.chunk_bytes());
+      scratch_chunk = s.chunk;
+    }
+    std::memcpy(into, scratch.data() + (s.begin - s.chunk * g.chunk) * sizeof(float), (s.end - s.begin) * sizeof(float));
+  });
+}
+
+}  // namespace st::h5
