@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -118,11 +119,6 @@ class MpiFile {
   MPI_File file_ = MPI_FILE_NULL;
 };
 
-void write_at(MPI_File file, std::uint64_t offset, const void* data, std::uint64_t bytes) {
-  MPI_Status status;
-  ST_CHECK_MPI(MPI_File_write_at(file, static_cast<MPI_Offset>(offset), data, static_cast<int>(bytes), MPI_BYTE, &status));
-}
-
 }  // namespace
 
 std::optional<ChunkGeometry> direct_geometry(hid_t dataset) {
@@ -173,17 +169,19 @@ ChunkOffsets chunk_offsets(hid_t dataset, const ChunkGeometry& g, const std::vec
   return out;
 }
 
-void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm) {
-  // Each rank's share of every chunk's sums; added over the ranks they give the checksums.
-  std::vector<std::size_t> first_part(writes.size() + 1, 0);
+namespace {
+
+// Each rank's share of the Fletcher32 sums of every chunk of every dataset (three numbers per
+// chunk, datasets one after the other); added over the ranks, they give the checksums.
+std::vector<std::uint64_t> partial_sums(const std::vector<ChunkedWrite>& writes, std::vector<std::size_t>& first_part) {
+  first_part.assign(writes.size() + 1, 0);
   for (std::size_t k = 0; k < writes.size(); ++k) first_part[k + 1] = first_part[k] + writes[k].geometry.chunks();
   std::vector<std::uint64_t> sums(3 * first_part.back(), 0);
   for (std::size_t k = 0; k < writes.size(); ++k) {
     const ChunkedWrite& w = writes[k];
     const ChunkGeometry& g = w.geometry;
     for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
-      const float* data = w.data[s.range] + s.at;
-      const fletcher32::Part p = fletcher32::part(data, (s.end - s.begin) * sizeof(float),
+      const fletcher32::Part p = fletcher32::part(w.data[s.range] + s.at, (s.end - s.begin) * sizeof(float),
                                                   ((s.chunk + 1) * g.chunk - s.end) * sizeof(float));
       std::uint64_t* into = &sums[3 * (first_part[k] + s.chunk)];
       into[0] += p.sum1;
@@ -191,48 +189,133 @@ void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writ
       into[2] += p.nonzero;
     });
   }
+  return sums;
+}
+
+// Bytes this rank writes at a file offset.
+struct Extent {
+  std::uint64_t offset;
+  const void* data;
+  std::uint64_t bytes;
+};
+
+// What this rank writes, in file order: its pieces, and the padding and checksum of each chunk
+// whose last element it holds (kept in `checksums` and `zeros`).
+std::vector<Extent> extents_to_write(const std::vector<ChunkedWrite>& writes, const std::vector<std::uint64_t>& sums,
+                                     const std::vector<std::size_t>& first_part,
+                                     std::vector<std::array<unsigned char, 4>>& checksums,
+                                     std::vector<unsigned char>& zeros) {
+  std::size_t owned = 0;
+  std::uint64_t most_padding = 0;
+  for (const ChunkedWrite& w : writes)
+    for_each_slice(w.geometry, w.ranges, [&](const ChunkSlice& s) {
+      if (s.end != w.geometry.chunk_end(s.chunk)) return;
+      ++owned;
+      most_padding = std::max(most_padding, ((s.chunk + 1) * w.geometry.chunk - s.end) * sizeof(float));
+    });
+  checksums.resize(owned);  // not to move again: extents point into it
+  zeros.assign(most_padding, 0);
+  std::vector<Extent> extents;
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < writes.size(); ++k) {
+    const ChunkedWrite& w = writes[k];
+    const ChunkGeometry& g = w.geometry;
+    for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
+      const std::uint64_t chunk_at = w.chunks.at(s.chunk);
+      extents.push_back({chunk_at + (s.begin - s.chunk * g.chunk) * sizeof(float), w.data[s.range] + s.at,
+                         (s.end - s.begin) * sizeof(float)});
+      if (s.end != g.chunk_end(s.chunk)) return;
+      const std::uint64_t padding = ((s.chunk + 1) * g.chunk - s.end) * sizeof(float);
+      if (padding > 0) extents.push_back({chunk_at + (s.end - s.chunk * g.chunk) * sizeof(float), zeros.data(), padding});
+      const std::uint64_t* p = &sums[3 * (first_part[k] + s.chunk)];
+      store_little_endian(fletcher32::value({p[0] % 65535, p[1] % 65535, p[2]}), checksums[next].data());
+      extents.push_back({chunk_at + g.chunk_bytes(), checksums[next++].data(), 4});
+    });
+  }
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return a.offset < b.offset; });
+  return extents;
+}
+
+// A committed MPI datatype that frees itself.
+class MpiType {
+ public:
+  // Blocks of bytes at the given displacements (file offsets, or absolute addresses).
+  MpiType(const std::vector<int>& lengths, const std::vector<MPI_Aint>& displacements) {
+    ST_CHECK_MPI(MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(), displacements.data(),
+                                          MPI_BYTE, &type_));
+    ST_CHECK_MPI(MPI_Type_commit(&type_));
+  }
+  MpiType(const MpiType&) = delete;
+  MpiType& operator=(const MpiType&) = delete;
+  ~MpiType() {
+    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  }
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+};
+
+}  // namespace
+
+void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm,
+                  std::uint64_t round_bytes) {
+  std::vector<std::size_t> first_part;
+  std::vector<std::uint64_t> sums = partial_sums(writes, first_part);
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm));
+  std::vector<std::array<unsigned char, 4>> checksums;
+  std::vector<unsigned char> zeros;
+  const std::vector<Extent> extents = extents_to_write(writes, sums, first_part, checksums, zeros);
+
+  // Collective writes of at most round_bytes per rank: in each, this rank's extents are its
+  // view of the file and of its memory.
+  std::vector<std::size_t> round_starts = {0};
+  std::uint64_t in_round = 0;
+  for (std::size_t i = 0; i < extents.size(); ++i) {
+    if (in_round + extents[i].bytes > round_bytes && in_round > 0) {
+      round_starts.push_back(i);
+      in_round = 0;
+    }
+    in_round += extents[i].bytes;
+  }
+  round_starts.push_back(extents.size());
+  int rounds = static_cast<int>(round_starts.size()) - 1;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT, MPI_MAX, comm));
+  auto write_round = [&](MPI_File f, int r) {
+    const std::size_t begin = round_starts[std::min<std::size_t>(static_cast<std::size_t>(r), round_starts.size() - 1)];
+    const std::size_t end = round_starts[std::min<std::size_t>(static_cast<std::size_t>(r) + 1, round_starts.size() - 1)];
+    std::vector<int> lengths;
+    std::vector<MPI_Aint> in_file, in_memory;
+    for (std::size_t i = begin; i < end; ++i) {
+      lengths.push_back(static_cast<int>(extents[i].bytes));
+      in_file.push_back(static_cast<MPI_Aint>(extents[i].offset));
+      MPI_Aint address = 0;
+      ST_CHECK_MPI(MPI_Get_address(extents[i].data, &address));
+      in_memory.push_back(address);
+    }
+    const MpiType file_view(lengths, in_file), memory(lengths, in_memory);
+    ST_CHECK_MPI(MPI_File_set_view(f, 0, MPI_BYTE, file_view.get(), "native", MPI_INFO_NULL));
+    MPI_Status status;
+    ST_CHECK_MPI(MPI_File_write_all(f, MPI_BOTTOM, 1, memory.get(), &status));
+  };
 
   std::string problem;
-  {
-    std::unique_ptr<MpiFile> file;
-    try {
-      file = std::make_unique<MpiFile>(path, comm, MPI_MODE_WRONLY);
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-    agree_or_throw(comm, problem);  // MPI_File_open is collective: all opened or none did
-    try {
-      std::vector<unsigned char> zeros;
-      for (std::size_t k = 0; k < writes.size(); ++k) {
-        const ChunkedWrite& w = writes[k];
-        const ChunkGeometry& g = w.geometry;
-        for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
-          const float* data = w.data[s.range] + s.at;
-          const std::uint64_t chunk_at = w.chunks.at(s.chunk);
-          write_at(file->get(), chunk_at + (s.begin - s.chunk * g.chunk) * sizeof(float), data,
-                   (s.end - s.begin) * sizeof(float));
-          if (s.end != g.chunk_end(s.chunk)) return;
-          // This rank holds the chunk's last element: it writes the padding and the checksum.
-          const std::uint64_t padding = ((s.chunk + 1) * g.chunk - s.end) * sizeof(float);
-          if (padding > 0) {
-            zeros.assign(padding, 0);
-            write_at(file->get(), chunk_at + (s.end - s.chunk * g.chunk) * sizeof(float), zeros.data(), padding);
-          }
-          const std::uint64_t* p = &sums[3 * (first_part[k] + s.chunk)];
-          unsigned char checksum[4];
-          store_little_endian(fletcher32::value({p[0] % 65535, p[1] % 65535, p[2]}), checksum);
-          write_at(file->get(), chunk_at + g.chunk_bytes(), checksum, 4);
-        });
-      }
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-    try {
-      file->close();  // collective, and it is where a failed write may surface
-    } catch (const Error& e) {
-      if (problem.empty()) problem = e.what();
-    }
+  std::unique_ptr<MpiFile> file;
+  try {
+    file = std::make_unique<MpiFile>(path, comm, MPI_MODE_WRONLY);
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree_or_throw(comm, problem);  // MPI_File_open is collective: all opened or none did
+  try {
+    for (int r = 0; r < rounds; ++r) write_round(file->get(), r);
+  } catch (const Error& e) {
+    problem = e.what();  // a failed round on one rank leaves the others in it: the deadline ends the job
+  }
+  try {
+    file->close();  // collective, and it is where a failed write may surface
+  } catch (const Error& e) {
+    if (problem.empty()) problem = e.what();
   }
   agree_or_throw(comm, problem);
 }

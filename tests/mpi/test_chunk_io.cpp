@@ -57,7 +57,8 @@ std::string shared_path(const std::string& name) {
 }
 
 // Writes an n-element dataset in chunks of `chunk` from every rank's slices; returns the path.
-std::string write_dataset(const std::string& name, std::uint64_t n, std::uint64_t chunk) {
+std::string write_dataset(const std::string& name, std::uint64_t n, std::uint64_t chunk,
+                          std::uint64_t round_bytes = std::uint64_t{1} << 30) {
   const std::string path = shared_path(name);
   const auto ranges = my_ranges(n, chunk);
   std::vector<std::vector<float>> values;
@@ -82,7 +83,7 @@ std::string write_dataset(const std::string& name, std::uint64_t n, std::uint64_
   }
   MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UINT64_T, 0, MPI_COMM_WORLD);
   w.chunks = {0, offsets};
-  h5::write_chunks(path, {w}, MPI_COMM_WORLD);
+  h5::write_chunks(path, {w}, MPI_COMM_WORLD, round_bytes);
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
 }
@@ -126,6 +127,19 @@ INSTANTIATE_TEST_SUITE_P(Geometries, ChunkIo,
                          ::testing::Values(std::pair<std::uint64_t, std::uint64_t>{10'123, 1000},  // padded last chunk
                                            std::pair<std::uint64_t, std::uint64_t>{8'000, 1000},   // whole chunks
                                            std::pair<std::uint64_t, std::uint64_t>{777, 777}));    // one chunk
+
+TEST(ChunkIoRounds, ManySmallCollectiveWrites) {
+  // Rounds of at most 3000 bytes per rank: several per rank, and a different number on each.
+  const std::uint64_t n = 10'123, chunk = 1000;
+  const std::string path = write_dataset("rounds", n, chunk, 3000);
+  h5::Handle file = h5::open_file_serial(path);
+  h5::Handle d = h5::open_dataset(file.get(), "x");
+  std::vector<float> all(n);
+  h5::read_ranges(d.get(), {{0, n}}, all.data());
+  expect_values(all, 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::remove(path.c_str());
+}
 
 TEST(ChunkIoDamage, AFlippedByteIsFoundAndNamed) {
   const std::uint64_t n = 5000, chunk = 1000;
