@@ -83,7 +83,13 @@ herr_t lock(H5FD_t* f, hbool_t rw) { return H5FDlock(self(f)->inner, rw); }
 herr_t unlock(H5FD_t* f) { return H5FDunlock(self(f)->inner); }
 
 H5FD_class_t make_class() {
-  H5FD_class_t c{};
+  H5FD_class_t c{};  // fields set by name: their order and number differ between HDF5 releases
+#if H5_VERSION_GE(1, 13, 2)
+  // HDF5 1.14 versions the class and wants a value; 256-511 are for drivers not registered with
+  // The HDF Group. (Written for 1.14; built and tested here against 1.10.)
+  c.version = H5FD_CLASS_VERSION;
+  c.value = static_cast<H5FD_class_value_t>(437);
+#endif
   c.name = "shardtrain_skeleton";
   c.maxaddr = (haddr_t{1} << 63) - 1;  // as sec2: the largest off_t
   c.fc_degree = H5F_CLOSE_WEAK;
