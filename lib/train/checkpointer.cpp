@@ -29,6 +29,7 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   // A synchronous write reads the state where the strategy keeps it; an asynchronous one copies
   // it first, since training changes it while the write goes on.
   snapshot_ = async_ ? copy_state(strategy, std::move(spare_)) : view_state(strategy);
+  copy_bytes_ = snapshot_.copies.capacity() * sizeof(float);
   if (!async_) {
     Done done;
     {

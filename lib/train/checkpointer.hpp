@@ -37,6 +37,8 @@ class Checkpointer {
   std::optional<Done> poll();
   // Collective: wait for the background write, if any, and return its result.
   std::optional<Done> finish();
+  // Host memory held for copies of the state (async: kept from one checkpoint to the next).
+  std::uint64_t copy_bytes() const { return copy_bytes_; }
 
  private:
   std::optional<Done> join();
@@ -52,6 +54,7 @@ class Checkpointer {
   Done result_;
   StateSnapshot snapshot_;
   std::vector<float> spare_;  // async: the last snapshot's copy, reused by the next one
+  std::uint64_t copy_bytes_ = 0;
 };
 
 }  // namespace st

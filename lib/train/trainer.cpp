@@ -393,7 +393,8 @@ TrainSummary Trainer::run() {
 std::string Trainer::memory_line(const char* when) const {
   const MemoryReport m = strategy_->memory();
   const std::uint64_t activations = model_->activation_bytes();
-  const std::uint64_t total = m.model_state() + m.workspace + activations;
+  const std::uint64_t checkpoint_copy = checkpointer_->copy_bytes();
+  const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
   unsigned long long largest = total;
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, world_.comm()));
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
@@ -401,9 +402,11 @@ std::string Trainer::memory_line(const char* when) const {
     run_dir_->metric("{\"kind\":\"memory\",\"when\":" + json_string(when) + ",\"params\":" + std::to_string(m.params) +
                      ",\"grads\":" + std::to_string(m.grads) + ",\"optimizer\":" + std::to_string(m.optimizer) +
                      ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" + std::to_string(activations) +
-                     ",\"total\":" + std::to_string(total) + ",\"largest_rank_total\":" + std::to_string(largest) + "}");
+                     ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) + ",\"total\":" + std::to_string(total) +
+                     ",\"largest_rank_total\":" + std::to_string(largest) + "}");
   return std::string("memory per rank ") + when + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
-         b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) + " = " + b(total) +
+         b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
+         (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +
          " on rank 0 (largest rank " + b(largest) + ")";
 }
 

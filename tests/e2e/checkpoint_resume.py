@@ -76,6 +76,18 @@ for strategy, ranks, extra in (("ddp", 2, []), ("zero1", 2, []), ("zero2", 3, []
     with open(full_params, "rb") as a, open(resumed_params, "rb") as b:
         h.check(a.read() == b.read(), f"{name}: final parameters equal bit for bit after resume")
 
+# An asynchronous checkpoint's copy of the state is counted in the memory lines: on one rank,
+# which writes everything, 12 bytes (parameters, m, v in fp32) per parameter; none when sync.
+for label, asynchronous in (("copy_async", True), ("copy_sync", False)):
+    run(label, 1, ["parallel.strategy=ddp", f"checkpoint.async={'true' if asynchronous else 'false'}"])
+    rows = h.metrics(os.path.join(work, label))
+    psi = next(r for r in rows if r["kind"] == "run")["parameters"]
+    last = [r for r in rows if r["kind"] == "memory"][-1]
+    expected = 12 * psi if asynchronous else 0
+    h.check(last["checkpoint_copy"] == expected and last["total"] == last["params"] + last["grads"] + last["optimizer"]
+            + last["workspace"] + last["activations"] + expected,
+            f"{label}: the memory line counts the checkpoint copy ({last['checkpoint_copy']} B, expected {expected})")
+
 # ---- resharding: other world sizes and strategies ----
 _, reference_params = run("reference", 1, ["parallel.strategy=ddp"])
 reference = losses(os.path.join(work, "reference"))
