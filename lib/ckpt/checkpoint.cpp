@@ -284,37 +284,107 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
   return dir + "/" + name;
 }
 
-CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
+namespace {
+
+// What rank 0 finds in a checkpoint and every rank needs in order to read its part.
+struct ReadPlan {
   CheckpointInfo info;
+  // Set when all three state datasets are stored as this shardtrain writes them; then the file
+  // offsets of their chunks, /params, /adam_m, /adam_v one after the other.
+  std::optional<h5::ChunkGeometry> geometry;
+  std::vector<std::uint64_t> chunk_offsets;
+};
+
+// Rank 0: opens the file, checks it against the run's model and locates the state's chunks.
+ReadPlan plan_read(const std::string& path, const Gpt2Shape& shape) {
+  if (!fs::exists(path)) throw Error("no such file");
+  ReadPlan plan;
+  h5::Handle file = h5::open_file_serial(path);
+  plan.info = read_info(file.get());
+  require_same_shape(plan.info.shape, shape);
+  const std::uint64_t elements = make_gpt2_layout(shape).total();
+  require_state_datasets(file.get(), elements);
+  std::vector<std::uint64_t> offsets;
+  for (const char* name : kStateDatasets) {
+    h5::Handle d = h5::open_dataset(file.get(), name);
+    const auto geometry = h5::direct_geometry(d.get());
+    if (!geometry || (plan.geometry && geometry->chunk != plan.geometry->chunk)) return plan;  // HDF5 reads it
+    plan.geometry = geometry;
+    const auto where = h5::chunk_offsets(d.get(), *geometry, {{0, elements}});
+    plan.chunk_offsets.insert(plan.chunk_offsets.end(), where.offsets.begin(), where.offsets.end());
+  }
+  file.close("closing " + path);
+  return plan;
+}
+
+void share(ReadPlan& plan, MPI_Comm comm) {
+  CheckpointInfo& i = plan.info;
+  const Gpt2Shape& s = i.shape;
+  auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
+  std::vector<std::uint64_t> numbers = {u(i.format_version), u(i.step), u(i.tokens_seen), u(i.data_position), u(i.seed),
+                                        u(i.world_size), u(i.shard_group), u(s.n_layer), u(s.d_model), u(s.n_head),
+                                        u(s.seq_len), u(s.vocab_size), u(s.padded_vocab), plan.geometry ? 1u : 0u,
+                                        plan.geometry ? plan.geometry->elements : 0, plan.geometry ? plan.geometry->chunk : 0};
+  broadcast(numbers, 0, comm);
+  auto v = [&](std::size_t k) { return static_cast<std::int64_t>(numbers[k]); };
+  i.format_version = v(0), i.step = v(1), i.tokens_seen = v(2), i.data_position = v(3), i.seed = v(4);
+  i.world_size = v(5), i.shard_group = v(6);
+  i.shape.n_layer = v(7), i.shape.d_model = v(8), i.shape.n_head = v(9), i.shape.seq_len = v(10);
+  i.shape.vocab_size = v(11), i.shape.padded_vocab = v(12);
+  plan.geometry.reset();
+  if (numbers[13] != 0) plan.geometry = h5::ChunkGeometry{numbers[14], numbers[15]};
+  for (std::string* text : {&i.strategy, &i.precision, &i.deck, &i.created_by}) broadcast(*text, 0, comm);
+  broadcast(plan.chunk_offsets, 0, comm);
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
+  // Rank 0 reads the file's metadata and tells the others where the chunks are: one process,
+  // not every rank, walks HDF5's headers and chunk index.
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  ReadPlan plan;
   std::string problem;
+  if (rank == 0) {
+    try {
+      plan = plan_read(path, shape);
+    } catch (const Error& e) {
+      problem = "checkpoint " + path + ": " + e.what();
+    }
+  }
+  agree_or_throw(comm, problem);
+  share(plan, comm);
+
+  // Every rank reads its slices straight into the strategy, verifying every chunk it touches.
   try {
-    if (!fs::exists(path)) throw Error("no such file");
-    // Each rank opens the file on its own and reads only its slices; every chunk it touches
-    // has its Fletcher32 checksum verified.
-    h5::Handle file = h5::open_file_serial(path);
-    info = read_info(file.get());
-    require_same_shape(info.shape, shape);
-    const std::uint64_t elements = make_gpt2_layout(shape).total();
-    require_state_datasets(file.get(), elements);
     const Strategy::LoadTargets targets = strategy.load_targets();
-    for (auto [name, ranges, into] : {std::tuple{"params", &targets.param_ranges, &targets.params},
-                                      std::tuple{"adam_m", &targets.optimizer_ranges, &targets.m},
-                                      std::tuple{"adam_v", &targets.optimizer_ranges, &targets.v}}) {
-      h5::Handle d = h5::open_dataset(file.get(), name);
-      const auto h5_ranges = to_h5(*ranges);
-      if (const auto geometry = h5::direct_geometry(d.get())) {
-        h5::read_chunks(path, {name, *geometry, h5_ranges, *into, h5::chunk_offsets(d.get(), *geometry, h5_ranges)});
-      } else {  // not stored as this shardtrain writes it: let HDF5's filter read and verify it
+    const std::tuple<const char*, const std::vector<Strategy::StateRange>*, const std::vector<float*>*> reads[] = {
+        {"params", &targets.param_ranges, &targets.params},
+        {"adam_m", &targets.optimizer_ranges, &targets.m},
+        {"adam_v", &targets.optimizer_ranges, &targets.v}};
+    if (plan.geometry) {
+      const std::uint64_t chunks = plan.geometry->chunks();
+      for (std::size_t k = 0; k < 3; ++k) {
+        const auto [name, ranges, into] = reads[k];
+        const auto first = plan.chunk_offsets.begin() + static_cast<std::ptrdiff_t>(k * chunks);
+        h5::read_chunks(path, {name, *plan.geometry, to_h5(*ranges), *into,
+                               {0, {first, first + static_cast<std::ptrdiff_t>(chunks)}}});
+      }
+    } else {  // not stored as this shardtrain writes it: HDF5's filter reads and verifies it
+      h5::Handle file = h5::open_file_serial(path);
+      for (const auto& [name, ranges, into] : reads) {
+        h5::Handle d = h5::open_dataset(file.get(), name);
+        const auto h5_ranges = to_h5(*ranges);
         for (std::size_t i = 0; i < h5_ranges.size(); ++i) h5::read_ranges(d.get(), {h5_ranges[i]}, (*into)[i]);
       }
     }
-    file.close("closing " + path);
     strategy.finish_load();
   } catch (const Error& e) {
     problem = "checkpoint " + path + ": " + e.what();
   }
   agree_or_throw(comm, problem);
-  return info;
+  return plan.info;
 }
 
 std::vector<std::string> checkpoint_candidates(const std::string& dir) {

@@ -1,7 +1,9 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace st {
 
@@ -9,5 +11,9 @@ namespace st {
 // say): every rank passes its own error text ("" if fine); if any rank failed, every rank
 // throws the same Error naming the first failing rank, so none is left in a later collective.
 void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+
+// The root's value on every rank (resized to fit). Collective.
+void broadcast(std::string& text, int root, MPI_Comm comm);
+void broadcast(std::vector<std::uint64_t>& values, int root, MPI_Comm comm);
 
 }  // namespace st
