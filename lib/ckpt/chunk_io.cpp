@@ -309,6 +309,9 @@ void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writ
   agree_or_throw(comm, problem);  // MPI_File_open is collective: all opened or none did
   try {
     for (int r = 0; r < rounds; ++r) write_round(file->get(), r);
+    // Every rank flushes what it wrote: on a parallel file system a rank's data sits in its own
+    // node's cache, which the committing rank's fsync does not reach.
+    ST_CHECK_MPI(MPI_File_sync(file->get()));
   } catch (const Error& e) {
     problem = e.what();  // a failed round on one rank leaves the others in it: the deadline ends the job
   }

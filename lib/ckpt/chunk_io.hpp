@@ -59,8 +59,9 @@ struct ChunkedWrite {
 // Collective over comm, after HDF5 has closed the file at `path`: each rank writes its ranges of
 // every dataset, and the checksum (and the last chunk's padding) of each chunk whose last
 // element it holds, in collective MPI-IO writes (its extents as its view of the file) of at
-// most `round_bytes` per rank each (MPI-IO implementations count bytes in int in places).
-// Throws the same Error on every rank when any rank failed.
+// most `round_bytes` per rank each (MPI-IO implementations count bytes in int in places), and
+// flushes them to storage (MPI_File_sync). Throws the same Error on every rank when any rank
+// failed.
 void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm,
                   std::uint64_t round_bytes = std::uint64_t{1} << 30);
 
