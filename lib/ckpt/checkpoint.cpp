@@ -46,6 +46,12 @@ std::vector<h5::Range> to_h5(const std::vector<Strategy::StateRange>& ranges) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Chunk offsets of /params, /adam_m, /adam_v one after the other: those of dataset k.
+std::vector<std::uint64_t> offsets_of(const std::vector<std::uint64_t>& all, std::size_t k, std::uint64_t chunks) {
+  const auto first = all.begin() + static_cast<std::ptrdiff_t>(k * chunks);
+  return {first, first + static_cast<std::ptrdiff_t>(chunks)};
+}
+
 // fsync a file or directory by path; "" or what went wrong.
 std::string sync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -214,8 +220,8 @@ std::vector<std::uint64_t> lay_out(const std::string& dir, const std::string& tm
   file.skip_raw_data(true);
   for (const char* name : kStateDatasets) {
     h5::Handle d = h5::create_float_dataset(f, name, geometry.elements, geometry.chunk);
-    const h5::ChunkOffsets where = h5::chunk_offsets(d.get(), geometry, {{0, geometry.elements}});
-    chunk_offsets.insert(chunk_offsets.end(), where.offsets.begin(), where.offsets.end());
+    const std::vector<std::uint64_t> where = h5::chunk_offsets(d.get(), geometry);
+    chunk_offsets.insert(chunk_offsets.end(), where.begin(), where.end());
   }
   file.skip_raw_data(false);
   file.close("closing " + tmp);
@@ -256,7 +262,7 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
   const h5::ChunkGeometry geometry{layout.total(), std::min<std::uint64_t>(kChunkElements, layout.total())};
 
   // Rank 0 lays the file out and tells every rank where the state datasets' chunks are.
-  std::vector<std::uint64_t> chunk_offsets(3 * geometry.chunks());
+  std::vector<std::uint64_t> chunk_offsets;
   std::string problem;
   if (rank == 0) {
     try {
@@ -266,15 +272,14 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
     }
   }
   agree_or_throw(comm, problem);
-  ST_CHECK_MPI(MPI_Bcast(chunk_offsets.data(), static_cast<int>(chunk_offsets.size()), MPI_UINT64_T, 0, comm));
+  broadcast(chunk_offsets, 0, comm);
 
   // Every rank writes the bytes of its pieces, and the checksums, with MPI-IO.
   std::vector<h5::ChunkedWrite> writes;
   std::vector<h5::Range> ranges;
   for (const auto& p : state.pieces) ranges.push_back({p.offset, p.count});
   for (std::size_t k = 0; k < 3; ++k) {
-    const auto first = chunk_offsets.begin() + static_cast<std::ptrdiff_t>(k * geometry.chunks());
-    h5::ChunkedWrite w{geometry, ranges, {}, {0, {first, first + static_cast<std::ptrdiff_t>(geometry.chunks())}}};
+    h5::ChunkedWrite w{geometry, ranges, {}, offsets_of(chunk_offsets, k, geometry.chunks())};
     for (const auto& p : state.pieces) w.data.push_back(k == 0 ? p.params : k == 1 ? p.m : p.v);
     writes.push_back(std::move(w));
   }
@@ -306,15 +311,20 @@ ReadPlan plan_read(const std::string& path, const Gpt2Shape& shape) {
   require_same_shape(plan.info.shape, shape);
   const std::uint64_t elements = make_gpt2_layout(shape).total();
   require_state_datasets(file.get(), elements);
+  // Read directly only if all three datasets are stored as this shardtrain writes them, in
+  // chunks of one size; otherwise HDF5 reads them all.
+  std::optional<h5::ChunkGeometry> geometry;
   std::vector<std::uint64_t> offsets;
   for (const char* name : kStateDatasets) {
     h5::Handle d = h5::open_dataset(file.get(), name);
-    const auto geometry = h5::direct_geometry(d.get());
-    if (!geometry || (plan.geometry && geometry->chunk != plan.geometry->chunk)) return plan;  // HDF5 reads it
-    plan.geometry = geometry;
-    const auto where = h5::chunk_offsets(d.get(), *geometry, {{0, elements}});
-    plan.chunk_offsets.insert(plan.chunk_offsets.end(), where.offsets.begin(), where.offsets.end());
+    const auto mine = h5::direct_geometry(d.get());
+    if (!mine || (geometry && mine->chunk != geometry->chunk)) return plan;
+    geometry = mine;
+    const std::vector<std::uint64_t> where = h5::chunk_offsets(d.get(), *mine);
+    offsets.insert(offsets.end(), where.begin(), where.end());
   }
+  plan.geometry = geometry;
+  plan.chunk_offsets = std::move(offsets);
   file.close("closing " + path);
   return plan;
 }
@@ -366,12 +376,10 @@ CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, 
         {"adam_m", &targets.optimizer_ranges, &targets.m},
         {"adam_v", &targets.optimizer_ranges, &targets.v}};
     if (plan.geometry) {
-      const std::uint64_t chunks = plan.geometry->chunks();
       for (std::size_t k = 0; k < 3; ++k) {
         const auto [name, ranges, into] = reads[k];
-        const auto first = plan.chunk_offsets.begin() + static_cast<std::ptrdiff_t>(k * chunks);
         h5::read_chunks(path, {name, *plan.geometry, to_h5(*ranges), *into,
-                               {0, {first, first + static_cast<std::ptrdiff_t>(chunks)}}});
+                               offsets_of(plan.chunk_offsets, k, plan.geometry->chunks())});
       }
     } else {  // not stored as this shardtrain writes it: HDF5's filter reads and verifies it
       h5::Handle file = h5::open_file_serial(path);

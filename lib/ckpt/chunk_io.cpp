@@ -95,12 +95,10 @@ bool read_fully(int fd, iovec* iov, int count, std::uint64_t offset, const std::
 class MpiFile {
  public:
   MpiFile(const std::string& path, MPI_Comm comm, int mode) {
-    const int code = MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &file_);
-    if (code != MPI_SUCCESS) {
-      char text[MPI_MAX_ERROR_STRING];
-      int length = 0;
-      MPI_Error_string(code, text, &length);
-      throw Error("cannot open " + path + " with MPI-IO: " + std::string(text, static_cast<std::size_t>(length)));
+    try {
+      ST_CHECK_MPI(MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &file_));
+    } catch (const Error& e) {
+      throw Error("cannot open " + path + " with MPI-IO: " + e.what());
     }
   }
   MpiFile(const MpiFile&) = delete;
@@ -142,17 +140,9 @@ std::optional<ChunkGeometry> direct_geometry(hid_t dataset) {
   return ChunkGeometry{dims[0], chunk[0]};
 }
 
-ChunkOffsets chunk_offsets(hid_t dataset, const ChunkGeometry& g, const std::vector<Range>& ranges) {
-  ChunkOffsets out;
-  std::uint64_t first = UINT64_MAX, last = 0;
-  for (const Range& r : ranges) {
-    if (r.count == 0) continue;
-    first = std::min(first, r.offset / g.chunk);
-    last = std::max(last, (r.offset + r.count - 1) / g.chunk);
-  }
-  if (first == UINT64_MAX) return out;
-  out.first = first;
-  for (std::uint64_t c = first; c <= last; ++c) {
+std::vector<std::uint64_t> chunk_offsets(hid_t dataset, const ChunkGeometry& g) {
+  std::vector<std::uint64_t> offsets;
+  for (std::uint64_t c = 0; c < g.chunks(); ++c) {
     const hsize_t coordinate[1] = {c * g.chunk};
     unsigned filter_mask = 0;
     haddr_t address = HADDR_UNDEF;
@@ -164,9 +154,9 @@ ChunkOffsets chunk_offsets(hid_t dataset, const ChunkGeometry& g, const std::vec
     if (size != g.stored_bytes())
       throw Error("chunk " + std::to_string(c) + " is stored in " + std::to_string(size) + " bytes, not " +
                   std::to_string(g.stored_bytes()));
-    out.offsets.push_back(address);
+    offsets.push_back(address);
   }
-  return out;
+  return offsets;
 }
 
 namespace {
@@ -221,7 +211,7 @@ std::vector<Extent> extents_to_write(const std::vector<ChunkedWrite>& writes, co
     const ChunkedWrite& w = writes[k];
     const ChunkGeometry& g = w.geometry;
     for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
-      const std::uint64_t chunk_at = w.chunks.at(s.chunk);
+      const std::uint64_t chunk_at = w.chunk_offsets[s.chunk];
       extents.push_back({chunk_at + (s.begin - s.chunk * g.chunk) * sizeof(float), w.data[s.range] + s.at,
                          (s.end - s.begin) * sizeof(float)});
       if (s.end != g.chunk_end(s.chunk)) return;
@@ -331,7 +321,7 @@ void read_chunks(const std::string& path, const ChunkedRead& read) {
   std::uint64_t scratch_chunk = UINT64_MAX;  // the verified chunk scratch holds
   auto where = [&](std::uint64_t c) {
     return "dataset '/" + read.name + "' chunk " + std::to_string(c) + " (elements " + std::to_string(c * g.chunk) +
-           "-" + std::to_string(g.chunk_end(c) - 1) + ", file offset " + std::to_string(read.chunks.at(c)) + ")";
+           "-" + std::to_string(g.chunk_end(c) - 1) + ", file offset " + std::to_string(read.chunk_offsets[c]) + ")";
   };
   auto verify = [&](std::uint64_t c, const void* data, const unsigned char* stored) {
     const std::uint32_t expected = little_endian_u32(stored), computed = fletcher32::of(data, g.chunk_bytes());
@@ -343,7 +333,7 @@ void read_chunks(const std::string& path, const ChunkedRead& read) {
   };
   for_each_slice(g, read.ranges, [&](const ChunkSlice& s) {
     float* into = read.into[s.range] + s.at;
-    const std::uint64_t chunk_at = read.chunks.at(s.chunk);
+    const std::uint64_t chunk_at = read.chunk_offsets[s.chunk];
     if (s.begin == s.chunk * g.chunk && s.end == (s.chunk + 1) * g.chunk) {
       // A whole chunk: straight into place, its checksum beside it.
       unsigned char stored[4];

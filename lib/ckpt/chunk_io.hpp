@@ -38,15 +38,9 @@ struct ChunkGeometry {
 // float32, chunked, with Fletcher32 as its only filter. Otherwise nullopt.
 std::optional<ChunkGeometry> direct_geometry(hid_t dataset);
 
-// Chunks [first, last] that elements [offset, offset + count) of each range touch, as the file
-// offsets of those chunks; throws when one is not allocated, skipped its filter or has another
-// stored size than the geometry says.
-struct ChunkOffsets {
-  std::uint64_t first = 0;
-  std::vector<std::uint64_t> offsets;  // of chunks first, first + 1, ...
-  std::uint64_t at(std::uint64_t c) const { return offsets[c - first]; }
-};
-ChunkOffsets chunk_offsets(hid_t dataset, const ChunkGeometry& geometry, const std::vector<Range>& ranges);
+// The file offset of every chunk of `dataset`; throws when one is not allocated, skipped its
+// filter or has another stored size than the geometry says.
+std::vector<std::uint64_t> chunk_offsets(hid_t dataset, const ChunkGeometry& geometry);
 
 // What one rank writes into one dataset: ranges of elements (sorted; disjoint across ranks and
 // covering the dataset together) and, for each range, where its elements are in memory.
@@ -54,7 +48,7 @@ struct ChunkedWrite {
   ChunkGeometry geometry;
   std::vector<Range> ranges;
   std::vector<const float*> data;
-  ChunkOffsets chunks;
+  std::vector<std::uint64_t> chunk_offsets;  // of every chunk of the dataset
 };
 // Collective over comm, after HDF5 has closed the file at `path`: each rank writes its ranges of
 // every dataset, and the checksum (and the last chunk's padding) of each chunk whose last
@@ -71,7 +65,7 @@ struct ChunkedRead {
   ChunkGeometry geometry;
   std::vector<Range> ranges;
   std::vector<float*> into;
-  ChunkOffsets chunks;
+  std::vector<std::uint64_t> chunk_offsets;  // of every chunk of the dataset
 };
 // Local: reads the ranges from the file at `path` and verifies the checksum of every chunk it
 // touches; throws Error naming the dataset, chunk and file offset of the first bad one.

@@ -469,20 +469,23 @@ void ShardedStrategy<T>::settle() {
 template <class T>
 void ShardedStrategy<T>::load_params(std::span<const float> full) {
   ST_REQUIRE(full.size() == shards_.flat_total(), "parameter buffer does not match the layout");
+  place_params(full);
+  std::fill(adam_m_.begin(), adam_m_.end(), 0.0f);
+  std::fill(adam_v_.begin(), adam_v_.end(), 0.0f);
+  drop_prefetched();
+}
+
+template <class T>
+void ShardedStrategy<T>::place_params(std::span<const float> full) {
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
     if (settings_.stage < 3)
       for (std::size_t i = 0; i < seg.size; ++i) full_params_[seg.padded_offset + i] = from_float<T>(full[seg.offset + i]);
-    const std::size_t n = owned(s);
-    const std::size_t global = settings_.stage == 0 ? seg.offset : shards_.owned_flat_offset(s, rank_);
+    const std::size_t n = owned(s), global = owned_flat(s);
     if (settings_.stage == 3)
       for (std::size_t i = 0; i < n; ++i) shard_params_[seg.shard_offset + i] = from_float<T>(full[global + i]);
-    if constexpr (kMixed) std::copy(full.begin() + static_cast<std::ptrdiff_t>(global),
-                                    full.begin() + static_cast<std::ptrdiff_t>(global + n), master_slice(s).begin());
+    if constexpr (kMixed) std::copy_n(full.data() + global, n, master_slice(s).data());
   }
-  std::fill(adam_m_.begin(), adam_m_.end(), 0.0f);
-  std::fill(adam_v_.begin(), adam_v_.end(), 0.0f);
-  drop_prefetched();
 }
 
 template <class T>
@@ -556,15 +559,13 @@ Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
 template <class T>
 void ShardedStrategy<T>::finish_load() {
   if constexpr (kMixed) {
-    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-      const SegmentShard& seg = shards_.segment(s);
-      const std::span<float> master = master_slice(s);
-      if (settings_.stage < 3) {
-        const float* staged = load_staging_.data() + seg.offset;
-        for (std::size_t i = 0; i < seg.size; ++i) full_params_[seg.padded_offset + i] = from_float<T>(staged[i]);
-        std::copy_n(load_staging_.data() + owned_flat(s), master.size(), master.data());
-      } else {
-        for (std::size_t i = 0; i < master.size(); ++i) shard_params_[seg.shard_offset + i] = from_float<T>(master[i]);
+    if (settings_.stage < 3) {
+      place_params(load_staging_);  // the whole model was staged
+    } else {  // the master slices were read in place: their bf16 copies follow
+      for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+        const std::span<float> master = master_slice(s);
+        T* into = shard_params_.data() + shards_.segment(s).shard_offset;
+        for (std::size_t i = 0; i < master.size(); ++i) into[i] = from_float<T>(master[i]);
       }
     }
     load_staging_ = {};

@@ -85,6 +85,8 @@ class ShardedStrategy final : public Strategy {
   void start_gather(std::size_t s);
   void prefetch(bool forward, std::size_t s);
   void drop_prefetched();
+  // The parameters this rank holds, from the full flat fp32 parameters (master copy included).
+  void place_params(std::span<const float> full);
   void start_reduction(std::size_t s);
 
   // What this rank updates of segment s: the master copy, its gradients (type T), Adam state.

@@ -77,12 +77,12 @@ std::string write_dataset(const std::string& name, std::uint64_t n, std::uint64_
     h5::SkeletonFile file(path);
     file.skip_raw_data(true);
     h5::Handle d = h5::create_float_dataset(file.get(), "x", n, chunk);
-    offsets = h5::chunk_offsets(d.get(), w.geometry, {{0, n}}).offsets;
+    offsets = h5::chunk_offsets(d.get(), w.geometry);
     d = h5::Handle();
     file.close("closing " + path);
   }
   MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  w.chunks = {0, offsets};
+  w.chunk_offsets = offsets;
   h5::write_chunks(path, {w}, MPI_COMM_WORLD, round_bytes);
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
@@ -116,7 +116,7 @@ TEST_P(ChunkIo, Hdf5ReadsBackWhatTheRanksWrote) {
   const std::uint64_t from = n / 3 + 5, count = n / 2;
   std::vector<float> some(count), tail(10);
   const std::vector<h5::Range> ranges = {{from, count}, {n - 10, 10}};
-  h5::read_chunks(path, {"x", *geometry, ranges, {some.data(), tail.data()}, h5::chunk_offsets(d.get(), *geometry, ranges)});
+  h5::read_chunks(path, {"x", *geometry, ranges, {some.data(), tail.data()}, h5::chunk_offsets(d.get(), *geometry)});
   expect_values(some, from);
   expect_values(tail, n - 10);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -148,15 +148,15 @@ TEST(ChunkIoDamage, AFlippedByteIsFoundAndNamed) {
   h5::Handle d = h5::open_dataset(file.get(), "x");
   const auto geometry = *h5::direct_geometry(d.get());
   const std::vector<h5::Range> ranges = {{0, n}};
-  const h5::ChunkOffsets offsets = h5::chunk_offsets(d.get(), geometry, ranges);
+  const std::vector<std::uint64_t> offsets = h5::chunk_offsets(d.get(), geometry);
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) {
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(offsets.at(3) + 40));
+    f.seekg(static_cast<std::streamoff>(offsets[3] + 40));
     char byte = 0;
     f.read(&byte, 1);
     byte = static_cast<char>(byte ^ 0x04);
-    f.seekp(static_cast<std::streamoff>(offsets.at(3) + 40));
+    f.seekp(static_cast<std::streamoff>(offsets[3] + 40));
     f.write(&byte, 1);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -172,7 +172,7 @@ TEST(ChunkIoDamage, AFlippedByteIsFoundAndNamed) {
   // HDF5's filter agrees that the chunk is bad, and that the others are good.
   EXPECT_THROW(h5::read_ranges(d.get(), {{3000, 1000}}, all.data()), Error);
   std::vector<float> good(1000);
-  h5::read_chunks(path, {"x", geometry, {{4000, 1000}}, {good.data()}, h5::chunk_offsets(d.get(), geometry, {{4000, 1000}})});
+  h5::read_chunks(path, {"x", geometry, {{4000, 1000}}, {good.data()}, offsets});
   expect_values(good, 4000);
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) std::remove(path.c_str());
