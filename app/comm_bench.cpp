@@ -37,6 +37,7 @@ float value(int rank, std::size_t i) { return static_cast<float>((rank % 7) + st
 struct Implementation {
   std::string name;
   Communicator* comm;
+  bool shared_buffers = false;  // buffers from comm->allocate()
 };
 
 double memcpy_bandwidth() {
@@ -53,39 +54,37 @@ double memcpy_bandwidth() {
 }
 
 // Runs `op` on `comm` for a buffer of `bytes`, returns seconds per call (slowest rank) and
-// whether every element came out right.
-std::pair<double, bool> measure(Collective op, Communicator& comm, std::size_t bytes, int iterations, MPI_Comm world) {
+// whether every element came out right. With `shared_buffers` the buffer the others read
+// (all-reduce and broadcast: the buffer; reduce-scatter, all-gather: the input) comes from
+// comm.allocate(), as the trainer's gradient buffers do.
+std::pair<double, bool> measure(Collective op, Communicator& comm, bool shared_buffers, std::size_t bytes,
+                                int iterations, MPI_Comm world) {
   const int N = comm.size(), rank = comm.rank();
   const std::size_t n = std::max<std::size_t>(1, bytes / sizeof(float));
-  std::vector<float> buffer, output;
+  std::size_t buffer_count = n, output_count = 0;
+  if (op == Collective::reduce_scatter) {
+    output_count = st::shard_range(n, N, 0).chunk;
+    buffer_count = output_count * static_cast<std::size_t>(N);
+  } else if (op == Collective::all_gather) {
+    buffer_count = std::max<std::size_t>(1, n / static_cast<std::size_t>(N));
+    output_count = buffer_count * static_cast<std::size_t>(N);
+  }
+  st::HostMemory memory = shared_buffers ? comm.allocate(buffer_count * sizeof(float))
+                                         : st::HostMemory::private_memory(buffer_count * sizeof(float));
+  const std::span<float> buffer = memory.as<float>();
+  std::vector<float> output(output_count);
   auto prepare = [&] {
-    switch (op) {
-      case Collective::all_reduce:
-      case Collective::broadcast:
-        buffer.resize(n);
-        for (std::size_t i = 0; i < n; ++i) buffer[i] = value(rank, i);
-        break;
-      case Collective::reduce_scatter: {
-        const std::size_t c = st::shard_range(n, N, 0).chunk;
-        buffer.assign(c * static_cast<std::size_t>(N), 0.0f);
-        for (std::size_t i = 0; i < n; ++i) buffer[i] = value(rank, i);
-        output.resize(c);
-        break;
-      }
-      case Collective::all_gather: {
-        const std::size_t c = std::max<std::size_t>(1, n / static_cast<std::size_t>(N));
-        buffer.resize(c);
-        for (std::size_t i = 0; i < c; ++i) buffer[i] = value(rank, i);
-        output.resize(c * static_cast<std::size_t>(N));
-        break;
-      }
-    }
+    std::fill(buffer.begin(), buffer.end(), 0.0f);
+    const std::size_t real = op == Collective::all_gather ? buffer_count : n;
+    for (std::size_t i = 0; i < real; ++i) buffer[i] = value(rank, i);
   };
   auto run = [&] {
     switch (op) {
-      case Collective::all_reduce: comm.all_reduce(std::span<float>(buffer), st::ReduceOp::sum); break;
-      case Collective::reduce_scatter: comm.reduce_scatter(buffer, output, st::ReduceOp::sum); break;
-      case Collective::all_gather: comm.all_gather(buffer, output); break;
+      case Collective::all_reduce: comm.all_reduce(buffer, st::ReduceOp::sum); break;
+      case Collective::reduce_scatter:
+        comm.reduce_scatter(std::span<const float>(buffer), std::span<float>(output), st::ReduceOp::sum);
+        break;
+      case Collective::all_gather: comm.all_gather(std::span<const float>(buffer), std::span<float>(output)); break;
       case Collective::broadcast: comm.broadcast(buffer, 0); break;
     }
   };
@@ -176,6 +175,7 @@ int bench(int argc, char** argv) {
         world.comm(), world.node_count() > 1 ? st::TrafficLevel::inter : st::TrafficLevel::intra,
         slot_env ? std::stoul(slot_env) : std::size_t{1} << 20);
     impls.push_back({"shm", shm_world.get()});
+    impls.push_back({"shm-inplace", shm_world.get(), true});
   }
   std::unique_ptr<st::TwoLevelCommunicator> two_mpi, two_shm;
   if (world.node_count() > 1 && world.uniform()) {
@@ -212,7 +212,7 @@ int bench(int argc, char** argv) {
       std::vector<double> seconds;
       bool ok = true;
       for (const auto& impl : impls) {
-        const auto [s, correct] = measure(op, *impl.comm, bytes, iterations, world.comm());
+        const auto [s, correct] = measure(op, *impl.comm, impl.shared_buffers, bytes, iterations, world.comm());
         seconds.push_back(s);
         ok = ok && correct;
       }

@@ -25,6 +25,12 @@ class AsyncCommunicator final : public Communicator {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   LevelTraffic traffic() const override;
+  // In turn with the collectives (allocation is collective in the backend too).
+  HostMemory allocate(std::size_t bytes) override {
+    HostMemory memory;
+    submit("allocate", 0, [this, bytes, &memory] { memory = inner_.allocate(bytes); }).wait();
+    return memory;
+  }
 
   // Each operation becomes a span on `track` of the timeline while it is enabled.
   void trace_to(Timeline* timeline, std::string track) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -113,6 +114,25 @@ struct Buffer {
   }
 };
 
+// Host memory for buffers a communicator works on again and again (gradients, parameter
+// shards), from Communicator::allocate. Zeroed; freed when the last copy of the handle goes.
+class HostMemory {
+ public:
+  HostMemory() = default;
+  HostMemory(std::shared_ptr<void> owner, void* data, std::size_t bytes)
+      : owner_(std::move(owner)), data_(data), bytes_(bytes) {}
+  template <class T>
+  std::span<T> as() const { return {static_cast<T*>(data_), bytes_ / sizeof(T)}; }
+  std::size_t bytes() const { return bytes_; }
+  // Plain process memory (what backends without a shared-memory path hand out).
+  static HostMemory private_memory(std::size_t bytes);
+
+ private:
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 // The public calls take typed spans (float, double, Bf16) and forward to the backend's
 // run_* functions, which see a Buffer; decorators forward Buffers unchanged.
 class Communicator {
@@ -143,6 +163,12 @@ class Communicator {
   template <class T>
   void broadcast(std::span<T> buffer, int root) { run_broadcast(Buffer::of(buffer), root); }
   void barrier() { run_barrier(); }
+
+  // Memory for a buffer this communicator will reduce or gather many times. A backend whose
+  // ranks share memory hands out memory they all map and then works on such buffers in place,
+  // skipping the copies through its own staging area; the others hand out process memory.
+  // Collective over the group: every rank calls it with the same size, in the same order.
+  virtual HostMemory allocate(std::size_t bytes) { return HostMemory::private_memory(bytes); }
   // The same for vectors.
   template <class T>
   void all_reduce(std::vector<T>& b, ReduceOp op) { all_reduce(std::span<T>(b), op); }

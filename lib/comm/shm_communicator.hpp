@@ -1,9 +1,16 @@
 #pragma once
-// Collectives among the ranks of one host through an MPI-3 shared-memory window: each rank
-// publishes its data in its own slot, each sums or copies straight out of the others' slots.
-// Bounded by memory bandwidth rather than by the MPI library's point-to-point protocol.
+// Collectives among the ranks of one host through MPI-3 shared-memory windows, bounded by memory
+// bandwidth rather than by the MPI library's point-to-point protocol. Two paths:
+//   in place   when every rank's buffer lies in memory from allocate() (all ranks map it), each
+//              rank sums or copies straight out of the others' buffers: one pass over the data;
+//   slots      otherwise each rank publishes its data in its own slot of a staging window, and
+//              each sums or copies out of the others' slots: the data is copied twice more.
+// The ranks settle which path to take on the collective's first synchronisation.
 #include <mpi.h>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -25,6 +32,12 @@ class ShmCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   LevelTraffic traffic() const override;
+  // A region of a shared window: this rank's part, zeroed and first touched here (so its pages
+  // sit near this rank), which the others map too. Freed (collectively) with the last handle.
+  HostMemory allocate(std::size_t bytes) override;
+  // Collectives so far that took the in-place path, and all of them (barriers not counted).
+  std::uint64_t in_place_collectives() const { return in_place_; }
+  std::uint64_t collectives() const { return collectives_; }
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;
@@ -43,6 +56,25 @@ class ShmCommunicator final : public Communicator {
   // Rank r's slot: input half at 0, result half at slot_bytes_.
   char* slot(int r) const { return slots_[static_cast<std::size_t>(r)]; }
 
+  // Memory from allocate(): one window, a part per rank.
+  struct Region;
+  // Where a rank's buffer lies: in which region (by allocation order, the same on every rank;
+  // -1: private memory) and at which byte offset in that rank's part.
+  struct Place {
+    std::int64_t region = -1;
+    std::uint64_t offset = 0;
+  };
+  Place place_of(const void* data, std::size_t bytes) const;
+  Place& place_line(int r) const;  // rank r's entry in the control area
+  // The collective's first synchronisation, which also settles its path. Every rank states
+  // where its buffer lies. If all buffers lie in shared regions, returns where this process sees
+  // each rank's buffer (the in-place path). Otherwise returns nothing, and every rank has run
+  // `publish_first` (the slot path's first step) before the synchronisation that ends this call.
+  std::vector<char*> begin_collective(const void* data, std::size_t bytes, const std::function<void()>& publish_first);
+
+  void all_reduce_in_place(Buffer buffer, ReduceOp op, const std::vector<char*>& buffers);
+  void all_reduce_through_slots(Buffer buffer, ReduceOp op);
+
   MPI_Comm comm_;
   TrafficLevel level_;
   MPI_Win window_ = MPI_WIN_NULL;
@@ -55,7 +87,10 @@ class ShmCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   std::size_t slot_bytes_ = 0;
   std::vector<char*> slots_;
+  char* control_ = nullptr;
+  std::vector<std::weak_ptr<Region>> regions_;
   TrafficCounters traffic_;
+  std::uint64_t in_place_ = 0, collectives_ = 0;
 };
 
 }  // namespace st

@@ -49,8 +49,14 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   opt_rank_ = stage == 0 ? 0 : rank_;
   const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
   if (stage < 3) full_params_.assign(shards_.padded_total(), T{});
-  if (stage < 2) full_grads_.assign(shards_.padded_total(), T{});
-  if (stage == 3) shard_params_.assign(shards_.shard_total(), T{});
+  if (stage < 2) {
+    full_grads_memory_ = group.allocate(shards_.padded_total() * sizeof(T));
+    full_grads_ = full_grads_memory_.as<T>();
+  }
+  if (stage == 3) {
+    shard_params_memory_ = group.allocate(shards_.shard_total() * sizeof(T));
+    shard_params_ = shard_params_memory_.as<T>();
+  }
   if (stage >= 2) grad_shard_.assign(shards_.shard_total(), T{});
   if (kMixed) master_.assign(opt_total, 0.0f);
   adam_m_.assign(opt_total, 0.0f);

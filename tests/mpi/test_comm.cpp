@@ -130,6 +130,98 @@ TEST_F(Fixture, BroadcastFromEveryRoot) {
     }
 }
 
+// Buffers from ShmCommunicator::allocate are reduced and gathered in place (no staging slots):
+// the same results, bit for bit, as the slot path on ordinary memory, on sizes that span several
+// pieces and do not divide by the group; and a collective where only some ranks pass shared
+// memory falls back to the slots on every rank.
+TEST_F(Fixture, SharedMemoryBuffersAreReducedInPlace) {
+  const int N = world.size(), me = world.rank();
+  ShmCommunicator& shm = *shm_world;
+  for (std::size_t n : {1ul, 7ul, 1001ul, 65537ul}) {
+    HostMemory memory = shm.allocate(n * sizeof(float));
+    ASSERT_EQ(memory.bytes(), n * sizeof(float));
+    const std::span<float> shared = memory.as<float>();
+    for (float x : shared) ASSERT_EQ(x, 0.0f);  // zeroed
+    std::vector<float> plain(n);
+    for (std::size_t i = 0; i < n; ++i) shared[i] = plain[i] = value(me, i) / 7.0f;  // rounding: order matters
+    const std::uint64_t in_place_before = shm.in_place_collectives();
+    shm.all_reduce(shared, ReduceOp::sum);
+    EXPECT_EQ(shm.in_place_collectives(), in_place_before + 1);
+    shm.all_reduce(std::span<float>(plain), ReduceOp::sum);
+    EXPECT_EQ(shm.in_place_collectives(), in_place_before + 1);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(shared[i], plain[i]) << "n=" << n << " i=" << i;
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += value(r, n - 1) / 7.0f;
+    ASSERT_NEAR(shared[n - 1], expected, 1e-2);
+
+    // Average, and a part of the region rather than all of it.
+    for (std::size_t i = 0; i < n; ++i) shared[i] = value(me, i);
+    shm.all_reduce(shared.subspan(n / 2), ReduceOp::average);
+    for (std::size_t i = n / 2; i < n; ++i) {
+      float sum = 0;
+      for (int r = 0; r < N; ++r) sum += value(r, i);
+      ASSERT_NEAR(shared[i], sum / N, 1e-3) << "i=" << i;
+    }
+    for (std::size_t i = 0; i < n / 2; ++i) ASSERT_EQ(shared[i], value(me, i)) << "outside the span";
+  }
+
+  // Reduce-scatter from shared input, all-gather from shared input, broadcast from every root.
+  const std::size_t total = 40001;
+  const ShardRange mine = shard_range(total, N, me);
+  HostMemory input_memory = shm.allocate(mine.padded * sizeof(float));
+  HostMemory chunk_memory = shm.allocate(mine.chunk * sizeof(float));
+  const std::span<float> input = input_memory.as<float>(), chunk = chunk_memory.as<float>();
+  for (std::size_t i = 0; i < total; ++i) input[i] = value(me, i);
+  const std::uint64_t before = shm.in_place_collectives();
+  shm.reduce_scatter(std::span<const float>(input), chunk, ReduceOp::sum);
+  for (std::size_t k = 0; k < mine.real(); ++k) {
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += value(r, mine.begin + k);
+    ASSERT_EQ(chunk[k], expected) << "element " << mine.begin + k;
+  }
+  std::vector<float> gathered(mine.padded);
+  shm.all_gather(std::span<const float>(chunk), std::span<float>(gathered));
+  for (std::size_t i = 0; i < total; ++i) {
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += value(r, i);
+    ASSERT_EQ(gathered[i], expected) << "element " << i;
+  }
+  for (int root = 0; root < N; ++root) {
+    for (std::size_t i = 0; i < total; ++i) input[i] = value(me, i);
+    shm.broadcast(input.first(total), root);
+    for (std::size_t i = 0; i < total; ++i) ASSERT_EQ(input[i], value(root, i)) << "root " << root;
+  }
+  EXPECT_EQ(shm.in_place_collectives(), before + 2 + static_cast<std::uint64_t>(N));
+
+  // Mixed: rank 0 passes ordinary memory, the others shared memory.
+  std::vector<float> own(total);
+  const std::span<float> buffer = me == 0 ? std::span<float>(own) : input.first(total);
+  for (std::size_t i = 0; i < total; ++i) buffer[i] = value(me, i);
+  const std::uint64_t mixed_before = shm.in_place_collectives();
+  shm.all_reduce(buffer, ReduceOp::sum);
+  EXPECT_EQ(shm.in_place_collectives(), mixed_before);  // every rank took the slots
+  for (std::size_t i = 0; i < total; ++i) {
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += value(r, i);
+    ASSERT_EQ(buffer[i], expected) << "mixed, element " << i;
+  }
+}
+
+// bf16 in place.
+TEST_F(Fixture, SharedMemoryBf16AllReduce) {
+  const int N = world.size();
+  const std::size_t n = 70001;
+  HostMemory memory = shm_world->allocate(n * sizeof(Bf16));
+  const std::span<Bf16> shared = memory.as<Bf16>();
+  for (std::size_t i = 0; i < n; ++i) shared[i] = to_bf16(static_cast<float>((world.rank() + static_cast<int>(i)) % 16));
+  shm_world->all_reduce(shared, ReduceOp::sum);
+  for (std::size_t i = 0; i < n; ++i) {
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += static_cast<float>((r + static_cast<int>(i)) % 16);
+    ASSERT_EQ(to_float(shared[i]), expected) << "i=" << i;
+  }
+}
+
 TEST_F(Fixture, BytesMovedMatchTheAlgorithms) {
   const std::uint64_t N = static_cast<std::uint64_t>(world.size());
   const std::uint64_t L = static_cast<std::uint64_t>(world.local_size());
