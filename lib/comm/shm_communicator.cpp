@@ -4,9 +4,14 @@
 #include <thread>
 
 #include <sched.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <exception>
 
 #include "core/error.hpp"
@@ -94,12 +99,43 @@ class Info {
  private:
   MPI_Info info_ = MPI_INFO_NULL;
 };
+
+// Where Open MPI puts the files behind shared windows, and how much room is left there.
+std::string backing_directory() {
+  const char* dir = std::getenv("OMPI_MCA_shmem_mmap_backing_file_base_dir");
+  return dir && *dir ? dir : "/dev/shm";
+}
+std::uint64_t backing_free_bytes() {
+  struct statvfs fs {};
+  if (statvfs(backing_directory().c_str(), &fs) != 0) return UINT64_MAX;  // unknown: Open MPI chooses elsewhere
+  return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
 }  // namespace
 
 HostMemory ShmCommunicator::allocate(std::size_t bytes) {
   // Each rank's part on pages of its own (noncontig), rounded to whole pages.
   constexpr std::size_t kPage = 4096;
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  // Every rank decides the same: all parts in shared memory, or none.
+  const std::uint64_t free_bytes = backing_free_bytes();
+  const bool under_limit = rounded <= shared_limit_;
+  // With room to spare for the window's own bookkeeping and whatever else the node is writing.
+  const std::uint64_t needed = (rounded + (std::uint64_t{1} << 20)) * static_cast<std::uint64_t>(size_);
+  int fits = under_limit && needed <= free_bytes ? 1 : 0;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, comm_));
+  if (!fits) {
+    if (rank_ == 0 && !said_private_) {
+      const std::string why = !under_limit ? "over this communicator's limit of " + std::to_string(shared_limit_) + " bytes per rank"
+                                           : backing_directory() + " has " + std::to_string(free_bytes) + " bytes free for " +
+                                                 std::to_string(size_) + " ranks' parts";
+      std::fprintf(stderr,
+                   "shardtrain: note: a %zu-byte buffer per rank does not fit in shared memory (%s); it stays in "
+                   "process memory and its collectives copy through staging slots\n",
+                   bytes, why.c_str());
+      said_private_ = true;
+    }
+    return HostMemory::private_memory(bytes);
+  }
   Info info;
   info.set("alloc_shared_noncontig", "true");
   auto region = std::make_shared<Region>();

@@ -35,6 +35,13 @@ class ShmCommunicator final : public Communicator {
   // A region of a shared window: this rank's part, zeroed and first touched here (so its pages
   // sit near this rank), which the others map too. Freed (collectively) with the last handle.
   HostMemory allocate(std::size_t bytes) override;
+  // Open MPI backs shared windows with files in /dev/shm (or its MCA setting
+  // shmem_mmap_backing_file_base_dir), a tmpfs that is often small (64 MiB in containers): a
+  // window larger than its free space would crash the job on first touch (SIGBUS). So
+  // allocate() places a buffer there only if every rank's part fits, together, in that free
+  // space and in this limit per part (no limit by default); otherwise the buffer stays in process
+  // memory (the collectives then take the slot path) and local rank 0 says so once.
+  void limit_shared_bytes(std::size_t bytes_per_rank) { shared_limit_ = bytes_per_rank; }
   // Collectives so far that took the in-place path, and all of them (barriers not counted).
   std::uint64_t in_place_collectives() const { return in_place_; }
   std::uint64_t collectives() const { return collectives_; }
@@ -91,6 +98,8 @@ class ShmCommunicator final : public Communicator {
   std::vector<std::weak_ptr<Region>> regions_;
   TrafficCounters traffic_;
   std::uint64_t in_place_ = 0, collectives_ = 0;
+  std::size_t shared_limit_ = SIZE_MAX;
+  bool said_private_ = false;
 };
 
 }  // namespace st

@@ -174,8 +174,10 @@ std::vector<KeySpec> build_schema() {
              "nodes, else flat.",
              store(&C::parallel, &ParallelConfig::collectives)),
       choice("parallel", "intra_node", "\"shm\"", {"shm", "mpi"},
-             "How ranks on one host exchange data on CPU nodes: shm, through an MPI-3 shared-memory window "
-             "(bounded by memory bandwidth); mpi, through the MPI library's collectives.",
+             "How ranks on one host exchange data on CPU nodes: shm, through MPI-3 shared-memory windows "
+             "(bounded by memory bandwidth; gradients, and zero3's parameter shards, then live in shared memory, "
+             "backed by /dev/shm, and are reduced in place; a buffer that does not fit there stays private and "
+             "is copied through staging slots, with a note); mpi, through the MPI library's collectives.",
              store(&C::parallel, &ParallelConfig::intra_node)),
       real("parallel", "collective_timeout_s", "300", 0.0, 1e6,
            "A collective unfinished after this many seconds makes the job print which ranks wait in "

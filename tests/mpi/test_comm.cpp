@@ -207,6 +207,28 @@ TEST_F(Fixture, SharedMemoryBuffersAreReducedInPlace) {
   }
 }
 
+// A buffer that does not fit in shared memory (here: over the limit per rank) stays in process
+// memory on every rank; its collectives take the slot path and still come out right.
+TEST_F(Fixture, BufferOverTheSharedLimitStaysPrivate) {
+  const int N = world.size();
+  ShmCommunicator shm(world.comm(), TrafficLevel::intra, 65536);
+  shm.limit_shared_bytes(16384);
+  HostMemory small = shm.allocate(1000 * sizeof(float)), large = shm.allocate(100000 * sizeof(float));
+  for (HostMemory* memory : {&small, &large}) {
+    const std::span<float> buffer = memory->as<float>();
+    for (float x : buffer) ASSERT_EQ(x, 0.0f);
+    for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = value(world.rank(), i);
+    shm.all_reduce(buffer, ReduceOp::sum);
+    for (std::size_t i = 0; i < buffer.size(); ++i) {
+      float expected = 0;
+      for (int r = 0; r < N; ++r) expected += value(r, i);
+      ASSERT_EQ(buffer[i], expected) << "i=" << i;
+    }
+  }
+  EXPECT_EQ(shm.collectives(), 2u);
+  EXPECT_EQ(shm.in_place_collectives(), 1u);  // the small one only
+}
+
 // bf16 in place.
 TEST_F(Fixture, SharedMemoryBf16AllReduce) {
   const int N = world.size();
