@@ -183,6 +183,7 @@ int bench(int argc, char** argv) {
     two_shm = std::make_unique<st::TwoLevelCommunicator>(*shm_node, inter);
     two_mpi = std::make_unique<st::TwoLevelCommunicator>(intra, inter);
     impls.push_back({"2lvl-shm", two_shm.get()});
+    impls.push_back({"2lvl-inplace", two_shm.get(), true});
     impls.push_back({"2lvl-mpi", two_mpi.get()});
   }
   const double copy_bw = memcpy_bandwidth();

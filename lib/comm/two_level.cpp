@@ -14,14 +14,23 @@ void TwoLevelCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   // Reduce-scatter inside the node, all-reduce each node's slice across nodes, all-gather back.
   const std::size_t e = size_of(buffer.type);
   const ShardRange mine = shard_range(buffer.count, intra_.size(), intra_.rank());
-  padded_.assign(mine.padded * e, std::byte{0});
-  std::memcpy(padded_.data(), buffer.data, buffer.bytes());
-  chunk_.resize(mine.chunk * e);
-  const Buffer padded{padded_.data(), mine.padded, buffer.type}, chunk{chunk_.data(), mine.chunk, buffer.type};
-  intra_.reduce_scatter(padded, chunk, ReduceOp::sum);
-  inter_.all_reduce(chunk, ReduceOp::sum);
-  intra_.all_gather(chunk, padded);
-  std::memcpy(buffer.data, padded_.data(), buffer.bytes());
+  if (slice_.bytes() < mine.chunk * e) slice_ = intra_.allocate(mine.chunk * e);
+  const Buffer chunk{slice_.as<std::byte>().data(), mine.chunk, buffer.type};
+  if (mine.padded == buffer.count) {
+    // No padding to add (the strategies' buffers are padded already): the node-level steps work
+    // on the buffer itself, in place where it came from allocate().
+    intra_.reduce_scatter(buffer, chunk, ReduceOp::sum);
+    inter_.all_reduce(chunk, ReduceOp::sum);
+    intra_.all_gather(chunk, buffer);
+  } else {
+    padded_.assign(mine.padded * e, std::byte{0});
+    std::memcpy(padded_.data(), buffer.data, buffer.bytes());
+    const Buffer padded{padded_.data(), mine.padded, buffer.type};
+    intra_.reduce_scatter(padded, chunk, ReduceOp::sum);
+    inter_.all_reduce(chunk, ReduceOp::sum);
+    intra_.all_gather(chunk, padded);
+    std::memcpy(buffer.data, padded_.data(), buffer.bytes());
+  }
   if (op == ReduceOp::average) scale_buffer(buffer, 1.0 / size());
 }
 

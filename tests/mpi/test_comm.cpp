@@ -229,6 +229,30 @@ TEST_F(Fixture, BufferOverTheSharedLimitStaysPrivate) {
   EXPECT_EQ(shm.in_place_collectives(), 1u);  // the small one only
 }
 
+// Two-level all-reduce on a buffer from its allocate() (the node's shared memory): both node-level
+// steps run in place, and the result is bit for bit the one on ordinary memory.
+TEST_F(Fixture, TwoLevelAllReduceRunsTheNodeStepsInPlace) {
+  const int N = world.size(), me = world.rank();
+  for (std::size_t n : {12u * 1001u, 12u * 1001u + 1u}) {  // divisible by every node size used here, and not
+    HostMemory memory = shm_two_level->allocate(n * sizeof(float));
+    const std::span<float> shared = memory.as<float>();
+    std::vector<float> plain(n);
+    for (std::size_t i = 0; i < n; ++i) shared[i] = plain[i] = value(me, i) / 7.0f;
+    const std::uint64_t before = shm_node->in_place_collectives();
+    shm_two_level->all_reduce(shared, ReduceOp::sum);
+    const std::uint64_t in_place = shm_node->in_place_collectives() - before;
+    shm_two_level->all_reduce(std::span<float>(plain), ReduceOp::sum);
+    const bool divides = n % static_cast<std::size_t>(world.local_size()) == 0;
+    // The slice is always shared: the all-gather runs in place; the reduce-scatter too when the
+    // buffer needs no padding.
+    EXPECT_EQ(in_place, divides ? 2u : 1u) << "n=" << n;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(shared[i], plain[i]) << "n=" << n << " i=" << i;
+    float expected = 0;
+    for (int r = 0; r < N; ++r) expected += value(r, 5) / 7.0f;
+    ASSERT_NEAR(shared[5], expected, 1e-2);
+  }
+}
+
 // bf16 in place.
 TEST_F(Fixture, SharedMemoryBf16AllReduce) {
   const int N = world.size();
