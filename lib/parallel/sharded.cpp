@@ -57,7 +57,11 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
     shard_params_memory_ = group.allocate(shards_.shard_total() * sizeof(T));
     shard_params_ = shard_params_memory_.as<T>();
   }
-  if (stage >= 2) grad_shard_.assign(shards_.shard_total(), T{});
+  if (stage >= 2) {
+    const std::size_t bytes = shards_.shard_total() * sizeof(T);
+    grad_shard_memory_ = replicas_ ? replicas_->allocate(bytes) : HostMemory::private_memory(bytes);
+    grad_shard_ = grad_shard_memory_.as<T>();
+  }
   if (kMixed) master_.assign(opt_total, 0.0f);
   adam_m_.assign(opt_total, 0.0f);
   adam_v_.assign(opt_total, 0.0f);

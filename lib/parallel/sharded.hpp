@@ -108,10 +108,11 @@ class ShardedStrategy final : public Strategy {
   std::vector<T> full_params_;   // stage < 3: padded full buffer
   // The buffers the group reduces and gathers from every step come from group_.allocate():
   // on a shared-memory group every rank maps them and the collectives work on them in place.
-  HostMemory full_grads_memory_, shard_params_memory_;
+  // (hsdp's gradient shard comes from the replicas' communicator, which all-reduces it.)
+  HostMemory full_grads_memory_, shard_params_memory_, grad_shard_memory_;
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks
-  std::vector<T> grad_shard_;    // stage >= 2: reduced gradients of this rank's chunks
+  std::span<T> grad_shard_;      // stage >= 2: reduced gradients of this rank's chunks
   std::vector<float> master_;    // mixed precision: fp32 copy of what this rank updates
   std::vector<float> adam_m_, adam_v_;
   std::vector<float> scratch_;   // mixed precision: fp32 gradients of one slice for the update
