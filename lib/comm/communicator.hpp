@@ -155,7 +155,8 @@ class Communicator {
   void reduce_scatter(std::span<T> input, std::span<T> output, ReduceOp op) {
     run_reduce_scatter(Buffer::of(input), Buffer::of(output), op);
   }
-  // input: this rank's chunk; output: size() x chunk, chunk i from rank i.
+  // input: this rank's chunk; output: size() x chunk, chunk i from rank i. input may be this
+  // rank's own chunk of output (an in-place all-gather).
   template <class T>
   void all_gather(std::span<const T> input, std::span<T> output) { run_all_gather(Buffer::of(input), Buffer::of(output)); }
   template <class T>
@@ -231,6 +232,10 @@ class Communicator {
 // Checks shared by the backends: element types agree and the sizes fit the padding rule.
 void require_reduce_scatter_shapes(const Buffer& input, const Buffer& output, int size);
 void require_all_gather_shapes(const Buffer& input, const Buffer& output, int size);
+// Is input rank's own chunk of output (an in-place all-gather)?
+inline bool gathers_in_place(const Buffer& input, const Buffer& output, int rank) {
+  return static_cast<const char*>(input.data) == static_cast<const char*>(output.data) + static_cast<std::size_t>(rank) * input.bytes();
+}
 // In-place helpers on typed buffers, used by the host backends.
 void scale_buffer(Buffer b, double factor);                // b *= factor
 void accumulate_buffer(Buffer into, const void* from, std::size_t count);  // into += from (same type)

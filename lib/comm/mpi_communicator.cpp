@@ -93,11 +93,13 @@ void MpiCommunicator::run_all_gather(Buffer input, Buffer output) {
   ST_REQUIRE(input.count <= static_cast<std::size_t>(INT_MAX), "all_gather: chunk exceeds an MPI count");
   const int n = static_cast<int>(input.count);
   const MPI_Datatype type = mpi_type(input.type);
+  // MPI forbids a send buffer inside the receive buffer: say so with MPI_IN_PLACE instead.
+  const void* send = gathers_in_place(input, output, rank_) ? MPI_IN_PLACE : input.data;
   if (wait_ == MpiWait::blocking) {
-    ST_CHECK_MPI(MPI_Allgather(input.data, n, type, output.data, n, type, comm_));
+    ST_CHECK_MPI(MPI_Allgather(send, n, type, output.data, n, type, comm_));
   } else {
     MPI_Request request = MPI_REQUEST_NULL;
-    ST_CHECK_MPI(MPI_Iallgather(input.data, n, type, output.data, n, type, comm_, &request));
+    ST_CHECK_MPI(MPI_Iallgather(send, n, type, output.data, n, type, comm_, &request));
     complete(request);
   }
   traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));

@@ -48,7 +48,11 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   opt_parts_ = stage == 0 ? 1 : group.size();
   opt_rank_ = stage == 0 ? 0 : rank_;
   const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
-  if (stage < 3) full_params_.assign(shards_.padded_total(), T{});
+  if (stage < 3) {
+    const std::size_t bytes = shards_.padded_total() * sizeof(T);
+    full_params_memory_ = stage == 0 ? HostMemory::private_memory(bytes) : group.allocate(bytes);
+    full_params_ = full_params_memory_.as<T>();
+  }
   if (stage < 2) {
     full_grads_memory_ = group.allocate(shards_.padded_total() * sizeof(T));
     full_grads_ = full_grads_memory_.as<T>();
@@ -452,16 +456,18 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
       prefetch(true, forward_first_);
     }
   } else {
-    // zero1/zero2: all-gather every segment's updated chunks into the full parameters.
+    // zero1/zero2: all-gather every segment's updated chunks into the full parameters, in place:
+    // this rank's chunk is its block of the segment (fp32: the update wrote it there already).
     for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
       const SegmentShard& seg = shards_.segment(s);
-      T* chunk = pool_.acquire(seg.chunk);
+      T* chunk = full_params_.data() + shards_.owned_padded_offset(s, rank_);
       const std::span<float> m = master_slice(s);
-      for (std::size_t i = 0; i < m.size(); ++i) chunk[i] = from_float<T>(m[i]);
+      if constexpr (kMixed)
+        for (std::size_t i = 0; i < m.size(); ++i) chunk[i] = to_bf16(m[i]);
       std::fill(chunk + m.size(), chunk + seg.chunk, T{});
       in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
                                                     std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
-                            [this, chunk] { pool_.release(chunk); }, "parameter gather"});
+                            [] {}, "parameter gather"});
       drain(kReductionsInFlight);  // a few chunks in flight: the workspace stays a few segments' chunks
     }
     drain(0);

@@ -105,11 +105,12 @@ class ShardedStrategy final : public Strategy {
   int rank_ = 0;             // in the group
   int opt_parts_ = 1, opt_rank_ = 0;  // how the optimizer state is split (stage 0: not at all)
 
-  std::vector<T> full_params_;   // stage < 3: padded full buffer
+  std::span<T> full_params_;     // stage < 3: padded full buffer
   // The buffers the group reduces and gathers from every step come from group_.allocate():
   // on a shared-memory group every rank maps them and the collectives work on them in place.
   // (hsdp's gradient shard comes from the replicas' communicator, which all-reduces it.)
-  HostMemory full_grads_memory_, shard_params_memory_, grad_shard_memory_;
+  // zero1/zero2 gather the parameters in place, each rank's chunk already in full_params_.
+  HostMemory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks
   std::span<T> grad_shard_;      // stage >= 2: reduced gradients of this rank's chunks

@@ -120,6 +120,30 @@ TEST_F(Fixture, ReduceScatterAndAllGather) {
   }
 }
 
+// In-place all-gather: each rank's input is its own chunk of the output, on every backend, and
+// on shared memory from allocate() (the in-place path).
+TEST_F(Fixture, AllGatherWithTheInputInsideTheOutput) {
+  const int N = world.size(), me = world.rank();
+  const std::size_t c = 70001;  // several shared-memory pieces
+  HostMemory memory = shm_world->allocate(c * static_cast<std::size_t>(N) * sizeof(float));
+  std::vector<float> plain(c * static_cast<std::size_t>(N));
+  for (Communicator* comm : both()) {
+    for (const std::span<float> out : {std::span<float>(plain), memory.as<float>()}) {
+      std::fill(out.begin(), out.end(), -1.0f);
+      const std::span<float> mine = out.subspan(static_cast<std::size_t>(me) * c, c);
+      for (std::size_t i = 0; i < c; ++i) mine[i] = value(me, i);
+      comm->all_gather(std::span<const float>(mine), out);
+      for (int r = 0; r < N; ++r)
+        for (std::size_t i = 0; i < c; ++i)
+          ASSERT_EQ(out[static_cast<std::size_t>(r) * c + i], value(r, i)) << "chunk " << r << " element " << i;
+    }
+  }
+  const std::uint64_t before = shm_world->in_place_collectives();
+  const std::span<float> out = memory.as<float>();
+  shm_world->all_gather(std::span<const float>(out.subspan(static_cast<std::size_t>(me) * c, c)), out);
+  EXPECT_EQ(shm_world->in_place_collectives(), before + 1);
+}
+
 TEST_F(Fixture, BroadcastFromEveryRoot) {
   for (Communicator* comm : both())
     for (int root = 0; root < world.size(); ++root) {
