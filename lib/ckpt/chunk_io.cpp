@@ -24,6 +24,11 @@ struct ChunkSlice {
   std::uint64_t chunk, begin, end;
   std::size_t range;
   std::uint64_t at;
+  std::uint64_t bytes() const { return (end - begin) * sizeof(float); }
+  // Where the slice starts in its chunk, and what is left of the chunk after it (for the last
+  // chunk of a dataset, that includes the padding up to the full chunk size), in bytes.
+  std::uint64_t offset_in_chunk(const ChunkGeometry& g) const { return (begin - chunk * g.chunk) * sizeof(float); }
+  std::uint64_t bytes_after(const ChunkGeometry& g) const { return ((chunk + 1) * g.chunk - end) * sizeof(float); }
 };
 
 // Calls f(slice) for every chunk slice of the ranges, in order.
@@ -171,8 +176,7 @@ std::vector<std::uint64_t> partial_sums(const std::vector<ChunkedWrite>& writes,
     const ChunkedWrite& w = writes[k];
     const ChunkGeometry& g = w.geometry;
     for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
-      const fletcher32::Part p = fletcher32::part(w.data[s.range] + s.at, (s.end - s.begin) * sizeof(float),
-                                                  ((s.chunk + 1) * g.chunk - s.end) * sizeof(float));
+      const fletcher32::Part p = fletcher32::part(w.data[s.range] + s.at, s.bytes(), s.bytes_after(g));
       std::uint64_t* into = &sums[3 * (first_part[k] + s.chunk)];
       into[0] += p.sum1;
       into[1] += p.sum2;
@@ -201,7 +205,7 @@ std::vector<Extent> extents_to_write(const std::vector<ChunkedWrite>& writes, co
     for_each_slice(w.geometry, w.ranges, [&](const ChunkSlice& s) {
       if (s.end != w.geometry.chunk_end(s.chunk)) return;
       ++owned;
-      most_padding = std::max(most_padding, ((s.chunk + 1) * w.geometry.chunk - s.end) * sizeof(float));
+      most_padding = std::max(most_padding, s.bytes_after(w.geometry));
     });
   checksums.resize(owned);  // not to move again: extents point into it
   zeros.assign(most_padding, 0);
@@ -212,11 +216,10 @@ std::vector<Extent> extents_to_write(const std::vector<ChunkedWrite>& writes, co
     const ChunkGeometry& g = w.geometry;
     for_each_slice(g, w.ranges, [&](const ChunkSlice& s) {
       const std::uint64_t chunk_at = w.chunk_offsets[s.chunk];
-      extents.push_back({chunk_at + (s.begin - s.chunk * g.chunk) * sizeof(float), w.data[s.range] + s.at,
-                         (s.end - s.begin) * sizeof(float)});
+      extents.push_back({chunk_at + s.offset_in_chunk(g), w.data[s.range] + s.at, s.bytes()});
       if (s.end != g.chunk_end(s.chunk)) return;
-      const std::uint64_t padding = ((s.chunk + 1) * g.chunk - s.end) * sizeof(float);
-      if (padding > 0) extents.push_back({chunk_at + (s.end - s.chunk * g.chunk) * sizeof(float), zeros.data(), padding});
+      const std::uint64_t padding = s.bytes_after(g);
+      if (padding > 0) extents.push_back({chunk_at + s.offset_in_chunk(g) + s.bytes(), zeros.data(), padding});
       const std::uint64_t* p = &sums[3 * (first_part[k] + s.chunk)];
       store_little_endian(fletcher32::value({p[0] % 65535, p[1] % 65535, p[2]}), checksums[next].data());
       extents.push_back({chunk_at + g.chunk_bytes(), checksums[next++].data(), 4});
@@ -334,7 +337,7 @@ void read_chunks(const std::string& path, const ChunkedRead& read) {
   for_each_slice(g, read.ranges, [&](const ChunkSlice& s) {
     float* into = read.into[s.range] + s.at;
     const std::uint64_t chunk_at = read.chunk_offsets[s.chunk];
-    if (s.begin == s.chunk * g.chunk && s.end == (s.chunk + 1) * g.chunk) {
+    if (s.bytes() == g.chunk_bytes()) {
       // A whole chunk: straight into place, its checksum beside it.
       unsigned char stored[4];
       iovec iov[2] = {{into, g.chunk_bytes()}, {stored, 4}};
@@ -350,7 +353,7 @@ void read_chunks(const std::string& path, const ChunkedRead& read) {
       verify(s.chunk, scratch.data(), scratch.data() + g.chunk_bytes());
       scratch_chunk = s.chunk;
     }
-    std::memcpy(into, scratch.data() + (s.begin - s.chunk * g.chunk) * sizeof(float), (s.end - s.begin) * sizeof(float));
+    std::memcpy(into, scratch.data() + s.offset_in_chunk(g), s.bytes());
   });
 }
 

@@ -238,20 +238,20 @@ std::pair<std::size_t, std::size_t> part_of(std::size_t n, int parts, int r) {
 }
 }  // namespace
 
+void ShmCommunicator::publish_others_parts(const char* piece, std::size_t n, std::size_t e) {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const auto [lo, hi] = part_of(n, size_, r);
+    std::memcpy(slot(rank_) + lo * e, piece + lo * e, (hi - lo) * e);
+  }
+}
+
 void ShmCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   traffic_.add(Collective::all_reduce, 2 * ring_share(buffer.bytes(), size_));
   if (buffer.count == 0) return;
   const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
-  char* data = static_cast<char*>(buffer.data);
   // The slot path's first step: publish the parts of the first piece the others reduce.
-  auto publish_first = [&] {
-    const std::size_t n = std::min(piece, buffer.count);
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      const auto [lo, hi] = part_of(n, size_, r);
-      std::memcpy(slot(rank_) + lo * e, data + lo * e, (hi - lo) * e);
-    }
-  };
+  auto publish_first = [&] { publish_others_parts(static_cast<const char*>(buffer.data), std::min(piece, buffer.count), e); };
   const std::vector<char*> buffers = begin_collective(buffer.data, buffer.bytes(), publish_first);
   if (!buffers.empty())
     all_reduce_in_place(buffer, op, buffers);
@@ -291,11 +291,7 @@ void ShmCommunicator::all_reduce_through_slots(Buffer buffer, ReduceOp op) {
     const std::size_t n = std::min(piece, buffer.count - begin);
     char* data = static_cast<char*>(buffer.data) + begin * e;
     if (begin > 0) {
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        const auto [lo, hi] = part_of(n, size_, r);
-        std::memcpy(slot(rank_) + lo * e, data + lo * e, (hi - lo) * e);
-      }
+      publish_others_parts(data, n, e);
       synchronize();
     }
     const auto [lo, hi] = part_of(n, size_, rank_);

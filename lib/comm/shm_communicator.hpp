@@ -79,6 +79,9 @@ class ShmCommunicator final : public Communicator {
   // `publish_first` (the slot path's first step) before the synchronisation that ends this call.
   std::vector<char*> begin_collective(const void* data, std::size_t bytes, const std::function<void()>& publish_first);
 
+  // Slot path: copies the parts of a piece of n elements (e bytes each) that the other ranks
+  // reduce into the input half of this rank's slot.
+  void publish_others_parts(const char* piece, std::size_t n, std::size_t e);
   void all_reduce_in_place(Buffer buffer, ReduceOp op, const std::vector<char*>& buffers);
   void all_reduce_through_slots(Buffer buffer, ReduceOp op);
 

@@ -16,21 +16,19 @@ void TwoLevelCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   const ShardRange mine = shard_range(buffer.count, intra_.size(), intra_.rank());
   if (slice_.bytes() < mine.chunk * e) slice_ = intra_.allocate(mine.chunk * e);
   const Buffer chunk{slice_.as<std::byte>().data(), mine.chunk, buffer.type};
-  if (mine.padded == buffer.count) {
-    // No padding to add (the strategies' buffers are padded already): the node-level steps work
-    // on the buffer itself, in place where it came from allocate().
-    intra_.reduce_scatter(buffer, chunk, ReduceOp::sum);
-    inter_.all_reduce(chunk, ReduceOp::sum);
-    intra_.all_gather(chunk, buffer);
-  } else {
+  // The strategies' buffers are padded already: then the node-level steps work on the buffer
+  // itself, in place where it came from allocate(). Others go through a padded copy.
+  const bool needs_padding = mine.padded != buffer.count;
+  Buffer work = buffer;
+  if (needs_padding) {
     padded_.assign(mine.padded * e, std::byte{0});
     std::memcpy(padded_.data(), buffer.data, buffer.bytes());
-    const Buffer padded{padded_.data(), mine.padded, buffer.type};
-    intra_.reduce_scatter(padded, chunk, ReduceOp::sum);
-    inter_.all_reduce(chunk, ReduceOp::sum);
-    intra_.all_gather(chunk, padded);
-    std::memcpy(buffer.data, padded_.data(), buffer.bytes());
+    work = Buffer{padded_.data(), mine.padded, buffer.type};
   }
+  intra_.reduce_scatter(work, chunk, ReduceOp::sum);
+  inter_.all_reduce(chunk, ReduceOp::sum);
+  intra_.all_gather(chunk, work);
+  if (needs_padding) std::memcpy(buffer.data, padded_.data(), buffer.bytes());
   if (op == ReduceOp::average) scale_buffer(buffer, 1.0 / size());
 }
 

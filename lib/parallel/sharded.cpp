@@ -48,24 +48,16 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   opt_parts_ = stage == 0 ? 1 : group.size();
   opt_rank_ = stage == 0 ? 0 : rank_;
   const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
-  if (stage < 3) {
-    const std::size_t bytes = shards_.padded_total() * sizeof(T);
-    full_params_memory_ = stage == 0 ? HostMemory::private_memory(bytes) : group.allocate(bytes);
-    full_params_ = full_params_memory_.as<T>();
-  }
-  if (stage < 2) {
-    full_grads_memory_ = group.allocate(shards_.padded_total() * sizeof(T));
-    full_grads_ = full_grads_memory_.as<T>();
-  }
-  if (stage == 3) {
-    shard_params_memory_ = group.allocate(shards_.shard_total() * sizeof(T));
-    shard_params_ = shard_params_memory_.as<T>();
-  }
-  if (stage >= 2) {
-    const std::size_t bytes = shards_.shard_total() * sizeof(T);
-    grad_shard_memory_ = replicas_ ? replicas_->allocate(bytes) : HostMemory::private_memory(bytes);
-    grad_shard_ = grad_shard_memory_.as<T>();
-  }
+  // `count` elements from the communicator that will reduce or gather them (none: private).
+  auto buffer = [](HostMemory& memory, Communicator* from, std::size_t count) {
+    const std::size_t bytes = count * sizeof(T);
+    memory = from ? from->allocate(bytes) : HostMemory::private_memory(bytes);
+    return memory.template as<T>();
+  };
+  if (stage < 3) full_params_ = buffer(full_params_memory_, stage == 0 ? nullptr : &group, shards_.padded_total());
+  if (stage < 2) full_grads_ = buffer(full_grads_memory_, &group, shards_.padded_total());
+  if (stage == 3) shard_params_ = buffer(shard_params_memory_, &group, shards_.shard_total());
+  if (stage >= 2) grad_shard_ = buffer(grad_shard_memory_, replicas_, shards_.shard_total());
   if (kMixed) master_.assign(opt_total, 0.0f);
   adam_m_.assign(opt_total, 0.0f);
   adam_v_.assign(opt_total, 0.0f);
@@ -468,7 +460,7 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
       in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
                                                     std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
                             [] {}, "parameter gather"});
-      drain(kReductionsInFlight);  // a few chunks in flight: the workspace stays a few segments' chunks
+      drain(kReductionsInFlight);  // a few gathers in flight at a time
     }
     drain(0);
   }
