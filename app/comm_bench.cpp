@@ -69,8 +69,8 @@ std::pair<double, bool> measure(Collective op, Communicator& comm, bool shared_b
     buffer_count = std::max<std::size_t>(1, n / static_cast<std::size_t>(N));
     output_count = buffer_count * static_cast<std::size_t>(N);
   }
-  st::HostMemory memory = shared_buffers ? comm.allocate(buffer_count * sizeof(float))
-                                         : st::HostMemory::private_memory(buffer_count * sizeof(float));
+  st::Memory memory = shared_buffers ? comm.allocate(buffer_count * sizeof(float))
+                                         : st::Memory::private_memory(buffer_count * sizeof(float));
   const std::span<float> buffer = memory.as<float>();
   std::vector<float> output(output_count);
   auto prepare = [&] {

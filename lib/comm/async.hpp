@@ -26,8 +26,8 @@ class AsyncCommunicator final : public Communicator {
   int size() const override { return inner_.size(); }
   LevelTraffic traffic() const override;
   // In turn with the collectives (allocation is collective in the backend too).
-  HostMemory allocate(std::size_t bytes) override {
-    HostMemory memory;
+  Memory allocate(std::size_t bytes) override {
+    Memory memory;
     submit("allocate", 0, [this, bytes, &memory] { memory = inner_.allocate(bytes); }).wait();
     return memory;
   }

@@ -114,23 +114,31 @@ struct Buffer {
   }
 };
 
-// Host memory for buffers a communicator works on again and again (gradients, parameter
-// shards), from Communicator::allocate. Zeroed; freed when the last copy of the handle goes.
-class HostMemory {
+// Where a buffer lives: process (host) memory, or the memory of the rank's GPU.
+enum class MemorySpace { host, device };
+
+// A block of memory that buffers are carved from: host memory for buffers a communicator works
+// on again and again (gradients, parameter shards), from Communicator::allocate, or device
+// memory from an execution backend (exec/exec.hpp). Zeroed; freed when the last copy of the
+// handle goes.
+class Memory {
  public:
-  HostMemory() = default;
-  HostMemory(std::shared_ptr<void> owner, void* data, std::size_t bytes)
-      : owner_(std::move(owner)), data_(data), bytes_(bytes) {}
+  Memory() = default;
+  Memory(std::shared_ptr<void> owner, void* data, std::size_t bytes, MemorySpace space = MemorySpace::host)
+      : owner_(std::move(owner)), data_(data), bytes_(bytes), space_(space) {}
   template <class T>
   std::span<T> as() const { return {static_cast<T*>(data_), bytes_ / sizeof(T)}; }
   std::size_t bytes() const { return bytes_; }
+  void* data() const { return data_; }
+  MemorySpace space() const { return space_; }
   // Plain process memory (what backends without a shared-memory path hand out).
-  static HostMemory private_memory(std::size_t bytes);
+  static Memory private_memory(std::size_t bytes);
 
  private:
   std::shared_ptr<void> owner_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  MemorySpace space_ = MemorySpace::host;
 };
 
 // The public calls take typed spans (float, double, Bf16) and forward to the backend's
@@ -169,7 +177,7 @@ class Communicator {
   // ranks share memory hands out memory they all map and then works on such buffers in place,
   // skipping the copies through its own staging area; the others hand out process memory.
   // Collective over the group: every rank calls it with the same size, in the same order.
-  virtual HostMemory allocate(std::size_t bytes) { return HostMemory::private_memory(bytes); }
+  virtual Memory allocate(std::size_t bytes) { return Memory::private_memory(bytes); }
   // The same for vectors.
   template <class T>
   void all_reduce(std::vector<T>& b, ReduceOp op) { all_reduce(std::span<T>(b), op); }

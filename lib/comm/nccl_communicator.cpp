@@ -21,6 +21,7 @@ DeviceBuffer<T>::~DeviceBuffer() {
 }
 template class DeviceBuffer<float>;
 template class DeviceBuffer<double>;
+template class DeviceBuffer<Bf16>;
 
 int cuda_device_count(std::string& why) {
   int count = 0;
@@ -33,12 +34,11 @@ int cuda_device_count(std::string& why) {
   return count;
 }
 
-NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int local_rank, TrafficLevel level) : level_(level) {
+NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order)
+    : device_(device), order_(std::move(order)), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(bootstrap, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(bootstrap, &size_));
-  int devices = 0;
-  ST_CHECK_CUDA(cudaGetDeviceCount(&devices));
-  ST_CHECK_CUDA(cudaSetDevice(local_rank % devices));
+  ST_CHECK_CUDA(cudaSetDevice(device_));
   ncclUniqueId id{};
   if (rank_ == 0) ST_CHECK_NCCL(ncclGetUniqueId(&id));
   ST_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap));
@@ -48,6 +48,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int local_rank, TrafficLe
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_) ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::begin() {
+  ST_CHECK_CUDA(cudaSetDevice(device_));
+  if (order_) order_(stream_->get());
 }
 
 void NcclCommunicator::finish() { ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get())); }
@@ -65,6 +70,7 @@ ncclDataType_t nccl_type(DataType t) {
 }  // namespace
 
 void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
+  begin();
   ST_CHECK_NCCL(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.type), nccl_op(op), comm_, stream_->get()));
   finish();
   traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes(), size_));
@@ -72,6 +78,7 @@ void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
 
 void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
   require_reduce_scatter_shapes(input, output, size_);
+  begin();
   ST_CHECK_NCCL(ncclReduceScatter(input.data, output.data, output.count, nccl_type(input.type), nccl_op(op), comm_,
                                   stream_->get()));
   finish();
@@ -80,18 +87,21 @@ void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp 
 
 void NcclCommunicator::run_all_gather(Buffer input, Buffer output) {
   require_all_gather_shapes(input, output, size_);
+  begin();
   ST_CHECK_NCCL(ncclAllGather(input.data, output.data, input.count, nccl_type(input.type), comm_, stream_->get()));
   finish();
   traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void NcclCommunicator::run_broadcast(Buffer b, int root) {
+  begin();
   ST_CHECK_NCCL(ncclBroadcast(b.data, b.data, b.count, nccl_type(b.type), root, comm_, stream_->get()));
   finish();
   traffic_.add(Collective::broadcast, ring_share(b.bytes(), size_));
 }
 
 void NcclCommunicator::run_barrier() {
+  begin();
   DeviceBuffer<float> token(1);
   ST_CHECK_NCCL(ncclAllReduce(token.data(), token.data(), 1, ncclFloat, ncclSum, comm_, stream_->get()));
   finish();
@@ -103,7 +113,11 @@ LevelTraffic NcclCommunicator::traffic() const { return LevelTraffic::at(level_,
 
 namespace st {
 
-HostStagedCommunicator::HostStagedCommunicator(Communicator& host) : host_(host) {}
+HostStagedCommunicator::HostStagedCommunicator(Communicator& host, int device, StreamOrder order)
+    : host_(host), device_(device), order_(std::move(order)) {
+  ST_CHECK_CUDA(cudaSetDevice(device_));
+  stream_.emplace();
+}
 
 HostStagedCommunicator::~HostStagedCommunicator() {
   for (void* p : pinned_)
@@ -111,18 +125,24 @@ HostStagedCommunicator::~HostStagedCommunicator() {
 }
 
 Buffer HostStagedCommunicator::stage(Buffer device, int which, bool copy_in) {
+  ST_CHECK_CUDA(cudaSetDevice(device_));
   if (capacity_[which] < device.bytes()) {
     if (pinned_[which]) ST_CHECK_CUDA(cudaFreeHost(pinned_[which]));
     pinned_[which] = nullptr;
     ST_CHECK_CUDA(cudaMallocHost(&pinned_[which], device.bytes()));
     capacity_[which] = device.bytes();
   }
-  if (copy_in) ST_CHECK_CUDA(cudaMemcpy(pinned_[which], device.data, device.bytes(), cudaMemcpyDeviceToHost));
+  if (copy_in) {
+    if (order_) order_(stream_->get());
+    ST_CHECK_CUDA(cudaMemcpyAsync(pinned_[which], device.data, device.bytes(), cudaMemcpyDeviceToHost, stream_->get()));
+    ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
+  }
   return {pinned_[which], device.count, device.type};
 }
 
 void HostStagedCommunicator::unstage(Buffer device, Buffer host) {
-  ST_CHECK_CUDA(cudaMemcpy(device.data, host.data, device.bytes(), cudaMemcpyHostToDevice));
+  ST_CHECK_CUDA(cudaMemcpyAsync(device.data, host.data, device.bytes(), cudaMemcpyHostToDevice, stream_->get()));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
 }
 
 void HostStagedCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {

@@ -2,11 +2,14 @@
 // Collectives among GPUs through NCCL (CUDA builds with ST_ENABLE_NCCL). The communicator is
 // bootstrapped from an MPI communicator: rank 0 creates the unique id, MPI broadcasts it, every
 // rank joins with ncclCommInitRank. Buffers passed to it are device memory. Calls are enqueued
-// on the communicator's stream and waited for before returning.
+// on the communicator's stream, after the work `order` names (the compute the buffers come
+// from), and waited for before returning; they may be made from another thread than the one
+// that built the communicator (AsyncCommunicator's progress thread).
 #include <mpi.h>
 #include <nccl.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -51,11 +54,15 @@ class DeviceBuffer {
 // Number of CUDA devices, or 0 with the driver's reason in `why` (no GPU, driver too old).
 int cuda_device_count(std::string& why);
 
+// Makes a stream wait for the compute its collective's buffers come from (an event; no host
+// wait). Empty: the caller has synchronised already.
+using StreamOrder = std::function<void(cudaStream_t)>;
+
 class NcclCommunicator final : public Communicator {
  public:
-  // Selects device (local rank mod device count) and joins a NCCL communicator with the ranks
-  // of `bootstrap`. Traffic is counted at `level` (intra: NVLink inside a node).
-  NcclCommunicator(MPI_Comm bootstrap, int local_rank, TrafficLevel level);
+  // Joins a NCCL communicator with the ranks of `bootstrap` on CUDA device `device`. Traffic is
+  // counted at `level` (intra: NVLink inside a node).
+  NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order = {});
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -72,8 +79,11 @@ class NcclCommunicator final : public Communicator {
   void run_barrier() override;
 
  private:
+  void begin();   // on the calling thread: the device, and the stream after the compute
   void finish();  // wait for the enqueued operation
   ncclComm_t comm_ = nullptr;
+  int device_ = 0;
+  StreamOrder order_;
   std::optional<CudaStream> stream_;  // created once the device is selected
   int rank_ = 0, size_ = 1;
   TrafficLevel level_;
@@ -89,7 +99,7 @@ namespace st {
 // NCCL inside the node and this across nodes, for an MPI that is not CUDA-aware.
 class HostStagedCommunicator final : public Communicator {
  public:
-  explicit HostStagedCommunicator(Communicator& host);
+  HostStagedCommunicator(Communicator& host, int device, StreamOrder order = {});
   ~HostStagedCommunicator() override;
   HostStagedCommunicator(const HostStagedCommunicator&) = delete;
   HostStagedCommunicator& operator=(const HostStagedCommunicator&) = delete;
@@ -109,6 +119,9 @@ class HostStagedCommunicator final : public Communicator {
   Buffer stage(Buffer device, int which, bool copy_in);
   void unstage(Buffer device, Buffer host);
   Communicator& host_;
+  int device_ = 0;
+  StreamOrder order_;
+  std::optional<CudaStream> stream_;  // the copies, ordered after the compute
   void* pinned_[2] = {nullptr, nullptr};
   std::size_t capacity_[2] = {0, 0};
 };

@@ -112,7 +112,7 @@ std::uint64_t backing_free_bytes() {
 }
 }  // namespace
 
-HostMemory ShmCommunicator::allocate(std::size_t bytes) {
+Memory ShmCommunicator::allocate(std::size_t bytes) {
   // Each rank's part on pages of its own (noncontig), rounded to whole pages.
   constexpr std::size_t kPage = 4096;
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
@@ -134,7 +134,7 @@ HostMemory ShmCommunicator::allocate(std::size_t bytes) {
                    bytes, why.c_str());
       said_private_ = true;
     }
-    return HostMemory::private_memory(bytes);
+    return Memory::private_memory(bytes);
   }
   Info info;
   info.set("alloc_shared_noncontig", "true");
@@ -155,7 +155,7 @@ HostMemory ShmCommunicator::allocate(std::size_t bytes) {
   std::memset(base, 0, rounded);
   regions_.push_back(region);
   // The handle shares ownership of the region and points at this rank's part.
-  return HostMemory(std::shared_ptr<void>(region, base), base, bytes);
+  return Memory(std::shared_ptr<void>(region, base), base, bytes);
 }
 
 ShmCommunicator::Place ShmCommunicator::place_of(const void* data, std::size_t bytes) const {

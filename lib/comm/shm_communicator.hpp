@@ -34,7 +34,7 @@ class ShmCommunicator final : public Communicator {
   LevelTraffic traffic() const override;
   // A region of a shared window: this rank's part, zeroed and first touched here (so its pages
   // sit near this rank), which the others map too. Freed (collectively) with the last handle.
-  HostMemory allocate(std::size_t bytes) override;
+  Memory allocate(std::size_t bytes) override;
   // Open MPI backs shared windows with files in /dev/shm (or its MCA setting
   // shmem_mmap_backing_file_base_dir), a tmpfs that is often small (64 MiB in containers): a
   // window larger than its free space would crash the job on first touch (SIGBUS). So

@@ -17,7 +17,7 @@ class ThrottledCommunicator final : public Communicator {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   LevelTraffic traffic() const override { return inner_.traffic(); }
-  HostMemory allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  Memory allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
 
  protected:
   void run_all_reduce(Buffer b, ReduceOp op) override { paced([&] { inner_.all_reduce(b, op); }); }

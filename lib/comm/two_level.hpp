@@ -19,7 +19,7 @@ class TwoLevelCommunicator final : public Communicator {
   int size() const override { return intra_.size() * inter_.size(); }
   LevelTraffic traffic() const override;
   // From the node's communicator: a buffer the node-level steps can work on in place.
-  HostMemory allocate(std::size_t bytes) override { return intra_.allocate(bytes); }
+  Memory allocate(std::size_t bytes) override { return intra_.allocate(bytes); }
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;
@@ -34,7 +34,7 @@ class TwoLevelCommunicator final : public Communicator {
   std::vector<std::byte> padded_, chunk_, permuted_;  // scratch, kept between calls
   // The all-reduce's node slice, from intra_.allocate() (grown as needed, the same on every
   // rank of the node): the node-level all-gather then reads it in place.
-  HostMemory slice_;
+  Memory slice_;
 };
 
 }  // namespace st

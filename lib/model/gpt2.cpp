@@ -2,16 +2,32 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/random.hpp"
-#include "model/kernels.hpp"
 
 namespace st {
 
+namespace {
+
 template <class Real>
-Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch)
-    : shape_(shape), layout_(make_gpt2_layout(shape)), max_batch_(max_batch) {
+LayerKernels<Real>& kernels_of(Exec& exec) {
+  if constexpr (std::is_same_v<Real, float>) {
+    return exec.layer_kernels();
+  } else {
+    // Double precision (gradient checks) runs on the host only.
+    ST_REQUIRE(exec.space() == MemorySpace::host, "the double-precision model runs on the host only");
+    static HostLayerKernels<Real> host;
+    return host;
+  }
+}
+
+}  // namespace
+
+template <class Real>
+Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec)
+    : shape_(shape), layout_(make_gpt2_layout(shape)), exec_(exec), k_(kernels_of<Real>(exec)), max_batch_(max_batch) {
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
   const auto& segments = layout_.segments();
@@ -31,8 +47,8 @@ Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch)
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   const std::size_t TT = static_cast<std::size_t>(max_batch) * shape.n_head * shape.seq_len * shape.seq_len;
   const std::size_t total = activation_elements(shape, max_batch);
-  acts_.assign(total, Real(0));
-  Real* cursor = acts_.data();
+  acts_ = exec.allocate(total * sizeof(Real));
+  Real* cursor = acts_.as<Real>().data();
   auto take = [&cursor](std::size_t n) {
     Real* p = cursor;
     cursor += n;
@@ -69,7 +85,10 @@ Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch)
   datt_ = take(TT);
   d4c_a_ = take(4 * N * C);
   d4c_b_ = take(4 * N * C);
-  ST_REQUIRE(cursor == acts_.data() + acts_.size(), "activation buffer accounting is off");
+  ST_REQUIRE(cursor == acts_.as<Real>().data() + total, "activation buffer accounting is off");
+  batch_memory_ = exec.allocate(2 * N * sizeof(int));
+  tokens_at_ = batch_memory_.as<int>().data();
+  targets_at_ = tokens_at_ + N;
 }
 
 template <class Real>
@@ -125,39 +144,41 @@ double Gpt2<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, con
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
+  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(N) * sizeof(int));
+  if (targets) exec_.upload(targets_at_, targets, static_cast<std::size_t>(N) * sizeof(int));
   const std::size_t NC = static_cast<std::size_t>(N) * C;
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again
-  kernels::encoder_forward(x0_, tokens_.data(), E + wte_, E + wpe_, B, T, C);
+  k_.encoder_forward(x0_, tokens_at_, E + wte_, E + wpe_, B, T, C);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     const Real* P = buffers.params(l + 1);
     const BlockOffsets& o = blocks_[l];
     BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
-    kernels::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
-    kernels::linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
-    kernels::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    kernels::linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
-    kernels::add(a.res2, in, tmp_, NC);
-    kernels::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
-    kernels::linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, 4 * C);
-    kernels::gelu_forward(a.fch_gelu, a.fch, 4 * NC);
-    kernels::linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
-    kernels::add(a.res3, a.res2, tmp_, NC);
+    k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
+    k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
+    k_.attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    k_.linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
+    k_.add(a.res2, in, tmp_, NC);
+    k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
+    k_.linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, 4 * C);
+    k_.gelu_forward(a.fch_gelu, a.fch, 4 * NC);
+    k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
+    k_.add(a.res3, a.res2, tmp_, NC);
     buffers.after_forward(l + 1);
   }
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_forward(last);
   const Real* F = buffers.params(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  kernels::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, N, C);
+  k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, N, C);
   buffers.after_forward(last);
   // LM head tied to the token embedding.
-  kernels::linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
+  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
   buffers.after_forward(0);
-  const double total = kernels::softmax_cross_entropy_forward(logits_, losses_, targets ? targets_.data() : nullptr,
+  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_at_ : nullptr,
                                                               N, V, Vp);
   return targets ? total / N : 0.0;
 }
@@ -170,18 +191,18 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const std::size_t NC = static_cast<std::size_t>(N) * C;
 
   // The loss is the mean over N tokens.
-  kernels::softmax_cross_entropy_backward(logits_, targets_.data(), N, V, Vp, loss_scale / static_cast<Real>(N));
+  k_.softmax_cross_entropy_backward(logits_, targets_at_, N, V, Vp, loss_scale / static_cast<Real>(N));
   buffers.before_backward(0);  // the embeddings: the LM head now, the encoder at the very end
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
-  kernels::linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_, lnf_, E + wte_, N, C, Vp, false);
+  k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_, lnf_, E + wte_, N, C, Vp, false);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
   const Real* F = buffers.params(last);
   Real* GF = buffers.grads(last);
-  std::memset(dres_, 0, NC * sizeof(Real));
+  exec_.zero(dres_, NC * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  kernels::layernorm_backward(dres_, GF + lnfw_, GF + lnfb_, dtmp_, top, F + lnfw_, lnf_mean_, lnf_rstd_, N, C);
+  k_.layernorm_backward(dres_, GF + lnfw_, GF + lnfb_, dtmp_, top, F + lnfw_, lnf_mean_, lnf_rstd_, N, C);
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -192,18 +213,18 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     const BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
     // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
-    kernels::linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, 4 * C, C, false);
-    kernels::gelu_backward(d4c_b_, a.fch, d4c_a_, 4 * NC);
-    kernels::linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, a.ln2, P + o.fcw, N, C, 4 * C, false);
-    kernels::layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, 4 * C, C, false);
+    k_.gelu_backward(d4c_b_, a.fch, d4c_a_, 4 * NC);
+    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, a.ln2, P + o.fcw, N, C, 4 * C, false);
+    k_.layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    kernels::linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, C, C, false);
-    kernels::attention_backward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C, NH);
-    kernels::linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
-    kernels::layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    k_.linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, C, C, false);
+    k_.attention_backward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C, NH);
+    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
+    k_.layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     buffers.grad_ready(l + 1);
   }
-  kernels::encoder_backward(GE + wte_, GE + wpe_, dres_, tokens_.data(), B, T, C);
+  k_.encoder_backward(GE + wte_, GE + wpe_, dres_, tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
@@ -226,8 +247,12 @@ std::vector<std::size_t> Gpt2<Real>::backward_order() const {
 template <class Real>
 std::span<const Real> Gpt2<Real>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
-  return {logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab,
-          static_cast<std::size_t>(shape_.vocab_size)};
+  const Real* row = logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab;
+  const std::size_t V = static_cast<std::size_t>(shape_.vocab_size);
+  if (exec_.space() == MemorySpace::host) return {row, V};
+  probs_row_.resize(V);
+  exec_.download(probs_row_.data(), row, V * sizeof(Real));
+  return probs_row_;
 }
 
 template class Gpt2<float>;

@@ -1,14 +1,17 @@
 #pragma once
-// GPT-2 on the host: forward and backward by hand over the flat parameter layout.
+// GPT-2: forward and backward by hand over the flat parameter layout, on an execution backend
+// (exec/exec.hpp): the host, or one CUDA device.
 //
 // Architecture (as GPT-2): token + learned position embeddings; n_layer pre-LayerNorm blocks of
 // causal multi-head self-attention and a 4x MLP with tanh-GELU; final LayerNorm; LM head tied to
 // the token embedding. Parameters and gradients are flat buffers owned by the caller (the
-// parallel strategy), laid out by make_gpt2_layout; this class owns only activations.
+// parallel strategy), laid out by make_gpt2_layout, in the backend's memory space; this class owns
+// only activations (in the same space) and its copies of the batch's tokens.
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "exec/exec.hpp"
 #include "model/hooks.hpp"
 #include "model/layout.hpp"
 
@@ -17,15 +20,17 @@ namespace st {
 template <class Real>
 class Gpt2 {
  public:
-  Gpt2(const Gpt2Shape& shape, int max_batch);
+  // Activations in `exec`'s memory space, kernels of that backend (double: the host only).
+  Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec = host_exec());
 
   const Gpt2Shape& shape() const { return shape_; }
   const ParamLayout& layout() const { return layout_; }
-  std::size_t activation_bytes() const { return acts_.size() * sizeof(Real); }
+  std::size_t activation_bytes() const { return acts_.bytes(); }
+  Exec& exec() const { return exec_; }
   // Activation and backward-scratch elements for micro-batches of up to max_batch sequences.
   static std::size_t activation_elements(const Gpt2Shape& shape, int max_batch);
 
-  // GPT-2 initialisation: N(0, 0.02) for matrices and embeddings, residual projections scaled by
+  // GPT-2 initialisation (on the host, whatever the backend): N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
   void init_params(std::span<Real> params, std::uint64_t seed) const;
 
@@ -51,7 +56,7 @@ class Gpt2 {
   std::vector<std::size_t> forward_order() const;
   std::vector<std::size_t> backward_order() const;
 
-  // Next-token probabilities at (b, t) of the last forward (vocab_size entries).
+  // Next-token probabilities at (b, t) of the last forward (vocab_size entries), on the host.
   std::span<const Real> probs(int b, int t) const;
 
  private:
@@ -64,18 +69,23 @@ class Gpt2 {
 
   Gpt2Shape shape_;
   ParamLayout layout_;
+  Exec& exec_;
+  LayerKernels<Real>& k_;
   int max_batch_;
   // Offsets within the owning segment: embeddings (wte, wpe), final norm (lnf), blocks.
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<BlockOffsets> blocks_;
 
-  std::vector<Real> acts_;  // every activation, one allocation
+  Memory acts_;  // every activation, one allocation
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *tmp_;
   // backward scratch
   Real *dres_, *dtmp_, *datty_, *dqkv_, *datt_, *d4c_a_, *d4c_b_;
 
   std::vector<int> tokens_, targets_;  // copies from the last forward
+  Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
+  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
+  mutable std::vector<Real> probs_row_;  // probs() of a device run, copied to the host
   int B_ = 0, T_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "exec/exec.hpp"
 
 namespace st {
 
@@ -27,31 +28,38 @@ bool AdamW::decays(std::size_t global_offset) const {
   throw Error("offset outside the parameter layout");
 }
 
+std::vector<AdamW::Piece> AdamW::pieces(std::size_t global_offset, std::size_t count, double lr, double grad_scale,
+                                        std::int64_t t) const {
+  const double b1 = settings_.beta1, b2 = settings_.beta2;
+  const double correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
+  const double correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  const std::size_t end = global_offset + count;
+  std::vector<Piece> out;
+  for (const auto& r : ranges_) {
+    const std::size_t begin = std::max(r.begin, global_offset), stop = std::min(r.end, end);
+    if (begin >= stop) continue;
+    Piece p;
+    p.first = begin - global_offset;
+    p.count = stop - begin;
+    p.constants.beta1 = static_cast<float>(b1);
+    p.constants.beta2 = static_cast<float>(b2);
+    p.constants.grad_scale = static_cast<float>(grad_scale);
+    p.constants.decay_factor = static_cast<float>(1.0 - lr * (r.decay ? settings_.weight_decay : 0.0));
+    p.constants.step_size = static_cast<float>(lr / correction1);
+    p.constants.inv_correction2 = static_cast<float>(1.0 / correction2);
+    p.constants.eps = static_cast<float>(settings_.eps);
+    out.push_back(p);
+  }
+  return out;
+}
+
 void AdamW::update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
                    std::size_t global_offset, double lr, double grad_scale, std::int64_t t) const {
   ST_REQUIRE(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size(),
              "AdamW buffers differ in size");
-  const double b1 = settings_.beta1, b2 = settings_.beta2;
-  const double correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
-  const double correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
-  const std::size_t end = global_offset + params.size();
-  for (const auto& r : ranges_) {
-    const std::size_t begin = std::max(r.begin, global_offset), stop = std::min(r.end, end);
-    if (begin >= stop) continue;
-    const float decay_factor = static_cast<float>(1.0 - lr * (r.decay ? settings_.weight_decay : 0.0));
-    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2), scale = static_cast<float>(grad_scale);
-    const float step = static_cast<float>(lr / correction1);
-    const float inv_c2 = static_cast<float>(1.0 / correction2), eps = static_cast<float>(settings_.eps);
-    const std::ptrdiff_t first = static_cast<std::ptrdiff_t>(begin - global_offset);
-    const std::ptrdiff_t last = static_cast<std::ptrdiff_t>(stop - global_offset);
-#pragma omp parallel for schedule(static)
-    for (std::ptrdiff_t i = first; i < last; ++i) {
-      const float g = grads[i] * scale;
-      m[i] = fb1 * m[i] + (1.0f - fb1) * g;
-      v[i] = fb2 * v[i] + (1.0f - fb2) * g * g;
-      params[i] = params[i] * decay_factor - step * m[i] / (std::sqrt(v[i] * inv_c2) + eps);
-    }
-  }
+  for (const Piece& p : pieces(global_offset, params.size(), lr, grad_scale, t))
+    host_exec().adamw(p.constants, params.data() + p.first, grads.data() + p.first, m.data() + p.first, v.data() + p.first,
+               p.count);
 }
 
 }  // namespace st

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/layout.hpp"
+#include "exec/adamw_constants.hpp"
 
 namespace st {
 
@@ -23,6 +24,16 @@ class AdamW {
   // bias correction). grad_scale multiplies every gradient first (clipping).
   void update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
               std::size_t global_offset, double lr, double grad_scale, std::int64_t t) const;
+
+  // The same update as a list of contiguous pieces, each with the constants of its range (decayed
+  // or not), for a backend to run (exec/exec.hpp): first element (relative to global_offset),
+  // count, constants.
+  struct Piece {
+    std::size_t first = 0, count = 0;
+    AdamWConstants constants;
+  };
+  std::vector<Piece> pieces(std::size_t global_offset, std::size_t count, double lr, double grad_scale,
+                            std::int64_t t) const;
 
   // Whether the element at a global offset is decayed (for tests and reports).
   bool decays(std::size_t global_offset) const;

@@ -16,12 +16,10 @@ constexpr std::size_t kReductionsInFlight = 2;
 // Segments gathered ahead of the one in use (zero3, hsdp).
 constexpr int kPrefetchDepth = 2;
 
-inline float as_float(float x) { return x; }
-inline float as_float(Bf16 x) { return to_float(x); }
-template <class T>
-inline T from_float(float x) {
-  if constexpr (std::is_same_v<T, Bf16>) return to_bf16(x);
-  else return x;
+// Typed views for the execution backend.
+template <class U>
+Buffer view(U* data, std::size_t count) {
+  return Buffer::of(std::span<U>(data, count));
 }
 
 std::vector<std::size_t> successors(const std::vector<std::size_t>& order, std::size_t segments) {
@@ -35,32 +33,29 @@ std::vector<std::size_t> successors(const std::vector<std::size_t>& order, std::
 template <class T>
 ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
                                     Communicator& group, Communicator* replicas, ShardingSettings settings,
-                                    Timeline* timeline)
+                                    Timeline* timeline, Exec& exec)
     : settings_(std::move(settings)),
+      exec_(exec),
       adamw_(adamw, layout),
       group_(group),
       replicas_(replicas),
       timeline_(timeline),
       shards_(layout, group.size()),
-      rank_(group.rank()) {
+      rank_(group.rank()),
+      pool_(exec),
+      float_pool_(exec) {
   const int stage = settings_.stage;
   ST_REQUIRE(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3");
   opt_parts_ = stage == 0 ? 1 : group.size();
   opt_rank_ = stage == 0 ? 0 : rank_;
   const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
-  // `count` elements from the communicator that will reduce or gather them (none: private).
-  auto buffer = [](HostMemory& memory, Communicator* from, std::size_t count) {
-    const std::size_t bytes = count * sizeof(T);
-    memory = from ? from->allocate(bytes) : HostMemory::private_memory(bytes);
-    return memory.template as<T>();
-  };
-  if (stage < 3) full_params_ = buffer(full_params_memory_, stage == 0 ? nullptr : &group, shards_.padded_total());
-  if (stage < 2) full_grads_ = buffer(full_grads_memory_, &group, shards_.padded_total());
-  if (stage == 3) shard_params_ = buffer(shard_params_memory_, &group, shards_.shard_total());
-  if (stage >= 2) grad_shard_ = buffer(grad_shard_memory_, replicas_, shards_.shard_total());
-  if (kMixed) master_.assign(opt_total, 0.0f);
-  adam_m_.assign(opt_total, 0.0f);
-  adam_v_.assign(opt_total, 0.0f);
+  if (stage < 3) full_params_ = buffer<T>(full_params_memory_, stage == 0 ? nullptr : &group, shards_.padded_total());
+  if (stage < 2) full_grads_ = buffer<T>(full_grads_memory_, &group, shards_.padded_total());
+  if (stage == 3) shard_params_ = buffer<T>(shard_params_memory_, &group, shards_.shard_total());
+  if (stage >= 2) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, shards_.shard_total());
+  if (kMixed) master_ = buffer<float>(master_memory_, nullptr, opt_total);
+  adam_m_ = buffer<float>(adam_m_memory_, nullptr, opt_total);
+  adam_v_ = buffer<float>(adam_v_memory_, nullptr, opt_total);
 
   const std::size_t n = shards_.segments().size();
   param_view_.assign(n, nullptr);
@@ -89,6 +84,21 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
     bucket_of_[s] = buckets_.size() - 1;
   }
   waiting_.assign(buckets_.size(), 0);
+
+  if (kMixed) {  // the fp32 gradients of the largest slice this rank updates, for AdamW
+    std::size_t largest = 0;
+    for (std::size_t s = 0; s < n; ++s) largest = std::max(largest, owned(s));
+    scratch_ = buffer<float>(scratch_memory_, nullptr, largest);
+  }
+}
+
+template <class T>
+template <class U>
+std::span<U> ShardedStrategy<T>::buffer(Memory& memory, Communicator* from, std::size_t count) {
+  const std::size_t bytes = count * sizeof(U);
+  if (exec_.space() == MemorySpace::host) memory = from ? from->allocate(bytes) : Memory::private_memory(bytes);
+  else memory = exec_.allocate(bytes);
+  return memory.template as<U>();
 }
 
 template <class T>
@@ -103,6 +113,7 @@ std::string ShardedStrategy<T>::description() const {
   if (settings_.stage > 0) line += " over " + std::to_string(group_.size()) + " rank(s)";
   if (replicas_) line += ", replicated over " + std::to_string(replicas_->size()) + " group(s)";
   line += kMixed ? "; bf16 params/grads, fp32 master weights and Adam state" : "; fp32";
+  if (exec_.space() == MemorySpace::device) line += "; on the GPU";
   return line;
 }
 
@@ -181,7 +192,7 @@ float* ShardedStrategy<T>::grads(std::size_t s) {
   if (!grad_buffer_[s]) {
     const std::size_t n = shards_.padded(s);
     grad_buffer_[s] = float_pool_.acquire(n);
-    std::fill(grad_buffer_[s], grad_buffer_[s] + n, 0.0f);
+    exec_.zero(grad_buffer_[s], n * sizeof(float));
   }
   return grad_buffer_[s];
 }
@@ -191,6 +202,7 @@ void ShardedStrategy<T>::start_gather(std::size_t s) {
   const SegmentShard& seg = shards_.segment(s);
   T* buffer = pool_.acquire(shards_.padded(s));
   gathered_[s] = buffer;
+  exec_.before_communication();
   gather_request_[s] = group_.start_all_gather(std::span<const T>(shard_params_.data() + seg.shard_offset, seg.chunk),
                                                std::span<T>(buffer, shards_.padded(s)));
 }
@@ -246,7 +258,7 @@ void ShardedStrategy<T>::acquire_params(std::size_t s) {
   if constexpr (kMixed) {
     // The CPU kernels compute in fp32: an fp32 copy of the bf16 segment for as long as it is used.
     float* copy = float_pool_.acquire(n);
-    for (std::size_t i = 0; i < n; ++i) copy[i] = to_float(source[i]);
+    exec_.convert(view(copy, n), view(source, n));
     param_copy_[s] = copy;
     param_view_[s] = copy;
     if (gathered_[s]) {
@@ -304,8 +316,7 @@ void ShardedStrategy<T>::grad_ready(std::size_t s) {
     if (settings_.stage < 2) {
       // Accumulate this micro-batch's fp32 gradients into the bf16 gradient buffer.
       T* into = full_grads_.data() + shards_.segment(s).padded_offset;
-      const float* from = grad_buffer_[s];
-      for (std::size_t i = 0, n = shards_.segment(s).size; i < n; ++i) into[i] = to_bf16(to_float(into[i]) + from[i]);
+      exec_.accumulate(view(into, shards_.segment(s).size), grad_buffer_[s]);
       float_pool_.release(grad_buffer_[s]);
       grad_buffer_[s] = nullptr;
     }
@@ -323,6 +334,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     if (--waiting_[b] > 0) return;
     // Each rank's gradients are already scaled by 1/(micro-batches x ranks): a sum gives the mean.
     const Bucket& bucket = buckets_[b];
+    exec_.before_communication();
     in_flight_.push_back({group_.start_all_reduce(
                               std::span<T>(full_grads_.data() + bucket.begin, bucket.end - bucket.begin), ReduceOp::sum),
                           {}});
@@ -332,10 +344,12 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
   if (settings_.stage == 1) {
     // Reduce-scatter the segment; this rank's reduced chunk replaces its slice of the buffer.
     T* chunk = pool_.acquire(seg.chunk);
+    exec_.before_communication();
     in_flight_.push_back({group_.start_reduce_scatter(std::span<const T>(full_grads_.data() + seg.padded_offset, padded),
                                                       std::span<T>(chunk, seg.chunk), ReduceOp::sum),
                           [this, s, chunk] {
-                            std::copy(chunk, chunk + owned(s), full_grads_.data() + shards_.owned_padded_offset(s, rank_));
+                            exec_.copy(full_grads_.data() + shards_.owned_padded_offset(s, rank_), chunk,
+                                       owned(s) * sizeof(T));
                             pool_.release(chunk);
                           }});
   } else {
@@ -346,7 +360,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     const T* input = nullptr;
     if constexpr (kMixed) {
       T* rounded = pool_.acquire(padded);
-      for (std::size_t i = 0; i < padded; ++i) rounded[i] = to_bf16(buffer[i]);
+      exec_.convert(view(rounded, padded), view(buffer, padded));
       float_pool_.release(buffer);
       input = rounded;
       release = [this, rounded] { pool_.release(rounded); };
@@ -354,6 +368,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
       input = buffer;
       release = [this, buffer] { float_pool_.release(buffer); };
     }
+    exec_.before_communication();
     in_flight_.push_back({group_.start_reduce_scatter(std::span<const T>(input, padded),
                                                       std::span<T>(grad_shard_.data() + seg.shard_offset, seg.chunk),
                                                       ReduceOp::sum),
@@ -366,7 +381,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
 
 template <class T>
 void ShardedStrategy<T>::zero_grads() {
-  std::fill(full_grads_.begin(), full_grads_.end(), T{});
+  exec_.zero(full_grads_.data(), full_grads_.size_bytes());
   last_micro_batch_ = true;
 }
 
@@ -382,6 +397,7 @@ void ShardedStrategy<T>::finish_grads() {
   for (float* buffer : grad_buffer_) ST_REQUIRE(buffer == nullptr, "a segment's gradients were never reduced");
   if (replicas_ && replicas_->size() > 1) {
     // hsdp: every group holds the same shard layout; sum the shards across groups.
+    exec_.before_communication();
     Request request = replicas_->start_all_reduce(std::span<T>(grad_shard_), ReduceOp::sum);
     wait(request, "replica all-reduce");
   }
@@ -390,16 +406,7 @@ void ShardedStrategy<T>::finish_grads() {
 template <class T>
 double ShardedStrategy<T>::grad_norm_squared() {
   double sum = 0;
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-    const std::span<T> g = grad_slice(s);
-    double part = 0;
-#pragma omp parallel for reduction(+ : part) schedule(static)
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      const double x = as_float(g[i]);
-      part += x * x;
-    }
-    sum += part;
-  }
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) sum += exec_.sum_squares(Buffer::of(grad_slice(s)));
   // The shards of a group partition the gradient; replicas hold the same shards.
   if (settings_.stage > 0 && group_.size() > 1) group_.all_reduce(std::span<double>(&sum, 1), ReduceOp::sum);
   return sum;
@@ -413,17 +420,18 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
     if (n == 0) continue;
     const std::size_t global =
         settings_.stage == 0 ? shards_.segment(s).offset : shards_.owned_flat_offset(s, rank_);
-    std::span<const float> grads;
+    const float* grads = nullptr;
     if constexpr (kMixed) {
-      const std::span<T> g = grad_slice(s);
-      scratch_.resize(n);
-      for (std::size_t i = 0; i < n; ++i) scratch_[i] = to_float(g[i]);
-      grads = scratch_;
+      exec_.convert(view(scratch_.data(), n), Buffer::of(grad_slice(s)));
+      grads = scratch_.data();
     } else {
-      grads = grad_slice(s);
+      grads = grad_slice(s).data();
     }
-    adamw_.update(master_slice(s), grads, std::span<float>(adam_m_.data() + opt_offset(s), n),
-                  std::span<float>(adam_v_.data() + opt_offset(s), n), global, lr, grad_scale, step);
+    float* params = master_slice(s).data();
+    float* m = adam_m_.data() + opt_offset(s);
+    float* v = adam_v_.data() + opt_offset(s);
+    for (const AdamW::Piece& p : adamw_.pieces(global, n, lr, grad_scale, step))
+      exec_.adamw(p.constants, params + p.first, grads + p.first, m + p.first, v + p.first, p.count);
   }
 
   // Publish the updated parameters where the model reads them.
@@ -432,15 +440,13 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
     if constexpr (kMixed)
       for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
         const std::span<float> m = master_slice(s);
-        T* into = full_params_.data() + shards_.segment(s).padded_offset;
-        for (std::size_t i = 0; i < m.size(); ++i) into[i] = to_bf16(m[i]);
+        exec_.convert(view(full_params_.data() + shards_.segment(s).padded_offset, m.size()), Buffer::of(m));
       }
   } else if (stage == 3) {
     if constexpr (kMixed)
       for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
         const std::span<float> m = master_slice(s);
-        T* into = shard_params_.data() + shards_.segment(s).shard_offset;
-        for (std::size_t i = 0; i < m.size(); ++i) into[i] = to_bf16(m[i]);
+        exec_.convert(view(shard_params_.data() + shards_.segment(s).shard_offset, m.size()), Buffer::of(m));
       }
     // The next forward's first segments move while the step's loss is reduced and logged.
     if (settings_.overlap && forward_first_ != kNone) {
@@ -454,9 +460,9 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
       const SegmentShard& seg = shards_.segment(s);
       T* chunk = full_params_.data() + shards_.owned_padded_offset(s, rank_);
       const std::span<float> m = master_slice(s);
-      if constexpr (kMixed)
-        for (std::size_t i = 0; i < m.size(); ++i) chunk[i] = to_bf16(m[i]);
-      std::fill(chunk + m.size(), chunk + seg.chunk, T{});
+      if constexpr (kMixed) exec_.convert(view(chunk, m.size()), Buffer::of(m));
+      exec_.zero(chunk + m.size(), (seg.chunk - m.size()) * sizeof(T));
+      exec_.before_communication();
       in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
                                                     std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
                             [] {}, "parameter gather"});
@@ -478,41 +484,47 @@ template <class T>
 void ShardedStrategy<T>::load_params(std::span<const float> full) {
   ST_REQUIRE(full.size() == shards_.flat_total(), "parameter buffer does not match the layout");
   place_params(full);
-  std::fill(adam_m_.begin(), adam_m_.end(), 0.0f);
-  std::fill(adam_v_.begin(), adam_v_.end(), 0.0f);
+  exec_.zero(adam_m_.data(), adam_m_.size_bytes());
+  exec_.zero(adam_v_.data(), adam_v_.size_bytes());
   drop_prefetched();
 }
 
 template <class T>
 void ShardedStrategy<T>::place_params(std::span<const float> full) {
+  // Segment by segment through a staging block in the backend's space: the fp32 values arrive
+  // there, then each copy this rank holds is converted from them.
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
-    if (settings_.stage < 3)
-      for (std::size_t i = 0; i < seg.size; ++i) full_params_[seg.padded_offset + i] = from_float<T>(full[seg.offset + i]);
-    const std::size_t n = owned(s), global = owned_flat(s);
+    float* staged = float_pool_.acquire(seg.size);
+    exec_.upload(staged, full.data() + seg.offset, seg.size * sizeof(float));
+    if (settings_.stage < 3) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(staged, seg.size));
+    const std::size_t n = owned(s), local = owned_flat(s) - seg.offset;
     if (settings_.stage == 3)
-      for (std::size_t i = 0; i < n; ++i) shard_params_[seg.shard_offset + i] = from_float<T>(full[global + i]);
-    if constexpr (kMixed) std::copy_n(full.data() + global, n, master_slice(s).data());
+      exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(staged + local, n));
+    if constexpr (kMixed) exec_.copy(master_slice(s).data(), staged + local, n * sizeof(float));
+    float_pool_.release(staged);
   }
 }
 
 template <class T>
 std::vector<float> ShardedStrategy<T>::gather_params() {
   std::vector<float> full(shards_.flat_total());
-  std::vector<float> chunk, gathered;
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
     const std::span<float> m = master_slice(s);
     if (settings_.stage == 0) {
-      std::copy(m.begin(), m.end(), full.begin() + static_cast<std::ptrdiff_t>(seg.offset));
+      exec_.download(full.data() + seg.offset, m.data(), m.size_bytes());
       continue;
     }
-    chunk.assign(seg.chunk, 0.0f);
-    std::copy(m.begin(), m.end(), chunk.begin());
-    gathered.resize(shards_.padded(s));
-    group_.all_gather(chunk, gathered);
-    std::copy(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(seg.size),
-              full.begin() + static_cast<std::ptrdiff_t>(seg.offset));
+    float* chunk = float_pool_.acquire(seg.chunk);
+    float* gathered = float_pool_.acquire(shards_.padded(s));
+    exec_.copy(chunk, m.data(), m.size_bytes());
+    exec_.zero(chunk + m.size(), (seg.chunk - m.size()) * sizeof(float));
+    exec_.before_communication();
+    group_.all_gather(std::span<const float>(chunk, seg.chunk), std::span<float>(gathered, shards_.padded(s)));
+    exec_.download(full.data() + seg.offset, gathered, seg.size * sizeof(float));
+    float_pool_.release(gathered);
+    float_pool_.release(chunk);
   }
   return full;
 }
@@ -538,46 +550,71 @@ std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
     pieces.push_back({begin, end - begin, master_slice(s).data() + local, adam_m_.data() + opt_offset(s) + local,
                       adam_v_.data() + opt_offset(s) + local});
   }
+  if (exec_.space() == MemorySpace::device) {
+    // The writer reads host memory: this rank's share comes over, piece by piece, into one copy.
+    std::size_t total = 0;
+    for (const StatePiece& p : pieces) total += p.count;
+    state_copy_.resize(3 * total);
+    float* at = state_copy_.data();
+    for (StatePiece& p : pieces)
+      for (const float** field : {&p.params, &p.m, &p.v}) {
+        exec_.download(at, *field, p.count * sizeof(float));
+        *field = at;
+        at += p.count;
+      }
+  }
   return pieces;
 }
 
 template <class T>
 Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
   LoadTargets t;
-  if (kMixed && settings_.stage < 3) load_staging_.assign(shards_.flat_total(), 0.0f);
+  const bool on_device = exec_.space() == MemorySpace::device;
+  // Parameters held whole are staged on the host and placed by finish_load() where they are
+  // converted (mixed precision) or live on a device.
+  const bool staged_whole = settings_.stage < 3 && (kMixed || on_device);
+  if (staged_whole) load_staging_.assign(shards_.flat_total(), 0.0f);
+  load_uploads_.clear();
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
     if (settings_.stage < 3) {  // every rank holds the whole segment
       t.param_ranges.push_back({seg.offset, seg.size});
-      if constexpr (kMixed) t.params.push_back(load_staging_.data() + seg.offset);
-      else t.params.push_back(full_params_.data() + seg.padded_offset);
+      if (staged_whole) t.params.push_back(load_staging_.data() + seg.offset);
+      else t.params.push_back(reinterpret_cast<float*>(full_params_.data()) + seg.padded_offset);
     } else if (owned(s) > 0) {  // the master slice: the shard itself in fp32
       t.param_ranges.push_back({owned_flat(s), owned(s)});
-      t.params.push_back(master_slice(s).data());
+      t.params.push_back(load_target(master_slice(s).data(), owned(s)));
     }
     if (owned(s) > 0) {
       t.optimizer_ranges.push_back({owned_flat(s), owned(s)});
-      t.m.push_back(adam_m_.data() + opt_offset(s));
-      t.v.push_back(adam_v_.data() + opt_offset(s));
+      t.m.push_back(load_target(adam_m_.data() + opt_offset(s), owned(s)));
+      t.v.push_back(load_target(adam_v_.data() + opt_offset(s), owned(s)));
     }
   }
   return t;
 }
 
 template <class T>
+float* ShardedStrategy<T>::load_target(float* destination, std::size_t count) {
+  if (exec_.space() == MemorySpace::host) return destination;
+  load_uploads_.push_back({destination, std::vector<float>(count)});
+  return load_uploads_.back().values.data();
+}
+
+template <class T>
 void ShardedStrategy<T>::finish_load() {
-  if constexpr (kMixed) {
-    if (settings_.stage < 3) {
-      place_params(load_staging_);  // the whole model was staged
-    } else {  // the master slices were read in place: their bf16 copies follow
-      for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-        const std::span<float> master = master_slice(s);
-        T* into = shard_params_.data() + shards_.segment(s).shard_offset;
-        for (std::size_t i = 0; i < master.size(); ++i) into[i] = from_float<T>(master[i]);
-      }
+  for (const PendingUpload& u : load_uploads_)
+    exec_.upload(u.destination, u.values.data(), u.values.size() * sizeof(float));
+  load_uploads_ = {};
+  if (!load_staging_.empty()) {
+    place_params(load_staging_);  // the whole model was staged
+  } else if (kMixed && settings_.stage == 3) {  // the master slices were read: their bf16 copies follow
+    for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+      const std::span<float> master = master_slice(s);
+      exec_.convert(view(shard_params_.data() + shards_.segment(s).shard_offset, master.size()), Buffer::of(master));
     }
-    load_staging_ = {};
   }
+  load_staging_ = {};
   drop_prefetched();
 }
 
@@ -587,7 +624,7 @@ MemoryReport ShardedStrategy<T>::memory() const {
   r.params = (full_params_.size() + shard_params_.size()) * sizeof(T);
   r.grads = (full_grads_.size() + grad_shard_.size()) * sizeof(T);
   r.optimizer = (master_.size() + adam_m_.size() + adam_v_.size()) * sizeof(float);
-  r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.capacity() * sizeof(float);
+  r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.size_bytes();
   return r;
 }
 

@@ -10,6 +10,10 @@
 //   hsdp                  stage 3 within a group (by default the node), replicated across groups:
 //                         the gradient shard is all-reduced over the replicas.
 //
+// The strategy holds the schedule: what to gather, reduce and release, and when. The arithmetic
+// on its buffers (conversions, accumulation, norms, AdamW) runs on the execution backend
+// (exec/exec.hpp), host or device, and every buffer lives in that backend's memory space.
+//
 // Sharding is per segment with the one padding rule (ShardLayout). T is the type of parameters
 // and gradients for compute and communication: float, or Bf16 in mixed precision, where an fp32
 // master copy is what the optimizer updates and the model computes on fp32 copies of each segment.
@@ -42,7 +46,8 @@ class ShardedStrategy final : public Strategy {
 
   // group: the sharding group (the world, or an hsdp group); replicas: across groups, or null.
   ShardedStrategy(const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
-                  Communicator& group, Communicator* replicas, ShardingSettings settings, Timeline* timeline);
+                  Communicator& group, Communicator* replicas, ShardingSettings settings, Timeline* timeline,
+                  Exec& exec = host_exec());
   ~ShardedStrategy() override;
 
   const float* params(std::size_t s) override;
@@ -88,6 +93,12 @@ class ShardedStrategy final : public Strategy {
   // The parameters this rank holds, from the full flat fp32 parameters (master copy included).
   void place_params(std::span<const float> full);
   void start_reduction(std::size_t s);
+  // A buffer of `count` elements the communicator `from` reduces or gathers again and again: on
+  // the host its shared memory where it has some, else the backend's memory.
+  template <class U>
+  std::span<U> buffer(Memory& memory, Communicator* from, std::size_t count);
+  // Resuming on a device: values read on the host, copied to their place in finish_load().
+  float* load_target(float* destination, std::size_t count);
 
   // What this rank updates of segment s: the master copy, its gradients (type T), Adam state.
   std::span<float> master_slice(std::size_t s);
@@ -97,6 +108,7 @@ class ShardedStrategy final : public Strategy {
   std::size_t opt_offset(std::size_t s) const;   // into master_, adam_m_, adam_v_
 
   ShardingSettings settings_;
+  Exec& exec_;
   AdamW adamw_;
   Communicator& group_;
   Communicator* replicas_;
@@ -110,14 +122,23 @@ class ShardedStrategy final : public Strategy {
   // on a shared-memory group every rank maps them and the collectives work on them in place.
   // (hsdp's gradient shard comes from the replicas' communicator, which all-reduces it.)
   // zero1/zero2 gather the parameters in place, each rank's chunk already in full_params_.
-  HostMemory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
+  Memory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
+  Memory master_memory_, adam_m_memory_, adam_v_memory_, scratch_memory_;
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks
   std::span<T> grad_shard_;      // stage >= 2: reduced gradients of this rank's chunks
-  std::vector<float> master_;    // mixed precision: fp32 copy of what this rank updates
-  std::vector<float> adam_m_, adam_v_;
-  std::vector<float> scratch_;   // mixed precision: fp32 gradients of one slice for the update
-  std::vector<float> load_staging_;  // mixed precision, resuming: fp32 parameters until finish_load()
+  std::span<float> master_;      // mixed precision: fp32 copy of what this rank updates
+  std::span<float> adam_m_, adam_v_;
+  std::span<float> scratch_;     // mixed precision: fp32 gradients of one slice for the update
+  // Resuming: fp32 parameters until finish_load() (mixed precision, or on a device: the whole
+  // model unless parameters are sharded), on the host.
+  std::vector<float> load_staging_;
+  struct PendingUpload {
+    float* destination;
+    std::vector<float> values;
+  };
+  std::vector<PendingUpload> load_uploads_;  // resuming on a device: optimizer state, shards
+  std::vector<float> state_copy_;            // checkpoints from a device: this rank's state on the host
 
   WorkspacePool<T> pool_;             // gathers, reduction inputs, chunks
   WorkspacePool<float> float_pool_;   // mixed precision: fp32 compute copies, gradient buffers

@@ -16,7 +16,7 @@ int zero_stage(const std::string& strategy) {
 
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const ParamLayout& layout,
                                         const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
-                                        Timeline* timeline) {
+                                        Timeline* timeline, Exec& exec) {
   ShardingSettings settings;
   settings.name = parallel.strategy;
   settings.stage = zero_stage(parallel.strategy);
@@ -27,8 +27,8 @@ std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const Pa
   Communicator& group = hsdp ? *comms.group : comms.world;
   Communicator* replicas = hsdp ? comms.replicas : nullptr;
   if (parallel.precision == "bf16")
-    return std::make_unique<ShardedStrategy<Bf16>>(layout, order, adamw, group, replicas, settings, timeline);
-  return std::make_unique<ShardedStrategy<float>>(layout, order, adamw, group, replicas, settings, timeline);
+    return std::make_unique<ShardedStrategy<Bf16>>(layout, order, adamw, group, replicas, settings, timeline, exec);
+  return std::make_unique<ShardedStrategy<float>>(layout, order, adamw, group, replicas, settings, timeline, exec);
 }
 
 }  // namespace st

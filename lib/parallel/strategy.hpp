@@ -12,6 +12,7 @@
 #include "comm/communicator.hpp"
 #include "core/timeline.hpp"
 #include "deck/config.hpp"
+#include "exec/exec.hpp"
 #include "model/hooks.hpp"
 #include "model/layout.hpp"
 #include "optim/adamw.hpp"
@@ -99,6 +100,6 @@ int zero_stage(const std::string& strategy);
 
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const ParamLayout& layout,
                                         const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
-                                        Timeline* timeline);
+                                        Timeline* timeline, Exec& exec = host_exec());
 
 }  // namespace st

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/timer.hpp"
-#include "model/gemm.hpp"
+#include "exec/gemm.hpp"
 
 #include <cblas.h>
 

@@ -1,86 +1,173 @@
-// The NCCL communicator on the GPUs of this host: every operation against a reference computed
-// on the host. Skips, saying why, where no CUDA device is usable (login nodes, CI).
+// The NCCL communicator on the GPUs of this host: every operation against the MPI communicator
+// on the same inputs (sum, average, padded shapes, in-place all-gather, broadcast from every
+// root, bf16). Skips, saying why, where no CUDA device is usable (login nodes, CI) or where
+// this host has fewer GPUs than ranks (NCCL refuses two ranks on one device).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "comm/cuda_check.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "comm/two_level.hpp"
 #include "comm/shard.hpp"
+#include "comm/two_level.hpp"
 #include "comm/world.hpp"
 
 namespace st {
 namespace {
 
-float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 100 + static_cast<int>(i % 97)); }
+float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 0.37 + static_cast<double>(i % 97) * 0.011); }
+
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& d) {
+  std::vector<T> h(d.size());
+  ST_CHECK_CUDA(cudaMemcpy(h.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+template <class T>
+void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
+  ST_CHECK_CUDA(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+// Skips unless every rank of the world has a GPU of its own on its host.
+std::string usable_devices(int& device) {
+  std::string why;
+  const int devices = cuda_device_count(why);
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int host_rank = 0, host_size = 1;
+  MPI_Comm_rank(host, &host_rank);
+  MPI_Comm_size(host, &host_size);
+  MPI_Comm_free(&host);
+  int ok = devices >= host_size ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  device = host_rank;
+  if (ok) return {};
+  if (devices == 0) return "no usable CUDA device on this machine: " + why;
+  return std::to_string(host_size) + " ranks on this host but " + std::to_string(devices) + " GPU(s)";
+}
 
 class Nccl : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string why;
-    int devices = cuda_device_count(why);
-    int least = devices;
-    MPI_Allreduce(MPI_IN_PLACE, &least, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (least == 0) GTEST_SKIP() << "no usable CUDA device on this machine: " << why;
+    const std::string why = usable_devices(device);
+    if (!why.empty()) GTEST_SKIP() << why;
     world = std::make_unique<World>(MPI_COMM_WORLD);
-    comm = std::make_unique<NcclCommunicator>(world->comm(), world->local_rank(), TrafficLevel::intra);
+    nccl = std::make_unique<NcclCommunicator>(world->comm(), device, TrafficLevel::intra);
+    mpi = std::make_unique<MpiCommunicator>(world->comm(), TrafficLevel::intra);
   }
+  int device = 0;
   std::unique_ptr<World> world;
-  std::unique_ptr<NcclCommunicator> comm;
+  std::unique_ptr<NcclCommunicator> nccl;
+  std::unique_ptr<MpiCommunicator> mpi;
 };
 
-TEST_F(Nccl, AllReduceReduceScatterAllGatherBroadcast) {
-  const int N = comm->size(), rank = comm->rank();
+TEST_F(Nccl, AllReduceSumAndAverageEqualMpi) {
+  const int rank = nccl->rank();
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
+    for (std::size_t n : {std::size_t{1}, std::size_t{4099}, std::size_t{100003}}) {
+      std::vector<float> host(n);
+      for (std::size_t i = 0; i < n; ++i) host[i] = value(rank, i);
+      DeviceBuffer<float> d(n);
+      upload(d, host);
+      nccl->all_reduce(d.span(), op);
+      mpi->all_reduce(host, op);
+      const std::vector<float> got = download(d);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], host[i], 1e-6f * (1.0f + std::abs(host[i]))) << i;
+    }
+  // Counted as a ring moves them: 2 (N-1)/N of each buffer, for both operations.
+  std::uint64_t expected = 0;
+  for (std::size_t n : {std::size_t{1}, std::size_t{4099}, std::size_t{100003}})
+    expected += 2 * 2 * ring_share(n * sizeof(float), nccl->size());
+  EXPECT_EQ(nccl->traffic().intra.of(Collective::all_reduce), expected);
+}
+
+TEST_F(Nccl, ReduceScatterAndAllGatherEqualMpiIncludingInPlace) {
+  const int N = nccl->size(), rank = nccl->rank();
   const std::size_t n = 100003;
-  std::vector<float> host(n);
-  for (std::size_t i = 0; i < n; ++i) host[i] = value(rank, i);
-  DeviceBuffer<float> buffer(n);
-  ST_CHECK_CUDA(cudaMemcpy(buffer.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  comm->all_reduce(buffer.span(), ReduceOp::sum);
-  ST_CHECK_CUDA(cudaMemcpy(host.data(), buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  for (std::size_t i = 0; i < n; ++i) {
-    float expected = 0;
-    for (int r = 0; r < N; ++r) expected += value(r, i);
-    ASSERT_EQ(host[i], expected) << i;
-  }
   const ShardRange mine = shard_range(n, N, rank);
   std::vector<float> padded(mine.padded, 0.0f);
   for (std::size_t i = 0; i < n; ++i) padded[i] = value(rank, i);
   DeviceBuffer<float> in(mine.padded), out(mine.chunk), gathered(mine.padded);
-  ST_CHECK_CUDA(cudaMemcpy(in.data(), padded.data(), padded.size() * sizeof(float), cudaMemcpyHostToDevice));
-  comm->reduce_scatter(in.span(), out.span(), ReduceOp::sum);
-  comm->all_gather(out.span(), gathered.span());
-  ST_CHECK_CUDA(cudaMemcpy(padded.data(), gathered.data(), padded.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(padded[i], host[i]) << i;
-  const std::uint64_t bytes = n * sizeof(float);
-  EXPECT_EQ(comm->traffic().intra.of(Collective::all_reduce), 2 * (bytes * (N - 1) / N));
+  upload(in, padded);
+  nccl->reduce_scatter(in.span(), out.span(), ReduceOp::sum);
+  std::vector<float> expected_chunk(mine.chunk);
+  mpi->reduce_scatter(padded, expected_chunk, ReduceOp::sum);
+  const std::vector<float> chunk = download(out);
+  for (std::size_t i = 0; i < mine.chunk; ++i) ASSERT_NEAR(chunk[i], expected_chunk[i], 1e-5f) << i;
+
+  nccl->all_gather(out.span(), gathered.span());
+  std::vector<float> expected_full(mine.padded);
+  mpi->all_gather(expected_chunk, expected_full);
+  std::vector<float> full = download(gathered);
+  for (std::size_t i = 0; i < mine.padded; ++i) ASSERT_NEAR(full[i], expected_full[i], 1e-5f) << i;
+
+  // In place: this rank's chunk already sits in its block of the output.
+  DeviceBuffer<float> in_place(mine.padded);
+  std::vector<float> start(mine.padded, -1.0f);
+  std::copy(expected_chunk.begin(), expected_chunk.end(), start.begin() + static_cast<std::ptrdiff_t>(rank * mine.chunk));
+  upload(in_place, start);
+  nccl->all_gather(std::span<float>(in_place.data() + rank * mine.chunk, mine.chunk), in_place.span());
+  full = download(in_place);
+  for (std::size_t i = 0; i < mine.padded; ++i) ASSERT_NEAR(full[i], expected_full[i], 1e-5f) << i;
+  EXPECT_EQ(nccl->traffic().intra.of(Collective::reduce_scatter), ring_share(mine.padded * sizeof(float), N));
+  EXPECT_EQ(nccl->traffic().intra.of(Collective::all_gather), 2 * ring_share(mine.padded * sizeof(float), N));
 }
 
-TEST_F(Nccl, TwoLevelWithNcclInsideAndStagedMpiAcross) {
-  // On one GPU host with emulated nodes of one rank each: NCCL on the (1-rank) node, MPI across
-  // through pinned host buffers.
+TEST_F(Nccl, BroadcastFromEveryRoot) {
+  const std::size_t n = 777;
+  for (int root = 0; root < nccl->size(); ++root) {
+    std::vector<float> host(n);
+    for (std::size_t i = 0; i < n; ++i) host[i] = value(nccl->rank(), i);
+    DeviceBuffer<float> d(n);
+    upload(d, host);
+    nccl->broadcast(d.span(), root);
+    const std::vector<float> got = download(d);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], value(root, i)) << "root " << root << " at " << i;
+  }
+}
+
+TEST_F(Nccl, Bf16AllReduceEqualsMpiWithinRounding) {
+  const std::size_t n = 5003;
+  std::vector<Bf16> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = to_bf16(value(nccl->rank(), i));
+  DeviceBuffer<Bf16> d(n);
+  upload(d, host);
+  nccl->all_reduce(d.span(), ReduceOp::sum);
+  mpi->all_reduce(host, ReduceOp::sum);
+  const std::vector<Bf16> got = download(d);
+  // NCCL may add in another order: within one bf16 rounding per rank of the sum.
+  for (std::size_t i = 0; i < n; ++i) {
+    const float a = to_float(got[i]), b = to_float(host[i]);
+    ASSERT_NEAR(a, b, std::abs(b) * nccl->size() * 0.0079f + 1e-6f) << i;
+  }
+}
+
+TEST(NcclTwoLevel, NcclInsideAndStagedMpiAcrossEqualFlatMpi) {
+  int device = 0;
+  const std::string why = usable_devices(device);
+  if (!why.empty()) GTEST_SKIP() << why;
+  // Emulated nodes of one rank each: NCCL on the (1-rank) node, MPI across through pinned host
+  // buffers, on device memory.
   World nodes(MPI_COMM_WORLD, 1);
-  NcclCommunicator intra(nodes.node_comm(), nodes.local_rank(), TrafficLevel::intra);
+  NcclCommunicator intra(nodes.node_comm(), device, TrafficLevel::intra);
   MpiCommunicator across(nodes.cross_comm(), TrafficLevel::inter);
-  HostStagedCommunicator staged(across);
+  HostStagedCommunicator staged(across, device);
   TwoLevelCommunicator two(intra, staged);
-  const int N = two.size();
+  MpiCommunicator flat(nodes.comm(), TrafficLevel::intra);
   const std::size_t n = 4099;
   std::vector<float> host(n);
   for (std::size_t i = 0; i < n; ++i) host[i] = value(two.rank(), i);
   DeviceBuffer<float> buffer(n);
-  ST_CHECK_CUDA(cudaMemcpy(buffer.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  upload(buffer, host);
   two.all_reduce(buffer.span(), ReduceOp::sum);
-  ST_CHECK_CUDA(cudaMemcpy(host.data(), buffer.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  for (std::size_t i = 0; i < n; ++i) {
-    float expected = 0;
-    for (int r = 0; r < N; ++r) expected += value(r, i);
-    ASSERT_EQ(host[i], expected) << i;
-  }
+  flat.all_reduce(host, ReduceOp::sum);
+  const std::vector<float> got = download(buffer);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], host[i], 1e-5f * (1.0f + std::abs(host[i]))) << i;
+  EXPECT_GT(two.traffic().inter.total(), 0u);
 }
 
 }  // namespace

@@ -125,7 +125,7 @@ TEST_F(Fixture, ReduceScatterAndAllGather) {
 TEST_F(Fixture, AllGatherWithTheInputInsideTheOutput) {
   const int N = world.size(), me = world.rank();
   const std::size_t c = 70001;  // several shared-memory pieces
-  HostMemory memory = shm_world->allocate(c * static_cast<std::size_t>(N) * sizeof(float));
+  Memory memory = shm_world->allocate(c * static_cast<std::size_t>(N) * sizeof(float));
   std::vector<float> plain(c * static_cast<std::size_t>(N));
   for (Communicator* comm : both()) {
     for (const std::span<float> out : {std::span<float>(plain), memory.as<float>()}) {
@@ -162,7 +162,7 @@ TEST_F(Fixture, SharedMemoryBuffersAreReducedInPlace) {
   const int N = world.size(), me = world.rank();
   ShmCommunicator& shm = *shm_world;
   for (std::size_t n : {1ul, 7ul, 1001ul, 65537ul}) {
-    HostMemory memory = shm.allocate(n * sizeof(float));
+    Memory memory = shm.allocate(n * sizeof(float));
     ASSERT_EQ(memory.bytes(), n * sizeof(float));
     const std::span<float> shared = memory.as<float>();
     for (float x : shared) ASSERT_EQ(x, 0.0f);  // zeroed
@@ -192,8 +192,8 @@ TEST_F(Fixture, SharedMemoryBuffersAreReducedInPlace) {
   // Reduce-scatter from shared input, all-gather from shared input, broadcast from every root.
   const std::size_t total = 40001;
   const ShardRange mine = shard_range(total, N, me);
-  HostMemory input_memory = shm.allocate(mine.padded * sizeof(float));
-  HostMemory chunk_memory = shm.allocate(mine.chunk * sizeof(float));
+  Memory input_memory = shm.allocate(mine.padded * sizeof(float));
+  Memory chunk_memory = shm.allocate(mine.chunk * sizeof(float));
   const std::span<float> input = input_memory.as<float>(), chunk = chunk_memory.as<float>();
   for (std::size_t i = 0; i < total; ++i) input[i] = value(me, i);
   const std::uint64_t before = shm.in_place_collectives();
@@ -237,8 +237,8 @@ TEST_F(Fixture, BufferOverTheSharedLimitStaysPrivate) {
   const int N = world.size();
   ShmCommunicator shm(world.comm(), TrafficLevel::intra, 65536);
   shm.limit_shared_bytes(16384);
-  HostMemory small = shm.allocate(1000 * sizeof(float)), large = shm.allocate(100000 * sizeof(float));
-  for (HostMemory* memory : {&small, &large}) {
+  Memory small = shm.allocate(1000 * sizeof(float)), large = shm.allocate(100000 * sizeof(float));
+  for (Memory* memory : {&small, &large}) {
     const std::span<float> buffer = memory->as<float>();
     for (float x : buffer) ASSERT_EQ(x, 0.0f);
     for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = value(world.rank(), i);
@@ -258,7 +258,7 @@ TEST_F(Fixture, BufferOverTheSharedLimitStaysPrivate) {
 TEST_F(Fixture, TwoLevelAllReduceRunsTheNodeStepsInPlace) {
   const int N = world.size(), me = world.rank();
   for (std::size_t n : {12u * 1001u, 12u * 1001u + 1u}) {  // divisible by every node size used here, and not
-    HostMemory memory = shm_two_level->allocate(n * sizeof(float));
+    Memory memory = shm_two_level->allocate(n * sizeof(float));
     const std::span<float> shared = memory.as<float>();
     std::vector<float> plain(n);
     for (std::size_t i = 0; i < n; ++i) shared[i] = plain[i] = value(me, i) / 7.0f;
@@ -281,7 +281,7 @@ TEST_F(Fixture, TwoLevelAllReduceRunsTheNodeStepsInPlace) {
 TEST_F(Fixture, SharedMemoryBf16AllReduce) {
   const int N = world.size();
   const std::size_t n = 70001;
-  HostMemory memory = shm_world->allocate(n * sizeof(Bf16));
+  Memory memory = shm_world->allocate(n * sizeof(Bf16));
   const std::span<Bf16> shared = memory.as<Bf16>();
   for (std::size_t i = 0; i < n; ++i) shared[i] = to_bf16(static_cast<float>((world.rank() + static_cast<int>(i)) % 16));
   shm_world->all_reduce(shared, ReduceOp::sum);

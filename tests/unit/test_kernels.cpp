@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "model/kernels.hpp"
+#include "exec/host_kernels.hpp"
 
 namespace st {
 namespace {

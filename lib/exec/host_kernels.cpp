@@ -1,4 +1,4 @@
-#include "model/kernels.hpp"
+#include "exec/host_kernels.hpp"
 
 #include <omp.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "model/gemm.hpp"
+#include "exec/gemm.hpp"
 
 namespace st::kernels {
 namespace {

@@ -1,0 +1,64 @@
+#pragma once
+// The CUDA backend (ST_ENABLE_CUDA builds): one device per rank, a compute stream on which the
+// model's kernels, the strategy's element-wise work and AdamW are queued in order, and a
+// communication stream that collectives run on. before_communication() orders the
+// communication stream after every kernel queued so far (an event, no host wait), so NCCL
+// overlaps with the compute that follows.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "exec/exec.hpp"
+
+namespace st {
+
+struct CudaExecSettings {
+  int device = 0;             // CUDA device index among the visible ones
+  bool bf16_matmuls = false;  // matmuls with bf16 inputs and fp32 accumulation (else fp32)
+};
+
+class CudaExec final : public Exec {
+ public:
+  explicit CudaExec(const CudaExecSettings& settings);
+  ~CudaExec() override;
+  CudaExec(const CudaExec&) = delete;
+  CudaExec& operator=(const CudaExec&) = delete;
+
+  MemorySpace space() const override { return MemorySpace::device; }
+  std::string description() const override;
+  Memory allocate(std::size_t bytes) override;
+  void zero(void* data, std::size_t bytes) override;
+  void copy(void* to, const void* from, std::size_t bytes) override;
+  void upload(void* to, const void* host_from, std::size_t bytes) override;
+  void download(void* host_to, const void* from, std::size_t bytes) override;
+  void convert(Buffer to, Buffer from) override;
+  void accumulate(Buffer into, const float* from) override;
+  double sum_squares(Buffer values) override;
+  void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) override;
+  void synchronize() override;
+  void before_communication() override;
+  LayerKernels<float>& layer_kernels() override;
+
+  int device() const { return settings_.device; }
+  cudaStream_t compute_stream() const { return compute_; }
+  cudaStream_t comm_stream() const { return comm_; }
+  // Bytes this backend holds now, and the most it held at once (its own allocations).
+  std::uint64_t allocated_bytes() const { return allocated_; }
+  std::uint64_t peak_allocated_bytes() const { return peak_; }
+  // The matmul rate of this device for an m x n x k GEMM at the precision of this backend's
+  // matmuls, in FLOP/s: the best of several timed repetitions (the MFU yardstick).
+  double measure_gemm_flops(int m, int n, int k);
+
+ private:
+  struct State;  // cuBLAS handle, workspace, kernels: defined in the .cu files
+  CudaExecSettings settings_;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // before_communication()'s event
+  std::unique_ptr<State> state_;
+  std::uint64_t allocated_ = 0, peak_ = 0;
+  void* pinned_ = nullptr;  // small pinned host buffer for scalar results (sum_squares, losses)
+};
+
+}  // namespace st

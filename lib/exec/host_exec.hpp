@@ -1,0 +1,28 @@
+#pragma once
+// The host backend: buffers in process memory, element-wise loops with OpenMP, the model's
+// kernels with OpenMP and OpenBLAS. Calls complete before they return.
+#include "exec/exec.hpp"
+
+namespace st {
+
+class HostExec final : public Exec {
+ public:
+  MemorySpace space() const override { return MemorySpace::host; }
+  std::string description() const override;
+  Memory allocate(std::size_t bytes) override { return Memory::private_memory(bytes); }
+  void zero(void* data, std::size_t bytes) override;
+  void copy(void* to, const void* from, std::size_t bytes) override;
+  void upload(void* to, const void* host_from, std::size_t bytes) override { copy(to, host_from, bytes); }
+  void download(void* host_to, const void* from, std::size_t bytes) override { copy(host_to, from, bytes); }
+  void convert(Buffer to, Buffer from) override;
+  void accumulate(Buffer into, const float* from) override;
+  double sum_squares(Buffer values) override;
+  void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) override;
+  void synchronize() override {}
+  LayerKernels<float>& layer_kernels() override { return kernels_; }
+
+ private:
+  HostLayerKernels<float> kernels_;
+};
+
+}  // namespace st

@@ -1,0 +1,69 @@
+#include "exec/layer_kernels.hpp"
+
+#include "exec/host_kernels.hpp"
+
+namespace st {
+
+template <class R>
+void HostLayerKernels<R>::encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int B, int T, int C) {
+  kernels::encoder_forward(out, tokens, wte, wpe, B, T, C);
+}
+template <class R>
+void HostLayerKernels<R>::encoder_backward(R* dwte, R* dwpe, const R* dout, const int* tokens, int B, int T, int C) {
+  kernels::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+}
+template <class R>
+void HostLayerKernels<R>::layernorm_forward(R* out, R* mean, R* rstd, const R* in, const R* weight, const R* bias,
+                                            int N, int C) {
+  kernels::layernorm_forward(out, mean, rstd, in, weight, bias, N, C);
+}
+template <class R>
+void HostLayerKernels<R>::layernorm_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight,
+                                             const R* mean, const R* rstd, int N, int C) {
+  kernels::layernorm_backward(din, dweight, dbias, dout, in, weight, mean, rstd, N, C);
+}
+template <class R>
+void HostLayerKernels<R>::linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, int C, int OC) {
+  kernels::linear_forward(out, in, weight, bias, N, C, OC);
+}
+template <class R>
+void HostLayerKernels<R>::linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight,
+                                          int N, int C, int OC, bool accumulate_din) {
+  kernels::linear_backward(din, dweight, dbias, dout, in, weight, N, C, OC, accumulate_din);
+}
+template <class R>
+void HostLayerKernels<R>::attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH) {
+  kernels::attention_forward(out, att, qkv, B, T, C, NH);
+}
+template <class R>
+void HostLayerKernels<R>::attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B,
+                                             int T, int C, int NH) {
+  kernels::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+}
+template <class R>
+void HostLayerKernels<R>::gelu_forward(R* out, const R* in, std::size_t n) {
+  kernels::gelu_forward(out, in, n);
+}
+template <class R>
+void HostLayerKernels<R>::gelu_backward(R* din, const R* in, const R* dout, std::size_t n) {
+  kernels::gelu_backward(din, in, dout, n);
+}
+template <class R>
+void HostLayerKernels<R>::add(R* out, const R* a, const R* b, std::size_t n) {
+  kernels::add(out, a, b, n);
+}
+template <class R>
+double HostLayerKernels<R>::softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N,
+                                                          int V, int Vp) {
+  return kernels::softmax_cross_entropy_forward(logits_to_probs, losses, targets, N, V, Vp);
+}
+template <class R>
+void HostLayerKernels<R>::softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
+                                                         R scale) {
+  kernels::softmax_cross_entropy_backward(probs_to_dlogits, targets, N, V, Vp, scale);
+}
+
+template class HostLayerKernels<float>;
+template class HostLayerKernels<double>;
+
+}  // namespace st
