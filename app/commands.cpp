@@ -12,6 +12,7 @@
 #include "deck/parse.hpp"
 #include "deck/read.hpp"
 #include "deck/schema.hpp"
+#include "exec/device_choice.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/plan.hpp"
 #include "train/report.hpp"
@@ -58,6 +59,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
     throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
                     " does not divide the " + std::to_string(world_size) + " ranks",
                 ErrorScope::all_ranks);
+  // Where run would compute: refused here already when the deck asks for a GPU this node lacks.
+  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
   const TokenDataset data = open_training_data(config, world.comm());
   const DataSplits splits = split_data(data, config.data.val_fraction, config.model.seq_len);
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
@@ -77,6 +80,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   if (p.strategy == "hsdp") traffic += ", " + b(predicted.replica_bytes) + " across groups";
   const std::vector<std::pair<std::string, std::string>> derived = {
       {"world size", std::to_string(world_size) + " ranks" + (ranks > 0 ? " (--ranks)" : "")},
+      {"device", device.note},
       {"micro-batches per step", std::to_string(plan.accum_steps) + " x " + std::to_string(plan.micro_batch) +
                                      " sequences per rank"},
       {"parameters", std::to_string(layout.total())},

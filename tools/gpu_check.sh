@@ -1,13 +1,84 @@
 #!/usr/bin/env bash
-# The GPU check for a machine with NVIDIA GPUs: builds the CUDA + NCCL configuration and runs
-# the GPU tests (on 1 and 2 ranks), writing the log to ${OUT:-.}/gpu_check.log.
-set -euo pipefail
+# One command for a GPU machine: builds the CUDA configuration, runs every GPU test, then
+# benchmarks GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) for about
+# 20 steps per setting and prints a table (tokens/s, step ms, MFU against the GEMM rate the run
+# measured on the device, peak device memory) for fp32 and bf16 and each strategy one GPU runs.
+#
+#   tools/gpu_check.sh [--skip-tests] [--steps N] [--batch B]
+#
+# Where the Debian libraries are missing (a bare GPU image), it unpacks the .deb files that
+# tools/gpu_stage_deps.sh left in .gpudeps/ into a private prefix first. The log and the table
+# also go to $OUT when that is set. Aim: under 8 minutes on one H200.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-.}
-{
-  nvidia-smi || true
-  nvidia-smi topo -m || true
-  tools/build.sh build-cuda -DST_ENABLE_CUDA=ON -DST_ENABLE_NCCL=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-    -DCMAKE_CUDA_ARCHITECTURES=90
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ctest --test-dir build-cuda -L gpu --output-on-failure -V
-} 2>&1 | tee "$out/gpu_check.log"
+steps=20
+batch=16
+run_tests=1
+while (($#)); do
+  case $1 in
+    --skip-tests) run_tests=0 ;;
+    --steps) steps=$2; shift ;;
+    --batch) batch=$2; shift ;;
+    *) echo "gpu_check: unknown argument $1"; exit 2 ;;
+  esac
+  shift
+done
+out=${OUT:-build-cuda/gpu_check}
+mkdir -p "$out"
+log=$out/gpu_check.log
+exec > >(tee "$log") 2>&1
+start=$(date +%s)
+say() { echo "[gpu_check $(( $(date +%s) - start ))s] $*"; }
+
+say "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
+
+# ---- dependencies ----
+prefix=/opt/stdeps
+if ! command -v mpicxx >/dev/null && [[ -d .gpudeps ]]; then
+  say "unpacking $(ls .gpudeps/*.deb | wc -l) Debian packages into $prefix"
+  mkdir -p $prefix
+  for f in .gpudeps/*.deb; do dpkg-deb -x "$f" $prefix || dpkg -x "$f" $prefix; done
+fi
+if [[ -d $prefix/usr ]]; then
+  arch=x86_64-linux-gnu
+  export PATH=$prefix/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$prefix/usr/lib/$arch:$prefix/usr/lib/$arch/openmpi/lib:$prefix/usr/lib/$arch/hdf5/openmpi:$prefix/usr/lib/$arch/openblas-openmp:${LD_LIBRARY_PATH:-}
+  export OPAL_PREFIX=$prefix/usr/lib/$arch/openmpi
+  export OMPI_MCA_plm_rsh_agent=false
+  cmake_extra=(-DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/$arch/cmake;$prefix/usr/lib/$arch/hdf5/openmpi"
+               -DMPI_CXX_COMPILER=$prefix/usr/bin/mpicxx -DMPIEXEC_EXECUTABLE=$prefix/usr/bin/mpirun
+               -DHDF5_ROOT=$prefix/usr/lib/$arch/hdf5/openmpi
+               -DST_OPENBLAS_INCLUDE_DIR=$prefix/usr/include/$arch/openblas-openmp
+               -DST_OPENBLAS_LIBRARY=$prefix/usr/lib/$arch/openblas-openmp/libopenblas.so
+               -DGTest_DIR=$prefix/usr/lib/$arch/cmake/GTest)
+else
+  cmake_extra=()
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# ---- build ----
+say "configuring and building build-cuda (CUDA architectures 90)"
+if ! cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DST_ENABLE_CUDA=ON -DST_ENABLE_NCCL=ON \
+     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+     "${cmake_extra[@]}" > "$out/configure.log" 2>&1; then
+  tail -30 "$out/configure.log"; say "configure FAILED"; exit 1
+fi
+if ! cmake --build build-cuda --parallel "$(nproc)" > "$out/build.log" 2>&1; then
+  grep -m 20 -E "error" "$out/build.log"; say "build FAILED"; exit 1
+fi
+say "built"
+
+# ---- tests ----
+if ((run_tests)); then
+  say "GPU tests"
+  ctest --test-dir build-cuda -L gpu --output-on-failure --timeout 600 2>&1 | tail -40
+  say "unit tests of the CUDA build"
+  ctest --test-dir build-cuda -L unit 2>&1 | tail -3
+fi
+
+# ---- benchmark ----
+say "benchmark: GPT-2 124M, $steps steps per setting, batch $batch x 1024"
+python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$steps" --batch "$batch" --out "$out" \
+  --mpiexec "$(command -v mpirun)"
+say "done"

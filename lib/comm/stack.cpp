@@ -9,18 +9,26 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
   const std::string& intra_node = settings.intra_node;
   // A flat ring over several nodes crosses between them: its bytes count as inter-node.
   const bool spans_nodes = world.node_count() > 1;
-  shared_memory_ = intra_node == "shm";
-  const bool single_host = world.host_ranks() == world.size();
-  if (shared_memory_ && single_host)
-    flat_ = std::make_unique<ShmCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra);
-  else
-    flat_ = std::make_unique<MpiCommunicator>(world.comm(), spans_nodes ? TrafficLevel::inter : TrafficLevel::intra,
-                                               MpiWait::polling);
-  if (shared_memory_)
-    intra_ = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra);
-  else
-    intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra, MpiWait::polling);
-  inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter, MpiWait::polling);
+  const TrafficLevel flat_level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
+  if (settings.device_peers) {
+    // GPUs: NCCL over the world and inside the node; MPI across nodes, staged through the host.
+    flat_ = settings.device_peers(world.comm(), flat_level);
+    intra_ = settings.device_peers(world.node_comm(), TrafficLevel::intra);
+    inter_host_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter, MpiWait::polling);
+    inter_ = settings.device_staging(*inter_host_);
+  } else {
+    shared_memory_ = intra_node == "shm";
+    const bool single_host = world.host_ranks() == world.size();
+    if (shared_memory_ && single_host)
+      flat_ = std::make_unique<ShmCommunicator>(world.comm(), flat_level);
+    else
+      flat_ = std::make_unique<MpiCommunicator>(world.comm(), flat_level, MpiWait::polling);
+    if (shared_memory_)
+      intra_ = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra);
+    else
+      intra_ = std::make_unique<MpiCommunicator>(world.node_comm(), TrafficLevel::intra, MpiWait::polling);
+    inter_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter, MpiWait::polling);
+  }
   Communicator* inter = inter_.get();
   Communicator* flat = flat_.get();
   if (settings.inter_gbps > 0 && spans_nodes) {
@@ -50,8 +58,13 @@ std::string CommStack::description() const {
   const std::string nodes = std::to_string(world_.node_count()) + " node(s) x " + std::to_string(world_.local_size()) +
                             " ranks" + (world_.emulated() ? " (emulated nodes)" : "");
   const bool flat_in_shm = shared_memory_ && world_.host_ranks() == world_.size();
-  return (two_level_active_ ? std::string("two-level (") + (shared_memory_ ? "shared memory" : "MPI") + " in the node, MPI across), "
-                            : std::string("flat (") + (flat_in_shm ? "shared memory" : "MPI") + "), ") +
+  const std::string in_node = !settings_.device_name.empty() ? settings_.device_name
+                              : shared_memory_                ? "shared memory"
+                                                              : "MPI";
+  const std::string flat = !settings_.device_name.empty() ? settings_.device_name : flat_in_shm ? "shared memory" : "MPI";
+  const std::string across = settings_.device_name.empty() ? "MPI" : "MPI through pinned host memory";
+  return (two_level_active_ ? "two-level (" + in_node + " in the node, " + across + " across), "
+                            : "flat (" + flat + "), ") +
          nodes + throttle_note_;
 }
 
@@ -92,7 +105,9 @@ std::unique_ptr<CommStack::Lane> CommStack::make_lane(int color, const char* nam
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &one_host, 1, MPI_INT, MPI_MIN, split));
 
   const TrafficLevel level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
-  if (settings_.intra_node == "shm" && one_host)
+  if (settings_.device_peers)
+    lane->backend = settings_.device_peers(split, level);
+  else if (settings_.intra_node == "shm" && one_host)
     lane->backend = std::make_unique<ShmCommunicator>(split, level);
   else
     lane->backend = std::make_unique<MpiCommunicator>(split, level, MpiWait::polling);

@@ -2,6 +2,7 @@
 // The communicators of one job, built from its World: a flat one over all ranks, the node-local
 // and cross-node ones, and their two-level composition; `collectives()` is the one the deck
 // (parallel.collectives) chose.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,12 @@ class CommStack {
     double timeout_seconds = 0;       // > 0: watch every collective for hangs (comm/watchdog.hpp)
     double inter_gbps = 0;            // > 0: emulate an inter-node link of this many GB/s ...
     double inter_latency_us = 0;      // ... and this latency per call
+    // A GPU run's buffers are device memory: the backend for a group of ranks on their GPUs
+    // (NCCL), and the one that carries a host backend's collectives on device buffers (MPI
+    // across nodes through pinned host memory). Unset: host buffers, shared memory or MPI.
+    std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel)> device_peers;
+    std::function<std::unique_ptr<Communicator>(Communicator& host)> device_staging;
+    std::string device_name;  // "NCCL" in the description
   };
   CommStack(const World& world, const Settings& settings);
   // Blocking and non-blocking collectives, watched for hangs.
@@ -65,6 +72,7 @@ class CommStack {
   const World& world_;
   Settings settings_;
   std::unique_ptr<Communicator> flat_, intra_, inter_;
+  std::unique_ptr<Communicator> inter_host_;  // device runs: the MPI communicator inter_ stages to
   std::unique_ptr<Communicator> slow_flat_, slow_inter_;  // slow-link emulation, when on
   std::string throttle_note_;
   bool shared_memory_ = false;

@@ -55,6 +55,7 @@ struct OptimizerConfig {
 
 struct ParallelConfig {
   std::string strategy;
+  std::string device;
   std::string precision;
   std::int64_t ranks_per_node = 0;
   std::string collectives;

@@ -146,6 +146,12 @@ std::vector<KeySpec> build_schema() {
       choice("parallel", "strategy", "\"ddp\"", {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"},
              "How parameters, gradients and optimizer state are spread over ranks.",
              store(&C::parallel, &ParallelConfig::strategy)),
+      choice("parallel", "device", "\"auto\"", {"auto", "cpu", "cuda"},
+             "Where each rank computes. cuda: one GPU per rank, chosen by the rank's place among the ranks of its "
+             "node out of the visible devices (CUDA_VISIBLE_DEVICES applies); refused where no GPU is usable or "
+             "a node has more ranks than GPUs. cpu: OpenMP and OpenBLAS. auto: cuda where this build has CUDA and "
+             "every rank has a GPU of its own, else cpu (the settings table says which and why).",
+             store(&C::parallel, &ParallelConfig::device)),
       choice("parallel", "precision", "\"fp32\"", {"fp32", "bf16"},
              "fp32: everything in fp32. bf16: bf16 compute copies and communication, fp32 master weights.",
              store(&C::parallel, &ParallelConfig::precision)),

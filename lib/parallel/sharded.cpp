@@ -85,6 +85,7 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   }
   waiting_.assign(buckets_.size(), 0);
 
+  buffer<double>(norm_memory_, nullptr, 1);
   if (kMixed) {  // the fp32 gradients of the largest slice this rank updates, for AdamW
     std::size_t largest = 0;
     for (std::size_t s = 0; s < n; ++s) largest = std::max(largest, owned(s));
@@ -407,8 +408,15 @@ template <class T>
 double ShardedStrategy<T>::grad_norm_squared() {
   double sum = 0;
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) sum += exec_.sum_squares(Buffer::of(grad_slice(s)));
-  // The shards of a group partition the gradient; replicas hold the same shards.
-  if (settings_.stage > 0 && group_.size() > 1) group_.all_reduce(std::span<double>(&sum, 1), ReduceOp::sum);
+  // The shards of a group partition the gradient; replicas hold the same shards. The sum goes
+  // through the backend's memory: a device communicator reduces device buffers only.
+  if (settings_.stage > 0 && group_.size() > 1) {
+    double* at = norm_memory_.as<double>().data();
+    exec_.upload(at, &sum, sizeof sum);
+    exec_.before_communication();
+    group_.all_reduce(std::span<double>(at, 1), ReduceOp::sum);
+    exec_.download(&sum, at, sizeof sum);
+  }
   return sum;
 }
 

@@ -124,6 +124,7 @@ class ShardedStrategy final : public Strategy {
   // zero1/zero2 gather the parameters in place, each rank's chunk already in full_params_.
   Memory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
   Memory master_memory_, adam_m_memory_, adam_v_memory_, scratch_memory_;
+  Memory norm_memory_;  // one double: the gradient norm's sum on its way through the group
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks
   std::span<T> grad_shard_;      // stage >= 2: reduced gradients of this rank's chunks

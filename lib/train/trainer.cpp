@@ -26,8 +26,23 @@ AdamWSettings adamw_settings(const OptimizerConfig& o) {
   return {o.beta1, o.beta2, o.eps, o.weight_decay, o.decay_embeddings, o.decay_norms_and_biases};
 }
 
-CommStack::Settings comm_settings(const ParallelConfig& p) {
-  return {p.collectives, p.intra_node, p.collective_timeout_s, p.inter_node_gbps, p.inter_node_latency_us};
+CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& execution) {
+  CommStack::Settings s;
+  s.mode = p.collectives;
+  s.intra_node = p.intra_node;
+  s.timeout_seconds = p.collective_timeout_s;
+  s.inter_gbps = p.inter_node_gbps;
+  s.inter_latency_us = p.inter_node_latency_us;
+  s.device_peers = execution.device_peers;
+  s.device_staging = execution.device_staging;
+  s.device_name = execution.device_comm_name;
+  return s;
+}
+
+// The device first: the model, the strategy and the communicators are built for it.
+Execution choose_execution(const Config& config, const World& world) {
+  const DeviceChoice choice = choose_device(config.parallel.device, world.comm(), config.deck_path);
+  return make_execution(choice, config.parallel.precision == "bf16", world.size(), config.deck_path);
 }
 
 // Streams of the seed: training batches, validation batches.
@@ -82,7 +97,8 @@ std::string describe_data(const TokenDataset& data, const DataSplits& splits) {
 Trainer::Trainer(const Config& config, World& world)
     : config_(config),
       world_(world),
-      comms_(world, comm_settings(config.parallel)),
+      execution_(choose_execution(config, world)),
+      comms_(world, comm_settings(config.parallel, execution_)),
       timeline_(config.run.trace_steps > 0) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
@@ -92,7 +108,8 @@ Trainer::Trainer(const Config& config, World& world)
   plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
 
   shape_ = gpt2_shape(config.model);
-  model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch));
+  model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch), *execution_.exec);
+  scalar_memory_ = execution_.exec->allocate(sizeof(double));
   StrategyComms comms{comms_.collectives()};
   shard_group_ = world.size();
   if (config.parallel.strategy == "hsdp") {
@@ -108,7 +125,7 @@ Trainer::Trainer(const Config& config, World& world)
   }
   comms_.trace_to(&timeline_);
   strategy_ = make_strategy(config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
-                            adamw_settings(config.optimizer), comms, &timeline_);
+                            adamw_settings(config.optimizer), comms, &timeline_, *execution_.exec);
 
   const auto seed = static_cast<std::uint64_t>(config.run.seed);
   train_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.train, seed, kTrainStream, config.model.seq_len);
@@ -123,11 +140,13 @@ Trainer::Trainer(const Config& config, World& world)
   signals_ = std::make_unique<StopSignals>();
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
 
-  // The yardstick for MFU: this rank's sgemm rate on the model's widest matmul, measured while
-  // the other ranks of the node measure theirs, as they will compute during training.
+  // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
+  // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
+  // the node measure theirs, as they will compute during training.
   ST_CHECK_MPI(MPI_Barrier(world.comm()));
-  sgemm_flops_ = measure_sgemm_flops(static_cast<int>(plan_.micro_batch * config.model.seq_len),
-                                     static_cast<int>(4 * config.model.d_model), static_cast<int>(config.model.d_model));
+  const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
+  const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
+  sgemm_flops_ = execution_.matmul_rate ? execution_.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
   double slowest = sgemm_flops_;
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
   sgemm_flops_ = slowest;
@@ -138,10 +157,14 @@ Trainer::~Trainer() = default;
 std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() const {
   std::ostringstream gf;
   gf.precision(1);
-  gf << std::fixed << sgemm_flops_ / 1e9 << " GFLOP/s per rank";
+  gf << std::fixed << sgemm_flops_ / 1e9 << " GFLOP/s per rank"
+     << (execution_.choice.cuda ? (config_.parallel.precision == "bf16" ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)")
+                                : "");
   const auto memory = strategy_->memory();
   return {
       {"world size", std::to_string(world_.size()) + " ranks"},
+      {"device", execution_.choice.note},
+      {"execution", execution_.exec->description()},
       {"collectives", comms_.description()},
       {"threads per rank", std::to_string(threads_)},
       {"micro-batches per step", std::to_string(plan_.accum_steps) + " x " + std::to_string(plan_.micro_batch) +
@@ -157,7 +180,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
                                    format_bytes(static_cast<double>(memory.grads)) + ", optimizer " +
                                    format_bytes(static_cast<double>(memory.optimizer)) + ")"},
       {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
-      {"measured sgemm rate", gf.str()},
+      {execution_.choice.cuda ? "measured GEMM rate" : "measured sgemm rate", gf.str()},
       {"BLAS", blas_description()},
       {"run directory", run_dir_->path()},
   };
@@ -235,6 +258,17 @@ void Trainer::report_checkpoint(const Checkpointer::Done& done) {
                      std::to_string(done.stall_seconds) + "}");
 }
 
+double Trainer::sum_over_ranks(double value) {
+  // Through the backend's memory: on GPUs the job's collectives reduce device buffers only.
+  Exec& exec = *execution_.exec;
+  double* at = scalar_memory_.as<double>().data();
+  exec.upload(at, &value, sizeof value);
+  exec.before_communication();
+  comms_.collectives().all_reduce(std::span<double>(at, 1), ReduceOp::sum);
+  exec.download(&value, at, sizeof value);
+  return value;
+}
+
 void Trainer::say(const std::string& line) {
   if (!world_.is_root()) return;
   std::cout << line << std::endl;
@@ -265,8 +299,7 @@ double Trainer::train_step(std::int64_t step) {
   const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
   strategy_->optimizer_step(lr, grad_scale, step + 1);
 
-  double loss = loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks);
-  comms_.collectives().all_reduce(std::span<double>(&loss, 1), ReduceOp::sum);
+  const double loss = sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
   strategy_->settle();
   last_grad_norm_ = grad_norm;
   last_lr_ = lr;
@@ -283,7 +316,7 @@ double Trainer::validation_loss() {
       sum += model_->forward(*strategy_, tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
                              static_cast<int>(plan_.seq_len));
     }
-  comms_.collectives().all_reduce(std::span<double>(&sum, 1), ReduceOp::sum);
+  sum = sum_over_ranks(sum);
   return sum / static_cast<double>(config_.run.eval_batches * (plan_.global_batch / plan_.micro_batch));
 }
 
@@ -404,7 +437,11 @@ std::string Trainer::memory_line(const char* when) const {
                      ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" + std::to_string(activations) +
                      ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) + ",\"total\":" + std::to_string(total) +
                      ",\"largest_rank_total\":" + std::to_string(largest) + "}");
-  return std::string("memory per rank ") + when + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
+  const std::string where = execution_.choice.cuda ? " (GPU memory; the device held " +
+                                                        b(execution_.device_bytes()) + ", at most " +
+                                                        b(execution_.device_peak_bytes()) + ")"
+                                                  : std::string();
+  return std::string("memory per rank ") + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
          b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
          (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +
          " on rank 0 (largest rank " + b(largest) + ")";

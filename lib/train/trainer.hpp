@@ -11,6 +11,7 @@
 #include "data/batches.hpp"
 #include "data/dataset.hpp"
 #include "deck/config.hpp"
+#include "exec/make_exec.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
@@ -40,6 +41,7 @@ class Trainer {
 
  private:
   void say(const std::string& line);  // rank 0: stdout and train.log
+  double sum_over_ranks(double value);  // collective: the sum of every rank's value
   double train_step(std::int64_t step);
   double validation_loss();
   void print_sample(std::int64_t step);
@@ -52,6 +54,8 @@ class Trainer {
 
   const Config& config_;
   World& world_;
+  Execution execution_;  // where this rank computes: the host or its GPU
+  Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
   int threads_ = 1;
   std::optional<TokenDataset> data_;
   DataSplits splits_;

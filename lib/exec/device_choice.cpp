@@ -1,0 +1,100 @@
+#include "exec/device_choice.hpp"
+
+#include <algorithm>
+
+#if defined(ST_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+
+namespace st {
+
+DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
+  DeviceChoice c;
+  const std::string key = deck_path + ": parallel.device = \"" + p.requested + "\"";
+  if (p.requested == "cpu") {
+    c.note = "cpu (parallel.device = \"cpu\")";
+    return c;
+  }
+  const bool asked = p.requested == "cuda";
+  if (!p.cuda_built) {
+    if (asked)
+      c.error = key + ": this build of shardtrain has no CUDA support; rebuild with "
+                      "tools/build.sh build-cuda -DST_ENABLE_CUDA=ON -DST_ENABLE_NCCL=ON, or set parallel.device = "
+                      "\"cpu\" (or \"auto\")";
+    else
+      c.note = "cpu (parallel.device = \"auto\": this build has no CUDA support)";
+    return c;
+  }
+  if (p.visible_devices == 0) {
+    if (asked)
+      c.error = key + " but no CUDA device is usable on this node: " + p.why_none +
+                "; run on a GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set parallel.device = \"cpu\" "
+                "(or \"auto\")";
+    else
+      c.note = "cpu (parallel.device = \"auto\": no usable CUDA device: " + p.why_none + ")";
+    return c;
+  }
+  if (p.host_ranks > p.visible_devices) {
+    // Sharing a GPU between ranks breaks NCCL ("duplicate GPU") and halves each rank's memory:
+    // refuse it, whether asked for cuda or auto, and say how to match ranks to GPUs.
+    c.error = key + ": " + std::to_string(p.host_ranks) + " ranks on this node but " +
+              std::to_string(p.visible_devices) + " visible CUDA device(s); start one rank per GPU (e.g. srun " +
+              "--ntasks-per-node=" + std::to_string(p.visible_devices) + " or mpirun --npernode " +
+              std::to_string(p.visible_devices) + "), widen CUDA_VISIBLE_DEVICES, or set parallel.device = \"cpu\"";
+    return c;
+  }
+  c.cuda = true;
+  c.device = p.host_rank;
+  c.note = "cuda device " + std::to_string(c.device) + " of " + std::to_string(p.visible_devices) +
+           " visible (parallel.device = \"" + p.requested + "\", one GPU per rank by its place on the node)";
+  return c;
+}
+
+DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const std::string& deck_path) {
+  DeviceProbe probe;
+  probe.requested = requested;
+#if defined(ST_HAVE_CUDA)
+  probe.cuda_built = true;
+#endif
+  if (requested != "cpu" && probe.cuda_built) probe.visible_devices = visible_cuda_devices(probe.why_none);
+  MPI_Comm host = MPI_COMM_NULL;
+  ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  ST_CHECK_MPI(MPI_Comm_rank(host, &probe.host_rank));
+  ST_CHECK_MPI(MPI_Comm_size(host, &probe.host_ranks));
+  ST_CHECK_MPI(MPI_Comm_free(&host));
+
+  DeviceChoice choice = decide_device(probe, deck_path);
+  agree_or_throw(comm, choice.error);
+  // "auto" must come out the same everywhere: a job half on GPUs and half on CPUs cannot share
+  // its collectives. If some rank has no GPU, every rank refuses.
+  int on_cuda = choice.cuda ? 1 : 0, lowest = on_cuda, highest = on_cuda;
+  ST_CHECK_MPI(MPI_Allreduce(&on_cuda, &lowest, 1, MPI_INT, MPI_MIN, comm));
+  ST_CHECK_MPI(MPI_Allreduce(&on_cuda, &highest, 1, MPI_INT, MPI_MAX, comm));
+  std::string mixed;
+  if (lowest != highest)
+    mixed = deck_path + ": parallel.device = \"auto\" found GPUs on some nodes and none on others; the job must run "
+                        "all on GPUs or all on CPUs: set parallel.device = \"cpu\" or place the job on GPU nodes only";
+  agree_or_throw(comm, mixed);
+  return choice;
+}
+
+int visible_cuda_devices(std::string& why) {
+#if defined(ST_HAVE_CUDA)
+  int count = 0;
+  const cudaError_t code = cudaGetDeviceCount(&count);
+  if (code != cudaSuccess) {
+    why = cudaGetErrorString(code);
+    return 0;
+  }
+  if (count == 0) why = "the CUDA runtime reports no device";
+  return count;
+#else
+  why = "this build has no CUDA support";
+  return 0;
+#endif
+}
+
+}  // namespace st

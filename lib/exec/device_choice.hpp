@@ -1,0 +1,40 @@
+#pragma once
+// Which device a rank computes on (parallel.device): "cpu", "cuda", or "auto" (the GPU where
+// one is usable). One GPU per rank, chosen by the rank's place among the ranks of its host, out
+// of the devices it can see (CUDA_VISIBLE_DEVICES applies).
+#include <mpi.h>
+
+#include <string>
+
+namespace st {
+
+// What one rank sees and is asked for: the input of the decision.
+struct DeviceProbe {
+  std::string requested = "auto";  // "auto", "cpu" or "cuda"
+  bool cuda_built = false;         // this build has the CUDA backend
+  int visible_devices = 0;         // CUDA devices the runtime reports (0 when none or no driver)
+  std::string why_none;            // the driver's reason when visible_devices == 0
+  int host_rank = 0, host_ranks = 1;  // this rank's place among the ranks of its host
+};
+
+struct DeviceChoice {
+  bool cuda = false;
+  int device = -1;     // CUDA device index (cuda only)
+  std::string note;    // how it was decided, for the settings table
+  std::string error;   // non-empty: the deck cannot run here; what to change
+};
+
+// The decision for one rank; pure, so it is tested without a GPU. deck_path names the file in
+// messages.
+DeviceChoice decide_device(const DeviceProbe& probe, const std::string& deck_path);
+
+// Probes this rank (device count, its place on the host) and decides; collective over `comm`:
+// every rank decides the same way (all on GPUs or all on CPUs), and if any rank cannot run as
+// asked every rank throws the same Error with that rank's reason.
+DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const std::string& deck_path);
+
+// CUDA devices this process can see, or 0 with the driver's reason in `why` (always 0 in a build
+// without CUDA).
+int visible_cuda_devices(std::string& why);
+
+}  // namespace st

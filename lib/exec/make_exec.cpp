@@ -1,0 +1,58 @@
+#include "exec/make_exec.hpp"
+
+#include "core/error.hpp"
+#include "exec/host_exec.hpp"
+
+#if defined(ST_HAVE_CUDA)
+#include "exec/cuda/cuda_exec.hpp"
+#endif
+#if defined(ST_HAVE_NCCL)
+#include "comm/nccl_communicator.hpp"
+#endif
+
+namespace st {
+
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int world_size, const std::string& deck_path) {
+  Execution e;
+  e.choice = choice;
+  if (!choice.cuda) {
+    e.exec = std::make_unique<HostExec>();
+    return e;
+  }
+#if defined(ST_HAVE_CUDA)
+  auto cuda = std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls});
+  CudaExec* device = cuda.get();
+  e.exec = std::move(cuda);
+  e.matmul_rate = [device](int m, int n, int k) { return device->measure_gemm_flops(m, n, k); };
+  e.device_bytes = [device] { return device->allocated_bytes(); };
+  e.device_peak_bytes = [device] { return device->peak_allocated_bytes(); };
+#if defined(ST_HAVE_NCCL)
+  const int index = choice.device;
+  // Collectives start after the kernels queued before them, by an event: no host wait.
+  StreamOrder order = [device](cudaStream_t stream) { device->order_after_compute(stream); };
+  e.device_peers = [index, order](MPI_Comm comm, TrafficLevel level) -> std::unique_ptr<Communicator> {
+    return std::make_unique<NcclCommunicator>(comm, index, level, order);
+  };
+  e.device_staging = [index, order](Communicator& host) -> std::unique_ptr<Communicator> {
+    return std::make_unique<HostStagedCommunicator>(host, index, order);
+  };
+  e.device_comm_name = "NCCL";
+  (void)world_size;
+  (void)deck_path;
+#else
+  if (world_size > 1)
+    throw Error(deck_path + ": parallel.device = \"cuda\" on " + std::to_string(world_size) +
+                    " ranks needs NCCL, and this build has none; rebuild with -DST_ENABLE_NCCL=ON (or run one rank)",
+                ErrorScope::all_ranks);
+  throw Error("a one-rank GPU run without NCCL is not built in; rebuild with -DST_ENABLE_NCCL=ON",
+              ErrorScope::all_ranks);
+#endif
+  return e;
+#else
+  (void)bf16_matmuls;
+  (void)world_size;
+  throw Error(deck_path + ": parallel.device chose cuda, but this build has no CUDA support", ErrorScope::all_ranks);
+#endif
+}
+
+}  // namespace st

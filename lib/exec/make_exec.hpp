@@ -1,0 +1,34 @@
+#pragma once
+// Builds a rank's execution backend from the device choice, with what the rest of the job needs
+// to match it: the communicator backends for device buffers and the matmul rate MFU is
+// measured against. The only place that knows which backends this build has.
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "exec/device_choice.hpp"
+#include "exec/exec.hpp"
+
+namespace st {
+
+struct Execution {
+  std::unique_ptr<Exec> exec;
+  DeviceChoice choice;
+  // GPU runs: a group's backend on device buffers (NCCL), and a host backend carried over
+  // pinned host memory (MPI across nodes). Unset on the host.
+  std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel)> device_peers;
+  std::function<std::unique_ptr<Communicator>(Communicator&)> device_staging;
+  std::string device_comm_name;  // "NCCL"
+  // The device's matmul rate for an m x n x k GEMM at the run's precision (FLOP/s); unset on
+  // the host, where the trainer measures sgemm itself.
+  std::function<double(int, int, int)> matmul_rate;
+  // Device memory the backend holds now and at most (0 on the host).
+  std::function<std::uint64_t()> device_bytes, device_peak_bytes;
+};
+
+// bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device).
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int world_size, const std::string& deck_path);
+
+}  // namespace st

@@ -1,0 +1,112 @@
+"""Training on GPUs (CUDA builds), against the CPU path of the same executable:
+
+- Without a usable GPU: parallel.device = "cuda" is refused on every rank with the driver's
+  reason and what to change; "auto" trains on the CPU and says why. Then the GPU checks skip,
+  printing the driver's message.
+- With GPUs: 50 steps of a small GPT on one GPU in fp32 match the CPU run's losses (1e-4
+  relative: other summation orders, same maths) and its final parameters; in bf16 the losses
+  stay within bf16 tolerance of the CPU's bf16 run. Every strategy on as many GPUs as the
+  machine has (one rank per GPU) matches the one-GPU run. A checkpoint written on the GPU
+  resumes on the CPU and the reverse, continuing the same run."""
+import array
+import os
+import re
+import subprocess
+
+import harness as h
+
+args = h.parse_args()
+work = h.tmpdir()
+corpus = h.corpus(args)
+
+
+def run(label, ranks, device, sets=(), steps=50, expect=0, **sections):
+    parallel = {"device": device}
+    parallel.update(sections.pop("parallel", {}))
+    deck = h.small_deck(work, label, corpus, run={"steps": steps, "eval_every": 0}, parallel=parallel, **sections)
+    params = os.path.join(work, f"{label}.f32")
+    argv = ["run", deck, "--save-params", params]
+    for s in sets:
+        argv += ["--set", s]
+    proc = h.mpirun(args, ranks, argv, timeout=600)
+    h.check(proc.returncode == expect, f"{label}: exits {expect} (got {proc.returncode})\n{proc.stdout[-1500:]}\n"
+                                       f"{proc.stderr[-2000:]}")
+    if expect != 0:
+        return proc, None, None
+    rows = h.metrics(os.path.join(work, label))
+    final = array.array("f")
+    with open(params, "rb") as f:
+        final.frombytes(f.read())
+    return proc, [r["loss"] for r in rows if r["kind"] == "train"], final
+
+
+def close(a, b, rel):
+    return len(a) == len(b) and all(abs(x - y) <= rel * max(abs(x), abs(y)) for x, y in zip(a, b))
+
+
+def worst(a, b):
+    scale = max(abs(x) for x in b)
+    return max(abs(x - y) for x, y in zip(a, b)) / scale
+
+
+# ---- the device choice ----
+deck = h.small_deck(work, "probe", corpus, run={"steps": 1}, parallel={"device": "cuda"})
+proc = h.mpirun(args, 1, ["run", deck])
+no_gpu = proc.returncode != 0 and "no CUDA device is usable" in proc.stdout + proc.stderr
+if no_gpu:
+    text = proc.stdout + proc.stderr
+    reason = re.search(r"no CUDA device is usable on this node: ([^;]+);", text)
+    h.check(reason is not None and reason.group(1).strip() != "",
+            f"cuda without a GPU: refused with the driver's reason ({reason and reason.group(1)})")
+    h.check('set parallel.device = "cpu"' in text, "cuda without a GPU: says what to change")
+    two = h.mpirun(args, 2, ["run", deck])
+    h.check(two.returncode != 0 and (two.stdout + two.stderr).count("no CUDA device is usable") >= 1,
+            "cuda without a GPU on 2 ranks: every rank stops with the message (no hang)")
+    _, losses, _ = run("auto_cpu", 1, "auto", steps=3)
+    log = open(os.path.join(work, "auto_cpu", "train.log")).read()
+    h.check("no usable CUDA device" in log and len(losses) == 3,
+            "auto without a GPU trains on the CPU and the settings table says why")
+    print(f"SKIPPED: no usable CUDA device on this machine: {reason.group(1).strip()}")
+    raise SystemExit(h.SKIP)
+
+h.check(proc.returncode == 0, f"cuda: a one-step run on the GPU exits 0\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+gpus = 0
+try:
+    gpus = len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines())
+except OSError:
+    gpus = 1
+gpus = max(gpus, 1)
+
+# ---- GPU against CPU ----
+_, cpu, cpu_params = run("cpu_fp32", 1, "cpu")
+_, gpu, gpu_params = run("gpu_fp32", 1, "cuda")
+h.check(cpu[-1] < cpu[0] - 0.5, "the CPU run learns")
+h.check(close(gpu, cpu, 1e-4), f"fp32: 50 GPU steps match the CPU losses within 1e-4\n{gpu}\n{cpu}")
+h.check(worst(gpu_params, cpu_params) <= 1e-3,
+        f"fp32: final parameters within 1e-3 of the CPU's (worst {worst(gpu_params, cpu_params):.2e})")
+_, cpu_bf16, _ = run("cpu_bf16", 1, "cpu", parallel={"precision": "bf16"})
+_, gpu_bf16, _ = run("gpu_bf16", 1, "cuda", parallel={"precision": "bf16"})
+h.check(close(gpu_bf16, cpu_bf16, 2e-2), f"bf16: GPU losses within 2e-2 of the CPU's bf16 run\n{gpu_bf16}\n{cpu_bf16}")
+
+# ---- every strategy on the GPUs against one GPU ----
+for strategy in ["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]:
+    _, losses, params = run(f"gpu_{strategy}_np{gpus}", gpus, "cuda", steps=20,
+                            parallel={"device": "cuda", "strategy": strategy})
+    _, ref, ref_params = run(f"gpu_ref_{strategy}", 1, "cuda", steps=20)
+    h.check(close(losses, ref, 1e-5) and worst(params, ref_params) <= 1e-5,
+            f"{strategy} on {gpus} GPU(s) matches one GPU within 1e-5")
+
+# ---- checkpoints across devices ----
+def ckpt(label, step):
+    return os.path.join(work, label, "ckpt", f"ckpt_{step:08d}.h5")
+
+
+for writer, reader in (("cuda", "cpu"), ("cpu", "cuda")):
+    _, full, full_params = run(f"full_{writer}", 1, writer, steps=8,
+                               checkpoint={"every": 4, "dir": os.path.join(work, f"full_{writer}", "ckpt")})
+    _, resumed, resumed_params = run(f"resumed_{writer}_on_{reader}", 1, reader, steps=8,
+                                     sets=[f"checkpoint.resume={ckpt(f'full_{writer}', 4)}"])
+    h.check(close(resumed, full[4:], 1e-4), f"a {writer} checkpoint resumes on {reader}: steps 5-8 match\n"
+                                           f"{resumed}\n{full[4:]}")
+    h.check(worst(resumed_params, full_params) <= 1e-3, f"{writer} -> {reader}: final parameters match")
+print("passed")
