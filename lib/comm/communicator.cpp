@@ -80,4 +80,12 @@ void accumulate_buffer(Buffer into, const void* from, std::size_t count) {
   }
 }
 
+void Communicator::copy_bytes(void* to, const void* from, std::size_t bytes) {
+  if (bytes && to != from) std::memmove(to, from, bytes);
+}
+
+void Communicator::zero_bytes(void* data, std::size_t bytes) {
+  if (bytes) std::memset(data, 0, bytes);
+}
+
 }  // namespace st

@@ -178,6 +178,12 @@ class Communicator {
   // skipping the copies through its own staging area; the others hand out process memory.
   // Collective over the group: every rank calls it with the same size, in the same order.
   virtual Memory allocate(std::size_t bytes) { return Memory::private_memory(bytes); }
+  // Where the buffers this communicator works on live, and the byte moves a composition of
+  // communicators (two-level) makes on them: plain memcpy/memset on the host; a device
+  // backend copies on its device, ordered after the compute its buffers come from.
+  virtual MemorySpace memory_space() const { return MemorySpace::host; }
+  virtual void copy_bytes(void* to, const void* from, std::size_t bytes);
+  virtual void zero_bytes(void* data, std::size_t bytes);
   // The same for vectors.
   template <class T>
   void all_reduce(std::vector<T>& b, ReduceOp op) { all_reduce(std::span<T>(b), op); }

@@ -1,5 +1,8 @@
 #include "comm/nccl_communicator.hpp"
 
+#include <algorithm>
+#include <memory>
+
 #include "comm/cuda_check.hpp"
 
 namespace st {
@@ -108,6 +111,29 @@ void NcclCommunicator::run_barrier() {
 }
 
 LevelTraffic NcclCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
+
+Memory NcclCommunicator::allocate(std::size_t bytes) {
+  ST_CHECK_CUDA(cudaSetDevice(device_));
+  void* p = nullptr;
+  ST_CHECK_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });  // a destructor cannot report a failure
+  ST_CHECK_CUDA(cudaMemset(p, 0, bytes));
+  return Memory(std::move(owner), p, bytes, MemorySpace::device);
+}
+
+void NcclCommunicator::copy_bytes(void* to, const void* from, std::size_t bytes) {
+  if (bytes == 0 || to == from) return;
+  begin();
+  ST_CHECK_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream_->get()));
+  finish();
+}
+
+void NcclCommunicator::zero_bytes(void* data, std::size_t bytes) {
+  if (bytes == 0) return;
+  begin();
+  ST_CHECK_CUDA(cudaMemsetAsync(data, 0, bytes, stream_->get()));
+  finish();
+}
 
 }  // namespace st
 

@@ -70,6 +70,11 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   LevelTraffic traffic() const override;
+  // Device memory on this communicator's GPU (zeroed); copies on its stream.
+  Memory allocate(std::size_t bytes) override;
+  MemorySpace memory_space() const override { return MemorySpace::device; }
+  void copy_bytes(void* to, const void* from, std::size_t bytes) override;
+  void zero_bytes(void* data, std::size_t bytes) override;
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;
@@ -106,6 +111,7 @@ class HostStagedCommunicator final : public Communicator {
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   LevelTraffic traffic() const override { return host_.traffic(); }
+  MemorySpace memory_space() const override { return MemorySpace::device; }
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;

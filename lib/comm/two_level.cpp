@@ -10,6 +10,14 @@ namespace st {
 
 TwoLevelCommunicator::TwoLevelCommunicator(Communicator& intra, Communicator& inter) : intra_(intra), inter_(inter) {}
 
+std::byte* TwoLevelCommunicator::scratch(Memory& memory, std::size_t bytes) {
+  // Host scratch stays private (a shared-memory allocate() is collective and meant for buffers
+  // reduced again and again); a device backend's scratch must be its device memory.
+  if (memory.bytes() < bytes)
+    memory = intra_.memory_space() == MemorySpace::device ? intra_.allocate(bytes) : Memory::private_memory(bytes);
+  return memory.as<std::byte>().data();
+}
+
 void TwoLevelCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   // Reduce-scatter inside the node, all-reduce each node's slice across nodes, all-gather back.
   const std::size_t e = size_of(buffer.type);
@@ -21,15 +29,20 @@ void TwoLevelCommunicator::run_all_reduce(Buffer buffer, ReduceOp op) {
   const bool needs_padding = mine.padded != buffer.count;
   Buffer work = buffer;
   if (needs_padding) {
-    padded_.assign(mine.padded * e, std::byte{0});
-    std::memcpy(padded_.data(), buffer.data, buffer.bytes());
-    work = Buffer{padded_.data(), mine.padded, buffer.type};
+    std::byte* padded = scratch(padded_, mine.padded * e);
+    intra_.copy_bytes(padded, buffer.data, buffer.bytes());
+    intra_.zero_bytes(padded + buffer.bytes(), (mine.padded - buffer.count) * e);
+    work = Buffer{padded, mine.padded, buffer.type};
   }
-  intra_.reduce_scatter(work, chunk, ReduceOp::sum);
-  inter_.all_reduce(chunk, ReduceOp::sum);
+  // Device buffers cannot be scaled here: there each level averages over its own ranks (the
+  // product is the world's mean); host buffers are summed, then scaled once.
+  const bool on_device = intra_.memory_space() == MemorySpace::device;
+  const ReduceOp level_op = on_device ? op : ReduceOp::sum;
+  intra_.reduce_scatter(work, chunk, level_op);
+  inter_.all_reduce(chunk, level_op);
   intra_.all_gather(chunk, work);
-  if (needs_padding) std::memcpy(buffer.data, padded_.data(), buffer.bytes());
-  if (op == ReduceOp::average) scale_buffer(buffer, 1.0 / size());
+  if (needs_padding) intra_.copy_bytes(buffer.data, work.data, buffer.bytes());
+  if (op == ReduceOp::average && !on_device) scale_buffer(buffer, 1.0 / size());
 }
 
 void TwoLevelCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
@@ -38,29 +51,30 @@ void TwoLevelCommunicator::run_reduce_scatter(Buffer input, Buffer output, Reduc
   const std::size_t e = size_of(input.type), c = output.count * e;  // chunk bytes
   // World rank n L + l owns chunk n L + l. Put the chunks of local rank l next to each other
   // (order l M + n) so the node-level reduce-scatter hands local rank l exactly its M chunks.
-  permuted_.resize(input.bytes());
+  std::byte* permuted = scratch(permuted_, input.bytes());
   const auto* in = static_cast<const std::byte*>(input.data);
   for (std::size_t n = 0; n < M; ++n)
-    for (std::size_t l = 0; l < L; ++l) std::memcpy(permuted_.data() + (l * M + n) * c, in + (n * L + l) * c, c);
-  chunk_.resize(c * M);
-  intra_.reduce_scatter(Buffer{permuted_.data(), input.count, input.type},
-                        Buffer{chunk_.data(), output.count * M, input.type}, ReduceOp::sum);
-  inter_.reduce_scatter(Buffer{chunk_.data(), output.count * M, input.type}, output, ReduceOp::sum);
-  if (op == ReduceOp::average) scale_buffer(output, 1.0 / size());
+    for (std::size_t l = 0; l < L; ++l) intra_.copy_bytes(permuted + (l * M + n) * c, in + (n * L + l) * c, c);
+  std::byte* chunk = scratch(chunk_, c * M);
+  const bool on_device = intra_.memory_space() == MemorySpace::device;
+  const ReduceOp level_op = on_device ? op : ReduceOp::sum;  // as in run_all_reduce
+  intra_.reduce_scatter(Buffer{permuted, input.count, input.type}, Buffer{chunk, output.count * M, input.type},
+                        level_op);
+  inter_.reduce_scatter(Buffer{chunk, output.count * M, input.type}, output, level_op);
+  if (op == ReduceOp::average && !on_device) scale_buffer(output, 1.0 / size());
 }
 
 void TwoLevelCommunicator::run_all_gather(Buffer input, Buffer output) {
   require_all_gather_shapes(input, output, size());
   const std::size_t L = static_cast<std::size_t>(intra_.size()), M = static_cast<std::size_t>(inter_.size());
   const std::size_t c = input.bytes();
-  chunk_.resize(c * M);
-  const Buffer across{chunk_.data(), input.count * M, input.type};
+  const Buffer across{scratch(chunk_, c * M), input.count * M, input.type};
   inter_.all_gather(input, across);  // chunk n: from rank (n, l)
-  permuted_.resize(output.bytes());
-  intra_.all_gather(across, Buffer{permuted_.data(), output.count, output.type});  // block l' M + n: rank (n, l')
+  std::byte* permuted = scratch(permuted_, output.bytes());
+  intra_.all_gather(across, Buffer{permuted, output.count, output.type});  // block l' M + n: rank (n, l')
   auto* out = static_cast<std::byte*>(output.data);
   for (std::size_t n = 0; n < M; ++n)
-    for (std::size_t l = 0; l < L; ++l) std::memcpy(out + (n * L + l) * c, permuted_.data() + (l * M + n) * c, c);
+    for (std::size_t l = 0; l < L; ++l) intra_.copy_bytes(out + (n * L + l) * c, permuted + (l * M + n) * c, c);
 }
 
 void TwoLevelCommunicator::run_broadcast(Buffer buffer, int root) {

@@ -31,7 +31,10 @@ class TwoLevelCommunicator final : public Communicator {
  private:
   Communicator& intra_;
   Communicator& inter_;
-  std::vector<std::byte> padded_, chunk_, permuted_;  // scratch, kept between calls
+  // Scratch from the node communicator (device memory on GPUs), kept between calls and grown
+  // when a call needs more.
+  Memory padded_, chunk_, permuted_;
+  std::byte* scratch(Memory& memory, std::size_t bytes);
   // The all-reduce's node slice, from intra_.allocate() (grown as needed, the same on every
   // rank of the node): the node-level all-gather then reads it in place.
   Memory slice_;

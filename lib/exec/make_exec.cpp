@@ -4,6 +4,7 @@
 #include "exec/host_exec.hpp"
 
 #if defined(ST_HAVE_CUDA)
+#include "comm/cuda_check.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #endif
 #if defined(ST_HAVE_NCCL)
@@ -26,6 +27,16 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int worl
   e.matmul_rate = [device](int m, int n, int k) { return device->measure_gemm_flops(m, n, k); };
   e.device_bytes = [device] { return device->allocated_bytes(); };
   e.device_peak_bytes = [device] { return device->peak_allocated_bytes(); };
+  e.device_used_bytes = [] {
+    std::size_t free = 0, total = 0;
+    ST_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+    return static_cast<std::uint64_t>(total - free);
+  };
+  e.device_total_bytes = [] {
+    std::size_t free = 0, total = 0;
+    ST_CHECK_CUDA(cudaMemGetInfo(&free, &total));
+    return static_cast<std::uint64_t>(total);
+  };
 #if defined(ST_HAVE_NCCL)
   const int index = choice.device;
   // Collectives start after the kernels queued before them, by an event: no host wait.

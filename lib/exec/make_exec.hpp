@@ -24,8 +24,9 @@ struct Execution {
   // The device's matmul rate for an m x n x k GEMM at the run's precision (FLOP/s); unset on
   // the host, where the trainer measures sgemm itself.
   std::function<double(int, int, int)> matmul_rate;
-  // Device memory the backend holds now and at most (0 on the host).
-  std::function<std::uint64_t()> device_bytes, device_peak_bytes;
+  // Device memory the backend holds now and at most, and what the whole device has in use
+  // (the CUDA context, cuBLAS's and NCCL's buffers included; cudaMemGetInfo) and in total.
+  std::function<std::uint64_t()> device_bytes, device_peak_bytes, device_used_bytes, device_total_bytes;
 };
 
 // bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device).

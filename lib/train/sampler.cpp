@@ -41,7 +41,8 @@ std::string render_tokens(const std::vector<int>& tokens, bool byte_level) {
         out += escaped;
       }
     } else {
-      out += (out.empty() ? "" : " ") + std::to_string(t);
+      if (!out.empty()) out += ' ';
+      out += std::to_string(t);
     }
   }
   return out;

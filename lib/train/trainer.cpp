@@ -437,10 +437,12 @@ std::string Trainer::memory_line(const char* when) const {
                      ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" + std::to_string(activations) +
                      ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) + ",\"total\":" + std::to_string(total) +
                      ",\"largest_rank_total\":" + std::to_string(largest) + "}");
-  const std::string where = execution_.choice.cuda ? " (GPU memory; the device held " +
-                                                        b(execution_.device_bytes()) + ", at most " +
-                                                        b(execution_.device_peak_bytes()) + ")"
-                                                  : std::string();
+  const std::string where = execution_.choice.cuda
+                                ? " (GPU memory; shardtrain's buffers on the device " + b(execution_.device_bytes()) +
+                                      ", at most " + b(execution_.device_peak_bytes()) + "; the device has " +
+                                      b(execution_.device_used_bytes()) + " of " + b(execution_.device_total_bytes()) +
+                                      " in use, with the CUDA context, cuBLAS and NCCL)"
+                                : std::string();
   return std::string("memory per rank ") + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
          b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
          (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +

@@ -44,21 +44,28 @@ class CudaExec final : public Exec {
   int device() const { return settings_.device; }
   cudaStream_t compute_stream() const { return compute_; }
   cudaStream_t comm_stream() const { return comm_; }
-  // Bytes this backend holds now, and the most it held at once (its own allocations).
-  std::uint64_t allocated_bytes() const { return allocated_; }
-  std::uint64_t peak_allocated_bytes() const { return peak_; }
+  // Makes `stream` (a communicator's own) wait for every kernel queued on the compute stream so
+  // far: an event, no host wait. before_communication() does this for comm_stream().
+  void order_after_compute(cudaStream_t stream);
+  // Bytes this backend holds now, and the most it held at once, in blocks from allocate() (not
+  // counted: cuBLAS's 32 MiB workspace and the kernels' grow-only scratch).
+  std::uint64_t allocated_bytes() const;
+  std::uint64_t peak_allocated_bytes() const;
   // The matmul rate of this device for an m x n x k GEMM at the precision of this backend's
   // matmuls, in FLOP/s: the best of several timed repetitions (the MFU yardstick).
   double measure_gemm_flops(int m, int n, int k);
 
  private:
-  struct State;  // cuBLAS handle, workspace, kernels: defined in the .cu files
+  struct State;  // cuBLAS handle, workspace, kernels, byte counters: exec/cuda/cuda_exec_state.hpp
   CudaExecSettings settings_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // before_communication()'s event
   std::unique_ptr<State> state_;
-  std::uint64_t allocated_ = 0, peak_ = 0;
   void* pinned_ = nullptr;  // small pinned host buffer for scalar results (sum_squares, losses)
+  void release() noexcept;  // frees whatever the constructor got so far (destructor, failed constructor)
+  // Makes this backend's device the calling thread's current one (the CUDA runtime keeps it per
+  // thread, and a caller may come from another thread than the constructor's).
+  void use_device() const;
 };
 
 }  // namespace st

@@ -1,0 +1,122 @@
+// Causal multi-head self-attention on the device: the matmuls as cuBLAS strided-batched GEMMs
+// (one batch of heads per sequence of the micro-batch), the causal softmax and its backward as
+// warp-per-row kernels. Same layout and results as the host (exec/host_kernels.cpp):
+// qkv[B, T, 3C] holds q, k, v side by side, heads of hs = C / NH channels; att[B, NH, T, T]
+// keeps the probabilities, zero above the diagonal.
+#include <cmath>
+
+#include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/cuda_gemm.hpp"
+#include "exec/cuda/cuda_layer_kernels.hpp"
+#include "exec/cuda/device_reduce.cuh"
+
+namespace st {
+namespace {
+
+using namespace cuda_detail;
+
+// Causal softmax in place, one warp per row of `rows` rows of length T (row r is query
+// t = r mod T): the scores s[0..t] (already scaled) become probabilities, the rest 0.
+__global__ void causal_softmax_forward_kernel(float* att, int rows, int T) {
+  const int r = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (r >= rows) return;  // the whole warp leaves together
+  const int t = r % T;
+  float* a = att + static_cast<std::size_t>(r) * T;
+  float max = -INFINITY;
+  for (int j = lane; j <= t; j += kWarp) max = fmaxf(max, a[j]);
+  max = warp_reduce(max, Max{});
+  float sum = 0;
+  for (int j = lane; j <= t; j += kWarp) sum += expf(a[j] - max);
+  const float inv = 1.0f / warp_reduce(sum, Sum{});
+  for (int j = lane; j < T; j += kWarp) a[j] = j <= t ? expf(a[j] - max) * inv : 0.0f;
+}
+
+// Softmax backward in place, one warp per row: dP (in d) becomes dS = P * (dP - <P, dP>) on
+// the causal part, 0 above it.
+__global__ void causal_softmax_backward_kernel(float* d, const float* att, int rows, int T) {
+  const int r = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  const int t = r % T;
+  const float* p = att + static_cast<std::size_t>(r) * T;
+  float* g = d + static_cast<std::size_t>(r) * T;
+  float dot = 0;
+  for (int j = lane; j <= t; j += kWarp) dot += p[j] * g[j];
+  dot = warp_reduce(dot, Sum{});
+  for (int j = lane; j < T; j += kWarp) g[j] = j <= t ? p[j] * (g[j] - dot) : 0.0f;
+}
+
+unsigned warp_rows_grid(int rows) {
+  const int rows_per_block = kBlock / kWarp;
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
+
+}  // namespace
+
+// In cuBLAS's column-major view a row-major [T, hs] slice of qkv with row stride 3C is an
+// hs x T matrix with leading dimension 3C; att's [T, T] blocks are T x T transposed, ld T.
+// Head h of sequence b: q at qkv + b*T*3C + h*hs (k at +C, v at +2C), att at (b*NH + h)*T*T.
+void CudaLayerKernels::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  use_device();
+  if (B == 0 || T == 0) return;
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const long long tt = static_cast<long long>(T) * T;
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
+    const float* k = q + C;
+    float* a = att + static_cast<std::size_t>(b) * NH * tt;
+    // S^T = K Q^T * scale  (so S[t, s] = <q_t, k_s> * scale, row-major)
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, a,
+                              T, tt, NH);
+  }
+  const int rows = B * NH * T;
+  causal_softmax_forward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(att, rows, T);
+  ST_CHECK_LAUNCH();
+  for (int b = 0; b < B; ++b) {
+    const float* v = qkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
+    const float* a = att + static_cast<std::size_t>(b) * NH * tt;
+    // out^T = V^T P^T  (out = P V)
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, C3, hs, a, T, tt, 0.0f,
+                              out + static_cast<std::size_t>(b) * T * C, C, hs, NH);
+  }
+}
+
+void CudaLayerKernels::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                          const float* att, int B, int T, int C, int NH) {
+  use_device();
+  if (B == 0 || T == 0) return;
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const long long tt = static_cast<long long>(T) * T;
+  for (int b = 0; b < B; ++b) {
+    const float* v = qkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
+    const float* dO = dout + static_cast<std::size_t>(b) * T * C;
+    const float* a = att + static_cast<std::size_t>(b) * NH * tt;
+    float* dP = scratch + static_cast<std::size_t>(b) * NH * tt;
+    float* dv = dqkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
+    // dP = dO V^T
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, dP,
+                              T, tt, NH);
+    // dV = P^T dO  (dV^T = dO^T P)
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, a, T, tt, 0.0f, dv,
+                              C3, hs, NH);
+  }
+  const int rows = B * NH * T;
+  causal_softmax_backward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(scratch, att, rows, T);
+  ST_CHECK_LAUNCH();
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
+    const float* k = q + C;
+    const float* dS = scratch + static_cast<std::size_t>(b) * NH * tt;
+    float* dq = dqkv + static_cast<std::size_t>(b) * T * C3;
+    float* dk = dq + C;
+    // dQ = dS K * scale  (dQ^T = K^T dS^T)
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, dS, T, tt, 0.0f, dq,
+                              C3, hs, NH);
+    // dK = dS^T Q * scale  (dK^T = Q^T dS)
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, C3, hs, dS, T, tt, 0.0f, dk,
+                              C3, hs, NH);
+  }
+}
+
+}  // namespace st

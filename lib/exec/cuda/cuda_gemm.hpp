@@ -1,0 +1,20 @@
+#pragma once
+// GEMM wrappers over cuBLAS (column-major, as cuBLAS sees matrices), fp32 in and out.
+// `bf16` selects CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to bf16, fp32 accumulation on the
+// tensor cores); otherwise CUBLAS_COMPUTE_32F (plain fp32, no TF32). Both are queued on the
+// stream the handle is bound to.
+#include <cublas_v2.h>
+
+namespace st {
+
+// C = alpha op(A) op(B) + beta C, column-major, C is m x n, op(A) m x k, op(B) k x n.
+void cuda_gemm(cublasHandle_t handle, bool bf16, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+               int k, float alpha, const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+// `batch` such products, matrix i starting `stride_*` elements after matrix i-1.
+void cuda_gemm_strided_batched(cublasHandle_t handle, bool bf16, cublasOperation_t transa, cublasOperation_t transb,
+                               int m, int n, int k, float alpha, const float* A, int lda, long long stride_a,
+                               const float* B, int ldb, long long stride_b, float beta, float* C, int ldc,
+                               long long stride_c, int batch);
+
+}  // namespace st

@@ -1,0 +1,381 @@
+// CudaLayerKernels: the encoder, LayerNorm, linear layers, GELU, residual add and the softmax
+// cross-entropy on one device (attention is in cuda_attention.cu). Each kernel matches the host
+// kernel of the same name in exec/host_kernels.cpp: which outputs it overwrites and which it adds
+// to, the padded vocabulary, the order of operations where it is cheap to keep.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <cmath>
+
+#include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/cuda_gemm.hpp"
+#include "exec/cuda/cuda_layer_kernels.hpp"
+#include "exec/cuda/device_reduce.cuh"
+
+namespace st {
+namespace {
+
+using namespace cuda_detail;
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+// Parameter gradients sum over rows in chunks of this many rows: a partial sum per chunk and
+// column, then the chunks in order. Fixed, so the order of addition depends only on the shape.
+constexpr int kRowsPerChunk = 32;
+
+#define ST_GRID_STRIDE(i, n) \
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < (n); i += std::size_t{gridDim.x} * blockDim.x)
+
+// out[n, c] = wte[tokens[n], c] + wpe[n % T, c] for the N = B*T rows.
+__global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int N, int T,
+                                       int C) {
+  ST_GRID_STRIDE(i, std::size_t{1} * N * C) {
+    const std::size_t row = i / C, c = i % C;
+    out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] + wpe[(row % T) * C + c];
+  }
+}
+
+// dwpe[t, c] += sum over b of dout[b, t, c], b in increasing order. One thread per (t, c).
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+  ST_GRID_STRIDE(i, std::size_t{1} * T * C) {
+    float sum = 0;
+    for (int b = 0; b < B; ++b) sum += dout[static_cast<std::size_t>(b) * T * C + i];
+    dwpe[i] += sum;
+  }
+}
+
+// values[i] = i: the positions the encoder's sort carries along with the tokens.
+__global__ void iota_kernel(int* values, int n) {
+  ST_GRID_STRIDE(i, static_cast<std::size_t>(n)) values[i] = static_cast<int>(i);
+}
+
+// dwte without atomics: positions sorted stably by token (`sorted_tokens`, `positions`), so
+// the positions of each token form a run in increasing order. The thread of the run's first
+// entry and channel c owns dwte[token, c]: it sums the run's dout rows in order, then adds once.
+// One thread per (sorted entry, channel); threads not at the start of a run return at once.
+__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* sorted_tokens,
+                                            const int* positions, int N, int C) {
+  ST_GRID_STRIDE(i, std::size_t{1} * N * C) {
+    const int first = static_cast<int>(i / C);
+    const std::size_t c = i % C;
+    const int token = sorted_tokens[first];
+    if (first > 0 && sorted_tokens[first - 1] == token) continue;
+    float sum = 0;
+    for (int k = first; k < N && sorted_tokens[k] == token; ++k) sum += dout[static_cast<std::size_t>(positions[k]) * C + c];
+    dwte[static_cast<std::size_t>(token) * C + c] += sum;
+  }
+}
+
+// LayerNorm forward, one warp per row (any C); keeps mean and 1/std per row.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                                         const float* bias, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (row >= N) return;  // the whole warp leaves together
+  const float* x = in + static_cast<std::size_t>(row) * C;
+  float sum = 0;
+  for (int c = lane; c < C; c += kWarp) sum += x[c];
+  const float m = warp_reduce(sum, Sum{}) / C;
+  float var = 0;
+  for (int c = lane; c < C; c += kWarp) var += (x[c] - m) * (x[c] - m);
+  const float s = 1.0f / sqrtf(warp_reduce(var, Sum{}) / C + kLayerNormEps);
+  float* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += kWarp) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// LayerNorm backward for the input, one warp per row: din += ... (parameter gradients are
+// layernorm_parameter_partials_kernel's).
+__global__ void layernorm_backward_input_kernel(float* din, const float* dout, const float* in, const float* weight,
+                                                const float* mean, const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const std::size_t offset = static_cast<std::size_t>(row) * C;
+  const float* x = in + offset;
+  const float* d = dout + offset;
+  const float m = mean[row], s = rstd[row];
+  float dnorm_sum = 0, dnorm_xhat_sum = 0;
+  for (int c = lane; c < C; c += kWarp) {
+    const float dnorm = d[c] * weight[c];
+    dnorm_sum += dnorm;
+    dnorm_xhat_sum += dnorm * ((x[c] - m) * s);
+  }
+  const float a = warp_reduce(dnorm_sum, Sum{}) / C, b = warp_reduce(dnorm_xhat_sum, Sum{}) / C;
+  float* dx = din + offset;
+  for (int c = lane; c < C; c += kWarp) {
+    const float xhat = (x[c] - m) * s;
+    dx[c] += s * (d[c] * weight[c] - a - xhat * b);
+  }
+}
+
+// Per chunk of kRowsPerChunk rows (blockIdx.y) and column: sum of dout * xhat and of dout.
+// Grid (ceil(C / blockDim.x), chunks).
+__global__ void layernorm_parameter_partials_kernel(float* partial_w, float* partial_b, const float* dout,
+                                                    const float* in, const float* mean, const float* rstd, int N,
+                                                    int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int begin = blockIdx.y * kRowsPerChunk, end = min(N, begin + kRowsPerChunk);
+  float sw = 0, sb = 0;
+  for (int row = begin; row < end; ++row) {
+    const std::size_t i = static_cast<std::size_t>(row) * C + c;
+    const float xhat = (in[i] - mean[row]) * rstd[row];
+    sw += dout[i] * xhat;
+    sb += dout[i];
+  }
+  partial_w[static_cast<std::size_t>(blockIdx.y) * C + c] = sw;
+  partial_b[static_cast<std::size_t>(blockIdx.y) * C + c] = sb;
+}
+
+// Per chunk of kRowsPerChunk rows (blockIdx.y) and column: the column sum of src.
+__global__ void column_partials_kernel(float* partials, const float* src, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int begin = blockIdx.y * kRowsPerChunk, end = min(N, begin + kRowsPerChunk);
+  float sum = 0;
+  for (int row = begin; row < end; ++row) sum += src[static_cast<std::size_t>(row) * C + c];
+  partials[static_cast<std::size_t>(blockIdx.y) * C + c] = sum;
+}
+
+// dst[c] += the chunks' partial sums of column c, in chunk order.
+__global__ void add_partials_kernel(float* dst, const float* partials, int chunks, int C) {
+  ST_GRID_STRIDE(c, static_cast<std::size_t>(C)) {
+    float sum = 0;
+    for (int k = 0; k < chunks; ++k) sum += partials[static_cast<std::size_t>(k) * C + c];
+    dst[c] += sum;
+  }
+}
+
+// out[n, :] = bias, before the matmul adds in[n, :] W^T (as the host does).
+__global__ void broadcast_rows_kernel(float* out, const float* row, int N, int C) {
+  ST_GRID_STRIDE(i, std::size_t{1} * N * C) out[i] = row[i % C];
+}
+
+// GELU, tanh approximation (GPT-2's).
+__global__ void gelu_forward_kernel(float* out, const float* in, std::size_t n) {
+  ST_GRID_STRIDE(i, n) {
+    const float x = in[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+  }
+}
+
+// din = dout * gelu'(in) (overwrites din).
+__global__ void gelu_backward_kernel(float* din, const float* in, const float* dout, std::size_t n) {
+  ST_GRID_STRIDE(i, n) {
+    const float x = in[i];
+    const float th = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    din[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+  }
+}
+
+// out = a + b (the residual stream).
+__global__ void add_kernel(float* out, const float* a, const float* b, std::size_t n) {
+  ST_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+// Softmax over the first V of Vp logits, in place, one block per row; padded columns become 0.
+// With targets, the row's loss -log p[target] goes to losses (float) and row_losses (double).
+__global__ void softmax_cross_entropy_forward_kernel(float* logits, float* losses, double* row_losses,
+                                                     const int* targets, int V, int Vp) {
+  __shared__ float shared[kWarp];
+  const int row = blockIdx.x;
+  float* x = logits + static_cast<std::size_t>(row) * Vp;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) max = fmaxf(max, x[j]);
+  max = block_reduce(max, Max{}, -INFINITY, shared);
+  // Read before the row is overwritten; p[target] is then the same expression as in the row.
+  const float target_logit = targets && threadIdx.x == 0 ? x[targets[row]] : 0.0f;
+  float sum = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - max);
+  sum = block_reduce(sum, Sum{}, 0.0f, shared);  // its barriers also order the reads above before the writes
+  const float inv = 1.0f / sum;
+  for (int j = threadIdx.x; j < Vp; j += blockDim.x) x[j] = j < V ? expf(x[j] - max) * inv : 0.0f;
+  if (targets && threadIdx.x == 0) {
+    const float p = expf(target_logit - max) * inv;
+    const double loss = -log(fmax(static_cast<double>(p), 1e-300));
+    losses[row] = static_cast<float>(loss);
+    row_losses[row] = loss;
+  }
+}
+
+// *total = the sum of the n row losses, one block, fixed order.
+__global__ void sum_rows_kernel(double* total, const double* rows, int n) {
+  __shared__ double shared[kWarp];
+  double sum = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += rows[i];
+  sum = block_reduce(sum, Sum{}, 0.0, shared);
+  if (threadIdx.x == 0) *total = sum;
+}
+
+// probs -> dlogits in place: (p - onehot(target)) * scale, padded columns 0.
+__global__ void softmax_cross_entropy_backward_kernel(float* probs, const int* targets, int N, int V, int Vp,
+                                                      float scale) {
+  ST_GRID_STRIDE(i, std::size_t{1} * N * Vp) {
+    const std::size_t row = i / Vp;
+    const int j = static_cast<int>(i % Vp);
+    float d = 0.0f;
+    if (j < V) {
+      d = probs[i] * scale;
+      if (j == targets[row]) d -= scale;
+    }
+    probs[i] = d;
+  }
+}
+
+unsigned rows_grid(int rows_count, int rows_per_block) {
+  return static_cast<unsigned>((rows_count + rows_per_block - 1) / rows_per_block);
+}
+
+}  // namespace
+
+void CudaLayerKernels::encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                                       int C) {
+  use_device();
+  const std::size_t n = std::size_t{1} * B * T * C;
+  if (n == 0) return;
+  encoder_forward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(out, tokens, wte, wpe, B * T, T, C);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                                        int C) {
+  use_device();
+  const int N = B * T;
+  if (N == 0 || C == 0) return;
+  encoder_backward_wpe_kernel<<<grid_for(std::size_t{1} * T * C), kBlock, 0, stream_>>>(dwpe, dout, B, T, C);
+  ST_CHECK_LAUNCH();
+  int* keys = sort_keys_.get<int>(N, stream_);
+  int* values = sort_values_.get<int>(2 * std::size_t{1} * N, stream_);  // positions in, sorted positions out
+  iota_kernel<<<grid_for(N), kBlock, 0, stream_>>>(values, N);
+  ST_CHECK_LAUNCH();
+  std::size_t temp_bytes = 0;
+  ST_CHECK_CUDA(
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, keys, values, values + N, N, 0, 32, stream_));
+  void* temp = sort_temp_.get(std::max<std::size_t>(temp_bytes, 1), stream_);  // null would mean: size query
+  ST_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys, values, values + N, N, 0, 32, stream_));
+  encoder_backward_wte_kernel<<<grid_for(std::size_t{1} * N * C), kBlock, 0, stream_>>>(dwte, dout, keys, values + N,
+                                                                                        N, C);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                                         const float* bias, int N, int C) {
+  use_device();
+  if (N == 0) return;
+  const int rows_per_block = kBlock / kWarp;
+  layernorm_forward_kernel<<<rows_grid(N, rows_per_block), kBlock, 0, stream_>>>(out, mean, rstd, in, weight, bias, N,
+                                                                                  C);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                                          const float* weight, const float* mean, const float* rstd, int N, int C) {
+  use_device();
+  if (N == 0 || C == 0) return;
+  const int rows_per_block = kBlock / kWarp;
+  layernorm_backward_input_kernel<<<rows_grid(N, rows_per_block), kBlock, 0, stream_>>>(din, dout, in, weight, mean,
+                                                                                         rstd, N, C);
+  ST_CHECK_LAUNCH();
+  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
+  ST_REQUIRE(chunks <= 65535, "CUDA parameter gradients: more rows than the chunked column sums allow");
+  float* partial_w = partials_.get<float>(2 * static_cast<std::size_t>(chunks) * C, stream_);
+  float* partial_b = partial_w + static_cast<std::size_t>(chunks) * C;
+  const dim3 grid(rows_grid(C, kBlock), static_cast<unsigned>(chunks));
+  layernorm_parameter_partials_kernel<<<grid, kBlock, 0, stream_>>>(partial_w, partial_b, dout, in, mean, rstd, N, C);
+  ST_CHECK_LAUNCH();
+  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dweight, partial_w, chunks, C);
+  ST_CHECK_LAUNCH();
+  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dbias, partial_b, chunks, C);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::add_column_sums(float* dst, const float* src, int N, int C) {
+  if (N == 0 || C == 0) return;
+  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
+  ST_REQUIRE(chunks <= 65535, "CUDA parameter gradients: more rows than the chunked column sums allow");
+  float* partials = partials_.get<float>(static_cast<std::size_t>(chunks) * C, stream_);
+  const dim3 grid(rows_grid(C, kBlock), static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, kBlock, 0, stream_>>>(partials, src, N, C);
+  ST_CHECK_LAUNCH();
+  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dst, partials, chunks, C);
+  ST_CHECK_LAUNCH();
+}
+
+// Row-major X[rows, cols] is, to cuBLAS, the column-major X^T with leading dimension cols; the
+// three products below are written in that view.
+void CudaLayerKernels::linear_forward(float* out, const float* in, const float* weight, const float* bias, int N,
+                                      int C, int OC) {
+  use_device();
+  if (N == 0 || OC == 0) return;
+  if (bias) {
+    broadcast_rows_kernel<<<grid_for(std::size_t{1} * N * OC), kBlock, 0, stream_>>>(out, bias, N, OC);
+    ST_CHECK_LAUNCH();
+  }
+  // out^T[OC, N] = W[OC, C] in^T[C, N]
+  cuda_gemm(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, in, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+void CudaLayerKernels::linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                                       const float* weight, int N, int C, int OC, bool accumulate_din) {
+  use_device();
+  // din^T[C, N] = W^T[C, OC] dout^T[OC, N]
+  cuda_gemm(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, dout, OC,
+            accumulate_din ? 1.0f : 0.0f, din, C);
+  // dW^T[C, OC] += in^T[C, N] dout[N, OC]
+  cuda_gemm(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, C);
+  if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+void CudaLayerKernels::gelu_forward(float* out, const float* in, std::size_t n) {
+  use_device();
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(out, in, n);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::gelu_backward(float* din, const float* in, const float* dout, std::size_t n) {
+  use_device();
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(din, in, dout, n);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::add(float* out, const float* a, const float* b, std::size_t n) {
+  use_device();
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kBlock, 0, stream_>>>(out, a, b, n);
+  ST_CHECK_LAUNCH();
+}
+
+double CudaLayerKernels::softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N,
+                                                       int V, int Vp) {
+  use_device();
+  if (N == 0) return 0.0;
+  double* row_losses = targets ? row_losses_.get<double>(static_cast<std::size_t>(N) + 1, stream_) : nullptr;
+  softmax_cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kBlock, 0, stream_>>>(logits_to_probs, losses,
+                                                                                          row_losses, targets, V, Vp);
+  ST_CHECK_LAUNCH();
+  if (!targets) return 0.0;
+  double* total = row_losses + N;
+  sum_rows_kernel<<<1, 1024, 0, stream_>>>(total, row_losses, N);
+  ST_CHECK_LAUNCH();
+  ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return *pinned_result_;
+}
+
+void CudaLayerKernels::softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V,
+                                                      int Vp, float scale) {
+  use_device();
+  const std::size_t n = std::size_t{1} * N * Vp;
+  if (n == 0) return;
+  softmax_cross_entropy_backward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(probs_to_dlogits, targets, N, V, Vp,
+                                                                             scale);
+  ST_CHECK_LAUNCH();
+}
+
+}  // namespace st

@@ -1,0 +1,62 @@
+#pragma once
+// The GPT-2 layer kernels on one CUDA device (exec/layer_kernels.hpp): kernels of our own for the
+// element-wise, normalisation and softmax work, cuBLAS for every matmul. All work is queued on
+// one stream; the only call that waits is softmax_cross_entropy_forward with targets (it hands
+// the loss sum to the host).
+//
+// Deterministic: the same inputs give the same bits on every run on the same device. No kernel
+// uses floating-point atomics; every reduction (over a row, over rows for parameter gradients,
+// over the batch for the loss) runs in a fixed order that depends only on the shapes.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "exec/cuda/device_scratch.hpp"
+#include "exec/layer_kernels.hpp"
+
+namespace st {
+
+class CudaLayerKernels final : public LayerKernels<float> {
+ public:
+  // `pinned_result` is one double of pinned host memory the loss sum comes back through.
+  // Work goes to `device` (made current on each call: callers may be on any thread) and `stream`.
+  CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, double* pinned_result)
+      : device_(device), stream_(stream), cublas_(cublas), bf16_(bf16_matmuls), pinned_result_(pinned_result) {}
+
+  void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C) override;
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                         int N, int C) override;
+  void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                          const float* weight, const float* mean, const float* rstd, int N, int C) override;
+  void linear_forward(float* out, const float* in, const float* weight, const float* bias, int N, int C,
+                      int OC) override;
+  void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                       const float* weight, int N, int C, int OC, bool accumulate_din) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int C, int NH) override;
+  void gelu_forward(float* out, const float* in, std::size_t n) override;
+  void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;
+  void add(float* out, const float* a, const float* b, std::size_t n) override;
+  double softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N, int V,
+                                       int Vp) override;
+  void softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp,
+                                      float scale) override;
+
+ private:
+  // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.
+  void add_column_sums(float* dst, const float* src, int N, int C);
+
+  void use_device() const { ST_CHECK_CUDA(cudaSetDevice(device_)); }
+
+  int device_;
+  cudaStream_t stream_;
+  cublasHandle_t cublas_;
+  bool bf16_;
+  double* pinned_result_;
+  // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses.
+  DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;
+};
+
+}  // namespace st

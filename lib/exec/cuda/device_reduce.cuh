@@ -1,0 +1,49 @@
+#pragma once
+// Reductions inside a warp and a block, and launch sizing, for the CUDA backend's kernels.
+// Every reduction combines values in a fixed tree that depends only on the block shape, so
+// results are the same bits on every run (no atomics, no order that depends on timing).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+
+namespace st::cuda_detail {
+
+inline constexpr int kWarp = 32;
+inline constexpr int kBlock = 256;
+
+// Blocks of kBlock threads for a grid-stride loop over n elements (n > 0).
+inline unsigned grid_for(std::size_t n, std::size_t max_blocks = 1u << 16) {
+  return static_cast<unsigned>(std::min<std::size_t>((n + kBlock - 1) / kBlock, max_blocks));
+}
+
+struct Sum {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+// Butterfly over the 32 lanes: every lane ends with the same value.
+template <class T, class Op>
+__device__ T warp_reduce(T value, Op op) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// Across the block (blockDim.x a multiple of 32, at most 1024): every thread gets the result.
+// Every thread of the block must call it; `shared` holds 32 values.
+template <class T, class Op>
+__device__ T block_reduce(T value, Op op, T identity, T* shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  value = warp_reduce(value, op);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  value = lane < warps ? shared[lane] : identity;
+  return warp_reduce(value, op);
+}
+
+}  // namespace st::cuda_detail

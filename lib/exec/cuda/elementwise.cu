@@ -1,0 +1,158 @@
+// The strategy's element-wise arithmetic on the device: conversion between fp32 and bf16,
+// gradient accumulation, the sum of squares (for the gradient norm) and AdamW. Compiled without
+// fused multiply-adds (see lib/exec/CMakeLists.txt) so that each result is the host's bit for bit
+// (HostExec in exec/host_exec.cpp), except sum_squares, whose order of addition differs.
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "exec/adamw_element.hpp"
+#include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/cuda_exec.hpp"
+#include "exec/cuda/cuda_exec_state.hpp"
+#include "exec/cuda/device_reduce.cuh"
+
+namespace st {
+namespace {
+
+using namespace cuda_detail;
+
+// st::to_bf16 (core/bf16.hpp) on the device: round to nearest even; a NaN stays a (quiet) NaN.
+__device__ inline std::uint16_t f32_to_bf16_bits(float f) {
+  std::uint32_t u = __float_as_uint(f);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<std::uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+__device__ inline float bf16_bits_to_f32(std::uint16_t bits) {
+  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// Element-wise conversions; any n (grid-stride loops).
+__global__ void f32_to_bf16_kernel(std::uint16_t* out, const float* in, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = f32_to_bf16_bits(in[i]);
+}
+__global__ void bf16_to_f32_kernel(float* out, const std::uint16_t* in, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = bf16_bits_to_f32(in[i]);
+}
+
+// into += from: fp32 adds; bf16 adds in fp32 and rounds once.
+__global__ void accumulate_f32_kernel(float* into, const float* from, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    into[i] += from[i];
+}
+__global__ void accumulate_bf16_kernel(std::uint16_t* into, const float* from, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    into[i] = f32_to_bf16_bits(bf16_bits_to_f32(into[i]) + from[i]);
+}
+
+// An element as HostExec's sum_squares reads it: widened to float first (f64 is narrowed, as there).
+template <class T>
+__device__ inline float load_as_float(const T* p, std::size_t i);
+template <>
+__device__ inline float load_as_float<float>(const float* p, std::size_t i) { return p[i]; }
+template <>
+__device__ inline float load_as_float<double>(const double* p, std::size_t i) { return static_cast<float>(p[i]); }
+template <>
+__device__ inline float load_as_float<std::uint16_t>(const std::uint16_t* p, std::size_t i) {
+  return bf16_bits_to_f32(p[i]);
+}
+
+// Sum of squares, first pass: block b sums, in double, the elements i = b*kBlock + thread + k*stride
+// in increasing k, then reduces in a fixed tree. The grid size depends only on n, so the result
+// does not depend on timing. Launch with kBlock threads.
+template <class T>
+__global__ void sum_squares_partials_kernel(double* partials, const T* values, std::size_t n) {
+  __shared__ double shared[kWarp];
+  double sum = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const double x = load_as_float(values, i);
+    sum += x * x;
+  }
+  sum = block_reduce(sum, Sum{}, 0.0, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// Second pass: one block adds the `count` partials in a fixed order into *total.
+__global__ void sum_partials_kernel(double* total, const double* partials, unsigned count) {
+  __shared__ double shared[kWarp];
+  double sum = 0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  sum = block_reduce(sum, Sum{}, 0.0, shared);
+  if (threadIdx.x == 0) *total = sum;
+}
+
+// AdamW, one element per thread step (exec/adamw_element.hpp, shared with the host).
+__global__ void adamw_kernel(AdamWConstants c, float* params, const float* grads, float* m, float* v, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    adamw_element(params[i], grads[i], m[i], v[i], c.beta1, c.beta2, c.grad_scale, c.decay_factor, c.step_size,
+                  c.inv_correction2, c.eps);
+}
+
+}  // namespace
+
+void CudaExec::convert(Buffer to, Buffer from) {
+  use_device();
+  ST_REQUIRE(to.count == from.count, "convert: buffers differ in length");
+  if (to.type == from.type) return copy(to.data, from.data, to.bytes());
+  ST_REQUIRE(to.type != DataType::f64 && from.type != DataType::f64, "convert: f32 and bf16 only");
+  const std::size_t n = to.count;
+  if (n == 0) return;
+  if (to.type == DataType::bf16)
+    f32_to_bf16_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<std::uint16_t*>(to.data),
+                                                             static_cast<const float*>(from.data), n);
+  else
+    bf16_to_f32_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<float*>(to.data),
+                                                             static_cast<const std::uint16_t*>(from.data), n);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaExec::accumulate(Buffer into, const float* from) {
+  use_device();
+  const std::size_t n = into.count;
+  ST_REQUIRE(into.type == DataType::f32 || into.type == DataType::bf16, "accumulate: f32 or bf16 only");
+  if (n == 0) return;
+  if (into.type == DataType::bf16)
+    accumulate_bf16_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<std::uint16_t*>(into.data), from, n);
+  else
+    accumulate_f32_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<float*>(into.data), from, n);
+  ST_CHECK_LAUNCH();
+}
+
+double CudaExec::sum_squares(Buffer values) {
+  use_device();
+  const std::size_t n = values.count;
+  if (n == 0) return 0.0;
+  double* partials = state_->reduce_scratch;
+  double* total = partials + kSumSquaresBlocks;
+  const unsigned blocks = grid_for(n, kSumSquaresBlocks);
+  switch (values.type) {
+    case DataType::f32:
+      sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials, static_cast<const float*>(values.data), n);
+      break;
+    case DataType::f64:
+      sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials, static_cast<const double*>(values.data), n);
+      break;
+    case DataType::bf16:
+      sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials,
+                                                                   static_cast<const std::uint16_t*>(values.data), n);
+      break;
+  }
+  ST_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kBlock, 0, compute_>>>(total, partials, blocks);
+  ST_CHECK_LAUNCH();
+  double* result = static_cast<double*>(pinned_);
+  ST_CHECK_CUDA(cudaMemcpyAsync(result, total, sizeof(double), cudaMemcpyDeviceToHost, compute_));
+  ST_CHECK_CUDA(cudaStreamSynchronize(compute_));
+  return *result;
+}
+
+void CudaExec::adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) {
+  use_device();
+  if (n == 0) return;
+  adamw_kernel<<<grid_for(n), kBlock, 0, compute_>>>(c, params, grads, m, v, n);
+  ST_CHECK_LAUNCH();
+}
+
+}  // namespace st

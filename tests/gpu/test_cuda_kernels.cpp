@@ -1,0 +1,535 @@
+// The CUDA backend against the host: every layer kernel, forward and backward, against the host
+// kernels in double precision on the same inputs (small odd shapes, so no size is a multiple of a
+// block or a warp); every element-wise operation of the strategy against HostExec; memory and
+// copies. Skips, saying why, where no CUDA device is usable (login nodes, CI).
+//
+// Tolerances, on the norm-relative error max|device - reference| / max|reference|:
+//  - fp32: 1e-5.
+//  - bf16 matmuls: each input is rounded to bf16 (relative error at most 2^-8, rounding to
+//    nearest gives 2^-9), so each product a_k b_k is off by at most 2^-7 |a_k b_k|. Over a
+//    reduction of length K these errors add like a random walk, to about 2^-7 sqrt(K) times the
+//    typical |a_k b_k|, which is no more than the largest |result| for these random inputs:
+//    bound 2^-7 sqrt(K) (plus the fp32 bound), summed over the matmuls a result passes through.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "exec/cuda/cuda_exec.hpp"
+#include "exec/host_exec.hpp"
+#include "exec/host_kernels.hpp"
+
+namespace st {
+namespace {
+
+// Shapes: odd and small. hs = C / NH = 8, N = B*T = 14 rows, V < Vp.
+constexpr int B = 2, T = 7, C = 24, NH = 3, V = 37, Vp = 40, N = B * T;
+constexpr double kFp32Tolerance = 1e-5;
+
+double bf16_tolerance(int K) { return std::ldexp(1.0, -7) * std::sqrt(static_cast<double>(K)) + kFp32Tolerance; }
+
+std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+double norm_relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  if (std::isnan(diff)) return std::numeric_limits<double>::infinity();
+  return diff / std::max(1e-6, scale);
+}
+
+#define ST_EXPECT_CLOSE(got, want, tolerance) \
+  EXPECT_LE(norm_relative_error((got), (want)), (tolerance)) << #got " against " #want
+
+// Distance in units in the last place (0: the same float).
+std::int64_t ulp_distance(float a, float b) {
+  auto ordered = [](float f) {
+    const auto i = static_cast<std::int64_t>(std::bit_cast<std::int32_t>(f));
+    return i < 0 ? std::int64_t{std::numeric_limits<std::int32_t>::min()} - i : i;
+  };
+  const std::int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
+}
+
+// A device array filled from the host, owned by its Memory.
+template <class T>
+struct DeviceArray {
+  Memory memory;
+  std::size_t n = 0;
+  T* data() const { return static_cast<T*>(memory.data()); }
+};
+
+template <class T>
+DeviceArray<T> to_device(Exec& exec, const std::vector<T>& host) {
+  DeviceArray<T> a{exec.allocate(host.size() * sizeof(T)), host.size()};
+  exec.upload(a.data(), host.data(), host.size() * sizeof(T));
+  return a;
+}
+
+template <class T>
+std::vector<T> to_host(Exec& exec, const DeviceArray<T>& a) {
+  std::vector<T> host(a.n);
+  exec.download(host.data(), a.data(), a.n * sizeof(T));
+  return host;
+}
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int devices = 0;
+    const cudaError_t code = cudaGetDeviceCount(&devices);
+    if (code != cudaSuccess) GTEST_SKIP() << "no usable CUDA device: " << cudaGetErrorString(code);
+    if (devices == 0) GTEST_SKIP() << "no usable CUDA device: none visible";
+    fp32 = std::make_unique<CudaExec>(CudaExecSettings{0, false});
+    bf16 = std::make_unique<CudaExec>(CudaExecSettings{0, true});
+  }
+  std::unique_ptr<CudaExec> fp32, bf16;
+};
+
+// ---- layer kernels ----
+
+TEST_F(CudaKernels, EncoderForwardAndDeterministicBackward) {
+  CudaExec& e = *fp32;
+  std::vector<int> tokens(N);
+  std::mt19937 rng(7);
+  for (auto& t : tokens) t = static_cast<int>(rng() % 5);  // five distinct tokens: many repeats
+  tokens[N - 1] = V - 1;
+  const auto wte = random_floats(std::size_t{1} * V * C, 1), wpe = random_floats(std::size_t{1} * T * C, 2);
+  const auto dout = random_floats(std::size_t{1} * N * C, 3);
+  const auto dwte0 = random_floats(wte.size(), 4), dwpe0 = random_floats(wpe.size(), 5);  // gradients add up
+
+  std::vector<double> out_ref(std::size_t{1} * N * C), dwte_ref = widen(dwte0), dwpe_ref = widen(dwpe0);
+  const auto wte_d = widen(wte), wpe_d = widen(wpe), dout_d = widen(dout);
+  kernels::encoder_forward(out_ref.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
+  kernels::encoder_backward(dwte_ref.data(), dwpe_ref.data(), dout_d.data(), tokens.data(), B, T, C);
+
+  auto tok = to_device(e, tokens);
+  auto wte_g = to_device(e, wte), wpe_g = to_device(e, wpe), dout_g = to_device(e, dout);
+  auto out_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f));
+  e.layer_kernels().encoder_forward(out_g.data(), tok.data(), wte_g.data(), wpe_g.data(), B, T, C);
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance);
+
+  std::vector<float> first_dwte, first_dwpe;
+  for (int run = 0; run < 2; ++run) {
+    auto dwte_g = to_device(e, dwte0), dwpe_g = to_device(e, dwpe0);
+    e.layer_kernels().encoder_backward(dwte_g.data(), dwpe_g.data(), dout_g.data(), tok.data(), B, T, C);
+    const auto dwte = to_host(e, dwte_g), dwpe = to_host(e, dwpe_g);
+    ST_EXPECT_CLOSE(dwte, dwte_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(dwpe, dwpe_ref, kFp32Tolerance);
+    if (run == 0) {
+      first_dwte = dwte;
+      first_dwpe = dwpe;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first_dwte.data(), dwte.data(), dwte.size() * sizeof(float))) << "dwte not deterministic";
+      EXPECT_EQ(0, std::memcmp(first_dwpe.data(), dwpe.data(), dwpe.size() * sizeof(float))) << "dwpe not deterministic";
+    }
+  }
+}
+
+TEST_F(CudaKernels, LayerNormForwardBackward) {
+  CudaExec& e = *fp32;
+  const auto in = random_floats(std::size_t{1} * N * C, 11, 2.0f), w = random_floats(C, 12), b = random_floats(C, 13);
+  const auto dout = random_floats(in.size(), 14), din0 = random_floats(in.size(), 15);
+  const auto dw0 = random_floats(C, 16), db0 = random_floats(C, 17);
+
+  const auto in_d = widen(in), w_d = widen(w), b_d = widen(b), dout_d = widen(dout);
+  std::vector<double> out_ref(in.size()), mean_ref(N), rstd_ref(N);
+  std::vector<double> din_ref = widen(din0), dw_ref = widen(dw0), db_ref = widen(db0);
+  kernels::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), in_d.data(), w_d.data(), b_d.data(), N,
+                             C);
+  kernels::layernorm_backward(din_ref.data(), dw_ref.data(), db_ref.data(), dout_d.data(), in_d.data(), w_d.data(),
+                              mean_ref.data(), rstd_ref.data(), N, C);
+
+  auto in_g = to_device(e, in), w_g = to_device(e, w), b_g = to_device(e, b), dout_g = to_device(e, dout);
+  auto out_g = to_device(e, std::vector<float>(in.size())), mean_g = to_device(e, std::vector<float>(N)),
+       rstd_g = to_device(e, std::vector<float>(N));
+  e.layer_kernels().layernorm_forward(out_g.data(), mean_g.data(), rstd_g.data(), in_g.data(), w_g.data(), b_g.data(),
+                                      N, C);
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, mean_g), mean_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, rstd_g), rstd_ref, kFp32Tolerance);
+
+  auto din_g = to_device(e, din0), dw_g = to_device(e, dw0), db_g = to_device(e, db0);
+  e.layer_kernels().layernorm_backward(din_g.data(), dw_g.data(), db_g.data(), dout_g.data(), in_g.data(), w_g.data(),
+                                       mean_g.data(), rstd_g.data(), N, C);
+  ST_EXPECT_CLOSE(to_host(e, din_g), din_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, dw_g), dw_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, db_g), db_ref, kFp32Tolerance);
+}
+
+// Linear forward (with and without bias) and backward (din overwritten or accumulated, with and
+// without dbias), in fp32 and with bf16 matmuls.
+void check_linear(CudaExec& e, bool bf16_matmuls) {
+  const int OC = V;  // 37 outputs from 24 inputs
+  const auto in = random_floats(std::size_t{1} * N * C, 21), w = random_floats(std::size_t{1} * OC * C, 22),
+             bias = random_floats(OC, 23), dout = random_floats(std::size_t{1} * N * OC, 24),
+             din0 = random_floats(in.size(), 25), dw0 = random_floats(w.size(), 26), db0 = random_floats(OC, 27);
+  const auto in_d = widen(in), w_d = widen(w), bias_d = widen(bias), dout_d = widen(dout);
+  auto in_g = to_device(e, in), w_g = to_device(e, w), bias_g = to_device(e, bias), dout_g = to_device(e, dout);
+  const double forward_tolerance = bf16_matmuls ? bf16_tolerance(C) : kFp32Tolerance;
+
+  for (const bool with_bias : {true, false}) {
+    std::vector<double> out_ref(std::size_t{1} * N * OC);
+    kernels::linear_forward(out_ref.data(), in_d.data(), w_d.data(), with_bias ? bias_d.data() : nullptr, N, C, OC);
+    auto out_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f));
+    e.layer_kernels().linear_forward(out_g.data(), in_g.data(), w_g.data(), with_bias ? bias_g.data() : nullptr, N, C,
+                                     OC);
+    EXPECT_LE(norm_relative_error(to_host(e, out_g), out_ref), forward_tolerance) << "bias " << with_bias;
+  }
+  for (const bool accumulate_din : {false, true}) {
+    std::vector<double> din_ref = widen(din0), dw_ref = widen(dw0), db_ref = widen(db0);
+    kernels::linear_backward(din_ref.data(), dw_ref.data(), accumulate_din ? db_ref.data() : nullptr, dout_d.data(),
+                             in_d.data(), w_d.data(), N, C, OC, accumulate_din);
+    auto din_g = to_device(e, din0), dw_g = to_device(e, dw0), db_g = to_device(e, db0);
+    e.layer_kernels().linear_backward(din_g.data(), dw_g.data(), accumulate_din ? db_g.data() : nullptr, dout_g.data(),
+                                      in_g.data(), w_g.data(), N, C, OC, accumulate_din);
+    EXPECT_LE(norm_relative_error(to_host(e, din_g), din_ref), bf16_matmuls ? bf16_tolerance(OC) : kFp32Tolerance)
+        << "accumulate_din " << accumulate_din;
+    EXPECT_LE(norm_relative_error(to_host(e, dw_g), dw_ref), bf16_matmuls ? bf16_tolerance(N) : kFp32Tolerance)
+        << "accumulate_din " << accumulate_din;
+    ST_EXPECT_CLOSE(to_host(e, db_g), db_ref, kFp32Tolerance);  // column sums: no matmul
+  }
+}
+
+TEST_F(CudaKernels, LinearFp32) { check_linear(*fp32, false); }
+TEST_F(CudaKernels, LinearBf16Matmuls) { check_linear(*bf16, true); }
+
+// Attention forward and backward; att must be exactly 0 above the diagonal.
+void check_attention(CudaExec& e, bool bf16_matmuls) {
+  const int hs = C / NH;
+  const auto qkv = random_floats(std::size_t{1} * N * 3 * C, 31), dout = random_floats(std::size_t{1} * N * C, 32);
+  const std::size_t att_size = std::size_t{1} * B * NH * T * T;
+  const auto qkv_d = widen(qkv), dout_d = widen(dout);
+  std::vector<double> out_ref(dout.size()), att_ref(att_size), dqkv_ref(qkv.size()), scratch_ref(att_size);
+  kernels::attention_forward(out_ref.data(), att_ref.data(), qkv_d.data(), B, T, C, NH);
+  kernels::attention_backward(dqkv_ref.data(), scratch_ref.data(), dout_d.data(), qkv_d.data(), att_ref.data(), B, T,
+                              C, NH);
+
+  auto qkv_g = to_device(e, qkv), dout_g = to_device(e, dout);
+  auto out_g = to_device(e, std::vector<float>(dout.size(), 1e30f)),
+       att_g = to_device(e, std::vector<float>(att_size, 1e30f));
+  e.layer_kernels().attention_forward(out_g.data(), att_g.data(), qkv_g.data(), B, T, C, NH);
+  const auto att = to_host(e, att_g);
+  // Scores pass through one matmul of length hs, the output through a second of length T.
+  const double tolerance = bf16_matmuls ? bf16_tolerance(hs) + bf16_tolerance(T) : kFp32Tolerance;
+  ST_EXPECT_CLOSE(att, att_ref, tolerance);
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, tolerance);
+  for (int bh = 0; bh < B * NH; ++bh)
+    for (int t = 0; t < T; ++t)
+      for (int s = t + 1; s < T; ++s) ASSERT_EQ(att[(static_cast<std::size_t>(bh) * T + t) * T + s], 0.0f);
+
+  // dqkv is overwritten (start from garbage); scratch is anything.
+  auto dqkv_g = to_device(e, std::vector<float>(qkv.size(), 1e30f)),
+       scratch_g = to_device(e, std::vector<float>(att_size, -1e30f));
+  e.layer_kernels().attention_backward(dqkv_g.data(), scratch_g.data(), dout_g.data(), qkv_g.data(), att_g.data(), B,
+                                       T, C, NH);
+  // Gradients pass through dP (length hs) then dQ/dK (length T): twice the forward bound.
+  ST_EXPECT_CLOSE(to_host(e, dqkv_g), dqkv_ref, bf16_matmuls ? 2 * tolerance : kFp32Tolerance);
+}
+
+TEST_F(CudaKernels, AttentionFp32) { check_attention(*fp32, false); }
+TEST_F(CudaKernels, AttentionBf16Matmuls) { check_attention(*bf16, true); }
+
+TEST_F(CudaKernels, GeluAndAdd) {
+  CudaExec& e = *fp32;
+  const std::size_t n = std::size_t{1} * N * 4 * C + 3;
+  auto in = random_floats(n, 41, 3.0f);
+  in[0] = 0.0f;
+  in[1] = 12.0f;  // where tanh saturates
+  in[2] = -12.0f;
+  const auto dout = random_floats(n, 42), other = random_floats(n, 43);
+  const auto in_d = widen(in), dout_d = widen(dout), other_d = widen(other);
+  std::vector<double> out_ref(n), din_ref(n), sum_ref(n);
+  kernels::gelu_forward(out_ref.data(), in_d.data(), n);
+  kernels::gelu_backward(din_ref.data(), in_d.data(), dout_d.data(), n);
+  kernels::add(sum_ref.data(), in_d.data(), other_d.data(), n);
+
+  auto in_g = to_device(e, in), dout_g = to_device(e, dout), other_g = to_device(e, other);
+  auto out_g = to_device(e, std::vector<float>(n, 1e30f)), din_g = to_device(e, std::vector<float>(n, 1e30f)),
+       sum_g = to_device(e, std::vector<float>(n, 1e30f));
+  e.layer_kernels().gelu_forward(out_g.data(), in_g.data(), n);
+  e.layer_kernels().gelu_backward(din_g.data(), in_g.data(), dout_g.data(), n);
+  e.layer_kernels().add(sum_g.data(), in_g.data(), other_g.data(), n);
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, din_g), din_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, sum_g), sum_ref, kFp32Tolerance);
+}
+
+TEST_F(CudaKernels, SoftmaxCrossEntropyWithPaddedVocabulary) {
+  CudaExec& e = *fp32;
+  auto logits = random_floats(std::size_t{1} * N * Vp, 51, 3.0f);  // padded columns hold garbage too
+  std::vector<int> targets(N);
+  std::mt19937 rng(52);
+  for (auto& t : targets) t = static_cast<int>(rng() % V);
+  targets[0] = V - 1;
+  const float scale = 1.0f / N;
+
+  std::vector<double> probs_ref = widen(logits), losses_ref(N);
+  const double sum_ref =
+      kernels::softmax_cross_entropy_forward(probs_ref.data(), losses_ref.data(), targets.data(), N, V, Vp);
+  std::vector<double> dlogits_ref = probs_ref;
+  kernels::softmax_cross_entropy_backward(dlogits_ref.data(), targets.data(), N, V, Vp, static_cast<double>(scale));
+
+  auto probs_g = to_device(e, logits), losses_g = to_device(e, std::vector<float>(N, 1e30f));
+  auto targets_g = to_device(e, targets);
+  const double sum = e.layer_kernels().softmax_cross_entropy_forward(probs_g.data(), losses_g.data(), targets_g.data(),
+                                                                     N, V, Vp);
+  EXPECT_NEAR(sum, sum_ref, kFp32Tolerance * std::abs(sum_ref));
+  const auto probs = to_host(e, probs_g);
+  ST_EXPECT_CLOSE(probs, probs_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, losses_g), losses_ref, kFp32Tolerance);
+  for (int i = 0; i < N; ++i)
+    for (int j = V; j < Vp; ++j) ASSERT_EQ(probs[static_cast<std::size_t>(i) * Vp + j], 0.0f);
+  // The same inputs give the same loss sum, bit for bit.
+  auto again_g = to_device(e, logits);
+  EXPECT_EQ(sum, e.layer_kernels().softmax_cross_entropy_forward(again_g.data(), losses_g.data(), targets_g.data(), N,
+                                                                 V, Vp));
+
+  e.layer_kernels().softmax_cross_entropy_backward(probs_g.data(), targets_g.data(), N, V, Vp, scale);
+  ST_EXPECT_CLOSE(to_host(e, probs_g), dlogits_ref, kFp32Tolerance);
+
+  // Without targets: only the softmax, and 0 comes back.
+  auto plain_g = to_device(e, logits);
+  EXPECT_EQ(0.0, e.layer_kernels().softmax_cross_entropy_forward(plain_g.data(), nullptr, nullptr, N, V, Vp));
+  ST_EXPECT_CLOSE(to_host(e, plain_g), probs_ref, kFp32Tolerance);
+}
+
+// Every backward kernel that reduces over rows gives the same bits on a second run.
+TEST_F(CudaKernels, BackwardIsDeterministic) {
+  CudaExec& e = *fp32;
+  const int OC = 4 * C;
+  const auto in = random_floats(std::size_t{1} * N * C, 61), w = random_floats(std::size_t{1} * OC * C, 62),
+             dout = random_floats(std::size_t{1} * N * OC, 63), lnw = random_floats(C, 64),
+             lndout = random_floats(in.size(), 65), qkv = random_floats(std::size_t{1} * N * 3 * C, 66);
+  auto in_g = to_device(e, in), w_g = to_device(e, w), dout_g = to_device(e, dout), lnw_g = to_device(e, lnw),
+       lnb_g = to_device(e, std::vector<float>(C)), lndout_g = to_device(e, lndout), qkv_g = to_device(e, qkv);
+  auto ln_out = to_device(e, std::vector<float>(in.size())), mean = to_device(e, std::vector<float>(N)),
+       rstd = to_device(e, std::vector<float>(N)), att = to_device(e, std::vector<float>(std::size_t{1} * B * NH * T * T)),
+       att_out = to_device(e, std::vector<float>(std::size_t{1} * N * C));
+  e.layer_kernels().layernorm_forward(ln_out.data(), mean.data(), rstd.data(), in_g.data(), lnw_g.data(), lnb_g.data(),
+                                      N, C);
+  e.layer_kernels().attention_forward(att_out.data(), att.data(), qkv_g.data(), B, T, C, NH);
+  auto run = [&] {
+    auto din = to_device(e, std::vector<float>(in.size())), dw = to_device(e, std::vector<float>(w.size())),
+         db = to_device(e, std::vector<float>(OC)), lndin = to_device(e, std::vector<float>(in.size())),
+         lndw = to_device(e, std::vector<float>(C)), lndb = to_device(e, std::vector<float>(C)),
+         dqkv = to_device(e, std::vector<float>(qkv.size())), scratch = to_device(e, std::vector<float>(att.n));
+    e.layer_kernels().linear_backward(din.data(), dw.data(), db.data(), dout_g.data(), in_g.data(), w_g.data(), N, C,
+                                      OC, false);
+    e.layer_kernels().layernorm_backward(lndin.data(), lndw.data(), lndb.data(), lndout_g.data(), in_g.data(),
+                                         lnw_g.data(), mean.data(), rstd.data(), N, C);
+    e.layer_kernels().attention_backward(dqkv.data(), scratch.data(), att_out.data(), qkv_g.data(), att.data(), B, T, C,
+                                         NH);
+    std::vector<float> all;
+    for (const auto* a : {&din, &dw, &db, &lndin, &lndw, &lndb, &dqkv}) {
+      const auto h = to_host(e, *a);
+      all.insert(all.end(), h.begin(), h.end());
+    }
+    return all;
+  };
+  const auto first = run(), second = run();
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+}
+
+// ---- the strategy's element-wise operations, against HostExec ----
+
+TEST_F(CudaKernels, ConvertIsBitExact) {
+  CudaExec& e = *fp32;
+  Exec& host = host_exec();
+  std::vector<std::uint32_t> bits = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u,
+                                     0x7F800001u, 0x7F7FFFFFu, 0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x00000001u,
+                                     0x807FFFFFu, 0x3F800000u, 0x7F7F8000u, 0xC0490FDBu};
+  std::mt19937 rng(71);
+  while (bits.size() < 100003) bits.push_back(rng());
+  std::vector<float> f(bits.size());
+  std::memcpy(f.data(), bits.data(), bits.size() * sizeof(float));
+
+  std::vector<Bf16> want(f.size());
+  host.convert(Buffer::of(std::span<Bf16>(want)), Buffer::of(std::span<float>(f)));
+  auto f_g = to_device(e, f);
+  auto b_g = to_device(e, std::vector<Bf16>(f.size()));
+  e.convert(Buffer{b_g.data(), b_g.n, DataType::bf16}, Buffer{f_g.data(), f_g.n, DataType::f32});
+  const auto got = to_host(e, b_g);
+  for (std::size_t i = 0; i < f.size(); ++i) ASSERT_EQ(got[i].bits, want[i].bits) << "f32 bits 0x" << std::hex << bits[i];
+
+  std::vector<Bf16> all(1 << 16);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i].bits = static_cast<std::uint16_t>(i);
+  std::vector<float> back_want(all.size());
+  host.convert(Buffer::of(std::span<float>(back_want)), Buffer::of(std::span<Bf16>(all)));
+  auto all_g = to_device(e, all);
+  auto back_g = to_device(e, std::vector<float>(all.size()));
+  e.convert(Buffer{back_g.data(), back_g.n, DataType::f32}, Buffer{all_g.data(), all_g.n, DataType::bf16});
+  const auto back = to_host(e, back_g);
+  EXPECT_EQ(0, std::memcmp(back.data(), back_want.data(), back.size() * sizeof(float)));
+
+  // Same type: a copy.
+  auto copy_g = to_device(e, std::vector<float>(f.size()));
+  e.convert(Buffer{copy_g.data(), copy_g.n, DataType::f32}, Buffer{f_g.data(), f_g.n, DataType::f32});
+  const auto copied = to_host(e, copy_g);
+  EXPECT_EQ(0, std::memcmp(copied.data(), f.data(), f.size() * sizeof(float)));
+}
+
+TEST_F(CudaKernels, AccumulateIsBitExact) {
+  CudaExec& e = *fp32;
+  Exec& host = host_exec();
+  const std::size_t n = 100003;
+  const auto from = random_floats(n, 81), into = random_floats(n, 82);
+  std::vector<Bf16> into_bf16(n);
+  host.convert(Buffer::of(std::span<Bf16>(into_bf16)), Buffer::of(std::span<const float>(into)));
+  auto from_g = to_device(e, from);
+
+  std::vector<float> want = into;
+  host.accumulate(Buffer::of(std::span<float>(want)), from.data());
+  auto into_g = to_device(e, into);
+  e.accumulate(Buffer{into_g.data(), n, DataType::f32}, from_g.data());
+  const auto got = to_host(e, into_g);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float)));
+
+  std::vector<Bf16> want_bf16 = into_bf16;
+  host.accumulate(Buffer::of(std::span<Bf16>(want_bf16)), from.data());
+  auto bf16_g = to_device(e, into_bf16);
+  e.accumulate(Buffer{bf16_g.data(), n, DataType::bf16}, from_g.data());
+  const auto got_bf16 = to_host(e, bf16_g);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got_bf16[i].bits, want_bf16[i].bits) << i;
+}
+
+TEST_F(CudaKernels, SumSquaresInDouble) {
+  CudaExec& e = *fp32;
+  Exec& host = host_exec();
+  for (const std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{100003}, std::size_t{3000017}}) {
+    const auto f = random_floats(n, 91);
+    std::vector<Bf16> b(n);
+    host.convert(Buffer::of(std::span<Bf16>(b)), Buffer::of(std::span<const float>(f)));
+    const std::vector<double> d = widen(f);
+    auto f_g = to_device(e, f);
+    auto b_g = to_device(e, b);
+    auto d_g = to_device(e, d);
+    const double want_f = host.sum_squares(Buffer::of(std::span<const float>(f)));
+    const double want_b = host.sum_squares(Buffer::of(std::span<Bf16>(b)));
+    const double want_d = host.sum_squares(Buffer::of(std::span<const double>(d)));
+    const double got_f = e.sum_squares(Buffer{f_g.data(), n, DataType::f32});
+    EXPECT_NEAR(got_f, want_f, 1e-12 * want_f) << n;
+    EXPECT_NEAR(e.sum_squares(Buffer{b_g.data(), n, DataType::bf16}), want_b, 1e-12 * want_b) << n;
+    EXPECT_NEAR(e.sum_squares(Buffer{d_g.data(), n, DataType::f64}), want_d, 1e-12 * want_d) << n;
+    EXPECT_EQ(got_f, e.sum_squares(Buffer{f_g.data(), n, DataType::f32})) << "not deterministic, n " << n;
+  }
+}
+
+TEST_F(CudaKernels, AdamWMatchesHost) {
+  CudaExec& e = *fp32;
+  Exec& host = host_exec();
+  const std::size_t n = 100003;
+  auto params = random_floats(n, 101), grads = random_floats(n, 102), m = random_floats(n, 103, 0.1f),
+       v = random_floats(n, 104, 0.01f);
+  for (auto& x : v) x = x * x;
+  AdamWConstants c;
+  c.beta1 = 0.9f;
+  c.beta2 = 0.95f;
+  c.grad_scale = 0.7f;
+  c.decay_factor = 1.0f - 6e-4f * 0.1f;
+  c.step_size = 6e-4f / (1.0f - 0.9f * 0.9f * 0.9f);
+  c.inv_correction2 = 1.0f / (1.0f - 0.95f * 0.95f * 0.95f);
+  c.eps = 1e-8f;
+  auto p_g = to_device(e, params), g_g = to_device(e, grads), m_g = to_device(e, m), v_g = to_device(e, v);
+  host.adamw(c, params.data(), grads.data(), m.data(), v.data(), n);
+  e.adamw(c, p_g.data(), g_g.data(), m_g.data(), v_g.data(), n);
+  const auto p = to_host(e, p_g), mm = to_host(e, m_g), vv = to_host(e, v_g);
+  // Built without fused multiply-adds, the device should match bit for bit; one ulp is allowed.
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_LE(ulp_distance(p[i], params[i]), 1) << i << ": " << p[i] << " vs " << params[i];
+    ASSERT_LE(ulp_distance(mm[i], m[i]), 1) << i;
+    ASSERT_LE(ulp_distance(vv[i], v[i]), 1) << i;
+  }
+}
+
+// ---- memory, copies, ordering ----
+
+TEST_F(CudaKernels, MemoryIsZeroedAndCopiesRoundTrip) {
+  CudaExec& e = *fp32;
+  const std::size_t n = 1000003;
+  const std::uint64_t before = e.allocated_bytes();
+  {
+    auto dirty = to_device(e, std::vector<float>(n, 1.5f));  // leaves non-zero bytes behind when freed
+    EXPECT_EQ(e.allocated_bytes(), before + n * sizeof(float));
+  }
+  EXPECT_EQ(e.allocated_bytes(), before);
+  EXPECT_GE(e.peak_allocated_bytes(), before + n * sizeof(float));
+  Memory fresh = e.allocate(n * sizeof(float));
+  EXPECT_EQ(fresh.space(), MemorySpace::device);
+  std::vector<float> host(n, 1.0f);
+  e.download(host.data(), fresh.data(), n * sizeof(float));
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](float x) { return x == 0.0f; }));
+
+  const auto values = random_floats(n, 111);
+  e.upload(fresh.data(), values.data(), n * sizeof(float));
+  Memory other = e.allocate(n * sizeof(float));
+  e.copy(other.data(), fresh.data(), n * sizeof(float));
+  e.before_communication();  // orders the communication stream after the copy; must not fail
+  e.download(host.data(), other.data(), n * sizeof(float));
+  EXPECT_EQ(0, std::memcmp(host.data(), values.data(), n * sizeof(float)));
+  e.zero(other.data(), n * sizeof(float));
+  e.synchronize();
+  e.download(host.data(), other.data(), n * sizeof(float));
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](float x) { return x == 0.0f; }));
+}
+
+// A collective runs on another stream: after before_communication() (or order_after_compute for
+// a communicator's own stream), work there sees every kernel queued before, with no host wait.
+TEST_F(CudaKernels, CommunicationStreamsWaitForCompute) {
+  CudaExec& e = *fp32;
+  const std::size_t n = std::size_t{1} << 24;  // long enough that an unordered copy would overtake
+  auto sum = to_device(e, std::vector<float>(n, 1.0f)), ones = to_device(e, std::vector<float>(n, 1.0f));
+  std::vector<float> host(n);
+  auto check = [&](cudaStream_t stream, float expected) {
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), sum.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(std::all_of(host.begin(), host.end(), [&](float x) { return x == expected; }));
+  };
+  for (int i = 0; i < 8; ++i) e.accumulate(Buffer{sum.data(), n, DataType::f32}, ones.data());
+  e.before_communication();
+  check(e.comm_stream(), 9.0f);
+  cudaStream_t own = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+  for (int i = 0; i < 8; ++i) e.accumulate(Buffer{sum.data(), n, DataType::f32}, ones.data());
+  e.order_after_compute(own);
+  check(own, 17.0f);
+  cudaStreamDestroy(own);
+}
+
+TEST_F(CudaKernels, DescriptionAndGemmRate) {
+  const std::string d = fp32->description();
+  EXPECT_EQ(d.rfind("cuda: device 0 of ", 0), 0u) << d;
+  EXPECT_NE(d.find("compute capability"), std::string::npos) << d;
+  EXPECT_NE(d.find("matmuls fp32"), std::string::npos) << d;
+  EXPECT_NE(bf16->description().find("matmuls bf16"), std::string::npos);
+  for (CudaExec* e : {fp32.get(), bf16.get()}) {
+    const double flops = e->measure_gemm_flops(512, 768, 256);
+    EXPECT_TRUE(std::isfinite(flops));
+    EXPECT_GT(flops, 1e9) << e->description();
+  }
+}
+
+}  // namespace
+}  // namespace st
