@@ -325,7 +325,11 @@ std::string describe_topology(const Topology& t, const TopologySummary& s) {
   }
   std::size_t width = 6;
   for (const auto& g : t.gpus) width = std::max(width, g.size() + 2);
-  auto pad = [&](const std::string& x) { return x + std::string(width > x.size() ? width - x.size() : 1, ' '); };
+  auto pad = [&](const std::string& x) {
+    std::string cell = x;
+    cell.append(width > x.size() ? width - x.size() : 1, ' ');
+    return cell;
+  };
   out << pad("");
   for (const auto& g : t.gpus) out << pad(g);
   out << "\n";
@@ -339,7 +343,10 @@ std::string describe_topology(const Topology& t, const TopologySummary& s) {
   for (const auto& g : s.fast_groups) {
     std::vector<std::string> names;
     for (int i : g) names.push_back(t.gpus[i]);
-    groups.push_back("{" + join(names, ", ") + "}");
+    std::string group = "{";  // (built in steps: GCC 12 warns falsely on "{" + std::string&&)
+    group += join(names, ", ");
+    group += "}";
+    groups.push_back(group);
   }
   out << "fast groups: " << join(groups, " ") << " (inside: " << link_name(s.within) << ", ~"
       << link_gbps(s.within) << " GB/s per direction";
