@@ -39,6 +39,14 @@ Config load_config(const DeckRequest& request, World& world) {
   return parse_deck(text, request.deck_path, request.overrides);
 }
 
+// The planner's figure for the deck's strategy, with the limit it is checked against.
+std::string predicted_memory_line(const Config& config, const Machine& machine, int group) {
+  const StrategyPrediction p = predict_strategy(config, machine, config.parallel.strategy, group);
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  return b(p.total_bytes()) + " predicted (model state + activations + workspace " + b(p.workspace_bytes) +
+         "); limit " + format_bytes(machine.memory_per_rank) + " (" + machine.memory_source + ")";
+}
+
 }  // namespace
 
 int run_deck(const DeckRequest& request, World& world) {
@@ -101,6 +109,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
                                    ", grads " + b(m.grads) + ", optimizer " + b(m.optimizer) + "; largest rank)"},
       {"comm per step per rank", traffic},
       {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
+      {"memory per rank", predicted_memory_line(config, machine, group)},
       {"data", describe_data(data, splits)},
       {"run directory", resolve_out_dir(config)},
   };

@@ -29,10 +29,16 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
                     bool probe) {
   const int W = world_size;
   int K = deck_ranks_per_node(config);
+  if (K > 0 && W % K != 0)
+    throw Error(config.deck_path + ": parallel.ranks_per_node = " + std::to_string(K) + " does not divide the " +
+                    std::to_string(W) + " ranks",
+                ErrorScope::all_ranks);
   if (K == 0) K = o.nodes > 0 ? W / o.nodes : job ? world.local_size() : W;
+  // Every rank must plan the same machine: nodes of unequal size are planned as the smallest.
+  if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &K, 1, MPI_INT, MPI_MIN, world.comm()));
   if (K <= 0 || W % K != 0)
-    throw Error(config.deck_path + ": " + std::to_string(W) + " ranks do not split into nodes of " + std::to_string(K) +
-                    " ranks",
+    throw Error(config.deck_path + ": " + std::to_string(W) + " ranks do not split into " + std::to_string(o.nodes) +
+                    " nodes (--nodes)",
                 ErrorScope::all_ranks);
   const int nodes = W / K;
   // Ranks that share this host's memory and cores.
@@ -108,12 +114,14 @@ void check_memory_fits(const Config& config, const Machine& m) {
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   // What would fit: each strategy on this many ranks, else on more nodes like these.
   std::vector<std::string> fits;
+  int largest_split = 0;  // the most ranks the global batch was found to split over
   for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
     for (int factor = 1; factor <= 64; factor *= 2) {
       Machine more = m;
       more.nodes = m.nodes * factor;
       try {
         const StrategyPrediction q = predict_strategy(config, more, s, 0);
+        largest_split = std::max(largest_split, more.world());
         if (q.fits) {
           fits.push_back(s + " on " + std::to_string(more.world()) + " rank(s) (" + b(q.total_bytes()) + ")");
           break;
@@ -129,9 +137,12 @@ void check_memory_fits(const Config& config, const Machine& m) {
                         ", workspace " + b(p.workspace_bytes) + "), more than the " +
                         format_bytes(m.memory_per_rank) + " per rank available (" + m.memory_source + "). ";
   if (fits.empty())
-    message += "Nothing fits on up to " + std::to_string(m.world() * 64) +
-               " ranks of nodes like these: make the model smaller, use parallel.precision = \"bf16\", or lower "
-               "data.micro_batch.";
+    message += "Nothing fits on up to " + std::to_string(largest_split) + " ranks of nodes like these" +
+               (largest_split < m.world() * 64
+                    ? " (data.global_batch = " + std::to_string(config.data.global_batch) + " does not split over more)"
+                    : std::string()) +
+               ": make the model smaller, use parallel.precision = \"bf16\", lower data.micro_batch, or raise "
+               "data.global_batch to spread it over more ranks.";
   else
     message += "It would fit with " + join(fits, "; ") + " (" + std::to_string(m.ranks_per_node) +
                " rank(s) per node of this size).";

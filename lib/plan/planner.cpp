@@ -56,20 +56,57 @@ std::int64_t calls_per_step(const std::string& strategy, const ParamLayout& layo
   return (2 * micro_batches + 1) * segments + (strategy == "hsdp" ? 1 : 0);
 }
 
-// Workspace the strategy keeps (docs/planner.md): segments gathered ahead (zero3: the one in use
-// and two prefetched), gradient buffers waiting for their reduction (two in flight and the one
-// being written, or all of them while micro-batches accumulate), fp32 copies of bf16 segments.
+// Workspace the strategy keeps: what ShardedStrategy's pools hold at their high-water mark
+// (docs/planner.md). The counts below are those of the strategy's constants (two reductions in
+// flight beside the segment being written; two gathers ahead of the segment in use), as the
+// pools were seen to reach them in instrumented runs of 4- and 10-segment models: the pools keep
+// a block per size class in use at once, and the tied embedding is in use at both ends of the
+// model. fp32: gradient buffers (the embedding's, the final norm's and three blocks'; all of
+// them while micro-batches accumulate), zero3's gathered segments (the embedding and five
+// blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
+// the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
+// bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
 std::uint64_t workspace_estimate(const std::string& strategy, const ShardLayout& shards, bool mixed,
                                  std::int64_t micro_batches) {
   const int stage = zero_stage(strategy);
-  std::uint64_t largest = 0;
-  for (std::size_t s = 0; s < shards.segments().size(); ++s) largest = std::max<std::uint64_t>(largest, shards.padded(s));
+  const std::size_t count = shards.segments().size();
+  std::vector<std::uint64_t> padded, chunks, blocks;
+  std::uint64_t largest_chunk = 0, largest_block = 0;
+  for (std::size_t s = 0; s < count; ++s) {
+    padded.push_back(shards.padded(s));
+    chunks.push_back(shards.segment(s).chunk);
+    if (s > 0 && s + 1 < count) {
+      blocks.push_back(shards.padded(s));
+      largest_block = std::max<std::uint64_t>(largest_block, shards.segment(s).size);
+    }
+    largest_chunk = std::max<std::uint64_t>(largest_chunk, stage == 0 ? shards.segment(s).size : shards.segment(s).chunk);
+  }
+  auto sum_largest = [](std::vector<std::uint64_t> v, std::size_t k) {
+    std::sort(v.rbegin(), v.rend());
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < std::min(k, v.size()); ++i) total += v[i];
+    return total;
+  };
+  // The three largest and the smallest (every segment when there are at most four).
+  auto three_and_smallest = [&](const std::vector<std::uint64_t>& v) {
+    return v.size() <= 4 ? sum_largest(v, v.size()) : sum_largest(v, 3) + *std::min_element(v.begin(), v.end());
+  };
+  const std::uint64_t embedding = shards.padded(0), norm = count > 1 ? shards.padded(count - 1) : 0;
   const std::uint64_t t = mixed ? 2 : 4;
   std::uint64_t bytes = 0;
-  if (stage >= 2) bytes += (micro_batches > 1 ? shards.padded_total() : 3 * largest) * 4;
-  if (stage == 3) bytes += 3 * largest * t;
-  if (mixed) bytes += largest * 4 + (stage < 2 ? largest * 4 : 2 * largest * t);
-  if (stage == 1) bytes += 2 * largest / static_cast<std::uint64_t>(shards.parts()) * t;
+  if (stage == 1) bytes += three_and_smallest(chunks) * t;
+  if (stage == 3) bytes += (embedding + sum_largest(blocks, 5) + (blocks.size() < 5 ? norm : 0)) * t;
+  if (!mixed) {
+    if (stage >= 2)
+      bytes += (micro_batches > 1 ? shards.padded_total() : embedding + norm + sum_largest(blocks, 3)) * 4;
+    return bytes;
+  }
+  const std::uint64_t unpadded_embedding = shards.segment(0).size;
+  const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
+  std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
+  if (stage >= 2 && micro_batches > 1) fp32 += shards.padded_total();
+  bytes += (fp32 + largest_chunk) * 4;
+  if (stage == 2) bytes += three_and_smallest(padded) * t;
   return bytes;
 }
 
