@@ -2,6 +2,7 @@
 // fits, one that fits only sharded, and GPUs joined by slow links.
 #include <gtest/gtest.h>
 
+#include "app/planning.hpp"
 #include "core/error.hpp"
 #include "deck/parse.hpp"
 #include "model/gpt2.hpp"
@@ -114,6 +115,30 @@ TEST(Planner, StepTimeFollowsTheLinks) {
       predict_strategy(kConfig, machine_of("08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt", 80), "ddp", 0);
   EXPECT_DOUBLE_EQ(fast.compute_s, slow.compute_s);
   EXPECT_NEAR(slow.comm_s / fast.comm_s, 450.0 / 16.0, 0.5);
+}
+
+TEST(Planner, AutoBecomesTheChoiceWithHsdpGroupsAtTheFastLinks) {
+  Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
+  const std::string table =
+      app::resolve_auto_strategy(config, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
+  EXPECT_EQ(config.parallel.strategy, "hsdp");
+  EXPECT_EQ(config.parallel.shard_group, 2);
+  EXPECT_EQ(config.resolved.at("parallel.strategy"), "\"hsdp\"");
+  EXPECT_EQ(config.resolved.at("parallel.shard_group"), "2");
+  EXPECT_NE(config.origin.at("parallel.strategy").find("auto"), std::string::npos);
+  EXPECT_NE(table.find("recommendation: hsdp with groups of 2"), std::string::npos) << table;
+}
+
+TEST(Planner, AutoThatCannotFitIsAnErrorForEveryRank) {
+  Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
+  try {
+    app::resolve_auto_strategy(config, machine_of("12_rtx4090-1gpu_single.txt", 8));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
+    EXPECT_NE(std::string(e.what()).find("xl.toml: parallel.strategy = \"auto\": nothing fits"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
