@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
+#include "plan/probe.hpp"
 #include "topology/detect.hpp"
 #include "train/blas_rate.hpp"
 #include "train/threads.hpp"
@@ -64,19 +66,34 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
   rates.memory_per_rank = per_rank;
   rates.memory_source = source + " " + format_bytes(available) + " / " + std::to_string(sharing) + " rank(s)";
 
+  std::string rate_source;
   if (probe) {
     // The rate the ranks will compute at: their thread count, all of the host's ranks busy.
     apply_thread_count(choose_thread_count(static_cast<int>(config.run.threads), host_ranks));
     const BatchPlan batches = plan_batches(config.data, config.model.seq_len, W, config.deck_path);
+    const Gpt2Shape shape = gpt2_shape(config.model);
+    const int micro = static_cast<int>(batches.micro_batch);
+    // The model's own forward and backward when a copy of it fits easily beside what runs;
+    // else the sgemm rate of its widest matmul (which leaves out the other kernels).
+    int whole_model = model_probe_bytes(shape, micro) < 0.25 * per_rank ? 1 : 0;
+    if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &whole_model, 1, MPI_INT, MPI_MIN, world.comm()));
     if (job) ST_CHECK_MPI(MPI_Barrier(world.comm()));
-    double rate[2] = {
-        measure_sgemm_flops(static_cast<int>(batches.micro_batch * config.model.seq_len),
-                            static_cast<int>(4 * config.model.d_model), static_cast<int>(config.model.d_model)),
-        measure_copy_gbps(0.2)};
+    double rate[2] = {whole_model ? measure_model_flops(shape, micro)
+                                  : measure_sgemm_flops(static_cast<int>(batches.micro_batch * config.model.seq_len),
+                                                        static_cast<int>(4 * config.model.d_model),
+                                                        static_cast<int>(config.model.d_model)),
+                      measure_copy_gbps(0.2)};
     if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rate, 2, MPI_DOUBLE, MPI_MIN, world.comm()));
+    rate_source = whole_model ? "the model's forward + backward, measured now" : "sgemm, measured now";
     rates.sgemm_flops = rate[0];
-    // Measured together, each rank's copy rate is already its share; measured alone, split it.
-    rates.copy_gbps = job ? rate[1] : rate[1] / host_ranks;
+    rates.copy_gbps = rate[1];
+    if (!job) {
+      // Measured alone: the host's ranks will share its cores and its memory bus.
+      const double cpus = std::max(1u, std::thread::hardware_concurrency());
+      rates.sgemm_flops *= std::min(1.0, cpus / host_ranks);
+      rates.copy_gbps /= host_ranks;
+      rate_source += " alone, shared by " + std::to_string(host_ranks) + " rank(s)";
+    }
   } else {
     rates.sgemm_flops = 1e12;  // not used: only memory is asked of this machine
     rates.copy_gbps = 1;
@@ -89,6 +106,7 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
   host.source = "hwloc";
   fill_host_counts(host);
   Machine m = cpu_machine(host, nodes, K, rates, inter, latency);
+  if (probe) m.flops_source = rate_source;
   if (emulated) m.description += ", nodes emulated on one host";
   return m;
 }

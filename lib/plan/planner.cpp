@@ -34,24 +34,26 @@ constexpr double kOptimizerBytesPerElement = 28.0;
 
 double seconds(std::uint64_t bytes, double gbps) { return gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e9) : 0.0; }
 
+// ddp's buckets, in bytes, in the order their all-reduces start: consecutive segments in the
+// order backward finishes them (the last block first, the embeddings last), each closed once it
+// holds bucket_mb (as ShardedStrategy builds them; bucket_mb = 0: one bucket).
+std::vector<double> ddp_buckets(const ShardLayout& shards, int bytes_per_element, double bucket_mb) {
+  const double bucket = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 1e300;
+  std::vector<double> buckets;
+  for (std::size_t i = shards.segments().size(); i-- > 0;) {
+    if (buckets.empty() || buckets.back() >= bucket) buckets.push_back(0);
+    buckets.back() += static_cast<double>(shards.padded(i)) * bytes_per_element;
+  }
+  return buckets;
+}
+
 // Collective calls per step: ddp one per bucket, zero1/zero2 a reduce-scatter and an all-gather
 // per segment, zero3 a gather per forward and backward of every micro-batch and a reduce-scatter.
 std::int64_t calls_per_step(const std::string& strategy, const ParamLayout& layout, const ShardLayout& shards,
                             int bytes_per_element, double bucket_mb, std::int64_t micro_batches) {
   const auto segments = static_cast<std::int64_t>(layout.segments().size());
   const int stage = zero_stage(strategy);
-  if (stage == 0) {
-    if (bucket_mb <= 0) return 1;
-    // As the strategy builds them: consecutive segments until a bucket holds bucket_mb.
-    const double bucket = bucket_mb * 1024 * 1024;
-    std::int64_t buckets = 0;
-    double filled = bucket;
-    for (std::size_t s = 0; s < shards.segments().size(); ++s) {
-      if (filled >= bucket) ++buckets, filled = 0;
-      filled += static_cast<double>(shards.padded(s)) * bytes_per_element;
-    }
-    return buckets;
-  }
+  if (stage == 0) return static_cast<std::int64_t>(ddp_buckets(shards, bytes_per_element, bucket_mb).size());
   if (stage < 3) return 2 * segments;
   return (2 * micro_batches + 1) * segments + (strategy == "hsdp" ? 1 : 0);
 }
@@ -188,15 +190,30 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, cons
   p.comm_s = comm + replica_comm;
 
   // What compute hides (parallel.overlap): ddp's buckets and zero1/zero2's reduce-scatters run
-  // during the last micro-batch's backward, zero1/zero2's parameter all-gather follows the
+  // during the last micro-batch's backward (two thirds of its FLOPs), zero1/zero2's parameter all-gather follows the
   // update; zero3/hsdp prefetch gathers and reduce-scatter through every forward and backward,
   // and hsdp's all-reduce across groups follows the reduce-scatters.
+  // What starts only when backward ends is exposed whatever the overlap: ddp's last bucket (the
+  // one holding the embeddings, whose gradients the tied head completes last), the embeddings'
+  // reduce-scatter.
   const double last_backward = kBackwardShare * p.compute_s / static_cast<double>(mb);
   const int stage = zero_stage(strategy);
-  if (!config.parallel.overlap) p.exposed_s = p.comm_s;
-  else if (stage == 0) p.exposed_s = std::max(0.0, comm - last_backward);
-  else if (stage < 3) p.exposed_s = std::max(0.0, comm / 2 - last_backward) + comm / 2;
-  else p.exposed_s = std::max(0.0, comm - p.compute_s) + replica_comm;
+  const double embeddings = static_cast<double>(shards.padded(0)) / static_cast<double>(shards.padded_total());
+  if (!config.parallel.overlap) {
+    p.exposed_s = p.comm_s;
+  } else if (stage == 0) {
+    const auto buckets = ddp_buckets(shards, mixed ? 2 : 4, config.parallel.bucket_mb);
+    double total = 0;
+    for (double x : buckets) total += x;
+    const double last = comm * buckets.back() / total;
+    p.exposed_s = last + std::max(0.0, comm - last - last_backward);
+  } else if (stage < 3) {
+    const double reduce = comm / 2, last = reduce * embeddings;
+    p.exposed_s = last + std::max(0.0, reduce - last - last_backward) + comm / 2;
+  } else {
+    const double last = comm / static_cast<double>(2 * mb + 1) * embeddings;
+    p.exposed_s = last + std::max(0.0, comm - last - p.compute_s) + replica_comm;
+  }
 
   if (m.memory_gbps > 0) {
     const double updated = static_cast<double>(stage == 0 ? layout.total() : shards.shard_total());
