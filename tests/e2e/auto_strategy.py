@@ -1,7 +1,7 @@
 """parallel.strategy = "auto": at start-up the planner probes this node (sgemm and memory copy
 rates), logs its table, the choice and the reason, and the run uses the chosen strategy; the
 choice is recorded in the run directory (plan.txt, resolved.toml) and in the checkpoint. `check`
-shows the same table; `plan` prints it for any deck."""
+shows the same table; `plan` prints it for any deck; `topo` reads a saved topology."""
 import os
 import re
 import subprocess
@@ -50,4 +50,16 @@ topo = os.path.join(args.source, "tests", "data", "topo", "06_rtx-a6000-8gpu_nvl
 proc = h.mpirun(args, 1, ["plan", deck, "--topology", topo, "--gpu-mem", "48", "--set", "data.global_batch=8"])
 h.check(proc.returncode == 0 and "fast groups of 2 (NV4, 100 GB/s), between groups SYS (16 GB/s)" in proc.stdout,
         f"plan --topology reads the pairs and their links\n{proc.stdout[-800:]}{proc.stderr[-600:]}")
+# topo: the matrix, the groups and the advice in words; a truncated file names its line.
+proc = h.mpirun(args, 1, ["topo", "--topology", topo])
+h.check(proc.returncode == 0 and "fast groups: {GPU0, GPU1} {GPU2, GPU3} {GPU4, GPU5} {GPU6, GPU7}" in proc.stdout
+        and "hsdp with groups of 2" in proc.stdout, f"topo reads the pairs and advises hsdp\n{proc.stdout[-800:]}")
+with open(topo) as f:
+    lines = f.read().splitlines()
+cut = os.path.join(work, "cut.txt")
+with open(cut, "w") as f:
+    f.write("\n".join(lines[:5]) + "\n")
+proc = h.mpirun(args, 1, ["topo", "--topology", cut])
+h.check(proc.returncode == 2 and f"{cut}:6: the matrix ends after 4 of its 10 rows" in proc.stderr,
+        f"topo on a truncated file names the line\n{proc.stderr[-600:]}")
 print("passed")
