@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "ckpt/checkpoint.hpp"
@@ -22,30 +24,52 @@
 namespace st::app {
 namespace {
 
+// The planner's table and choice, kept in the run directory next to the resolved deck.
+void write_plan_file(const Config& config, const std::string& table) {
+  const std::string dir = resolve_out_dir(config);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create run directory '" + dir + "' (run.out_dir): " + ec.message());
+  std::ofstream out(dir + "/plan.txt");
+  out << table;
+  if (!out) throw Error("cannot write '" + dir + "/plan.txt'");
+}
+
 Config load_config(const DeckRequest& request, World& world) {
   const std::string text = read_deck_text(request.deck_path, world.comm());
   return parse_deck(text, request.deck_path, request.overrides);
 }
 
-// parallel.ranks_per_node, or SHARDTRAIN_RANKS_PER_NODE when the deck leaves it at 0.
-int ranks_per_node(const Config& config) {
-  if (config.parallel.ranks_per_node > 0) return static_cast<int>(config.parallel.ranks_per_node);
-  const char* env = std::getenv("SHARDTRAIN_RANKS_PER_NODE");
-  if (!env || !*env) return 0;
-  char* end = nullptr;
-  const long k = std::strtol(env, &end, 10);
-  if (*end != '\0' || k < 0 || k > 65536)
-    throw Error(std::string("SHARDTRAIN_RANKS_PER_NODE = '") + env + "' is not an integer in [0, 65536]",
-                ErrorScope::all_ranks);
-  return static_cast<int>(k);
+// The planner's figure for the deck's strategy, with the limit it is checked against.
+std::string predicted_memory_line(const Config& config, const Machine& machine, int group) {
+  const StrategyPrediction p = predict_strategy(config, machine, config.parallel.strategy, group);
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  return b(p.total_bytes()) + " predicted (model state + activations + workspace " + b(p.workspace_bytes) +
+         "); limit " + format_bytes(machine.memory_per_rank) + " (" + machine.memory_source + ")";
 }
 
 }  // namespace
 
 int run_deck(const DeckRequest& request, World& world) {
-  const Config config = load_config(request, world);
+  Config config = load_config(request, world);
+  // Before anything is allocated: "auto" becomes the planner's choice, and a deck that cannot
+  // fit in this machine's memory is refused with what would fit.
+  const bool automatic = config.parallel.strategy == "auto";
+  // On GPUs the plan and the memory check are the GPUs' (refused here already where the deck
+  // asks for a GPU this node lacks).
+  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
+  const Machine machine = device.cuda ? gpu_job_machine(config, world, device.device, request.machine)
+                                      : job_machine(config, world, world.size(), request.machine, true, automatic);
+  if (automatic) {
+    const std::string table = resolve_auto_strategy(config, machine);
+    if (world.is_root()) {
+      std::cout << "parallel.strategy = \"auto\": the planner's table\n" << table << std::flush;
+      write_plan_file(config, table);
+    }
+  }
+  check_memory_fits(config, machine);
   // The deck may group ranks into emulated nodes: the training world is built from it.
-  World training_world(world.comm(), ranks_per_node(config));
+  World training_world(world.comm(), deck_ranks_per_node(config));
   Trainer trainer(config, training_world);
   const TrainSummary summary = trainer.run();
   if (!request.save_params.empty()) trainer.save_params(request.save_params);
@@ -53,14 +77,21 @@ int run_deck(const DeckRequest& request, World& world) {
 }
 
 int check_deck(const DeckRequest& request, World& world, int ranks) {
-  const Config config = load_config(request, world);
+  Config config = load_config(request, world);
   const int world_size = ranks > 0 ? ranks : world.size();
+  const bool automatic = config.parallel.strategy == "auto";
+  // Where run would compute: refused here already when the deck asks for a GPU this node lacks.
+  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
+  const Machine machine = device.cuda && ranks == 0
+                              ? gpu_job_machine(config, world, device.device, request.machine)
+                              : job_machine(config, world, world_size, request.machine, ranks == 0, automatic);
+  std::string auto_table;
+  if (automatic) auto_table = resolve_auto_strategy(config, machine);
+  check_memory_fits(config, machine);
   if (config.parallel.ranks_per_node > 0 && world_size % config.parallel.ranks_per_node != 0)
     throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
                     " does not divide the " + std::to_string(world_size) + " ranks",
                 ErrorScope::all_ranks);
-  // Where run would compute: refused here already when the deck asks for a GPU this node lacks.
-  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
   const TokenDataset data = open_training_data(config, world.comm());
   const DataSplits splits = split_data(data, config.data.val_fraction, config.model.seq_len);
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
@@ -70,7 +101,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const auto& p = config.parallel;
   int group = world_size;
   if (p.strategy == "hsdp") {
-    const int node = ranks_per_node(config);
+    const int node = deck_ranks_per_node(config);
     group = hsdp_group_size(p, world_size, node > 0 ? node : ranks > 0 ? world_size : world.local_size(), request.deck_path);
   }
   const StrategyPlan predicted = plan_strategy(layout, p.strategy, p.precision, world_size, group, plan.accum_steps);
@@ -88,10 +119,14 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
                                    ", grads " + b(m.grads) + ", optimizer " + b(m.optimizer) + "; largest rank)"},
       {"comm per step per rank", traffic},
       {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
+      {"memory per rank", predicted_memory_line(config, machine, group)},
       {"data", describe_data(data, splits)},
       {"run directory", resolve_out_dir(config)},
   };
-  if (world.is_root()) std::cout << settings_table(config, derived) << "deck OK\n";
+  if (world.is_root()) {
+    if (automatic) std::cout << "parallel.strategy = \"auto\": the planner's table\n" << auto_table;
+    std::cout << settings_table(config, derived) << "deck OK\n";
+  }
   return kExitOk;
 }
 
@@ -135,13 +170,43 @@ int main_with_mpi(int argc, char** argv) {
     sub->add_option("--set", request.overrides, "Override a deck key: --set section.key=value (repeatable)")
         ->type_name("KEY=VALUE");
   };
+  auto add_memory_option = [&request](CLI::App* sub) {
+    sub->add_option("--node-mem-gb", request.machine.node_mem_gb,
+                    "Memory of one node in GiB, shared by its ranks (default: SHARDTRAIN_NODE_MEM_GB, else "
+                    "/proc/meminfo MemAvailable shared by the host's ranks)")
+        ->check(CLI::PositiveNumber);
+  };
   auto* run = cli.add_subcommand("run", "Train on the deck's settings");
   add_deck_options(run);
+  add_memory_option(run);
   run->add_option("--save-params", request.save_params,
                   "After training, write the full fp32 parameters (flat layout, raw little-endian float32) here");
   auto* check = cli.add_subcommand("check", "Validate the deck and its data, print the resolved settings, exit");
   add_deck_options(check);
   check->add_option("--ranks", ranks, "Plan for this many ranks instead of the job's size")->check(CLI::PositiveNumber);
+  add_memory_option(check);
+  auto* plan = cli.add_subcommand("plan", "Predict memory and step time of every strategy for the deck, recommend one");
+  add_deck_options(plan);
+  add_memory_option(plan);
+  plan->add_option("--ranks", ranks, "CPU: plan for this many ranks instead of the job's size")
+      ->check(CLI::PositiveNumber);
+  MachineOptions& mo = request.machine;
+  plan->add_option("--topology", mo.topology_file, "A saved `nvidia-smi topo -m` output: plan for those GPUs");
+  plan->add_option("--nodes", mo.nodes, "Nodes of this kind")->check(CLI::PositiveNumber);
+  plan->add_option("--gpus-per-node", mo.gpus_per_node, "GPUs used per node (default: all in the topology)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--gpu-mem", mo.gpu_mem_gb, "Memory per GPU in GiB (default: NVML's figure)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--tflops", mo.tflops, "Compute rate per GPU in TFLOP/s (default 100, said in the output)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--inter-node-gbps", mo.inter_node_gbps, "Network bandwidth between nodes, GB/s per direction")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--inter-node-latency-us", mo.inter_node_latency_us, "Latency per collective across nodes (us)")
+      ->check(CLI::NonNegativeNumber);
+  std::string topo_file;
+  auto* topo = cli.add_subcommand("topo", "Show the node's wiring (GPU links, fast groups, NICs) and what it means");
+  topo->add_option("--topology", topo_file, "Read a saved `nvidia-smi topo -m` output instead of detecting");
+  auto* doctor = cli.add_subcommand("doctor", "Check the setup (MPI, launcher, threads, BLAS, topology, memory)");
   auto* doc = cli.add_subcommand("deck-doc", "Print the input deck reference (docs/deck.md)");
   auto* ckpt = cli.add_subcommand("ckpt", "Checkpoint tools");
   ckpt->require_subcommand(1);
@@ -161,6 +226,9 @@ int main_with_mpi(int argc, char** argv) {
   }
   if (*run) return run_deck(request, world);
   if (*check) return check_deck(request, world, ranks);
+  if (*plan) return plan_command(request, request.machine, ranks, world);
+  if (*topo) return topo_command(topo_file, world);
+  if (*doctor) return doctor_command(world);
   if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
   if (*ckpt) return ckpt_command(*inspect ? "inspect" : "export", ckpt_file, ckpt_out, world);
   return kExitUsage;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "app/planning.hpp"
 #include "comm/world.hpp"
 
 namespace st::app {
@@ -11,6 +12,7 @@ struct DeckRequest {
   std::string deck_path;
   std::vector<std::string> overrides;  // --set section.key=value
   std::string save_params;             // run --save-params FILE
+  MachineOptions machine;              // --node-mem-gb, and plan's machine options
 };
 
 // `shardtrain run DECK`: train. Returns the exit code.
@@ -20,6 +22,13 @@ int run_deck(const DeckRequest& request, World& world);
 int check_deck(const DeckRequest& request, World& world, int ranks);
 // `shardtrain deck-doc`: the deck reference (docs/deck.md).
 int print_deck_doc();
+
+// `shardtrain topo [--topology FILE]`: the node's wiring and what follows for the strategy.
+int topo_command(const std::string& file, World& world);
+// `shardtrain plan DECK`: every strategy's memory and step time on the machine, and the choice.
+int plan_command(const DeckRequest& request, const MachineOptions& options, int ranks, World& world);
+// `shardtrain doctor`: checks the setup, one line per check.
+int doctor_command(World& world);
 
 // Parses argv and dispatches; every rank parses the same command line.
 int main_with_mpi(int argc, char** argv);

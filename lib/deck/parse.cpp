@@ -150,7 +150,6 @@ class DeckParser {
     for (const auto& o : overrides) apply_override(o);
     fill_defaults();
     if (problems_.empty()) check_combinations();
-    if (problems_.empty()) refuse_unbuilt_features();
     if (!problems_.empty()) problems_.raise(path_);
     return config_;
   }
@@ -280,15 +279,6 @@ class DeckParser {
     if (p.shard_group != 0 && p.strategy != "hsdp")
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "
                                                         "\"hsdp\" only (this deck has \"" + p.strategy + "\")");
-  }
-
-  // Keys of features this build does not have yet are refused rather than ignored.
-  void refuse_unbuilt_features() {
-    const auto& p = config_.parallel;
-    if (p.strategy == "auto")
-      problems_.add(0, origin("parallel.strategy") +
-                           ": parallel.strategy = \"auto\" (the planner) is not available in this version of "
-                           "shardtrain; choose one of \"ddp\", \"zero1\", \"zero2\", \"zero3\", \"fsdp\", \"hsdp\"");
   }
 
   std::string path_;

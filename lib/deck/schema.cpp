@@ -144,7 +144,9 @@ std::vector<KeySpec> build_schema() {
            store(&C::optimizer, &OptimizerConfig::grad_clip)),
       // [parallel]
       choice("parallel", "strategy", "\"ddp\"", {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"},
-             "How parameters, gradients and optimizer state are spread over ranks.",
+             "How parameters, gradients and optimizer state are spread over ranks. auto: the planner picks the "
+             "fastest that fits in memory at start-up (docs/planner.md), logs its table and reason, and the run "
+             "records the choice (resolved.toml, plan.txt, checkpoints).",
              store(&C::parallel, &ParallelConfig::strategy)),
       choice("parallel", "device", "\"auto\"", {"auto", "cpu", "cuda"},
              "Where each rank computes. cuda: one GPU per rank, chosen by the rank's place among the ranks of its "

@@ -81,6 +81,17 @@ DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const st
   return choice;
 }
 
+double cuda_device_memory_bytes(int device) {
+#if defined(ST_HAVE_CUDA)
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return 0;
+  return static_cast<double>(prop.totalGlobalMem);
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 int visible_cuda_devices(std::string& why) {
 #if defined(ST_HAVE_CUDA)
   int count = 0;

@@ -33,6 +33,9 @@ DeviceChoice decide_device(const DeviceProbe& probe, const std::string& deck_pat
 // asked every rank throws the same Error with that rank's reason.
 DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const std::string& deck_path);
 
+// Memory of CUDA device `device` in bytes (0 in a build without CUDA or when it cannot be read).
+double cuda_device_memory_bytes(int device);
+
 // CUDA devices this process can see, or 0 with the driver's reason in `why` (always 0 in a build
 // without CUDA).
 int visible_cuda_devices(std::string& why);

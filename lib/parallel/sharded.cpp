@@ -499,24 +499,33 @@ void ShardedStrategy<T>::load_params(std::span<const float> full) {
 
 template <class T>
 void ShardedStrategy<T>::place_params(std::span<const float> full) {
-  // Segment by segment through a staging block in the backend's space: the fp32 values arrive
-  // there, then each copy this rank holds is converted from them.
+  // Segment by segment: on a device the fp32 values go over to a staging block first; then each
+  // copy this rank holds is converted from them.
+  const bool on_device = exec_.space() == MemorySpace::device;
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
-    float* staged = float_pool_.acquire(seg.size);
-    exec_.upload(staged, full.data() + seg.offset, seg.size * sizeof(float));
-    if (settings_.stage < 3) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(staged, seg.size));
+    const float* source = full.data() + seg.offset;
+    float* staged = nullptr;
+    if (on_device) {
+      staged = float_pool_.acquire(seg.size);
+      exec_.upload(staged, source, seg.size * sizeof(float));
+      source = staged;
+    }
+    if (settings_.stage < 3) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(source, seg.size));
     const std::size_t n = owned(s), local = owned_flat(s) - seg.offset;
-    if (settings_.stage == 3)
-      exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(staged + local, n));
-    if constexpr (kMixed) exec_.copy(master_slice(s).data(), staged + local, n * sizeof(float));
-    float_pool_.release(staged);
+    if (settings_.stage == 3) exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(source + local, n));
+    if constexpr (kMixed) exec_.copy(master_slice(s).data(), source + local, n * sizeof(float));
+    if (staged) float_pool_.release(staged);
   }
 }
 
 template <class T>
 std::vector<float> ShardedStrategy<T>::gather_params() {
   std::vector<float> full(shards_.flat_total());
+  // The gather's buffers: the backend's memory on a device (from the pool), plain vectors on the
+  // host (this runs once, at the end: the pool keeps what it hands out).
+  const bool on_device = exec_.space() == MemorySpace::device;
+  std::vector<float> host_chunk, host_gathered;
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
     const std::span<float> m = master_slice(s);
@@ -524,15 +533,26 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
       exec_.download(full.data() + seg.offset, m.data(), m.size_bytes());
       continue;
     }
-    float* chunk = float_pool_.acquire(seg.chunk);
-    float* gathered = float_pool_.acquire(shards_.padded(s));
+    float* chunk = nullptr;
+    float* gathered = nullptr;
+    if (on_device) {
+      chunk = float_pool_.acquire(seg.chunk);
+      gathered = float_pool_.acquire(shards_.padded(s));
+    } else {
+      host_chunk.resize(seg.chunk);
+      host_gathered.resize(shards_.padded(s));
+      chunk = host_chunk.data();
+      gathered = host_gathered.data();
+    }
     exec_.copy(chunk, m.data(), m.size_bytes());
     exec_.zero(chunk + m.size(), (seg.chunk - m.size()) * sizeof(float));
     exec_.before_communication();
     group_.all_gather(std::span<const float>(chunk, seg.chunk), std::span<float>(gathered, shards_.padded(s)));
     exec_.download(full.data() + seg.offset, gathered, seg.size * sizeof(float));
-    float_pool_.release(gathered);
-    float_pool_.release(chunk);
+    if (on_device) {
+      float_pool_.release(gathered);
+      float_pool_.release(chunk);
+    }
   }
   return full;
 }

@@ -38,8 +38,6 @@ cases = [
      ["unknown section [optimiser]; did you mean [optimizer]?"]),
     ("unknown strategy", GOOD + '[parallel]\nstrategy = "zero4"\n', [],
      ['parallel.strategy = "zero4"', '"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"']),
-    ("planner not built yet", GOOD + '[parallel]\nstrategy = "auto"\n', [],
-     ['parallel.strategy = "auto" (the planner) is not available']),
     ("shard_group without hsdp", GOOD + '[parallel]\nstrategy = "zero3"\nshard_group = 2\n', [],
      ['parallel.shard_group applies to parallel.strategy = "hsdp" only (this deck has "zero3")']),
     ("cuda asked of a build without CUDA", GOOD, ["--set", 'parallel.device="cuda"'],

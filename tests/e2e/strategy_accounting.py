@@ -5,7 +5,9 @@ For every strategy in fp32 and bf16 at 1, 2 and 4 ranks: the model-state bytes e
 Bytes per step counted by the communicators equal the formula within 1%: ddp, zero1 and zero2
 2 Psi (N-1)/N elements, zero3 3 Psi (N-1)/N; hsdp on 2 x 2 emulated nodes 3 Psi_g (g-1)/g within
 the node and one all-reduce of the shard, 2 (Psi/g) (G-1)/G, across nodes. With run.trace_steps
-the timeline of each rank is valid Chrome-trace JSON holding compute spans and collectives."""
+the timeline of each rank is valid Chrome-trace JSON holding compute spans and collectives. The
+planner's memory per rank (`check`: model state, activations and workspace) equals the measured
+total within 5%."""
 import json
 import os
 import re
@@ -63,6 +65,14 @@ for precision in ("fp32", "bf16"):
             unit = 2**20 if predicted and predicted.group(2) == "MiB" else 2**10
             h.check(predicted is not None and abs(float(predicted.group(1)) * unit - state) <= 0.01 * state,
                     f"{label}: check --ranks {ranks} predicts the model state ({predicted and predicted.group(0)})")
+            # ... and the planner's memory per rank (model state, activations, workspace) equals the
+            # measured total within 5%.
+            total = state + memory["workspace"] + memory["activations"]
+            m = re.search(r"memory per rank\s*\|\s*([0-9.]+) (B|KiB|MiB|GiB) predicted", proc.stdout)
+            scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+            h.check(m is not None and within(float(m.group(1)) * scale[m.group(2)], total, 0.05),
+                    f"{label}: check --ranks {ranks} predicts the memory per rank ({m and m.group(0)}) = measured "
+                    f"{total} B within 5%")
             # Step 2 (no validation, buffers warm): bytes this rank sent.
             step = [r for r in rows if r["kind"] == "train"][1]
             t = SIZES[precision][0]

@@ -131,9 +131,9 @@ TEST(Deck, CombinationsAreChecked) {
   EXPECT_NE(e.find("model.d_model = 100 is not divisible by model.n_head = 3"), std::string::npos) << e;
 }
 
-TEST(Deck, FeaturesNotBuiltYetAreRefusedNotIgnored) {
-  const std::string e = error_of(kMinimal, {"parallel.strategy=auto"});
-  EXPECT_NE(e.find("parallel.strategy = \"auto\" (the planner) is not available"), std::string::npos) << e;
+TEST(Deck, AutoStrategyIsAcceptedForThePlannerToResolve) {
+  EXPECT_EQ(error_of(kMinimal, {"parallel.strategy=auto"}), "");
+  EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=auto"}).parallel.strategy, "auto");
 }
 
 TEST(Deck, EveryStrategyAndPrecisionIsAccepted) {

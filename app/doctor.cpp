@@ -1,0 +1,223 @@
+// `shardtrain doctor`: checks the setup before a long run, one line per check with its verdict
+// and, for a problem, the fix. Run it the way the training will run (mpirun -n N, srun).
+#include <cblas.h>
+#include <mpi.h>
+#include <sched.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "core/timer.hpp"
+#include "plan/machine.hpp"
+#include "topology/detect.hpp"
+#include "train/blas_rate.hpp"
+#include "train/threads.hpp"
+
+namespace st::app {
+namespace {
+
+enum class Verdict { ok, warn, fail };
+
+struct Report {
+  std::vector<std::string> lines;
+  int problems = 0, failures = 0;
+  void add(Verdict v, const std::string& check, const std::string& detail, const std::string& fix = "") {
+    char head[64];
+    std::snprintf(head, sizeof head, "%-5s %-13s ", v == Verdict::ok ? "OK" : v == Verdict::warn ? "WARN" : "FAIL",
+                  check.c_str());
+    lines.push_back(head + detail + (fix.empty() ? "" : " -- fix: " + fix));
+    problems += v != Verdict::ok;
+    failures += v == Verdict::fail;
+  }
+};
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int env_int(const char* name) {
+  const std::string v = env(name);
+  if (v.empty()) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  return *end == '\0' ? static_cast<int>(x) : -1;
+}
+
+// The largest and smallest of a value over the ranks.
+std::pair<double, double> min_max(double x, MPI_Comm comm) {
+  double lo = x, hi = x;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, comm));
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return {lo, hi};
+}
+
+std::string fixed(double x, int digits = 1) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", digits, x);
+  return b;
+}
+
+}  // namespace
+
+int doctor_command(World& world) {
+  Report r;
+  const int size = world.size();
+
+  // MPI library and standard.
+  char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0, major = 0, minor = 0;
+  ST_CHECK_MPI(MPI_Get_library_version(library, &length));
+  ST_CHECK_MPI(MPI_Get_version(&major, &minor));
+  std::string lib(library, static_cast<std::size_t>(std::max(length, 0)));
+  lib = lib.substr(0, lib.find_first_of(",\n"));
+  int thread_level = 0;
+  ST_CHECK_MPI(MPI_Query_thread(&thread_level));
+  r.add(thread_level >= MPI_THREAD_MULTIPLE || thread_level >= MPI_THREAD_SERIALIZED ? Verdict::ok : Verdict::warn,
+        "mpi", lib + ", MPI " + std::to_string(major) + "." + std::to_string(minor) + ", thread level " +
+                   std::to_string(thread_level),
+        thread_level >= MPI_THREAD_SERIALIZED ? "" : "an MPI library built with thread support (the progress thread needs it)");
+
+  // Launcher and world size: what the launcher promised against what MPI started.
+  const int slurm_tasks = env_int("SLURM_NTASKS");
+  const int ompi_size = env_int("OMPI_COMM_WORLD_SIZE");
+  std::string launcher = ompi_size > 0 ? "mpirun (Open MPI)" : !env("PMIX_RANK").empty() ? "PMIx (srun --mpi=pmix)" : "none (singleton)";
+  if (!env("SLURM_JOB_ID").empty()) launcher += ", inside Slurm job " + env("SLURM_JOB_ID");
+  if (slurm_tasks > 0 && slurm_tasks != size)
+    r.add(Verdict::fail, "world size",
+          "wrong world size: SLURM_NTASKS = " + std::to_string(slurm_tasks) + " but MPI started " + std::to_string(size) +
+              " rank(s) (launcher: " + launcher + ")",
+          "launch with `srun --mpi=pmix` (or `mpirun -n " + std::to_string(slurm_tasks) +
+              "`) so every task of the allocation is a rank");
+  else if (ompi_size > 0 && ompi_size != size)
+    r.add(Verdict::fail, "world size",
+          "wrong world size: OMPI_COMM_WORLD_SIZE = " + std::to_string(ompi_size) + " but MPI_COMM_WORLD has " +
+              std::to_string(size) + " rank(s)",
+          "run the executable directly under mpirun, not through a wrapper that starts its own MPI");
+  else
+    r.add(Verdict::ok, "world size",
+          std::to_string(size) + " rank(s) on " + std::to_string(world.node_count()) + " node(s) (launcher: " + launcher +
+              (slurm_tasks > 0 ? ", SLURM_NTASKS = " + std::to_string(slurm_tasks) : std::string()) + ")");
+
+  // Ranks per host against its cores.
+  Topology host;
+  fill_host_counts(host);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : host.cores;
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  double over = static_cast<double>(world.host_ranks()) / host.cores;
+  over = min_max(over, world.comm()).second;
+  const std::string per_host = std::to_string(world.host_ranks()) + " rank(s) on this host's " +
+                               std::to_string(host.cores) + " core(s) (" + std::to_string(allowed) +
+                               " CPUs this rank may use)";
+  if (over > 1)
+    r.add(Verdict::warn, "ranks/cores", per_host + ": more ranks than cores, each waits for the others",
+          "start at most one rank per core (mpirun -n " + std::to_string(host.cores) + " per host)");
+  else
+    r.add(Verdict::ok, "ranks/cores", per_host);
+
+  // Threads: what the run will use, and any setting that would oversubscribe the cores.
+  const int threads = choose_thread_count(0, world.host_ranks());
+  const int omp = env_int("OMP_NUM_THREADS");
+  const std::string thread_line = "the run uses " + std::to_string(threads) + " thread(s) per rank (OMP_NUM_THREADS " +
+                                  (omp > 0 ? std::to_string(omp) : std::string("unset")) + ", OPENBLAS_NUM_THREADS " +
+                                  (env("OPENBLAS_NUM_THREADS").empty() ? "unset" : env("OPENBLAS_NUM_THREADS")) + ")";
+  if (allowed < hardware && world.host_ranks() * allowed > hardware)
+    r.add(Verdict::warn, "threads", thread_line + "; ranks are bound to overlapping CPU sets",
+          "bind ranks to separate cores (mpirun --bind-to core) or not at all (--bind-to none)");
+  else if (omp > 0 && omp * world.host_ranks() > hardware)
+    r.add(Verdict::warn, "threads",
+          thread_line + "; OMP_NUM_THREADS x ranks = " + std::to_string(omp * world.host_ranks()) + " exceeds the " +
+              std::to_string(hardware) + " CPUs (run.threads = 0 ignores it only when the deck sets no count)",
+          "unset OMP_NUM_THREADS or set it to " + std::to_string(std::max(1, hardware / world.host_ranks())));
+  else
+    r.add(Verdict::ok, "threads", thread_line);
+
+  // BLAS: the kernel in use (the build's baseline target is not it).
+  const std::string core = openblas_get_corename();
+  const std::string coretype = env("OPENBLAS_CORETYPE");
+  r.add(Verdict::ok, "blas",
+        "OpenBLAS kernel " + core + (coretype.empty() ? "" : " (OPENBLAS_CORETYPE = " + coretype + ")") + "; " +
+            blas_description());
+
+  // Topology (one rank looks; the others wait).
+  std::string topo_line;
+  if (world.is_root()) {
+    try {
+      const DetectedTopology d = detect_topology();
+      const TopologySummary s = summarize(d.topology);
+      topo_line = node_class_name(s.node_class) + " (" + d.topology.source + ")";
+      if (d.topology.gpu_count() > 0) topo_line += ", " + std::to_string(d.topology.gpu_count()) + " GPU(s)";
+      else topo_line += ", " + std::to_string(d.topology.sockets) + " socket(s), " + std::to_string(d.topology.numa_nodes) +
+                        " NUMA node(s)";
+    } catch (const Error& e) {
+      topo_line = std::string("cannot detect: ") + e.what();
+    }
+    r.add(topo_line.rfind("cannot", 0) == 0 ? Verdict::warn : Verdict::ok, "topology", topo_line,
+          topo_line.rfind("cannot", 0) == 0 ? "install hwloc (libhwloc15), or give `shardtrain topo --topology FILE`" : "");
+  }
+
+  // Free memory per rank and disk space where the run writes.
+  std::string source;
+  const double available = host_available_bytes(&source);
+  const auto memory = min_max(available / world.host_ranks(), world.comm());
+  r.add(memory.first < 1024.0 * 1024 * 1024 ? Verdict::warn : Verdict::ok, "memory",
+        format_bytes(memory.first) + " per rank (" + source + " shared by the host's ranks; least of the hosts)",
+        memory.first < 1024.0 * 1024 * 1024 ? "fewer ranks per host, or check what else uses the memory" : "");
+  struct statvfs fs {};
+  for (const char* where : {".", "/dev/shm"}) {
+    if (statvfs(where, &fs) != 0) {
+      r.add(Verdict::warn, "disk", std::string("cannot statvfs '") + where + "'", "check that the directory exists");
+      continue;
+    }
+    const double free_bytes = static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize);
+    const bool low = free_bytes < 1024.0 * 1024 * 1024;
+    r.add(low ? Verdict::warn : Verdict::ok, "disk", format_bytes(free_bytes) + " free in " + where,
+          low ? std::string("free space in ") + where + " (checkpoints; shared-memory buffers live in /dev/shm)" : "");
+  }
+
+  // A short probe: sgemm rate per rank (all ranks at once, as in training), memory copy rate,
+  // and the bandwidth of an all-reduce over the world.
+  apply_thread_count(threads);
+  ST_CHECK_MPI(MPI_Barrier(world.comm()));
+  const auto sgemm = min_max(measure_sgemm_flops(1024, 768, 768, 0.2) / 1e9, world.comm());
+  const auto copy = min_max(measure_copy_gbps(0.1), world.comm());
+  std::string probe = "sgemm " + fixed(sgemm.first) + "-" + fixed(sgemm.second) + " GFLOP/s per rank, memcpy " +
+                      fixed(copy.first) + "-" + fixed(copy.second) + " GB/s per rank";
+  if (size > 1) {
+    std::vector<float> buffer(4u << 20, 1.0f);  // 16 MiB
+    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, MPI_SUM, world.comm()));
+    ST_CHECK_MPI(MPI_Barrier(world.comm()));
+    Stopwatch clock;
+    const int runs = 3;
+    for (int i = 0; i < runs; ++i)
+      ST_CHECK_MPI(
+          MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, MPI_SUM, world.comm()));
+    const double t = min_max(clock.seconds() / runs, world.comm()).second;
+    const double bytes = static_cast<double>(buffer.size()) * sizeof(float);
+    // nccl-tests' bus bandwidth: algbw x 2 (N-1)/N.
+    probe += ", all-reduce of 16 MiB " + fixed(bytes / t / 1e9 * 2.0 * (size - 1) / size, 2) + " GB/s bus bandwidth";
+  }
+  const bool spread = sgemm.second > 2 * sgemm.first;
+  r.add(spread ? Verdict::warn : Verdict::ok, "probe", probe + (spread ? ": ranks differ by more than 2x" : ""),
+        spread ? "check for other jobs on the slow ranks' cores, or uneven binding" : "");
+
+  if (world.is_root()) {
+    for (const auto& line : r.lines) std::cout << line << "\n";
+    std::cout << "doctor: " << r.lines.size() << " checks, " << r.problems << " problem(s)"
+              << (r.failures ? ", " + std::to_string(r.failures) + " that stop a run" : std::string()) << "\n";
+  }
+  return r.failures ? kExitFailure : kExitOk;
+}
+
+}  // namespace st::app

@@ -1,0 +1,225 @@
+#include "app/planning.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "data/batches.hpp"
+#include "plan/probe.hpp"
+#include "exec/device_choice.hpp"
+#include "topology/detect.hpp"
+#include "train/blas_rate.hpp"
+#include "train/threads.hpp"
+#include "train/trainer.hpp"
+
+namespace st::app {
+
+int deck_ranks_per_node(const Config& config) {
+  if (config.parallel.ranks_per_node > 0) return static_cast<int>(config.parallel.ranks_per_node);
+  const char* env = std::getenv("SHARDTRAIN_RANKS_PER_NODE");
+  if (!env || !*env) return 0;
+  char* end = nullptr;
+  const long k = std::strtol(env, &end, 10);
+  if (*end != '\0' || k < 0 || k > 65536)
+    throw Error(std::string("SHARDTRAIN_RANKS_PER_NODE = '") + env + "' is not an integer in [0, 65536]",
+                ErrorScope::all_ranks);
+  return static_cast<int>(k);
+}
+
+Machine job_machine(const Config& config, World& world, int world_size, const MachineOptions& o, bool job,
+                    bool probe) {
+  const int W = world_size;
+  int K = deck_ranks_per_node(config);
+  if (K > 0 && W % K != 0)
+    throw Error(config.deck_path + ": parallel.ranks_per_node = " + std::to_string(K) + " does not divide the " +
+                    std::to_string(W) + " ranks",
+                ErrorScope::all_ranks);
+  if (K == 0) K = o.nodes > 0 ? W / o.nodes : job ? world.local_size() : W;
+  // Every rank must plan the same machine: nodes of unequal size are planned as the smallest.
+  if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &K, 1, MPI_INT, MPI_MIN, world.comm()));
+  if (K <= 0 || W % K != 0)
+    throw Error(config.deck_path + ": " + std::to_string(W) + " ranks do not split into " + std::to_string(o.nodes) +
+                    " nodes (--nodes)",
+                ErrorScope::all_ranks);
+  const int nodes = W / K;
+  // Ranks that share this host's memory and cores.
+  const int host_ranks = job ? world.host_ranks() : o.nodes > 0 ? K : W;
+  const bool emulated = nodes > 1 && host_ranks > K;
+
+  CpuRates rates;
+  double node_mem_gb = o.node_mem_gb;
+  std::string source;
+  double available = 0;
+  if (node_mem_gb > 0) {
+    available = node_mem_gb * 1024.0 * 1024.0 * 1024.0;
+    source = "--node-mem-gb";
+  } else {
+    available = host_available_bytes(&source);
+  }
+  // An override is the memory of one node (emulated or not) for its K ranks; what the host
+  // reports is shared by every rank on the host.
+  const bool per_node = source != "MemAvailable";
+  const int sharing = per_node ? K : host_ranks;
+  double per_rank = available / sharing;
+  if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &per_rank, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  rates.memory_per_rank = per_rank;
+  rates.memory_source = source + " " + format_bytes(available) + " / " + std::to_string(sharing) + " rank(s)";
+
+  std::string rate_source;
+  if (probe) {
+    // The rate the ranks will compute at: their thread count, all of the host's ranks busy.
+    apply_thread_count(choose_thread_count(static_cast<int>(config.run.threads), host_ranks));
+    const BatchPlan batches = plan_batches(config.data, config.model.seq_len, W, config.deck_path);
+    const Gpt2Shape shape = gpt2_shape(config.model);
+    const int micro = static_cast<int>(batches.micro_batch);
+    // The model's own forward and backward when a copy of it fits easily beside what runs;
+    // else the sgemm rate of its widest matmul (which leaves out the other kernels).
+    int whole_model = model_probe_bytes(shape, micro) < 0.25 * per_rank ? 1 : 0;
+    if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &whole_model, 1, MPI_INT, MPI_MIN, world.comm()));
+    if (job) ST_CHECK_MPI(MPI_Barrier(world.comm()));
+    double rate[2] = {whole_model ? measure_model_flops(shape, micro)
+                                  : measure_sgemm_flops(static_cast<int>(batches.micro_batch * config.model.seq_len),
+                                                        static_cast<int>(4 * config.model.d_model),
+                                                        static_cast<int>(config.model.d_model)),
+                      measure_copy_gbps(0.2)};
+    if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rate, 2, MPI_DOUBLE, MPI_MIN, world.comm()));
+    rate_source = whole_model ? "the model's forward + backward, measured now" : "sgemm, measured now";
+    rates.sgemm_flops = rate[0];
+    rates.copy_gbps = rate[1];
+    if (!job) {
+      // Measured alone: the host's ranks will share its cores and its memory bus.
+      const double cpus = std::max(1u, std::thread::hardware_concurrency());
+      rates.sgemm_flops *= std::min(1.0, cpus / host_ranks);
+      rates.copy_gbps /= host_ranks;
+      rate_source += " alone, shared by " + std::to_string(host_ranks) + " rank(s)";
+    }
+  } else {
+    rates.sgemm_flops = 1e12;  // not used: only memory is asked of this machine
+    rates.copy_gbps = 1;
+  }
+  double inter = o.inter_node_gbps > 0 ? o.inter_node_gbps : config.parallel.inter_node_gbps;
+  if (inter <= 0 && emulated) inter = rates.copy_gbps;  // emulated nodes, not throttled: shared memory
+  if (!probe && inter <= 0) inter = 1;                  // not used
+  const double latency = o.inter_node_latency_us > 0 ? o.inter_node_latency_us : config.parallel.inter_node_latency_us;
+  Topology host;
+  host.source = "hwloc";
+  fill_host_counts(host);
+  Machine m = cpu_machine(host, nodes, K, rates, inter, latency);
+  if (probe) m.flops_source = rate_source;
+  if (emulated) m.description += ", nodes emulated on one host";
+  return m;
+}
+
+Machine gpu_plan_machine(const Topology& topology, double detected_gpu_memory, const MachineOptions& o) {
+  double mem = o.gpu_mem_gb > 0 ? o.gpu_mem_gb : detected_gpu_memory / (1024.0 * 1024.0 * 1024.0);
+  const double tflops = o.tflops > 0 ? o.tflops : 100.0;
+  Machine m = gpu_machine(topology, o.nodes > 0 ? o.nodes : 1, o.gpus_per_node, mem, tflops, o.inter_node_gbps,
+                          o.inter_node_latency_us);
+  if (o.tflops <= 0) m.assumptions.push_back("100 TFLOP/s per GPU (give --tflops for your GPUs)");
+  return m;
+}
+
+Machine gpu_job_machine(const Config& config, World& world, int cuda_device, const MachineOptions& o) {
+  MachineOptions options = o;
+  options.nodes = o.nodes > 0 ? o.nodes : world.node_count();
+  options.gpus_per_node = world.size() / options.nodes;
+  double memory = o.gpu_mem_gb > 0 ? o.gpu_mem_gb * 1024.0 * 1024.0 * 1024.0 : cuda_device_memory_bytes(cuda_device);
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &memory, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  if (options.inter_node_gbps <= 0) options.inter_node_gbps = config.parallel.inter_node_gbps;
+  if (options.inter_node_latency_us <= 0) options.inter_node_latency_us = config.parallel.inter_node_latency_us;
+  std::vector<std::string> assumed;
+  if (options.nodes > 1 && options.inter_node_gbps <= 0) {
+    options.inter_node_gbps = 25;  // one 200 Gb/s link per node
+    assumed.push_back("25 GB/s between nodes (give --inter-node-gbps or parallel.inter_node_gbps)");
+  }
+  Topology topology;
+  std::string note;
+  try {
+    topology = !o.topology_file.empty() ? read_topology_file(o.topology_file) : detect_topology().topology;
+  } catch (const Error& e) {
+    note = e.what();
+  }
+  Machine m;
+  if (topology.gpu_count() >= options.gpus_per_node) {
+    m = gpu_plan_machine(topology, memory, options);
+  } else {
+    // The wiring could not be read: plan the links as the CPU node's, with the GPUs' memory.
+    m = job_machine(config, world, world.size(), o, true, false);
+    m.gpu = true;
+    m.memory_per_rank = memory;
+    m.memory_source = "the GPU's memory";
+    m.assumptions.push_back("the GPUs' links could not be read (" + (note.empty() ? "no GPU in the topology" : note) +
+                            "): planned as the host's");
+  }
+  if (memory > 0) m.memory_source = "GPU memory " + format_bytes(memory) + " per rank";
+  for (const auto& a : assumed) m.assumptions.push_back(a);
+  return m;
+}
+
+int deck_hsdp_group(const Config& config, int world_size, const Machine& machine) {
+  return hsdp_group_size(config.parallel, world_size, machine.ranks_per_node, config.deck_path);
+}
+
+void check_memory_fits(const Config& config, const Machine& m) {
+  const std::string& strategy = config.parallel.strategy;
+  const int group = strategy == "hsdp" ? deck_hsdp_group(config, m.world(), m) : 0;
+  const StrategyPrediction p = predict_strategy(config, m, strategy, group);
+  if (p.fits) return;
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  // What would fit: each strategy on this many ranks, else on more nodes like these.
+  std::vector<std::string> fits;
+  int largest_split = 0;  // the most ranks the global batch was found to split over
+  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
+    for (int factor = 1; factor <= 64; factor *= 2) {
+      Machine more = m;
+      more.nodes = m.nodes * factor;
+      try {
+        const StrategyPrediction q = predict_strategy(config, more, s, 0);
+        largest_split = std::max(largest_split, more.world());
+        if (q.fits) {
+          fits.push_back(s + " on " + std::to_string(more.world()) + " rank(s) (" + b(q.total_bytes()) + ")");
+          break;
+        }
+      } catch (const Error&) {
+        // The global batch does not split over that many ranks: try more.
+      }
+    }
+  }
+  std::string message = config.deck_path + ": parallel.strategy = \"" + strategy + "\" on " +
+                        std::to_string(m.world()) + " rank(s) needs " + b(p.total_bytes()) +
+                        " per rank (model state " + b(p.state_bytes) + ", activations " + b(p.activation_bytes) +
+                        ", workspace " + b(p.workspace_bytes) + "), more than the " +
+                        format_bytes(m.memory_per_rank) + " per rank available (" + m.memory_source + "). ";
+  if (fits.empty())
+    message += "Nothing fits on up to " + std::to_string(largest_split) + " ranks of nodes like these" +
+               (largest_split < m.world() * 64
+                    ? " (data.global_batch = " + std::to_string(config.data.global_batch) + " does not split over more)"
+                    : std::string()) +
+               ": make the model smaller, use parallel.precision = \"bf16\", lower data.micro_batch, or raise "
+               "data.global_batch to spread it over more ranks.";
+  else
+    message += "It would fit with " + join(fits, "; ") + " (" + std::to_string(m.ranks_per_node) +
+               " rank(s) per node of this size).";
+  throw Error(message, ErrorScope::all_ranks);
+}
+
+std::string resolve_auto_strategy(Config& config, const Machine& machine) {
+  const PlanResult plan = plan_strategies(config, machine);
+  const std::string table = format_plan(plan, machine);
+  if (plan.chosen < 0)
+    throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + plan.reason, ErrorScope::all_ranks);
+  const StrategyPrediction& chosen = plan.rows[static_cast<std::size_t>(plan.chosen)];
+  config.parallel.strategy = chosen.strategy;
+  config.resolved["parallel.strategy"] = "\"" + chosen.strategy + "\"";
+  config.origin["parallel.strategy"] = "auto: chosen by the planner (plan.txt)";
+  if (chosen.strategy == "hsdp") {
+    config.parallel.shard_group = chosen.group;
+    config.resolved["parallel.shard_group"] = std::to_string(chosen.group);
+    config.origin["parallel.shard_group"] = "auto: the planner's fast-link group";
+  }
+  return table;
+}
+
+}  // namespace st::app

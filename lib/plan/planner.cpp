@@ -1,0 +1,335 @@
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "data/batches.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/plan.hpp"
+#include "parallel/shard_layout.hpp"
+#include "train/trainer.hpp"
+
+namespace st {
+namespace {
+
+// From least to most sharded: the order in which close predictions are preferred.
+const std::vector<std::string> kOrder = {"ddp", "zero1", "zero2", "hsdp", "zero3"};
+// Predictions closer than this are a tie (the model's figures are estimates, checked to 25% in
+// docs/benchmarks.md); the less sharded strategy wins it: fewer collectives, and less of its step
+// depends on hiding traffic behind compute.
+constexpr double kTieMargin = 0.05;
+
+int order_of(const std::string& s) {
+  return static_cast<int>(std::find(kOrder.begin(), kOrder.end(), s) - kOrder.begin());
+}
+
+// Backward is two thirds of a step's FLOPs (two matmuls per forward one).
+constexpr double kBackwardShare = 2.0 / 3.0;
+// The optimizer reads parameters, gradients, m and v and writes parameters, m and v: 7 x 4 bytes.
+constexpr double kOptimizerBytesPerElement = 28.0;
+
+double seconds(std::uint64_t bytes, double gbps) { return gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e9) : 0.0; }
+
+// ddp's buckets, in bytes, in the order their all-reduces start: consecutive segments in the
+// order backward finishes them (the last block first, the embeddings last), each closed once it
+// holds bucket_mb (as ShardedStrategy builds them; bucket_mb = 0: one bucket).
+std::vector<double> ddp_buckets(const ShardLayout& shards, int bytes_per_element, double bucket_mb) {
+  const double bucket = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 1e300;
+  std::vector<double> buckets;
+  for (std::size_t i = shards.segments().size(); i-- > 0;) {
+    if (buckets.empty() || buckets.back() >= bucket) buckets.push_back(0);
+    buckets.back() += static_cast<double>(shards.padded(i)) * bytes_per_element;
+  }
+  return buckets;
+}
+
+// Collective calls per step: ddp one per bucket, zero1/zero2 a reduce-scatter and an all-gather
+// per segment, zero3 a gather per forward and backward of every micro-batch and a reduce-scatter.
+std::int64_t calls_per_step(const std::string& strategy, const ParamLayout& layout, const ShardLayout& shards,
+                            int bytes_per_element, double bucket_mb, std::int64_t micro_batches) {
+  const auto segments = static_cast<std::int64_t>(layout.segments().size());
+  const int stage = zero_stage(strategy);
+  if (stage == 0) return static_cast<std::int64_t>(ddp_buckets(shards, bytes_per_element, bucket_mb).size());
+  if (stage < 3) return 2 * segments;
+  return (2 * micro_batches + 1) * segments + (strategy == "hsdp" ? 1 : 0);
+}
+
+// Workspace the strategy keeps: what ShardedStrategy's pools hold at their high-water mark
+// (docs/planner.md). The counts below are those of the strategy's constants (two reductions in
+// flight beside the segment being written; two gathers ahead of the segment in use), as the
+// pools were seen to reach them in instrumented runs of 4- and 10-segment models: the pools keep
+// a block per size class in use at once, and the tied embedding is in use at both ends of the
+// model. fp32: gradient buffers (the embedding's, the final norm's and three blocks'; all of
+// them while micro-batches accumulate), zero3's gathered segments (the embedding and five
+// blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
+// the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
+// bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
+std::uint64_t workspace_estimate(const std::string& strategy, const ShardLayout& shards, bool mixed,
+                                 std::int64_t micro_batches) {
+  const int stage = zero_stage(strategy);
+  const std::size_t count = shards.segments().size();
+  std::vector<std::uint64_t> padded, chunks, blocks;
+  std::uint64_t largest_chunk = 0, largest_block = 0;
+  for (std::size_t s = 0; s < count; ++s) {
+    padded.push_back(shards.padded(s));
+    chunks.push_back(shards.segment(s).chunk);
+    if (s > 0 && s + 1 < count) {
+      blocks.push_back(shards.padded(s));
+      largest_block = std::max<std::uint64_t>(largest_block, shards.segment(s).size);
+    }
+    largest_chunk = std::max<std::uint64_t>(largest_chunk, stage == 0 ? shards.segment(s).size : shards.segment(s).chunk);
+  }
+  auto sum_largest = [](std::vector<std::uint64_t> v, std::size_t k) {
+    std::sort(v.rbegin(), v.rend());
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < std::min(k, v.size()); ++i) total += v[i];
+    return total;
+  };
+  // The three largest and the smallest (every segment when there are at most four).
+  auto three_and_smallest = [&](const std::vector<std::uint64_t>& v) {
+    return v.size() <= 4 ? sum_largest(v, v.size()) : sum_largest(v, 3) + *std::min_element(v.begin(), v.end());
+  };
+  const std::uint64_t embedding = shards.padded(0), norm = count > 1 ? shards.padded(count - 1) : 0;
+  const std::uint64_t t = mixed ? 2 : 4;
+  std::uint64_t bytes = 0;
+  if (stage == 1) bytes += three_and_smallest(chunks) * t;
+  if (stage == 3) bytes += (embedding + sum_largest(blocks, 5) + (blocks.size() < 5 ? norm : 0)) * t;
+  if (!mixed) {
+    if (stage >= 2)
+      bytes += (micro_batches > 1 ? shards.padded_total() : embedding + norm + sum_largest(blocks, 3)) * 4;
+    return bytes;
+  }
+  const std::uint64_t unpadded_embedding = shards.segment(0).size;
+  const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
+  std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
+  if (stage >= 2 && micro_batches > 1) fp32 += shards.padded_total();
+  bytes += (fp32 + largest_chunk) * 4;
+  if (stage == 2) bytes += three_and_smallest(padded) * t;
+  return bytes;
+}
+
+std::string ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, s < 0.01 ? "%.3f" : s < 1 ? "%.2f" : "%.1f", s * 1e3);
+  return b;
+}
+
+}  // namespace
+
+int hsdp_group_for(const Machine& m) {
+  if (m.fast_group > 1 && m.fast_group < m.ranks_per_node) return m.fast_group;
+  if (m.nodes > 1 && m.ranks_per_node > 1) return m.ranks_per_node;
+  return 0;
+}
+
+StrategyPrediction predict_strategy(const Config& config, const Machine& m, const std::string& strategy, int group) {
+  const int world = m.world();
+  const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
+  const Gpt2Shape shape = gpt2_shape(config.model);
+  const ParamLayout layout = make_gpt2_layout(shape);
+  const std::string& precision = config.parallel.precision;
+  const bool hsdp = strategy == "hsdp";
+  const int n = hsdp ? group : world;
+  const std::int64_t mb = batches.accum_steps;
+  auto plan = [&](int ranks, int g) { return plan_strategy(layout, strategy, precision, ranks, g, mb); };
+
+  StrategyPrediction p;
+  p.strategy = strategy;
+  p.group = n;
+  const StrategyPlan whole = plan(world, n);
+  p.state_bytes = whole.memory.model_state();
+  p.activation_bytes = 4 * Gpt2<float>::activation_elements(shape, static_cast<int>(batches.micro_batch));
+  const ShardLayout shards(layout, zero_stage(strategy) == 0 ? 1 : n);
+  const bool mixed = precision == "bf16";
+  p.workspace_bytes = workspace_estimate(strategy, shards, mixed, mb);
+  p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
+
+  const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world;
+  p.compute_s = gpt2_train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank;
+  const std::int64_t calls =
+      calls_per_step(strategy, layout, shards, mixed ? 2 : 4, config.parallel.bucket_mb, mb);
+
+  // Communication by level. `L` ranks per node; `bw_node` the bottleneck of a ring over them.
+  const int L = m.ranks_per_node;
+  auto bw_inside = [&](int ranks) { return ranks <= m.fast_group ? m.fast_gbps : m.node_gbps; };
+  const std::string slower_in_node = m.node_link;
+  double comm = 0, replica_comm = 0;
+  if (!hsdp && world > 1) {
+    if (m.nodes == 1) {
+      p.fast_bytes = whole.group_bytes;
+      comm = seconds(p.fast_bytes, bw_inside(world)) + calls * m.latency_s;
+      if (world > m.fast_group) p.slow_bytes = p.fast_bytes, p.fast_bytes = 0, p.slow_level = slower_in_node;
+    } else if (config.parallel.collectives == "flat") {
+      // One ring over every rank: each step of it waits for the slowest link, the network.
+      p.slow_bytes = whole.group_bytes;
+      p.slow_level = "network";
+      comm = seconds(p.slow_bytes, m.inter_node_gbps) + calls * (m.latency_s + m.inter_latency_s);
+    } else {
+      // Two-level: inside the node on all the data, across nodes on 1/L of it.
+      p.fast_bytes = L > 1 ? plan(L, L).group_bytes : 0;
+      p.slow_bytes = plan(m.nodes, m.nodes).group_bytes / static_cast<std::uint64_t>(L);
+      p.slow_level = "network";
+      comm = seconds(p.fast_bytes, bw_inside(L)) + seconds(p.slow_bytes, m.inter_node_gbps) +
+             calls * (m.latency_s + m.inter_latency_s);
+    }
+  } else if (hsdp) {
+    p.fast_bytes = whole.group_bytes;
+    const bool group_crosses_nodes = n > L;
+    comm = seconds(p.fast_bytes, group_crosses_nodes ? m.inter_node_gbps : bw_inside(n)) +
+           (calls - 1) * (m.latency_s + (group_crosses_nodes ? m.inter_latency_s : 0));
+    p.slow_bytes = whole.replica_bytes;
+    const bool replicas_cross_nodes = world > L;
+    p.slow_level = replicas_cross_nodes ? "network" : slower_in_node;
+    replica_comm = seconds(p.slow_bytes, replicas_cross_nodes ? m.inter_node_gbps : m.node_gbps) + m.latency_s +
+                   (replicas_cross_nodes ? m.inter_latency_s : 0);
+  }
+  p.comm_s = comm + replica_comm;
+
+  // What compute hides (parallel.overlap): ddp's buckets and zero1/zero2's reduce-scatters run
+  // during the last micro-batch's backward (two thirds of its FLOPs), zero1/zero2's parameter all-gather follows the
+  // update; zero3/hsdp prefetch gathers and reduce-scatter through every forward and backward,
+  // and hsdp's all-reduce across groups follows the reduce-scatters.
+  // What starts only when backward ends is exposed whatever the overlap: ddp's last bucket (the
+  // one holding the embeddings, whose gradients the tied head completes last), the embeddings'
+  // reduce-scatter.
+  const double last_backward = kBackwardShare * p.compute_s / static_cast<double>(mb);
+  const int stage = zero_stage(strategy);
+  const double embeddings = static_cast<double>(shards.padded(0)) / static_cast<double>(shards.padded_total());
+  if (!config.parallel.overlap) {
+    p.exposed_s = p.comm_s;
+  } else if (stage == 0) {
+    const auto buckets = ddp_buckets(shards, mixed ? 2 : 4, config.parallel.bucket_mb);
+    double total = 0;
+    for (double x : buckets) total += x;
+    const double last = comm * buckets.back() / total;
+    p.exposed_s = last + std::max(0.0, comm - last - last_backward);
+  } else if (stage < 3) {
+    const double reduce = comm / 2, last = reduce * embeddings;
+    p.exposed_s = last + std::max(0.0, reduce - last - last_backward) + comm / 2;
+  } else {
+    const double last = comm / static_cast<double>(2 * mb + 1) * embeddings;
+    p.exposed_s = last + std::max(0.0, comm - last - p.compute_s) + replica_comm;
+  }
+
+  if (m.memory_gbps > 0) {
+    const double updated = static_cast<double>(stage == 0 ? layout.total() : shards.shard_total());
+    p.optimizer_s = updated * kOptimizerBytesPerElement / (m.memory_gbps * 1e9);
+  }
+  p.step_s = p.compute_s + p.exposed_s + p.optimizer_s;
+  return p;
+}
+
+PlanResult plan_strategies(const Config& config, const Machine& m) {
+  PlanResult r;
+  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) r.rows.push_back(predict_strategy(config, m, s, 0));
+  const int group = hsdp_group_for(m);
+  if (group > 0 && m.world() % group == 0) r.rows.push_back(predict_strategy(config, m, "hsdp", group));
+  else r.notes.push_back("hsdp: not planned, the machine has one level of links (no slower level to replicate across)");
+
+  std::stable_sort(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& a, const StrategyPrediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.step_s < b.step_s : a.total_bytes() < b.total_bytes();
+  });
+  const auto find = [&](const std::string& s) -> const StrategyPrediction* {
+    for (const auto& row : r.rows)
+      if (row.strategy == s) return &row;
+    return nullptr;
+  };
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  const std::string limit = format_bytes(m.memory_per_rank) + " per rank (" + m.memory_source + ")";
+  if (r.rows.empty() || !r.rows.front().fits) {
+    const StrategyPrediction& small = r.rows.front();
+    r.reason = "nothing fits: the smallest, " + small.strategy + ", needs " + b(small.total_bytes()) +
+               " per rank, more than the " + limit + ". More ranks (or nodes) shard it further; bf16 halves "
+               "parameters and gradients; a smaller data.micro_batch shrinks the activations (" +
+               b(small.activation_bytes) + ").";
+    return r;
+  }
+  // The fastest, or a less sharded strategy within the margin of it.
+  const double best = r.rows.front().step_s;
+  int chosen = 0;
+  for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
+    if (r.rows[i].fits && r.rows[i].step_s <= best * (1 + kTieMargin) &&
+        order_of(r.rows[i].strategy) < order_of(r.rows[chosen].strategy))
+      chosen = i;
+  r.chosen = chosen;
+  const StrategyPrediction& c = r.rows[chosen];
+  const StrategyPrediction* ddp = find("ddp");
+  const StrategyPrediction* zero2 = find("zero2");
+  const StrategyPrediction* zero3 = find("zero3");
+  std::ostringstream why;
+  why << c.strategy << (c.strategy == "hsdp" ? " with groups of " + std::to_string(c.group) : "") << ": ";
+  if (c.strategy == "ddp") {
+    why << "the whole model state (" << b(c.state_bytes) << " per rank) fits in " << limit
+        << ", and ddp sends the least per step (" << b(c.fast_bytes + c.slow_bytes)
+        << "), its all-reduce overlapping backward";
+    if (zero3) why << "; zero3 would hold " << b(zero3->total_bytes()) << " instead of " << b(c.total_bytes()) << " but send 1.5x as much";
+  } else if (c.strategy == "hsdp") {
+    why << "it shards inside the fast groups (" << m.fast_link << ", ~" << m.fast_gbps << " GB/s) and sends only "
+        << b(c.slow_bytes) << " per step across the " << c.slow_level << " (~"
+        << (c.slow_level == "network" ? m.inter_node_gbps : m.node_gbps) << " GB/s)";
+    if (zero3) why << ", where zero3 over all ranks sends " << b(zero3->fast_bytes + zero3->slow_bytes) << " through it";
+    if (ddp && !ddp->fits) why << "; ddp does not fit (" << b(ddp->total_bytes()) << ")";
+  } else {
+    if (ddp && !ddp->fits) why << "ddp does not fit (it needs " << b(ddp->total_bytes()) << " per rank, over the " << limit << "); ";
+    if (c.strategy == "zero3" && zero2 && !zero2->fits) why << "neither does zero2 (" << b(zero2->total_bytes()) << "); ";
+    if (c.strategy == "zero3")
+      why << "zero3 shards everything to " << b(c.total_bytes()) << " per rank at 1.5x ddp's traffic, most of it hidden behind compute";
+    else
+      why << c.strategy << " shards the optimizer state" << (c.strategy == "zero2" ? " and gradients" : "") << " to "
+          << b(c.total_bytes()) << " per rank at ddp's traffic";
+  }
+  why << ". Predicted step " << ms(c.step_s) << " ms (compute " << ms(c.compute_s) << ", exposed communication "
+      << ms(c.exposed_s) << ")";
+  if (chosen != 0)
+    why << "; " << r.rows.front().strategy << " is predicted " << ms(best) << " ms, "
+        << std::round(100 * (c.step_s / best - 1)) << "% faster: inside the planner's " << 100 * kTieMargin
+        << "% margin, where the less sharded strategy is preferred (fewer collectives, less hidden behind compute)";
+  else for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
+    if (i != chosen && r.rows[i].fits) {
+      why << "; next " << r.rows[i].strategy << " " << ms(r.rows[i].step_s) << " ms";
+      break;
+    }
+  why << ".";
+  r.reason = why.str();
+  return r;
+}
+
+std::string format_plan(const PlanResult& r, const Machine& m) {
+  std::ostringstream out;
+  out << "machine: " << m.description << "\n";
+  out << "memory per rank: " << format_bytes(m.memory_per_rank) << " (" << m.memory_source << "); compute "
+      << std::round(m.flops_per_rank / 1e9) << " GFLOP/s per rank (" << m.flops_source << ")\n";
+  out << "links: fast groups of " << m.fast_group << " (" << m.fast_link << ", " << m.fast_gbps << " GB/s)";
+  if (m.fast_group < m.ranks_per_node) out << ", between groups " << m.node_link << " (" << m.node_gbps << " GB/s)";
+  if (m.nodes > 1) out << ", between nodes " << m.inter_node_gbps << " GB/s";
+  out << "\n";
+  for (const auto& a : m.assumptions) out << "assumed: " << a << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-5s %-8s %6s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank", "strategy",
+                "group", "state", "activations", "workspace", "total", "fits", "compute ms", "comm ms", "exposed ms",
+                "step ms");
+  out << line;
+  int place = 0;
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const auto& p = r.rows[i];
+    const std::string rank = p.fits ? std::to_string(++place) : "-";
+    std::snprintf(line, sizeof line, "%-5s %-8s %6d %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n", rank.c_str(),
+                  p.strategy.c_str(), p.group, format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+                  format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
+                  format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
+                  format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",
+                  ms(p.compute_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_s).c_str(), ms(p.step_s).c_str(),
+                  static_cast<int>(i) == r.chosen ? "  <- chosen" : "");
+    out << line;
+  }
+  for (const auto& n : r.notes) out << "note: " << n << "\n";
+  out << (r.chosen >= 0 ? "recommendation: " : "no recommendation: ") << r.reason << "\n";
+  return out.str();
+}
+
+}  // namespace st

@@ -1,0 +1,51 @@
+#pragma once
+// The planner: for a deck and a machine, what each strategy would hold per rank and how long a
+// step would take, which of them fit, and which to run and why.
+//
+// Memory is the strategies' own arithmetic (plan_strategy, the ZeRO table over the sharded
+// layout) plus the model's activations and an estimate of the workspace. Step time is compute
+// (the model's training FLOPs at the machine's rate) plus what communication is not hidden
+// behind compute, each level of links (fast group, node, network) at its bandwidth with a
+// latency per collective call, plus the optimizer's sweep over what the rank updates.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deck/config.hpp"
+#include "plan/machine.hpp"
+
+namespace st {
+
+struct StrategyPrediction {
+  std::string strategy;
+  int group = 0;  // ranks that shard together (hsdp: the group; others: the world)
+  std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
+  std::uint64_t total_bytes() const { return state_bytes + activation_bytes + workspace_bytes; }
+  bool fits = true;
+  double compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0, step_s = 0;
+  std::uint64_t fast_bytes = 0;  // sent per rank per step inside the fastest level used
+  std::uint64_t slow_bytes = 0;  // ... across the slowest level crossed (between groups or nodes)
+  std::string slow_level;        // its name ("" when nothing crosses a slower level)
+};
+
+struct PlanResult {
+  std::vector<StrategyPrediction> rows;  // those that fit, fastest first; then the rest, smallest first
+  int chosen = -1;                       // index into rows; -1 when nothing fits
+  std::string reason;                    // the choice and its trade-off, in words
+  std::vector<std::string> notes;
+};
+
+// One strategy on the machine. `group`: hsdp's sharding group (ignored by the others).
+StrategyPrediction predict_strategy(const Config& config, const Machine& machine, const std::string& strategy,
+                                    int group);
+// Every strategy (ddp, zero1, zero2, zero3, and hsdp with groups at the fast-link boundary or
+// the node when there is a slower level above it), ranked, with the recommendation.
+PlanResult plan_strategies(const Config& config, const Machine& machine);
+// hsdp's group on this machine: the fast group, else the node, when a slower level lies above
+// it; 0 when there is none (one level only).
+int hsdp_group_for(const Machine& machine);
+
+// The table and the recommendation, as `shardtrain plan` prints them.
+std::string format_plan(const PlanResult& plan, const Machine& machine);
+
+}  // namespace st

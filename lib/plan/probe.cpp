@@ -1,0 +1,45 @@
+#include "plan/probe.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "model/gpt2.hpp"
+
+namespace st {
+
+double model_probe_bytes(const Gpt2Shape& shape, int micro_batch) {
+  const double params = static_cast<double>(make_gpt2_layout(shape).total());
+  return 4.0 * (2 * params + static_cast<double>(Gpt2<float>::activation_elements(shape, micro_batch)));
+}
+
+double measure_model_flops(const Gpt2Shape& shape, int micro_batch, double min_seconds) {
+  Gpt2<float> model(shape, micro_batch);
+  std::vector<float> params(model.layout().total()), grads(params.size(), 0.0f);
+  model.init_params(params, 1);
+  const int T = static_cast<int>(shape.seq_len);
+  std::vector<int> tokens(static_cast<std::size_t>(micro_batch) * T), targets(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int>((i * 7919) % static_cast<std::size_t>(shape.vocab_size));
+    targets[i] = static_cast<int>((i * 7919 + 1) % static_cast<std::size_t>(shape.vocab_size));
+  }
+  auto pass = [&] {
+    const double loss = model.forward(params, tokens.data(), targets.data(), micro_batch, T);
+    model.backward(params, grads, 1.0f);
+    return loss;
+  };
+  const double loss = pass();  // warm-up: pages, caches, thread pools
+  if (!(loss > 0)) throw Error("model probe: the forward pass gave a loss of " + std::to_string(loss));
+  const double flops = gpt2_train_flops_per_token(shape, T) * micro_batch * T;
+  double best = 0;
+  Stopwatch total;
+  for (int runs = 0; runs < 5 && (runs < 1 || total.seconds() < min_seconds); ++runs) {
+    Stopwatch one;
+    pass();
+    best = std::max(best, flops / std::max(one.seconds(), 1e-9));
+  }
+  return best;
+}
+
+}  // namespace st

@@ -1,0 +1,145 @@
+// The planner on real topologies (tests/data/topo): what it recommends, and why, for a model that
+// fits, one that fits only sharded, and GPUs joined by slow links.
+#include <gtest/gtest.h>
+
+#include "app/planning.hpp"
+#include "core/error.hpp"
+#include "deck/parse.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/plan.hpp"
+#include "plan/planner.hpp"
+#include "train/trainer.hpp"
+
+namespace st {
+namespace {
+
+// GPT-2 XL's shape (1.5 billion parameters), 64 sequences of 1024 per step.
+const char* kXl = R"(
+[run]
+steps = 10
+[model]
+n_layer = 48
+d_model = 1600
+n_head = 25
+seq_len = 1024
+vocab_size = 50257
+[data]
+path = "unused.txt"
+global_batch = 64
+micro_batch = 1
+)";
+
+Machine machine_of(const std::string& fixture, double gpu_mem_gb, int nodes = 1, double inter_gbps = 0,
+                   double tflops = 400) {
+  const Topology t = read_topology_file(std::string(ST_SOURCE_DIR) + "/tests/data/topo/" + fixture);
+  return gpu_machine(t, nodes, 0, gpu_mem_gb, tflops, inter_gbps, 0);
+}
+
+const StrategyPrediction& chosen(const PlanResult& r) {
+  EXPECT_GE(r.chosen, 0) << r.reason;
+  return r.rows.at(static_cast<std::size_t>(std::max(r.chosen, 0)));
+}
+
+const Config kConfig = parse_deck(kXl, "xl.toml", {});
+
+TEST(Planner, NvswitchWithAModelThatFitsPicksDdp) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80));
+  EXPECT_EQ(chosen(r).strategy, "ddp");
+  EXPECT_NE(r.reason.find("fits in 80.00 GiB"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("sends the least"), std::string::npos) << r.reason;
+  for (const auto& row : r.rows) EXPECT_TRUE(row.fits) << row.strategy;
+}
+
+TEST(Planner, AModelThatFitsOnlyShardedPicksZero) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("03_a100-sxm4-80gb-8gpu_nv12_8nic_dual-socket.txt", 24));
+  const StrategyPrediction& c = chosen(r);
+  EXPECT_TRUE(c.strategy == "zero3" || c.strategy == "zero2" || c.strategy == "zero1") << c.strategy;
+  EXPECT_NE(r.reason.find("ddp does not fit"), std::string::npos) << r.reason;
+  for (const auto& row : r.rows)
+    if (row.strategy == "ddp") {
+      EXPECT_FALSE(row.fits);
+    }
+}
+
+TEST(Planner, NvlinkPairsJoinedBySysPickHsdpInPairs) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
+  EXPECT_EQ(chosen(r).strategy, "hsdp");
+  EXPECT_EQ(chosen(r).group, 2);
+  EXPECT_NE(r.reason.find("across the SYS"), std::string::npos) << r.reason;
+}
+
+TEST(Planner, PcieSocketsPickHsdpPerSocket) {
+  // One micro-batch per step (with several, hsdp gathers every segment again for each of them and
+  // the PCIe switches become the bottleneck: the planner then prefers zero1).
+  const Config config = parse_deck(kXl, "xl.toml", {"data.global_batch=16", "data.micro_batch=2"});
+  const PlanResult r =
+      plan_strategies(config, machine_of("14_rtx-a5000-8gpu_pcie-pxb-pix_dual-socket_mlx5.txt", 48, 1, 0, 30));
+  EXPECT_EQ(chosen(r).strategy, "hsdp");
+  EXPECT_EQ(chosen(r).group, 4);
+  EXPECT_NE(r.reason.find("inside the fast groups (PXB"), std::string::npos) << r.reason;
+}
+
+TEST(Planner, NodesOnASlowNetworkShardInsideTheNode) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5));
+  EXPECT_EQ(chosen(r).strategy, "hsdp");
+  EXPECT_EQ(chosen(r).group, 8);
+  EXPECT_NE(r.reason.find("across the network"), std::string::npos) << r.reason;
+}
+
+TEST(Planner, NothingFitsSaysWhatItWouldTake) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("12_rtx4090-1gpu_single.txt", 8));
+  EXPECT_EQ(r.chosen, -1);
+  EXPECT_NE(r.reason.find("nothing fits"), std::string::npos) << r.reason;
+}
+
+TEST(Planner, MemoryIsTheStrategiesOwnArithmeticPlusActivations) {
+  const Machine m = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
+  const ParamLayout layout = make_gpt2_layout(gpt2_shape(kConfig.model));
+  const std::uint64_t activations = 4 * Gpt2<float>::activation_elements(gpt2_shape(kConfig.model), 1);
+  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
+    const StrategyPrediction p = predict_strategy(kConfig, m, s, 0);
+    EXPECT_EQ(p.state_bytes, plan_strategy(layout, s, "fp32", 8, 8, 8).memory.model_state()) << s;
+    EXPECT_EQ(p.activation_bytes, activations) << s;
+  }
+  // ZeRO-3 on 8 ranks holds an eighth of ddp's model state (up to padding).
+  const double ratio = static_cast<double>(predict_strategy(kConfig, m, "zero3", 0).state_bytes) /
+                       static_cast<double>(predict_strategy(kConfig, m, "ddp", 0).state_bytes);
+  EXPECT_NEAR(ratio, 1.0 / 8, 0.001);
+}
+
+TEST(Planner, StepTimeFollowsTheLinks) {
+  // The same GPUs, NVSwitch against PCIe across sockets: ddp's communication scales with the
+  // bandwidth of the slowest link of its ring (450 GB/s NV18 against 16 GB/s SYS).
+  const StrategyPrediction fast = predict_strategy(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80), "ddp", 0);
+  const StrategyPrediction slow =
+      predict_strategy(kConfig, machine_of("08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt", 80), "ddp", 0);
+  EXPECT_DOUBLE_EQ(fast.compute_s, slow.compute_s);
+  EXPECT_NEAR(slow.comm_s / fast.comm_s, 450.0 / 16.0, 0.5);
+}
+
+TEST(Planner, AutoBecomesTheChoiceWithHsdpGroupsAtTheFastLinks) {
+  Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
+  const std::string table =
+      app::resolve_auto_strategy(config, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
+  EXPECT_EQ(config.parallel.strategy, "hsdp");
+  EXPECT_EQ(config.parallel.shard_group, 2);
+  EXPECT_EQ(config.resolved.at("parallel.strategy"), "\"hsdp\"");
+  EXPECT_EQ(config.resolved.at("parallel.shard_group"), "2");
+  EXPECT_NE(config.origin.at("parallel.strategy").find("auto"), std::string::npos);
+  EXPECT_NE(table.find("recommendation: hsdp with groups of 2"), std::string::npos) << table;
+}
+
+TEST(Planner, AutoThatCannotFitIsAnErrorForEveryRank) {
+  Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
+  try {
+    app::resolve_auto_strategy(config, machine_of("12_rtx4090-1gpu_single.txt", 8));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
+    EXPECT_NE(std::string(e.what()).find("xl.toml: parallel.strategy = \"auto\": nothing fits"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace st
