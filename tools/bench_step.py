@@ -97,7 +97,12 @@ def main():
     p.add_argument("--layers", type=int, nargs="+", default=[2, 4])
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
+    p.add_argument("--compare-exe", help="another shardtrain build (e.g. an earlier commit): run round by round, "
+                                         "interleaved with --exe, and report every sample and the ratio")
+    p.add_argument("--rounds", type=int, default=3, help="with --compare-exe: rounds of (exe, compare-exe)")
     args = p.parse_args()
+    if args.compare_exe:
+        return compare(args)
     work = tempfile.mkdtemp(prefix="st_bench_")
     tokens = args.batch * SEQ
     print(f"# step benchmark, one core (taskset -c 0), d_model {D_MODEL}, {N_HEAD} heads, seq_len {SEQ}, "
@@ -114,6 +119,27 @@ def main():
         print(f"| {layers} | {rate / 1e9:.1f} | {st_s * 1e3:.0f} | {tokens / st_s:.0f} | {flops / st_s / rate:.1%} "
               f"| {pt_s * 1e3:.0f} | {tokens / pt_s:.0f} | {flops / pt_s / rate:.1%} | {pt_s / st_s:.2f} |",
               flush=True)
+
+
+def compare(args):
+    """This build against another, interleaved: exe, other, exe, other, ... per depth; each
+    sample's ms/step (median of steps 3-N), then the median ratio other/exe (> 1: this build is
+    faster)."""
+    work = tempfile.mkdtemp(prefix="st_bench_cmp_")
+    print(f"# step benchmark, one core (taskset -c 0), d_model {D_MODEL}, {N_HEAD} heads, seq_len {SEQ}, batch "
+          f"{args.batch}; {time.strftime('%Y-%m-%d %H:%M')}; exe {args.exe}; compare-exe {args.compare_exe}")
+    print()
+    print("| layers | round | this build ms/step | other build ms/step | other / this |")
+    print("|---|---|---|---|---|")
+    for layers in args.layers:
+        ratios = []
+        for r in range(args.rounds):
+            this_s, _ = run_shardtrain(args.exe, layers, args.steps, args.batch, args.corpus, work)
+            other_s, _ = run_shardtrain(args.compare_exe, layers, args.steps, args.batch, args.corpus, work)
+            ratios.append(other_s / this_s)
+            print(f"| {layers} | {r + 1} | {this_s * 1e3:.1f} | {other_s * 1e3:.1f} | {other_s / this_s:.3f} |",
+                  flush=True)
+        print(f"| {layers} | median | | | {statistics.median(ratios):.3f} |", flush=True)
 
 
 if __name__ == "__main__":

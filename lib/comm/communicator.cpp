@@ -80,11 +80,11 @@ void accumulate_buffer(Buffer into, const void* from, std::size_t count) {
   }
 }
 
-void Communicator::copy_bytes(void* to, const void* from, std::size_t bytes) {
+void Communicator::copy_bytes(void* to, const void* from, std::size_t bytes, const void* /*ready*/) {
   if (bytes && to != from) std::memmove(to, from, bytes);
 }
 
-void Communicator::zero_bytes(void* data, std::size_t bytes) {
+void Communicator::zero_bytes(void* data, std::size_t bytes, const void* /*ready*/) {
   if (bytes) std::memset(data, 0, bytes);
 }
 

@@ -102,15 +102,21 @@ constexpr DataType data_type_of<double>() { return DataType::f64; }
 template <>
 constexpr DataType data_type_of<Bf16>() { return DataType::bf16; }
 
-// A typed view of a buffer: what every backend receives.
+// A typed view of a buffer: what every backend receives. `ready`, when set, marks the work that
+// writes the buffer on a device (an event of the execution backend, exec/exec.hpp): a device
+// backend orders the collective after it; unset, after all work queued so far.
 struct Buffer {
+  Buffer() = default;
+  Buffer(void* data_, std::size_t count_, DataType type_, const void* ready_ = nullptr)
+      : data(data_), count(count_), type(type_), ready(ready_) {}
   void* data = nullptr;
   std::size_t count = 0;
   DataType type = DataType::f32;
+  const void* ready = nullptr;
   std::size_t bytes() const { return count * size_of(type); }
   template <class T>
-  static Buffer of(std::span<T> s) {
-    return {const_cast<std::remove_const_t<T>*>(s.data()), s.size(), data_type_of<std::remove_const_t<T>>()};
+  static Buffer of(std::span<T> s, const void* ready = nullptr) {
+    return {const_cast<std::remove_const_t<T>*>(s.data()), s.size(), data_type_of<std::remove_const_t<T>>(), ready};
   }
 };
 
@@ -182,8 +188,9 @@ class Communicator {
   // communicators (two-level) makes on them: plain memcpy/memset on the host; a device
   // backend copies on its device, ordered after the compute its buffers come from.
   virtual MemorySpace memory_space() const { return MemorySpace::host; }
-  virtual void copy_bytes(void* to, const void* from, std::size_t bytes);
-  virtual void zero_bytes(void* data, std::size_t bytes);
+  // `ready`: the marker of the work the bytes come from (Buffer::ready).
+  virtual void copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready = nullptr);
+  virtual void zero_bytes(void* data, std::size_t bytes, const void* ready = nullptr);
   // The same for vectors.
   template <class T>
   void all_reduce(std::vector<T>& b, ReduceOp op) { all_reduce(std::span<T>(b), op); }

@@ -26,17 +26,6 @@ template class DeviceBuffer<float>;
 template class DeviceBuffer<double>;
 template class DeviceBuffer<Bf16>;
 
-int cuda_device_count(std::string& why) {
-  int count = 0;
-  const cudaError_t code = cudaGetDeviceCount(&count);
-  if (code != cudaSuccess) {
-    why = cudaGetErrorString(code);
-    return 0;
-  }
-  if (count == 0) why = "no CUDA device";
-  return count;
-}
-
 NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order)
     : device_(device), order_(std::move(order)), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(bootstrap, &rank_));
@@ -46,6 +35,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel 
   if (rank_ == 0) ST_CHECK_NCCL(ncclGetUniqueId(&id));
   ST_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, bootstrap));
   stream_.emplace();
+  token_.emplace(1);  // the barrier's all-reduce: allocated once, not while collectives run
   ST_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_));
 }
 
@@ -53,9 +43,9 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_) ncclCommDestroy(comm_);
 }
 
-void NcclCommunicator::begin() {
+void NcclCommunicator::begin(const void* ready) {
   ST_CHECK_CUDA(cudaSetDevice(device_));
-  if (order_) order_(stream_->get());
+  if (order_) order_(stream_->get(), ready);
 }
 
 void NcclCommunicator::finish() { ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get())); }
@@ -73,7 +63,7 @@ ncclDataType_t nccl_type(DataType t) {
 }  // namespace
 
 void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
-  begin();
+  begin(b.ready);
   ST_CHECK_NCCL(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.type), nccl_op(op), comm_, stream_->get()));
   finish();
   traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes(), size_));
@@ -81,7 +71,7 @@ void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
 
 void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp op) {
   require_reduce_scatter_shapes(input, output, size_);
-  begin();
+  begin(input.ready ? input.ready : output.ready);
   ST_CHECK_NCCL(ncclReduceScatter(input.data, output.data, output.count, nccl_type(input.type), nccl_op(op), comm_,
                                   stream_->get()));
   finish();
@@ -90,14 +80,14 @@ void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp 
 
 void NcclCommunicator::run_all_gather(Buffer input, Buffer output) {
   require_all_gather_shapes(input, output, size_);
-  begin();
+  begin(input.ready ? input.ready : output.ready);
   ST_CHECK_NCCL(ncclAllGather(input.data, output.data, input.count, nccl_type(input.type), comm_, stream_->get()));
   finish();
   traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void NcclCommunicator::run_broadcast(Buffer b, int root) {
-  begin();
+  begin(b.ready);
   ST_CHECK_NCCL(ncclBroadcast(b.data, b.data, b.count, nccl_type(b.type), root, comm_, stream_->get()));
   finish();
   traffic_.add(Collective::broadcast, ring_share(b.bytes(), size_));
@@ -105,8 +95,7 @@ void NcclCommunicator::run_broadcast(Buffer b, int root) {
 
 void NcclCommunicator::run_barrier() {
   begin();
-  DeviceBuffer<float> token(1);
-  ST_CHECK_NCCL(ncclAllReduce(token.data(), token.data(), 1, ncclFloat, ncclSum, comm_, stream_->get()));
+  ST_CHECK_NCCL(ncclAllReduce(token_->data(), token_->data(), 1, ncclFloat, ncclSum, comm_, stream_->get()));
   finish();
 }
 
@@ -117,20 +106,23 @@ Memory NcclCommunicator::allocate(std::size_t bytes) {
   void* p = nullptr;
   ST_CHECK_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
   std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });  // a destructor cannot report a failure
-  ST_CHECK_CUDA(cudaMemset(p, 0, bytes));
+  // On this communicator's stream (plain cudaMemset runs on the legacy stream, which a
+  // non-blocking stream does not wait for), and finished before the block is handed out.
+  ST_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_->get()));
+  finish();
   return Memory(std::move(owner), p, bytes, MemorySpace::device);
 }
 
-void NcclCommunicator::copy_bytes(void* to, const void* from, std::size_t bytes) {
+void NcclCommunicator::copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready) {
   if (bytes == 0 || to == from) return;
-  begin();
+  begin(ready);
   ST_CHECK_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream_->get()));
   finish();
 }
 
-void NcclCommunicator::zero_bytes(void* data, std::size_t bytes) {
+void NcclCommunicator::zero_bytes(void* data, std::size_t bytes, const void* ready) {
   if (bytes == 0) return;
-  begin();
+  begin(ready);
   ST_CHECK_CUDA(cudaMemsetAsync(data, 0, bytes, stream_->get()));
   finish();
 }
@@ -153,13 +145,15 @@ HostStagedCommunicator::~HostStagedCommunicator() {
 Buffer HostStagedCommunicator::stage(Buffer device, int which, bool copy_in) {
   ST_CHECK_CUDA(cudaSetDevice(device_));
   if (capacity_[which] < device.bytes()) {
-    if (pinned_[which]) ST_CHECK_CUDA(cudaFreeHost(pinned_[which]));
-    pinned_[which] = nullptr;
+    void* old = pinned_[which];
+    pinned_[which] = nullptr;  // a failed allocation below must leave no stale capacity behind
+    capacity_[which] = 0;
+    if (old) ST_CHECK_CUDA(cudaFreeHost(old));
     ST_CHECK_CUDA(cudaMallocHost(&pinned_[which], device.bytes()));
     capacity_[which] = device.bytes();
   }
   if (copy_in) {
-    if (order_) order_(stream_->get());
+    if (order_) order_(stream_->get(), device.ready);
     ST_CHECK_CUDA(cudaMemcpyAsync(pinned_[which], device.data, device.bytes(), cudaMemcpyDeviceToHost, stream_->get()));
     ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
   }

@@ -51,12 +51,10 @@ class DeviceBuffer {
   std::size_t size_ = 0;
 };
 
-// Number of CUDA devices, or 0 with the driver's reason in `why` (no GPU, driver too old).
-int cuda_device_count(std::string& why);
-
 // Makes a stream wait for the compute its collective's buffers come from (an event; no host
-// wait). Empty: the caller has synchronised already.
-using StreamOrder = std::function<void(cudaStream_t)>;
+// wait): the work the Buffer's `ready` marker names, or without one all work queued so far.
+// Empty: the caller has synchronised already.
+using StreamOrder = std::function<void(cudaStream_t, const void* ready)>;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -73,8 +71,8 @@ class NcclCommunicator final : public Communicator {
   // Device memory on this communicator's GPU (zeroed); copies on its stream.
   Memory allocate(std::size_t bytes) override;
   MemorySpace memory_space() const override { return MemorySpace::device; }
-  void copy_bytes(void* to, const void* from, std::size_t bytes) override;
-  void zero_bytes(void* data, std::size_t bytes) override;
+  void copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready = nullptr) override;
+  void zero_bytes(void* data, std::size_t bytes, const void* ready = nullptr) override;
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;
@@ -84,12 +82,14 @@ class NcclCommunicator final : public Communicator {
   void run_barrier() override;
 
  private:
-  void begin();   // on the calling thread: the device, and the stream after the compute
+  // On the calling thread: the device, and the stream after the compute `ready` marks.
+  void begin(const void* ready = nullptr);
   void finish();  // wait for the enqueued operation
   ncclComm_t comm_ = nullptr;
   int device_ = 0;
   StreamOrder order_;
   std::optional<CudaStream> stream_;  // created once the device is selected
+  std::optional<DeviceBuffer<float>> token_;
   int rank_ = 0, size_ = 1;
   TrafficLevel level_;
   TrafficCounters traffic_;

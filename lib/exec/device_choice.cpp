@@ -1,6 +1,7 @@
 #include "exec/device_choice.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #if defined(ST_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -37,6 +38,13 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
       c.note = "cpu (parallel.device = \"auto\": no usable CUDA device: " + p.why_none + ")";
     return c;
   }
+  if (p.own_gpu_each) {
+    c.cuda = true;
+    c.device = 0;
+    c.note = "cuda: the one GPU visible to this rank, each rank of the node its own (parallel.device = \"" +
+             p.requested + "\")";
+    return c;
+  }
   if (p.host_ranks > p.visible_devices) {
     // Sharing a GPU between ranks breaks NCCL ("duplicate GPU") and halves each rank's memory:
     // refuse it, whether asked for cuda or auto, and say how to match ranks to GPUs.
@@ -64,6 +72,20 @@ DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const st
   ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
   ST_CHECK_MPI(MPI_Comm_rank(host, &probe.host_rank));
   ST_CHECK_MPI(MPI_Comm_size(host, &probe.host_ranks));
+  if (probe.cuda_built && probe.host_ranks > 1) {
+    // One GPU each, given by the launcher? Compare the devices' identities across the host.
+    std::string mine = probe.visible_devices == 1 ? cuda_device_uuid(0) : std::string();
+    mine.resize(16, '\0');
+    std::string all(16 * static_cast<std::size_t>(probe.host_ranks), '\0');
+    ST_CHECK_MPI(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, host));
+    std::vector<std::string> ids;
+    for (int r = 0; r < probe.host_ranks; ++r) ids.push_back(all.substr(16 * static_cast<std::size_t>(r), 16));
+    const bool known = std::none_of(ids.begin(), ids.end(), [](const std::string& id) {
+      return id == std::string(16, '\0');
+    });
+    std::sort(ids.begin(), ids.end());
+    probe.own_gpu_each = known && std::adjacent_find(ids.begin(), ids.end()) == ids.end();
+  }
   ST_CHECK_MPI(MPI_Comm_free(&host));
 
   DeviceChoice choice = decide_device(probe, deck_path);
@@ -79,6 +101,17 @@ DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const st
                         "all on GPUs or all on CPUs: set parallel.device = \"cpu\" or place the job on GPU nodes only";
   agree_or_throw(comm, mixed);
   return choice;
+}
+
+std::string cuda_device_uuid(int device) {
+#if defined(ST_HAVE_CUDA)
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return {};
+  return std::string(prop.uuid.bytes, sizeof prop.uuid.bytes);
+#else
+  (void)device;
+  return {};
+#endif
 }
 
 double cuda_device_memory_bytes(int device) {

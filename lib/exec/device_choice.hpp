@@ -15,6 +15,9 @@ struct DeviceProbe {
   int visible_devices = 0;         // CUDA devices the runtime reports (0 when none or no driver)
   std::string why_none;            // the driver's reason when visible_devices == 0
   int host_rank = 0, host_ranks = 1;  // this rank's place among the ranks of its host
+  // Every rank of this host sees exactly one GPU, each a different one: the launcher gave each
+  // rank its own (srun --gpus-per-task=1, or a wrapper setting CUDA_VISIBLE_DEVICES per rank).
+  bool own_gpu_each = false;
 };
 
 struct DeviceChoice {
@@ -35,6 +38,9 @@ DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const st
 
 // Memory of CUDA device `device` in bytes (0 in a build without CUDA or when it cannot be read).
 double cuda_device_memory_bytes(int device);
+
+// A CUDA device's identity (its UUID, 16 bytes), "" in a build without CUDA or on failure.
+std::string cuda_device_uuid(int device);
 
 // CUDA devices this process can see, or 0 with the driver's reason in `why` (always 0 in a build
 // without CUDA).

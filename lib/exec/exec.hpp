@@ -52,9 +52,11 @@ class Exec {
   // ---- ordering ----
   // Wait for every queued kernel and copy (the host: nothing to wait for).
   virtual void synchronize() = 0;
-  // Called before a collective starts on buffers this backend wrote: the collective must see
-  // every kernel queued so far (a device orders its communication stream after them).
-  virtual void before_communication() {}
+  // Called before a collective starts on buffers this backend wrote: returns a marker of every
+  // kernel queued so far (a device's event; null on the host), which the caller sets on the
+  // collective's Buffers (Buffer::ready) so that a device communicator orders the collective
+  // after exactly that work, however late its progress thread gets to it.
+  virtual const void* before_communication() { return nullptr; }
 
   // The model's kernels in this space (fp32 activations; a device computes its matmuls with the
   // precision it was made with).

@@ -40,7 +40,7 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int worl
 #if defined(ST_HAVE_NCCL)
   const int index = choice.device;
   // Collectives start after the kernels queued before them, by an event: no host wait.
-  StreamOrder order = [device](cudaStream_t stream) { device->order_after_compute(stream); };
+  StreamOrder order = [device](cudaStream_t stream, const void* ready) { device->order_after_compute(stream, ready); };
   e.device_peers = [index, order](MPI_Comm comm, TrafficLevel level) -> std::unique_ptr<Communicator> {
     return std::make_unique<NcclCommunicator>(comm, index, level, order);
   };

@@ -203,9 +203,12 @@ void ShardedStrategy<T>::start_gather(std::size_t s) {
   const SegmentShard& seg = shards_.segment(s);
   T* buffer = pool_.acquire(shards_.padded(s));
   gathered_[s] = buffer;
-  exec_.before_communication();
-  gather_request_[s] = group_.start_all_gather(std::span<const T>(shard_params_.data() + seg.shard_offset, seg.chunk),
-                                               std::span<T>(buffer, shards_.padded(s)));
+  // The block may still be read by kernels queued before (its last user released it): the
+  // gather is ordered after everything queued so far.
+  const void* ready = exec_.before_communication();
+  gather_request_[s] = group_.start_all_gather(
+      Buffer::of(std::span<const T>(shard_params_.data() + seg.shard_offset, seg.chunk), ready),
+      Buffer::of(std::span<T>(buffer, shards_.padded(s)), ready));
 }
 
 template <class T>
@@ -335,19 +338,21 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     if (--waiting_[b] > 0) return;
     // Each rank's gradients are already scaled by 1/(micro-batches x ranks): a sum gives the mean.
     const Bucket& bucket = buckets_[b];
-    exec_.before_communication();
-    in_flight_.push_back({group_.start_all_reduce(
-                              std::span<T>(full_grads_.data() + bucket.begin, bucket.end - bucket.begin), ReduceOp::sum),
-                          {}});
+    const void* ready = exec_.before_communication();
+    in_flight_.push_back(
+        {group_.start_all_reduce(
+             Buffer::of(std::span<T>(full_grads_.data() + bucket.begin, bucket.end - bucket.begin), ready), ReduceOp::sum),
+         {}});
     if (!settings_.overlap) drain(0);
     return;
   }
   if (settings_.stage == 1) {
     // Reduce-scatter the segment; this rank's reduced chunk replaces its slice of the buffer.
     T* chunk = pool_.acquire(seg.chunk);
-    exec_.before_communication();
-    in_flight_.push_back({group_.start_reduce_scatter(std::span<const T>(full_grads_.data() + seg.padded_offset, padded),
-                                                      std::span<T>(chunk, seg.chunk), ReduceOp::sum),
+    const void* ready = exec_.before_communication();
+    in_flight_.push_back({group_.start_reduce_scatter(
+                              Buffer::of(std::span<const T>(full_grads_.data() + seg.padded_offset, padded), ready),
+                              Buffer::of(std::span<T>(chunk, seg.chunk), ready), ReduceOp::sum),
                           [this, s, chunk] {
                             exec_.copy(full_grads_.data() + shards_.owned_padded_offset(s, rank_), chunk,
                                        owned(s) * sizeof(T));
@@ -369,10 +374,11 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
       input = buffer;
       release = [this, buffer] { float_pool_.release(buffer); };
     }
-    exec_.before_communication();
-    in_flight_.push_back({group_.start_reduce_scatter(std::span<const T>(input, padded),
-                                                      std::span<T>(grad_shard_.data() + seg.shard_offset, seg.chunk),
-                                                      ReduceOp::sum),
+    const void* ready = exec_.before_communication();
+    in_flight_.push_back({group_.start_reduce_scatter(
+                              Buffer::of(std::span<const T>(input, padded), ready),
+                              Buffer::of(std::span<T>(grad_shard_.data() + seg.shard_offset, seg.chunk), ready),
+                              ReduceOp::sum),
                           std::move(release)});
   }
   drain(settings_.overlap ? kReductionsInFlight : 0);
@@ -398,8 +404,8 @@ void ShardedStrategy<T>::finish_grads() {
   for (float* buffer : grad_buffer_) ST_REQUIRE(buffer == nullptr, "a segment's gradients were never reduced");
   if (replicas_ && replicas_->size() > 1) {
     // hsdp: every group holds the same shard layout; sum the shards across groups.
-    exec_.before_communication();
-    Request request = replicas_->start_all_reduce(std::span<T>(grad_shard_), ReduceOp::sum);
+    const void* ready = exec_.before_communication();
+    Request request = replicas_->start_all_reduce(Buffer::of(std::span<T>(grad_shard_), ready), ReduceOp::sum);
     wait(request, "replica all-reduce");
   }
 }
@@ -413,8 +419,8 @@ double ShardedStrategy<T>::grad_norm_squared() {
   if (settings_.stage > 0 && group_.size() > 1) {
     double* at = norm_memory_.as<double>().data();
     exec_.upload(at, &sum, sizeof sum);
-    exec_.before_communication();
-    group_.all_reduce(std::span<double>(at, 1), ReduceOp::sum);
+    const void* ready = exec_.before_communication();
+    group_.all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
     exec_.download(&sum, at, sizeof sum);
   }
   return sum;
@@ -470,10 +476,12 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
       const std::span<float> m = master_slice(s);
       if constexpr (kMixed) exec_.convert(view(chunk, m.size()), Buffer::of(m));
       exec_.zero(chunk + m.size(), (seg.chunk - m.size()) * sizeof(T));
-      exec_.before_communication();
-      in_flight_.push_back({group_.start_all_gather(std::span<const T>(chunk, seg.chunk),
-                                                    std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s))),
-                            [] {}, "parameter gather"});
+      const void* ready = exec_.before_communication();
+      in_flight_.push_back(
+          {group_.start_all_gather(
+               Buffer::of(std::span<const T>(chunk, seg.chunk), ready),
+               Buffer::of(std::span<T>(full_params_.data() + seg.padded_offset, shards_.padded(s)), ready)),
+           [] {}, "parameter gather"});
       drain(kReductionsInFlight);  // a few gathers in flight at a time
     }
     drain(0);
@@ -546,8 +554,9 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
     }
     exec_.copy(chunk, m.data(), m.size_bytes());
     exec_.zero(chunk + m.size(), (seg.chunk - m.size()) * sizeof(float));
-    exec_.before_communication();
-    group_.all_gather(std::span<const float>(chunk, seg.chunk), std::span<float>(gathered, shards_.padded(s)));
+    const void* ready = exec_.before_communication();
+    group_.all_gather(Buffer::of(std::span<const float>(chunk, seg.chunk), ready),
+                      Buffer::of(std::span<float>(gathered, shards_.padded(s)), ready));
     exec_.download(full.data() + seg.offset, gathered, seg.size * sizeof(float));
     if (on_device) {
       float_pool_.release(gathered);

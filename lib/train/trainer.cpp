@@ -263,8 +263,8 @@ double Trainer::sum_over_ranks(double value) {
   Exec& exec = *execution_.exec;
   double* at = scalar_memory_.as<double>().data();
   exec.upload(at, &value, sizeof value);
-  exec.before_communication();
-  comms_.collectives().all_reduce(std::span<double>(at, 1), ReduceOp::sum);
+  const void* ready = exec.before_communication();
+  comms_.collectives().all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
   exec.download(&value, at, sizeof value);
   return value;
 }
@@ -299,8 +299,10 @@ double Trainer::train_step(std::int64_t step) {
   const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
   strategy_->optimizer_step(lr, grad_scale, step + 1);
 
-  const double loss = sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
+  // The gathers the update started ahead finish first: the world's collective must not run
+  // beside a group's (hsdp), which NCCL does not allow in an order that may differ by rank.
   strategy_->settle();
+  const double loss = sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
   last_grad_norm_ = grad_norm;
   last_lr_ = lr;
   return loss;
@@ -316,6 +318,7 @@ double Trainer::validation_loss() {
       sum += model_->forward(*strategy_, tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
                              static_cast<int>(plan_.seq_len));
     }
+  strategy_->settle();  // as in train_step: no group collective beside the world's
   sum = sum_over_ranks(sum);
   return sum / static_cast<double>(config_.run.eval_batches * (plan_.global_batch / plan_.micro_batch));
 }

@@ -70,11 +70,13 @@ if no_gpu:
     raise SystemExit(h.SKIP)
 
 h.check(proc.returncode == 0, f"cuda: a one-step run on the GPU exits 0\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
-gpus = 0
-try:
-    gpus = len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines())
-except OSError:
-    gpus = 1
+# GPUs this job may use, as the CUDA runtime will count them (CUDA_VISIBLE_DEVICES applies).
+visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+if visible is not None:
+    gpus = len([d for d in visible.split(",") if d.strip() != ""])
+else:
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    gpus = len([l for l in listing.stdout.splitlines() if l.startswith("GPU ")]) if listing.returncode == 0 else 1
 gpus = max(gpus, 1)
 
 # ---- GPU against CPU ----
@@ -89,12 +91,15 @@ _, gpu_bf16, _ = run("gpu_bf16", 1, "cuda", parallel={"precision": "bf16"})
 h.check(close(gpu_bf16, cpu_bf16, 2e-2), f"bf16: GPU losses within 2e-2 of the CPU's bf16 run\n{gpu_bf16}\n{cpu_bf16}")
 
 # ---- every strategy on the GPUs against one GPU ----
+# A global batch that splits over every GPU count: 12 sequences per GPU.
+batch = {"global_batch": 12 * gpus}
+_, ref, ref_params = run("gpu_ref", 1, "cuda", steps=20, data=batch)
 for strategy in ["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]:
-    _, losses, params = run(f"gpu_{strategy}_np{gpus}", gpus, "cuda", steps=20,
-                            parallel={"device": "cuda", "strategy": strategy})
-    _, ref, ref_params = run(f"gpu_ref_{strategy}", 1, "cuda", steps=20)
+    _, losses, params = run(f"gpu_{strategy}_np{gpus}", gpus, "cuda", steps=20, data=batch,
+                            parallel={"strategy": strategy})
     h.check(close(losses, ref, 1e-5) and worst(params, ref_params) <= 1e-5,
-            f"{strategy} on {gpus} GPU(s) matches one GPU within 1e-5")
+            f"{strategy} on {gpus} GPU(s) matches one GPU within 1e-5 (worst parameter "
+            f"{worst(params, ref_params):.2e})\n{losses}\n{ref}")
 
 # ---- checkpoints across devices ----
 def ckpt(label, step):

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/cuda_check.hpp"
@@ -15,6 +16,8 @@
 #include "comm/shard.hpp"
 #include "comm/two_level.hpp"
 #include "comm/world.hpp"
+#include "exec/cuda/cuda_exec.hpp"
+#include "exec/device_choice.hpp"
 
 namespace st {
 namespace {
@@ -35,7 +38,7 @@ void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
 // Skips unless every rank of the world has a GPU of its own on its host.
 std::string usable_devices(int& device) {
   std::string why;
-  const int devices = cuda_device_count(why);
+  const int devices = visible_cuda_devices(why);
   MPI_Comm host = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   int host_rank = 0, host_size = 1;
@@ -151,23 +154,74 @@ TEST(NcclTwoLevel, NcclInsideAndStagedMpiAcrossEqualFlatMpi) {
   const std::string why = usable_devices(device);
   if (!why.empty()) GTEST_SKIP() << why;
   // Emulated nodes of one rank each: NCCL on the (1-rank) node, MPI across through pinned host
-  // buffers, on device memory.
+  // buffers, on device memory. The reduce-scatter and all-gather take the permutation copies
+  // on the device; a length that does not divide takes the padded path; average is averaged
+  // per level.
   World nodes(MPI_COMM_WORLD, 1);
   NcclCommunicator intra(nodes.node_comm(), device, TrafficLevel::intra);
   MpiCommunicator across(nodes.cross_comm(), TrafficLevel::inter);
   HostStagedCommunicator staged(across, device);
   TwoLevelCommunicator two(intra, staged);
   MpiCommunicator flat(nodes.comm(), TrafficLevel::intra);
-  const std::size_t n = 4099;
-  std::vector<float> host(n);
-  for (std::size_t i = 0; i < n; ++i) host[i] = value(two.rank(), i);
-  DeviceBuffer<float> buffer(n);
-  upload(buffer, host);
-  two.all_reduce(buffer.span(), ReduceOp::sum);
-  flat.all_reduce(host, ReduceOp::sum);
-  const std::vector<float> got = download(buffer);
-  for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], host[i], 1e-5f * (1.0f + std::abs(host[i]))) << i;
+  const int N = two.size(), rank = two.rank();
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
+    for (std::size_t n : {std::size_t{4099}, std::size_t{4096 * 3 + 1}}) {
+      std::vector<float> host(n);
+      for (std::size_t i = 0; i < n; ++i) host[i] = value(rank, i);
+      DeviceBuffer<float> buffer(n);
+      upload(buffer, host);
+      two.all_reduce(buffer.span(), op);
+      flat.all_reduce(host, op);
+      const std::vector<float> got = download(buffer);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], host[i], 1e-5f * (1.0f + std::abs(host[i]))) << i;
+    }
+  const std::size_t n = 10007;
+  const ShardRange mine = shard_range(n, N, rank);
+  std::vector<float> padded(mine.padded, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) padded[i] = value(rank, i);
+  DeviceBuffer<float> in(mine.padded), out(mine.chunk), gathered(mine.padded);
+  upload(in, padded);
+  two.reduce_scatter(in.span(), out.span(), ReduceOp::sum);
+  std::vector<float> expected(mine.chunk), expected_full(mine.padded);
+  flat.reduce_scatter(padded, expected, ReduceOp::sum);
+  const std::vector<float> chunk = download(out);
+  for (std::size_t i = 0; i < mine.chunk; ++i) ASSERT_NEAR(chunk[i], expected[i], 1e-5f * (1.0f + std::abs(expected[i])));
+  two.all_gather(out.span(), gathered.span());
+  flat.all_gather(expected, expected_full);
+  const std::vector<float> full = download(gathered);
+  for (std::size_t i = 0; i < mine.padded; ++i)
+    ASSERT_NEAR(full[i], expected_full[i], 1e-5f * (1.0f + std::abs(expected_full[i])));
   EXPECT_GT(two.traffic().inter.total(), 0u);
+}
+
+// The production ordering: a kernel writes the buffer on the backend's compute stream, the
+// collective runs on another thread with the marker of that work, and sees its result.
+TEST(NcclOrdering, CollectiveFromAnotherThreadSeesTheComputeItsMarkerNames) {
+  int device = 0;
+  const std::string why = usable_devices(device);
+  if (!why.empty()) GTEST_SKIP() << why;
+  CudaExec exec(CudaExecSettings{device, false});
+  World world(MPI_COMM_WORLD);
+  NcclCommunicator nccl(world.comm(), device, TrafficLevel::intra,
+                        [&exec](cudaStream_t stream, const void* ready) { exec.order_after_compute(stream, ready); });
+  const std::size_t n = 1 << 22;  // large enough that the conversion is still running when NCCL is called
+  Memory source = exec.allocate(n * sizeof(float)), target = exec.allocate(n * sizeof(float));
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = value(world.rank(), i);
+  exec.upload(source.data(), host.data(), n * sizeof(float));
+  for (int round = 0; round < 3; ++round) {
+    exec.convert(Buffer(target.data(), n, DataType::f32), Buffer(source.data(), n, DataType::f32));
+    const void* ready = exec.before_communication();
+    std::thread other([&] { nccl.all_reduce(Buffer(target.data(), n, DataType::f32, ready), ReduceOp::sum); });
+    other.join();
+    std::vector<float> got(n);
+    exec.download(got.data(), target.data(), n * sizeof(float));
+    for (std::size_t i = 0; i < n; i += 4099) {
+      float expected = 0;
+      for (int r = 0; r < world.size(); ++r) expected += value(r, i);
+      ASSERT_NEAR(got[i], expected, 1e-5f * (1.0f + std::abs(expected))) << "round " << round << " at " << i;
+    }
+  }
 }
 
 }  // namespace

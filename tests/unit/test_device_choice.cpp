@@ -67,6 +67,19 @@ TEST(DeviceChoice, MoreRanksOnANodeThanGpusIsRefused) {
   }
 }
 
+TEST(DeviceChoice, ARankGivenItsOwnGpuByTheLauncherTakesIt) {
+  // srun --gpus-per-task=1: 4 ranks on the node, each sees one GPU, all different.
+  DeviceProbe p = probe("cuda", true, 1, 3, 4);
+  p.own_gpu_each = true;
+  const DeviceChoice c = decide_device(p, "deck.toml");
+  EXPECT_TRUE(c.cuda);
+  EXPECT_EQ(c.device, 0);
+  EXPECT_TRUE(c.error.empty()) << c.error;
+  // The same GPU seen by every rank is sharing, and refused.
+  p.own_gpu_each = false;
+  EXPECT_FALSE(decide_device(p, "deck.toml").error.empty());
+}
+
 TEST(DeviceChoice, CudaInABuildWithoutCudaSaysHowToBuildIt) {
   const DeviceChoice c = decide_device(probe("cuda", false, 0, 0, 1), "deck.toml");
   EXPECT_NE(c.error.find("this build of shardtrain has no CUDA support; rebuild with tools/build.sh build-cuda "

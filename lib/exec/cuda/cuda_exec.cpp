@@ -38,6 +38,13 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     ST_CHECK_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     ST_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
     ST_CHECK_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    // Markers: more than the collectives a strategy keeps in flight (a few reductions and
+    // prefetched gathers), so a marker is seldom recorded again while still awaited.
+    for (int i = 0; i < 64; ++i) {
+      cudaEvent_t marker = nullptr;
+      ST_CHECK_CUDA(cudaEventCreateWithFlags(&marker, cudaEventDisableTiming));
+      markers_.push_back(marker);
+    }
     ST_CHECK_CUDA(cudaMallocHost(&pinned_, kPinnedBytes));
     state_ = std::make_unique<State>();
     ST_CHECK_CUBLAS(cublasCreate(&state_->cublas));
@@ -63,6 +70,8 @@ void CudaExec::release() noexcept {
   state_.reset();
   if (pinned_) cudaFreeHost(pinned_);
   if (ready_) cudaEventDestroy(ready_);
+  for (cudaEvent_t marker : markers_) cudaEventDestroy(marker);
+  markers_.clear();
   if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
   pinned_ = nullptr;
@@ -147,12 +156,22 @@ void CudaExec::synchronize() {
   ST_CHECK_CUDA(cudaStreamSynchronize(comm_));
 }
 
-void CudaExec::before_communication() { order_after_compute(comm_); }
-
-void CudaExec::order_after_compute(cudaStream_t stream) {
+const void* CudaExec::before_communication() {
   use_device();
-  ST_CHECK_CUDA(cudaEventRecord(ready_, compute_));
-  ST_CHECK_CUDA(cudaStreamWaitEvent(stream, ready_, 0));
+  cudaEvent_t marker = markers_[next_marker_++ % markers_.size()];
+  ST_CHECK_CUDA(cudaEventRecord(marker, compute_));
+  ST_CHECK_CUDA(cudaStreamWaitEvent(comm_, marker, 0));
+  return marker;
+}
+
+void CudaExec::order_after_compute(cudaStream_t stream, const void* ready) {
+  use_device();
+  cudaEvent_t event = static_cast<cudaEvent_t>(const_cast<void*>(ready));
+  if (!event) {
+    event = ready_;
+    ST_CHECK_CUDA(cudaEventRecord(event, compute_));
+  }
+  ST_CHECK_CUDA(cudaStreamWaitEvent(stream, event, 0));
 }
 
 LayerKernels<float>& CudaExec::layer_kernels() { return *state_->kernels; }

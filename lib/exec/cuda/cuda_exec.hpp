@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "exec/exec.hpp"
 
@@ -38,15 +39,16 @@ class CudaExec final : public Exec {
   double sum_squares(Buffer values) override;
   void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) override;
   void synchronize() override;
-  void before_communication() override;
+  const void* before_communication() override;
   LayerKernels<float>& layer_kernels() override;
 
   int device() const { return settings_.device; }
   cudaStream_t compute_stream() const { return compute_; }
   cudaStream_t comm_stream() const { return comm_; }
-  // Makes `stream` (a communicator's own) wait for every kernel queued on the compute stream so
-  // far: an event, no host wait. before_communication() does this for comm_stream().
-  void order_after_compute(cudaStream_t stream);
+  // Makes `stream` (a communicator's own) wait, without a host wait, for the work `ready` marks
+  // (a marker from before_communication()), or, without one, for every kernel queued on the
+  // compute stream so far.
+  void order_after_compute(cudaStream_t stream, const void* ready = nullptr);
   // Bytes this backend holds now, and the most it held at once, in blocks from allocate() (not
   // counted: cuBLAS's 32 MiB workspace and the kernels' grow-only scratch).
   std::uint64_t allocated_bytes() const;
@@ -59,7 +61,11 @@ class CudaExec final : public Exec {
   struct State;  // cuBLAS handle, workspace, kernels, byte counters: exec/cuda/cuda_exec_state.hpp
   CudaExecSettings settings_;
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
-  cudaEvent_t ready_ = nullptr;  // before_communication()'s event
+  cudaEvent_t ready_ = nullptr;  // order_after_compute()'s event when no marker is given
+  // before_communication()'s markers, used in turn: a marker recorded again before its
+  // collective waited on it only makes that collective wait for more (never for less).
+  std::vector<cudaEvent_t> markers_;
+  std::size_t next_marker_ = 0;
   std::unique_ptr<State> state_;
   void* pinned_ = nullptr;  // small pinned host buffer for scalar results (sum_squares, losses)
   void release() noexcept;  // frees whatever the constructor got so far (destructor, failed constructor)

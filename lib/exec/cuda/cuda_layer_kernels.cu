@@ -202,15 +202,6 @@ __global__ void softmax_cross_entropy_forward_kernel(float* logits, float* losse
   }
 }
 
-// *total = the sum of the n row losses, one block, fixed order.
-__global__ void sum_rows_kernel(double* total, const double* rows, int n) {
-  __shared__ double shared[kWarp];
-  double sum = 0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += rows[i];
-  sum = block_reduce(sum, Sum{}, 0.0, shared);
-  if (threadIdx.x == 0) *total = sum;
-}
-
 // probs -> dlogits in place: (p - onehot(target)) * scale, padded columns 0.
 __global__ void softmax_cross_entropy_backward_kernel(float* probs, const int* targets, int N, int V, int Vp,
                                                       float scale) {
@@ -361,7 +352,7 @@ double CudaLayerKernels::softmax_cross_entropy_forward(float* logits_to_probs, f
   ST_CHECK_LAUNCH();
   if (!targets) return 0.0;
   double* total = row_losses + N;
-  sum_rows_kernel<<<1, 1024, 0, stream_>>>(total, row_losses, N);
+  sum_in_one_block<<<1, 1024, 0, stream_>>>(total, row_losses, N);
   ST_CHECK_LAUNCH();
   ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   ST_CHECK_CUDA(cudaStreamSynchronize(stream_));

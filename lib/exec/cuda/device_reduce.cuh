@@ -46,4 +46,16 @@ __device__ T block_reduce(T value, Op op, T identity, T* shared) {
   return warp_reduce(value, op);
 }
 
+// *total = the sum of values[0, n), by one block in a fixed order (deterministic): launch with
+// <<<1, threads>>>, threads a multiple of 32 up to 1024. A template, so each .cu file that uses
+// it has its own instance.
+template <class Index>
+__global__ void sum_in_one_block(double* total, const double* values, Index n) {
+  __shared__ double shared[kWarp];
+  double sum = 0;
+  for (Index i = threadIdx.x; i < n; i += blockDim.x) sum += values[i];
+  sum = block_reduce(sum, Sum{}, 0.0, shared);
+  if (threadIdx.x == 0) *total = sum;
+}
+
 }  // namespace st::cuda_detail

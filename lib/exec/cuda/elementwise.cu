@@ -74,14 +74,6 @@ __global__ void sum_squares_partials_kernel(double* partials, const T* values, s
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-// Second pass: one block adds the `count` partials in a fixed order into *total.
-__global__ void sum_partials_kernel(double* total, const double* partials, unsigned count) {
-  __shared__ double shared[kWarp];
-  double sum = 0;
-  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
-  sum = block_reduce(sum, Sum{}, 0.0, shared);
-  if (threadIdx.x == 0) *total = sum;
-}
 
 // AdamW, one element per thread step (exec/adamw_element.hpp, shared with the host).
 __global__ void adamw_kernel(AdamWConstants c, float* params, const float* grads, float* m, float* v, std::size_t n) {
@@ -140,7 +132,7 @@ double CudaExec::sum_squares(Buffer values) {
       break;
   }
   ST_CHECK_LAUNCH();
-  sum_partials_kernel<<<1, kBlock, 0, compute_>>>(total, partials, blocks);
+  sum_in_one_block<<<1, kBlock, 0, compute_>>>(total, partials, blocks);
   ST_CHECK_LAUNCH();
   double* result = static_cast<double*>(pinned_);
   ST_CHECK_CUDA(cudaMemcpyAsync(result, total, sizeof(double), cudaMemcpyDeviceToHost, compute_));
