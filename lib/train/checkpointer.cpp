@@ -29,12 +29,13 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   // A synchronous write reads the state where the strategy keeps it; an asynchronous one copies
   // it first, since training changes it while the write goes on.
   snapshot_ = async_ ? copy_state(strategy, std::move(spare_)) : view_state(strategy);
+  const double copy_seconds = clock.seconds();
   copy_bytes_ = snapshot_.copies.capacity() * sizeof(float);
   if (!async_) {
     Done done;
     {
       Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
-      done.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_);
+      done.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases);
     }
     done.step = info.step;
     done.seconds = clock.seconds();
@@ -48,11 +49,12 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   result_ = Done{};
   result_.step = info.step;
   result_.stall_seconds = stall.seconds();
+  result_.copy_seconds = copy_seconds;
   thread_ = std::thread([this, info, &layout] {
     Stopwatch write_clock;
     try {
       Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
-      result_.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get());
+      result_.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases);
     } catch (const std::exception& e) {
       error_ = e.what();
     }

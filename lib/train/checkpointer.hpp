@@ -21,6 +21,8 @@ class Checkpointer {
     std::int64_t step = 0;
     double seconds = 0;        // the write, from the copy to the commit
     double stall_seconds = 0;  // how long training waited for it
+    double copy_seconds = 0;   // of the stall, copying the state (async)
+    PhaseLog phases;           // the write's phases on rank 0 (write_checkpoint)
   };
 
   Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
