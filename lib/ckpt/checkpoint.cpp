@@ -62,6 +62,15 @@ std::string sync_path(const std::string& path, bool directory) {
   return why;
 }
 
+}  // namespace
+
+void remove_files(const std::vector<std::string>& paths) {
+  std::error_code ec;  // a file already gone, or that cannot go, is left to the next commit
+  for (const auto& path : paths) fs::remove(path, ec);
+}
+
+namespace {
+
 std::int64_t step_of(const std::string& filename) {
   static const std::regex pattern(R"(ckpt_(\d+)\.h5)");
   std::smatch m;
@@ -71,7 +80,8 @@ std::int64_t step_of(const std::string& filename) {
 
 // Rank 0, after every rank has closed the temporary file: make it durable, give it its name,
 // point `latest` at it, drop old ones. "" or what went wrong.
-std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, int keep, PhaseLog& log) {
+std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, int keep, PhaseLog& log,
+                   std::vector<std::string>* deferred) {
   const std::string final_path = dir + "/" + name;
   if (auto why = sync_path(tmp, false); !why.empty()) return why;
   log.mark("fsync");
@@ -93,14 +103,17 @@ std::string commit(const std::string& dir, const std::string& tmp, const std::st
 
   // Keep the newest `keep`; leftovers of interrupted writes go too.
   std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::vector<std::string> doomed;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
-    if (file.ends_with(".h5.tmp")) fs::remove(entry.path(), ec);
+    if (file.ends_with(".h5.tmp")) doomed.push_back(entry.path().string());
     else if (const std::int64_t step = step_of(file); step >= 0) found.emplace_back(step, entry.path());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) fs::remove(found[i].second, ec);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) doomed.push_back(found[i].second.string());
+  if (deferred) deferred->insert(deferred->end(), doomed.begin(), doomed.end());
+  else remove_files(doomed);
   log.mark("keep");
   return "";
 }
@@ -258,7 +271,8 @@ StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage) {
 }
 
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log) {
+                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log,
+                             std::vector<std::string>* deferred_deletes) {
   PhaseLog unused;
   PhaseLog& phases = log ? *log : unused;
   phases.skip();
@@ -294,7 +308,7 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
   h5::write_chunks(tmp, writes, comm, &phases);
 
   problem.clear();
-  if (rank == 0) problem = commit(dir, tmp, name, keep, phases);
+  if (rank == 0) problem = commit(dir, tmp, name, keep, phases, deferred_deletes);
   agree_or_throw(comm, problem);
   phases.mark("commit_agree");
   return dir + "/" + name;

@@ -63,8 +63,15 @@ StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage = {});
 // Collective over comm. Returns the final path. When `log` is given, the write's phases go into
 // it (rank 0's clock): layout, checksums, open, write_<round>, file_sync, close, then on rank 0
 // fsync, rename (with the directory's fsync), latest, keep, and commit_agree (the others wait).
+// When `deferred_deletes` is given, rank 0 adds the files that `keep` (and leftovers of
+// interrupted writes) let go to it instead of deleting them: deleting a 1.36 GB file took
+// 0.17-0.22 s here (ext4 mounted with `discard` waits for the device), which the caller can take
+// off the training's critical path with remove_files.
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr);
+                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr,
+                             std::vector<std::string>* deferred_deletes = nullptr);
+// Deletes the files, ignoring those already gone.
+void remove_files(const std::vector<std::string>& paths);
 
 // Reads what this rank needs into the strategy after checking the file against the run's model
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
