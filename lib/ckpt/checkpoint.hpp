@@ -65,7 +65,7 @@ StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage = {});
 // fsync, rename (with the directory's fsync), latest, keep, and commit_agree (the others wait).
 // When `deferred_deletes` is given, rank 0 adds the files that `keep` (and leftovers of
 // interrupted writes) let go to it instead of deleting them: deleting a 1.36 GB file took
-// 0.17-0.22 s here (ext4 mounted with `discard` waits for the device), which the caller can take
+// 0.17-0.28 s here (ext4 mounted with `discard` waits for the device), which the caller can take
 // off the training's critical path with remove_files.
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
                              const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr,

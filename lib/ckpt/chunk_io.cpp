@@ -252,28 +252,16 @@ class RankWriter {
   static constexpr std::uint64_t kPage = 4096;
 
   RankWriter(const std::string& path, const WriteOptions& options) : path_(path), stage_bytes_(options.stage_bytes) {
-    if (stage_bytes_ == 0 || stage_bytes_ % kPage != 0)
-      throw Error("staging size " + std::to_string(stage_bytes_) + " is not a multiple of " + std::to_string(kPage));
-    buffered_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (buffered_ < 0) throw Error("cannot open " + path + " for writing: " + errno_text());
-    if (options.direct) {
-      direct_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
-      // A file system without O_DIRECT (tmpfs, some FUSE) says EINVAL: everything goes through
-      // the page cache then.
-      if (direct_ < 0 && errno != EINVAL) throw Error("cannot open " + path + " for direct writes: " + errno_text());
-    }
-    if (direct_ >= 0) {
-      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kPage, stage_bytes_));
-      if (!stage_) throw Error("cannot allocate " + std::to_string(stage_bytes_) + " bytes to stage direct writes");
+    try {
+      open_files(options);
+    } catch (...) {
+      release();  // a throwing constructor runs no destructor
+      throw;
     }
   }
   RankWriter(const RankWriter&) = delete;
   RankWriter& operator=(const RankWriter&) = delete;
-  ~RankWriter() {
-    std::free(stage_);
-    if (direct_ >= 0) ::close(direct_);
-    if (buffered_ >= 0) ::close(buffered_);
-  }
+  ~RankWriter() { release(); }
 
   // `extents` sorted by file offset, disjoint.
   void write(const std::vector<Extent>& extents) {
@@ -307,6 +295,32 @@ class RankWriter {
   }
 
  private:
+  void open_files(const WriteOptions& options) {
+    if (stage_bytes_ == 0 || stage_bytes_ % kPage != 0)
+      throw Error("staging size " + std::to_string(stage_bytes_) + " is not a multiple of " + std::to_string(kPage));
+    buffered_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (buffered_ < 0) throw Error("cannot open " + path_ + " for writing: " + errno_text());
+    if (options.direct) {
+      direct_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+      // A file system without O_DIRECT (tmpfs, some FUSE) says EINVAL: everything goes through
+      // the page cache then.
+      if (direct_ < 0 && errno != EINVAL) throw Error("cannot open " + path_ + " for direct writes: " + errno_text());
+    }
+    if (direct_ >= 0) {
+      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kPage, stage_bytes_));
+      if (!stage_) throw Error("cannot allocate " + std::to_string(stage_bytes_) + " bytes to stage direct writes");
+    }
+  }
+
+  void release() {
+    std::free(stage_);
+    stage_ = nullptr;
+    for (int* fd : {&direct_, &buffered_}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+
   void write_run(const std::vector<Extent>& extents, std::size_t first, std::size_t last, std::uint64_t begin,
                  std::uint64_t end) {
     const std::uint64_t body_begin = (begin + kPage - 1) / kPage * kPage, body_end = end / kPage * kPage;

@@ -154,13 +154,20 @@ TEST(ChunkIoStaging, AStagingBufferOfTwoPagesFilledManyTimes) {
   if (world_rank() == 0) std::remove(path.c_str());
 }
 
-TEST(ChunkIoStaging, AStagingSizeThatIsNotWholePagesIsRefusedOnEveryRank) {
+TEST(ChunkIoStaging, OneRankFailingFailsEveryRankWithItsReason) {
+  // Only the last rank is given a staging size that is not whole pages: it fails before writing,
+  // the others write, and all of them throw its error (none is left waiting).
   const std::uint64_t n = 10'123, chunk = 1000;
+  const bool bad = world_rank() == world_size() - 1;
   try {
-    write_dataset("bad_staging", n, chunk, {true, 3000});
-    ADD_FAILURE() << "a staging size of 3000 bytes was taken";
+    write_dataset("bad_staging", n, chunk, {true, bad ? 3000 : std::uint64_t{16} << 20});
+    ADD_FAILURE() << "a staging size of 3000 bytes on rank " << world_size() - 1 << " was taken";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a multiple of 4096"), std::string::npos) << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("not a multiple of 4096"), std::string::npos) << what;
+    if (!bad) {
+      EXPECT_EQ(what.rfind("rank " + std::to_string(world_size() - 1) + ": ", 0), 0u) << what;
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) std::remove(shared_path("bad_staging").c_str());
