@@ -62,6 +62,15 @@ std::string sync_path(const std::string& path, bool directory) {
   return why;
 }
 
+}  // namespace
+
+void remove_files(const std::vector<std::string>& paths) {
+  std::error_code ec;  // a file already gone, or that cannot go, is left to the next commit
+  for (const auto& path : paths) fs::remove(path, ec);
+}
+
+namespace {
+
 std::int64_t step_of(const std::string& filename) {
   static const std::regex pattern(R"(ckpt_(\d+)\.h5)");
   std::smatch m;
@@ -71,12 +80,15 @@ std::int64_t step_of(const std::string& filename) {
 
 // Rank 0, after every rank has closed the temporary file: make it durable, give it its name,
 // point `latest` at it, drop old ones. "" or what went wrong.
-std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, int keep) {
+std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, int keep, PhaseLog& log,
+                   std::vector<std::string>* deferred) {
   const std::string final_path = dir + "/" + name;
   if (auto why = sync_path(tmp, false); !why.empty()) return why;
+  log.mark("fsync");
   if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
     return "cannot rename " + tmp + " to " + final_path + ": " + errno_text();
   if (auto why = sync_path(dir, true); !why.empty()) return why;
+  log.mark("rename");
   const std::string latest = dir + "/latest", latest_tmp = dir + "/latest.tmp";
   {
     std::ofstream out(latest_tmp, std::ios::trunc);
@@ -87,17 +99,22 @@ std::string commit(const std::string& dir, const std::string& tmp, const std::st
   if (auto why = sync_path(latest_tmp, false); !why.empty()) return why;
   if (std::rename(latest_tmp.c_str(), latest.c_str()) != 0) return "cannot rename " + latest_tmp + ": " + errno_text();
   if (auto why = sync_path(dir, true); !why.empty()) return why;
+  log.mark("latest");
 
   // Keep the newest `keep`; leftovers of interrupted writes go too.
   std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::vector<std::string> doomed;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
-    if (file.ends_with(".h5.tmp")) fs::remove(entry.path(), ec);
+    if (file.ends_with(".h5.tmp")) doomed.push_back(entry.path().string());
     else if (const std::int64_t step = step_of(file); step >= 0) found.emplace_back(step, entry.path());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) fs::remove(found[i].second, ec);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) doomed.push_back(found[i].second.string());
+  if (deferred) deferred->insert(deferred->end(), doomed.begin(), doomed.end());
+  else remove_files(doomed);
+  log.mark("keep");
   return "";
 }
 
@@ -254,7 +271,11 @@ StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage) {
 }
 
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             const StateSnapshot& state, int keep, MPI_Comm comm) {
+                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log,
+                             std::vector<std::string>* deferred_deletes) {
+  PhaseLog unused;
+  PhaseLog& phases = log ? *log : unused;
+  phases.skip();
   int rank = 0;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   const std::string name = checkpoint_name(info.step);
@@ -273,8 +294,9 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
   }
   agree_or_throw(comm, problem);
   broadcast(chunk_offsets, 0, comm);
+  phases.mark("layout");
 
-  // Every rank writes the bytes of its pieces, and the checksums, with MPI-IO.
+  // Every rank writes the bytes of its pieces, and the checksums (chunk_io.hpp).
   std::vector<h5::ChunkedWrite> writes;
   std::vector<h5::Range> ranges;
   for (const auto& p : state.pieces) ranges.push_back({p.offset, p.count});
@@ -283,11 +305,12 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
     for (const auto& p : state.pieces) w.data.push_back(k == 0 ? p.params : k == 1 ? p.m : p.v);
     writes.push_back(std::move(w));
   }
-  h5::write_chunks(tmp, writes, comm);
+  h5::write_chunks(tmp, writes, comm, &phases);
 
   problem.clear();
-  if (rank == 0) problem = commit(dir, tmp, name, keep);
+  if (rank == 0) problem = commit(dir, tmp, name, keep, phases, deferred_deletes);
   agree_or_throw(comm, problem);
+  phases.mark("commit_agree");
   return dir + "/" + name;
 }
 

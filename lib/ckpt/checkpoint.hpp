@@ -11,8 +11,9 @@
 //   /adam_m, /adam_v    Adam moments, flat layout
 // The three state datasets are chunked with Fletcher32 checksums. Rank 0 lays the file out
 // with HDF5 (skeleton_file.hpp); every rank then writes the chunks' bytes of its own slices
-// with MPI-IO and reads back only what it needs (chunk_io.hpp), so a checkpoint written by any
-// world size and strategy resumes on any other.
+// straight into the file (O_DIRECT where the file system takes it) and reads back only what it
+// needs (chunk_io.hpp), so a checkpoint written by any world size and strategy resumes on any
+// other.
 #include <mpi.h>
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/phase_log.hpp"
 #include "model/layout.hpp"
 #include "parallel/strategy.hpp"
 
@@ -58,9 +60,18 @@ StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage = {});
 
 // Writes `dir`/ckpt_<step>.h5 through a temporary name, flushes, renames it into place (rank 0,
 // then the directory is synced), points `dir`/latest at it and keeps the newest `keep`.
-// Collective over comm. Returns the final path.
+// Collective over comm. Returns the final path. When `log` is given, the write's phases go into
+// it (rank 0's clock): layout, checksums, open, write_<round>, file_sync, close, then on rank 0
+// fsync, rename (with the directory's fsync), latest, keep, and commit_agree (the others wait).
+// When `deferred_deletes` is given, rank 0 adds the files that `keep` (and leftovers of
+// interrupted writes) let go to it instead of deleting them: deleting a 1.36 GB file took
+// 0.17-0.28 s here (ext4 mounted with `discard` waits for the device), which the caller can take
+// off the training's critical path with remove_files.
 std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             const StateSnapshot& state, int keep, MPI_Comm comm);
+                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr,
+                             std::vector<std::string>* deferred_deletes = nullptr);
+// Deletes the files, ignoring those already gone.
+void remove_files(const std::vector<std::string>& paths);
 
 // Reads what this rank needs into the strategy after checking the file against the run's model
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.

@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -95,32 +96,6 @@ bool read_fully(int fd, iovec* iov, int count, std::uint64_t offset, const std::
   }
   return true;
 }
-
-// An MPI-IO file handle that closes itself (collective: every rank must reach the close).
-class MpiFile {
- public:
-  MpiFile(const std::string& path, MPI_Comm comm, int mode) {
-    try {
-      ST_CHECK_MPI(MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &file_));
-    } catch (const Error& e) {
-      throw Error("cannot open " + path + " with MPI-IO: " + e.what());
-    }
-  }
-  MpiFile(const MpiFile&) = delete;
-  MpiFile& operator=(const MpiFile&) = delete;
-  ~MpiFile() {
-    if (file_ != MPI_FILE_NULL) MPI_File_close(&file_);
-  }
-  MPI_File get() const { return file_; }
-  void close() {
-    MPI_File f = file_;
-    file_ = MPI_FILE_NULL;
-    ST_CHECK_MPI(MPI_File_close(&f));
-  }
-
- private:
-  MPI_File file_ = MPI_FILE_NULL;
-};
 
 }  // namespace
 
@@ -229,91 +204,203 @@ std::vector<Extent> extents_to_write(const std::vector<ChunkedWrite>& writes, co
   return extents;
 }
 
-// A committed MPI datatype that frees itself.
-class MpiType {
+// Writes exactly `bytes` at `offset`.
+void write_fully(int fd, const void* data, std::uint64_t bytes, std::uint64_t offset, const char* how) {
+  const auto* at = static_cast<const unsigned char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, at, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(std::string("cannot write (") + how + ") " + std::to_string(bytes) + " bytes at offset " +
+                  std::to_string(offset) + ": " + (n < 0 ? errno_text() : "nothing written"));
+    at += n;
+    bytes -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+}
+
+// Copies file bytes [from, to) of the sorted, contiguous extents[first, last) into `into`.
+void gather(const std::vector<Extent>& extents, std::size_t first, std::size_t last, std::uint64_t from,
+            std::uint64_t to, unsigned char* into) {
+  auto e = std::upper_bound(extents.begin() + static_cast<std::ptrdiff_t>(first),
+                            extents.begin() + static_cast<std::ptrdiff_t>(last), from,
+                            [](std::uint64_t at, const Extent& x) { return at < x.offset; });
+  --e;  // the extent that holds `from`
+  while (from < to) {
+    const std::uint64_t skip = from - e->offset;
+    const std::uint64_t n = std::min(e->bytes - skip, to - from);
+    std::memcpy(into, static_cast<const unsigned char*>(e->data) + skip, n);
+    into += n;
+    from += n;
+    ++e;
+  }
+}
+
+// One rank's writes into the file: the whole pages inside each contiguous run of its extents
+// with O_DIRECT through an aligned staging buffer, the partial pages at the ends of a run (which
+// it may share with a neighbour or with HDF5's metadata) through the page cache.
+//
+// Why: on the machines these checkpoints were measured on (a VM whose free memory goes back to
+// the host), putting 1.36 GB into the page cache cost 2.5-4 s of kernel time when the memory had
+// been free for more than about two seconds and 0.3-0.5 s when it had just been freed
+// (docs/benchmarks.md); every checkpoint after the first of a run met the slow case. O_DIRECT
+// moves the bytes from the staging buffer to the device without new page-cache memory. A page is
+// written either directly (whole, by the one rank whose run covers it) or through the cache,
+// never both, so the two paths cannot overwrite each other's bytes.
+class RankWriter {
  public:
-  // Blocks of bytes at the given displacements (file offsets, or absolute addresses).
-  MpiType(const std::vector<int>& lengths, const std::vector<MPI_Aint>& displacements) {
-    ST_CHECK_MPI(MPI_Type_create_hindexed(static_cast<int>(lengths.size()), lengths.data(), displacements.data(),
-                                          MPI_BYTE, &type_));
-    ST_CHECK_MPI(MPI_Type_commit(&type_));
+  static constexpr std::uint64_t kPage = 4096;
+
+  RankWriter(const std::string& path, const WriteOptions& options) : path_(path), stage_bytes_(options.stage_bytes) {
+    try {
+      open_files(options);
+    } catch (...) {
+      release();  // a throwing constructor runs no destructor
+      throw;
+    }
   }
-  MpiType(const MpiType&) = delete;
-  MpiType& operator=(const MpiType&) = delete;
-  ~MpiType() {
-    if (type_ != MPI_DATATYPE_NULL) MPI_Type_free(&type_);
+  RankWriter(const RankWriter&) = delete;
+  RankWriter& operator=(const RankWriter&) = delete;
+  ~RankWriter() { release(); }
+
+  // `extents` sorted by file offset, disjoint.
+  void write(const std::vector<Extent>& extents) {
+    if (direct_ < 0) {
+      for (const Extent& e : extents) write_fully(buffered_, e.data, e.bytes, e.offset, "through the page cache");
+      return;
+    }
+    for (std::size_t first = 0; first < extents.size();) {
+      std::size_t last = first + 1;
+      std::uint64_t end = extents[first].offset + extents[first].bytes;
+      while (last < extents.size() && extents[last].offset == end) end += extents[last++].bytes;
+      write_run(extents, first, last, extents[first].offset, end);
+      first = last;
+    }
   }
-  MPI_Datatype get() const { return type_; }
+
+  // Every rank flushes what it wrote: on a parallel file system a rank's data sits in its own
+  // node's cache, which the committing rank's fsync does not reach.
+  void sync() {
+    if (::fsync(buffered_) != 0) throw Error("cannot flush " + path_ + ": " + errno_text());
+  }
+
+  // Close reports what a network file system may only report then.
+  void close() {
+    for (int* fd : {&direct_, &buffered_}) {
+      if (*fd < 0) continue;
+      const int status = ::close(*fd);
+      *fd = -1;
+      if (status != 0) throw Error("cannot close " + path_ + ": " + errno_text());
+    }
+  }
 
  private:
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  void open_files(const WriteOptions& options) {
+    if (stage_bytes_ == 0 || stage_bytes_ % kPage != 0)
+      throw Error("staging size " + std::to_string(stage_bytes_) + " is not a multiple of " + std::to_string(kPage));
+    buffered_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (buffered_ < 0) throw Error("cannot open " + path_ + " for writing: " + errno_text());
+    if (options.direct) {
+      direct_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+      // A file system without O_DIRECT (tmpfs, some FUSE) says EINVAL: everything goes through
+      // the page cache then.
+      if (direct_ < 0 && errno != EINVAL) throw Error("cannot open " + path_ + " for direct writes: " + errno_text());
+    }
+    if (direct_ >= 0) {
+      stage_ = static_cast<unsigned char*>(std::aligned_alloc(kPage, stage_bytes_));
+      if (!stage_) throw Error("cannot allocate " + std::to_string(stage_bytes_) + " bytes to stage direct writes");
+    }
+  }
+
+  void release() {
+    std::free(stage_);
+    stage_ = nullptr;
+    for (int* fd : {&direct_, &buffered_}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+
+  void write_run(const std::vector<Extent>& extents, std::size_t first, std::size_t last, std::uint64_t begin,
+                 std::uint64_t end) {
+    const std::uint64_t body_begin = (begin + kPage - 1) / kPage * kPage, body_end = end / kPage * kPage;
+    if (body_begin >= body_end) {  // no whole page
+      write_cached(extents, first, last, begin, end);
+      return;
+    }
+    write_cached(extents, first, last, begin, body_begin);
+    for (std::uint64_t at = body_begin; at < body_end; at += stage_bytes_) {
+      const std::uint64_t to = std::min(body_end, at + stage_bytes_);
+      gather(extents, first, last, at, to, stage_);
+      write_direct(stage_, to - at, at);
+    }
+    write_cached(extents, first, last, body_end, end);
+  }
+
+  void write_cached(const std::vector<Extent>& extents, std::size_t first, std::size_t last, std::uint64_t from,
+                    std::uint64_t to) {
+    if (from >= to) return;
+    unsigned char page[kPage];
+    gather(extents, first, last, from, to, page);
+    write_fully(buffered_, page, to - from, from, "through the page cache");
+  }
+
+  void write_direct(const unsigned char* data, std::uint64_t bytes, std::uint64_t offset) {
+    while (bytes > 0) {
+      const ssize_t n = ::pwrite(direct_, data, bytes, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL) {
+        // The file system wants a coarser alignment than a page: these whole pages are this
+        // rank's alone, so the page cache may take them.
+        write_fully(buffered_, data, bytes, offset, "through the page cache");
+        return;
+      }
+      if (n <= 0)
+        throw Error("cannot write (direct) " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                    ": " + (n < 0 ? errno_text() : "nothing written"));
+      // A short direct write ends on a block boundary; what is left stays aligned.
+      data += n;
+      bytes -= static_cast<std::uint64_t>(n);
+      offset += static_cast<std::uint64_t>(n);
+    }
+  }
+
+  std::string path_;
+  std::uint64_t stage_bytes_;
+  int buffered_ = -1, direct_ = -1;
+  unsigned char* stage_ = nullptr;
 };
 
 }  // namespace
 
-void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm,
-                  std::uint64_t round_bytes) {
+void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm, PhaseLog* log,
+                  const WriteOptions& options) {
+  PhaseLog unused;
+  PhaseLog& phases = log ? *log : unused;
   std::vector<std::size_t> first_part;
   std::vector<std::uint64_t> sums = partial_sums(writes, first_part);
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm));
   std::vector<std::array<unsigned char, 4>> checksums;
   std::vector<unsigned char> zeros;
   const std::vector<Extent> extents = extents_to_write(writes, sums, first_part, checksums, zeros);
+  phases.mark("checksums");
 
-  // Collective writes of at most round_bytes per rank: in each, this rank's extents are its
-  // view of the file and of its memory.
-  std::vector<std::size_t> round_starts = {0};
-  std::uint64_t in_round = 0;
-  for (std::size_t i = 0; i < extents.size(); ++i) {
-    if (in_round + extents[i].bytes > round_bytes && in_round > 0) {
-      round_starts.push_back(i);
-      in_round = 0;
-    }
-    in_round += extents[i].bytes;
-  }
-  round_starts.push_back(extents.size());
-  int rounds = static_cast<int>(round_starts.size()) - 1;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rounds, 1, MPI_INT, MPI_MAX, comm));
-  auto write_round = [&](MPI_File f, int r) {
-    const std::size_t begin = round_starts[std::min<std::size_t>(static_cast<std::size_t>(r), round_starts.size() - 1)];
-    const std::size_t end = round_starts[std::min<std::size_t>(static_cast<std::size_t>(r) + 1, round_starts.size() - 1)];
-    std::vector<int> lengths;
-    std::vector<MPI_Aint> in_file, in_memory;
-    for (std::size_t i = begin; i < end; ++i) {
-      lengths.push_back(static_cast<int>(extents[i].bytes));
-      in_file.push_back(static_cast<MPI_Aint>(extents[i].offset));
-      MPI_Aint address = 0;
-      ST_CHECK_MPI(MPI_Get_address(extents[i].data, &address));
-      in_memory.push_back(address);
-    }
-    const MpiType file_view(lengths, in_file), memory(lengths, in_memory);
-    ST_CHECK_MPI(MPI_File_set_view(f, 0, MPI_BYTE, file_view.get(), "native", MPI_INFO_NULL));
-    MPI_Status status;
-    ST_CHECK_MPI(MPI_File_write_all(f, MPI_BOTTOM, 1, memory.get(), &status));
-  };
-
+  // From here on each rank works alone until the agreement at the end: a rank that fails cannot
+  // leave another waiting in a collective.
   std::string problem;
-  std::unique_ptr<MpiFile> file;
   try {
-    file = std::make_unique<MpiFile>(path, comm, MPI_MODE_WRONLY);
+    RankWriter writer(path, options);
+    phases.mark("open");
+    writer.write(extents);
+    phases.mark("write");
+    writer.sync();
+    phases.mark("file_sync");
+    writer.close();
   } catch (const Error& e) {
     problem = e.what();
   }
-  agree_or_throw(comm, problem);  // MPI_File_open is collective: all opened or none did
-  try {
-    for (int r = 0; r < rounds; ++r) write_round(file->get(), r);
-    // Every rank flushes what it wrote: on a parallel file system a rank's data sits in its own
-    // node's cache, which the committing rank's fsync does not reach.
-    ST_CHECK_MPI(MPI_File_sync(file->get()));
-  } catch (const Error& e) {
-    problem = e.what();  // a failed round on one rank leaves the others in it: the deadline ends the job
-  }
-  try {
-    file->close();  // collective, and it is where a failed write may surface
-  } catch (const Error& e) {
-    if (problem.empty()) problem = e.what();
-  }
   agree_or_throw(comm, problem);
+  phases.mark("close");
 }
 
 void read_chunks(const std::string& path, const ChunkedRead& read) {

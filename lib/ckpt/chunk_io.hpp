@@ -2,10 +2,12 @@
 // Direct chunk I/O for the checkpoint's state datasets (1-D float32, chunked, Fletcher32).
 //
 // HDF5 lays the file out (one rank, skeleton_file.hpp): the dataset headers, the chunk index
-// and an allocation per chunk. The chunks' bytes then move in one pass with MPI-IO from each
-// rank's memory into the file, each chunk followed by the Fletcher32 checksum HDF5's filter
-// stores, which the ranks compute together from partial sums (fletcher32.hpp). Reading pulls
-// whole chunks into place and verifies each checksum.
+// and an allocation per chunk. The chunks' bytes then move in one pass from each rank's memory
+// into the file, each chunk followed by the Fletcher32 checksum HDF5's filter stores, which the
+// ranks compute together from partial sums (fletcher32.hpp). Each rank writes its own disjoint
+// extents on its own (no collective buffering: every byte goes straight from its rank to the
+// file), the whole pages among them with O_DIRECT. Reading pulls whole chunks into place and
+// verifies each checksum.
 //
 // Why not H5Dwrite/H5Dread: the filtered collective path copies every chunk into the filter
 // pipeline and again to append the checksum, and moved about 0.3 GB/s per process here
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include "ckpt/h5.hpp"
+#include "ckpt/phase_log.hpp"
+#include "ckpt/phase_log.hpp"
 
 namespace st::h5 {
 
@@ -50,14 +54,21 @@ struct ChunkedWrite {
   std::vector<const float*> data;
   std::vector<std::uint64_t> chunk_offsets;  // of every chunk of the dataset
 };
-// Collective over comm, after HDF5 has closed the file at `path`: each rank writes its ranges of
-// every dataset, and the checksum (and the last chunk's padding) of each chunk whose last
-// element it holds, in collective MPI-IO writes (its extents as its view of the file) of at
-// most `round_bytes` per rank each (MPI-IO implementations count bytes in int in places), and
-// flushes them to storage (MPI_File_sync). Throws the same Error on every rank when any rank
-// failed.
+// How write_chunks moves the bytes. Direct (O_DIRECT) writes of the whole pages of each rank's
+// runs, staged through `stage_bytes` (a multiple of 4096), when the file system takes them;
+// otherwise, or with direct = false, everything through the page cache.
+struct WriteOptions {
+  bool direct = true;
+  std::uint64_t stage_bytes = std::uint64_t{16} << 20;
+};
+
+// Collective over comm, after HDF5 has closed the file at `path`: the ranks add up the
+// Fletcher32 sums, then each rank on its own writes its ranges of every dataset, and the
+// checksum (and the last chunk's padding) of each chunk whose last element it holds, and flushes
+// them to storage (fsync). Throws the same Error on every rank when any rank failed. When `log`
+// is given, the phases go into it: checksums, open, write, file_sync, close.
 void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writes, MPI_Comm comm,
-                  std::uint64_t round_bytes = std::uint64_t{1} << 30);
+                  PhaseLog* log = nullptr, const WriteOptions& options = {});
 
 // What one rank reads from one dataset: sorted ranges, each into its own memory.
 struct ChunkedRead {

@@ -36,7 +36,7 @@ class Handle {
 };
 
 // Files on one process. (Checkpoints are laid out by one rank, skeleton_file.hpp, and their
-// bulk data moves with MPI-IO, chunk_io.hpp.)
+// bulk data moves by each rank on its own, chunk_io.hpp.)
 Handle open_file_serial(const std::string& path);
 Handle create_file_serial(const std::string& path);
 

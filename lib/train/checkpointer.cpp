@@ -18,6 +18,7 @@ Checkpointer::Checkpointer(MPI_Comm world, std::string dir, int keep, double tim
 
 Checkpointer::~Checkpointer() {
   if (thread_.joinable()) thread_.join();
+  if (deleter_.joinable()) deleter_.join();
 }
 
 std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, const ParamLayout& layout,
@@ -25,17 +26,21 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   Stopwatch stall;
   std::vector<Done> finished;
   if (auto previous = finish()) finished.push_back(*previous);  // one write at a time
+  if (deleter_.joinable()) deleter_.join();
   Stopwatch clock;
   // A synchronous write reads the state where the strategy keeps it; an asynchronous one copies
   // it first, since training changes it while the write goes on.
   snapshot_ = async_ ? copy_state(strategy, std::move(spare_)) : view_state(strategy);
+  const double copy_seconds = clock.seconds();
   copy_bytes_ = snapshot_.copies.capacity() * sizeof(float);
   if (!async_) {
     Done done;
+    std::vector<std::string> old;
     {
       Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
-      done.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_);
+      done.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases, &old);
     }
+    if (!old.empty()) deleter_ = std::thread([old = std::move(old)] { remove_files(old); });
     done.step = info.step;
     done.seconds = clock.seconds();
     done.stall_seconds = stall.seconds();
@@ -48,11 +53,12 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   result_ = Done{};
   result_.step = info.step;
   result_.stall_seconds = stall.seconds();
+  result_.copy_seconds = copy_seconds;
   thread_ = std::thread([this, info, &layout] {
     Stopwatch write_clock;
     try {
       Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
-      result_.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get());
+      result_.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases);
     } catch (const std::exception& e) {
       error_ = e.what();
     }

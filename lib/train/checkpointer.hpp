@@ -21,6 +21,8 @@ class Checkpointer {
     std::int64_t step = 0;
     double seconds = 0;        // the write, from the copy to the commit
     double stall_seconds = 0;  // how long training waited for it
+    double copy_seconds = 0;   // of the stall, copying the state (async)
+    PhaseLog phases;           // the write's phases on rank 0 (write_checkpoint)
   };
 
   Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
@@ -54,6 +56,9 @@ class Checkpointer {
   Done result_;
   StateSnapshot snapshot_;
   std::vector<float> spare_;  // async: the last snapshot's copy, reused by the next one
+  // Rank 0: deletes the checkpoints `keep` let go while training goes on (a sync write's
+  // critical path loses 0.17-0.28 s per 1.36 GB here); joined before the next write.
+  std::thread deleter_;
   std::uint64_t copy_bytes_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <cstdio>
@@ -251,11 +252,17 @@ void Trainer::report_checkpoint(const Checkpointer::Done& done) {
   std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s); training waited %.2f s", done.path.c_str(),
                 format_bytes(bytes).c_str(), done.seconds, bytes / done.seconds / 1e6, done.stall_seconds);
   say(line);
+  // SHARDTRAIN_CKPT_TIMING=1: where the write's time went (metrics.jsonl always has it).
+  if (const char* timing = std::getenv("SHARDTRAIN_CKPT_TIMING"); timing && std::string(timing) == "1") {
+    std::snprintf(line, sizeof line, "checkpoint phases (rank 0): copy %.3f s (of the stall); ", done.copy_seconds);
+    say(line + done.phases.text());
+  }
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"checkpoint\",\"step\":" + std::to_string(done.step) + ",\"path\":" +
                      json_string(done.path) + ",\"bytes\":" + std::to_string(static_cast<std::uint64_t>(bytes)) +
                      ",\"seconds\":" + std::to_string(done.seconds) + ",\"stall_seconds\":" +
-                     std::to_string(done.stall_seconds) + "}");
+                     std::to_string(done.stall_seconds) + ",\"copy_seconds\":" + std::to_string(done.copy_seconds) +
+                     ",\"phases\":" + done.phases.json() + "}");
 }
 
 double Trainer::sum_over_ranks(double value) {

@@ -9,6 +9,7 @@
   resume = "latest" the run falls back to the newest valid checkpoint and says so, and a
   checkpoint found bad after part of it was read leaves no trace in the run.
 - A checkpoint with a dataset rewritten by h5repack (other filters) resumes through HDF5's own reading.
+- keep = 2 leaves the newest two; every write's phases are logged, named, and add up to it.
 - ckpt inspect verifies every checksum; ckpt export writes tensors h5py reads in their shapes.
 """
 import array
@@ -88,6 +89,37 @@ for label, asynchronous in (("copy_async", True), ("copy_sync", False)):
     h.check(last["checkpoint_copy"] == expected and last["total"] == last["params"] + last["grads"] + last["optimizer"]
             + last["workspace"] + last["activations"] + expected,
             f"{label}: the memory line counts the checkpoint copy ({last['checkpoint_copy']} B, expected {expected})")
+
+# ---- keep, and where each write's time went ----
+# A checkpoint every step, keep = 2: after the run only the newest two are left (old ones are
+# deleted in the background, done before the next write and at the end), nothing half-written.
+# Every write's phases are in metrics.jsonl, each named, and they add up to the write's time;
+# SHARDTRAIN_CKPT_TIMING=1 prints them.
+PHASE_NAMES = ["layout", "checksums", "open", "write", "file_sync", "close", "fsync", "rename", "latest", "keep",
+               "commit_agree"]
+for label, asynchronous in (("keep_sync", False), ("keep_async", True)):
+    keep_dir = f"{work}/{label}/ckpt"
+    deck = h.small_deck(work, label, corpus, checkpoint={"dir": keep_dir, "every": 1, "keep": 2,
+                                                          "async": asynchronous})
+    os.environ["SHARDTRAIN_CKPT_TIMING"] = "1"
+    proc = h.mpirun(args, 2, ["run", deck, "--set", "parallel.strategy=zero3"])
+    del os.environ["SHARDTRAIN_CKPT_TIMING"]
+    h.check(proc.returncode == 0, f"{label}: exits 0\n{proc.stderr[-1500:]}")
+    h.check(sorted(os.listdir(keep_dir)) == ["ckpt_00000007.h5", "ckpt_00000008.h5", "latest"],
+            f"{label}: keep = 2 leaves the newest two and latest ({sorted(os.listdir(keep_dir))})")
+    rows = [r for r in h.metrics(os.path.join(work, label)) if r["kind"] == "checkpoint"]
+    h.check([r["step"] for r in rows] == list(range(1, 9)), f"{label}: one checkpoint row per step")
+    for r in rows:
+        names, total = list(r["phases"]), sum(r["phases"].values())
+        h.check(names == PHASE_NAMES and all(v >= 0 for v in r["phases"].values()),
+                f"{label}: step {r['step']}: the phases, in order ({names})")
+        # The write's clock starts before the state is viewed or copied and stops after the last
+        # phase: the phases are all of it but for that and the bookkeeping around them.
+        h.check(total <= r["seconds"] + 1e-5 and total >= r["seconds"] - r["copy_seconds"] - 0.02,
+                f"{label}: step {r['step']}: phases add up to {total:.4f} s of the {r['seconds']:.4f} s write")
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("checkpoint phases (rank 0): ")]
+    h.check(len(printed) == 8 and all(f" {n} " in line for line in printed for n in PHASE_NAMES),
+            f"{label}: SHARDTRAIN_CKPT_TIMING=1 prints every write's phases ({len(printed)} lines)")
 
 # ---- resharding: other world sizes and strategies ----
 _, reference_params = run("reference", 1, ["parallel.strategy=ddp"])

@@ -10,12 +10,14 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ckpt/chunk_io.hpp"
 #include "ckpt/h5.hpp"
 #include "ckpt/skeleton_file.hpp"
 #include "core/error.hpp"
+#include "core/timer.hpp"
 
 namespace st {
 namespace {
@@ -58,7 +60,8 @@ std::string shared_path(const std::string& name) {
 
 // Writes an n-element dataset in chunks of `chunk` from every rank's slices; returns the path.
 std::string write_dataset(const std::string& name, std::uint64_t n, std::uint64_t chunk,
-                          std::uint64_t round_bytes = std::uint64_t{1} << 30) {
+                          const h5::WriteOptions& options = {}, PhaseLog* log = nullptr,
+                          double* write_seconds = nullptr) {
   const std::string path = shared_path(name);
   const auto ranges = my_ranges(n, chunk);
   std::vector<std::vector<float>> values;
@@ -83,7 +86,10 @@ std::string write_dataset(const std::string& name, std::uint64_t n, std::uint64_
   }
   MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UINT64_T, 0, MPI_COMM_WORLD);
   w.chunk_offsets = offsets;
-  h5::write_chunks(path, {w}, MPI_COMM_WORLD, round_bytes);
+  if (log) log->skip();
+  Stopwatch clock;
+  h5::write_chunks(path, {w}, MPI_COMM_WORLD, log, options);
+  if (write_seconds) *write_seconds = clock.seconds();
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
 }
@@ -97,11 +103,14 @@ void expect_values(const std::vector<float>& got, std::uint64_t from) {
   EXPECT_EQ(wrong, 0u) << "of " << got.size() << " elements from " << from;
 }
 
-class ChunkIo : public ::testing::TestWithParam<std::pair<std::uint64_t, std::uint64_t>> {};
+// (elements, chunk, direct writes): small chunks leave few whole pages inside a rank's run, large
+// ones many, written directly.
+using Case = std::tuple<std::uint64_t, std::uint64_t, bool>;
+class ChunkIo : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ChunkIo, Hdf5ReadsBackWhatTheRanksWrote) {
-  const auto [n, chunk] = GetParam();
-  const std::string path = write_dataset("roundtrip", n, chunk);
+  const auto [n, chunk, direct] = GetParam();
+  const std::string path = write_dataset("roundtrip", n, chunk, {direct, std::uint64_t{16} << 20});
   // HDF5's own read: its Fletcher32 filter verifies every chunk.
   h5::Handle file = h5::open_file_serial(path);
   h5::Handle d = h5::open_dataset(file.get(), "x");
@@ -124,19 +133,62 @@ TEST_P(ChunkIo, Hdf5ReadsBackWhatTheRanksWrote) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Geometries, ChunkIo,
-                         ::testing::Values(std::pair<std::uint64_t, std::uint64_t>{10'123, 1000},  // padded last chunk
-                                           std::pair<std::uint64_t, std::uint64_t>{8'000, 1000},   // whole chunks
-                                           std::pair<std::uint64_t, std::uint64_t>{777, 777}));    // one chunk
+                         ::testing::Values(Case{10'123, 1000, true},      // padded last chunk
+                                           Case{8'000, 1000, true},       // whole chunks
+                                           Case{777, 777, true},          // one chunk
+                                           Case{1'234'567, 40'000, true},  // runs of many whole pages
+                                           Case{1'234'567, 40'000, false},
+                                           Case{10'123, 1000, false}));
 
-TEST(ChunkIoRounds, ManySmallCollectiveWrites) {
-  // Rounds of at most 3000 bytes per rank: several per rank, and a different number on each.
-  const std::uint64_t n = 10'123, chunk = 1000;
-  const std::string path = write_dataset("rounds", n, chunk, 3000);
+TEST(ChunkIoStaging, AStagingBufferOfTwoPagesFilledManyTimes) {
+  // Runs of 50-450 KB through 8 KiB of staging: dozens of direct writes per run, each run
+  // starting and ending inside a page.
+  const std::uint64_t n = 1'234'567, chunk = 40'000;
+  const std::string path = write_dataset("staging", n, chunk, {true, 8192});
   h5::Handle file = h5::open_file_serial(path);
   h5::Handle d = h5::open_dataset(file.get(), "x");
   std::vector<float> all(n);
   h5::read_ranges(d.get(), {{0, n}}, all.data());
   expect_values(all, 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::remove(path.c_str());
+}
+
+TEST(ChunkIoStaging, OneRankFailingFailsEveryRankWithItsReason) {
+  // Only the last rank is given a staging size that is not whole pages: it fails before writing,
+  // the others write, and all of them throw its error (none is left waiting).
+  const std::uint64_t n = 10'123, chunk = 1000;
+  const bool bad = world_rank() == world_size() - 1;
+  try {
+    write_dataset("bad_staging", n, chunk, {true, bad ? 3000 : std::uint64_t{16} << 20});
+    ADD_FAILURE() << "a staging size of 3000 bytes on rank " << world_size() - 1 << " was taken";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("not a multiple of 4096"), std::string::npos) << what;
+    if (!bad) {
+      EXPECT_EQ(what.rfind("rank " + std::to_string(world_size() - 1) + ": ", 0), 0u) << what;
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::remove(shared_path("bad_staging").c_str());
+}
+
+TEST(ChunkIoPhases, EveryPhaseIsNamedAndTheyAddUpToTheWrite) {
+  const std::uint64_t n = 1'234'567, chunk = 40'000;
+  PhaseLog log;
+  double seconds = 0;
+  const std::string path = write_dataset("phases", n, chunk, {}, &log, &seconds);
+  std::vector<std::string> names;
+  for (const auto& [name, s] : log.phases()) {
+    names.push_back(name);
+    EXPECT_GE(s, 0.0) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"checksums", "open", "write", "file_sync", "close"}));
+  // Together they are the whole of write_chunks: at most the clock around it, and short of it
+  // by no more than returning takes.
+  EXPECT_GT(log.total(), 0.0);
+  EXPECT_LE(log.total(), seconds + 1e-9);
+  EXPECT_GE(log.total(), seconds - 0.005) << log.text();
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) std::remove(path.c_str());
 }
