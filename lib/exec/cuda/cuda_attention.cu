@@ -50,6 +50,17 @@ unsigned warp_rows_grid(int rows) {
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
 
+// Per head: its width, the row stride of qkv (3C), the softmax scale 1/sqrt(hs), and the
+// elements of one T x T block of att.
+struct HeadGeometry {
+  int hs, C3;
+  float scale;
+  long long tt;
+};
+HeadGeometry head_geometry(int T, int C, int NH) {
+  const int hs = C / NH;
+  return {hs, 3 * C, 1.0f / std::sqrt(static_cast<float>(hs)), static_cast<long long>(T) * T};
+}
 }  // namespace
 
 // In cuBLAS's column-major view a row-major [T, hs] slice of qkv with row stride 3C is an
@@ -58,9 +69,7 @@ unsigned warp_rows_grid(int rows) {
 void CudaLayerKernels::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   use_device();
   if (B == 0 || T == 0) return;
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const long long tt = static_cast<long long>(T) * T;
+  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
   for (int b = 0; b < B; ++b) {
     const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
     const float* k = q + C;
@@ -85,9 +94,7 @@ void CudaLayerKernels::attention_backward(float* dqkv, float* scratch, const flo
                                           const float* att, int B, int T, int C, int NH) {
   use_device();
   if (B == 0 || T == 0) return;
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const long long tt = static_cast<long long>(T) * T;
+  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
   for (int b = 0; b < B; ++b) {
     const float* v = qkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
     const float* dO = dout + static_cast<std::size_t>(b) * T * C;
