@@ -2,8 +2,10 @@
 // parses to its GPU count, class and fast groups; broken files fail naming the line.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "core/error.hpp"
 #include "topology/topology.hpp"
@@ -30,6 +32,9 @@ struct Expected {
   Groups groups;
   LinkKind across;
 };
+
+// What GoogleTest prints for a case: the file it reads.
+void PrintTo(const Expected& e, std::ostream* os) { *os << e.file; }
 
 class Fixture : public ::testing::TestWithParam<Expected> {};
 
@@ -67,7 +72,15 @@ INSTANTIATE_TEST_SUITE_P(
                  Groups{{0, 1, 2, 3}}, LinkKind::nvlink},
         Expected{"12_rtx4090-1gpu_single.txt", 1, 0, NodeClass::single_gpu, Groups{{0}}, LinkKind::self},
         Expected{"14_rtx-a5000-8gpu_pcie-pxb-pix_dual-socket_mlx5.txt", 8, 2, NodeClass::pcie_cross_socket, kQuads,
-                 LinkKind::sys}));
+                 LinkKind::sys}),
+    // Each case named by its file ("f01_h100_sxm_8gpu_..."), so ctest lists which output failed.
+    [](const ::testing::TestParamInfo<Expected>& param_info) {
+      std::string name = std::string("f") + param_info.param.file;
+      name = name.substr(0, name.rfind(".txt"));
+      for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      return name;
+    });
 
 TEST(Topology, ReadsLinksAffinityAndNicNames) {
   const Topology t = read_topology_file(fixture_path("03_a100-sxm4-80gb-8gpu_nv12_8nic_dual-socket.txt"));
