@@ -1,0 +1,80 @@
+// The whole GPT-2 on the GPU against the host: the same parameters (GPT-2 initialisation, then
+// perturbed so no gradient path is trivially zero) and batch; the loss and every parameter
+// tensor's gradient must agree, fp32 within 1e-4 relative, bf16 matmuls within a bound from
+// bf16's precision. Skips, saying why, where no CUDA device is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/random.hpp"
+#include "exec/cuda/cuda_exec.hpp"
+#include "exec/device_choice.hpp"
+#include "model/gpt2.hpp"
+
+namespace st {
+namespace {
+
+struct Result {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+// Two micro-batches accumulated, as a step with accumulation does.
+Result run(Gpt2<float>& model, Exec& exec, const std::vector<float>& params, const std::vector<int>& tokens,
+           const std::vector<int>& targets, int B, int T) {
+  Memory p = exec.allocate(params.size() * sizeof(float)), g = exec.allocate(params.size() * sizeof(float));
+  exec.upload(p.data(), params.data(), params.size() * sizeof(float));
+  const std::span<const float> ps(static_cast<const float*>(p.data()), params.size());
+  const std::span<float> gs(static_cast<float*>(g.data()), params.size());
+  Result r;
+  for (int micro = 0; micro < 2; ++micro) {
+    const std::size_t at = static_cast<std::size_t>(micro) * B * T;
+    r.loss += model.forward(ps, tokens.data() + at, targets.data() + at, B, T);
+    model.backward(ps, gs, 0.5f);
+  }
+  r.grads.resize(params.size());
+  exec.download(r.grads.data(), g.data(), params.size() * sizeof(float));
+  return r;
+}
+
+void compare_model(bool bf16_matmuls, double bound) {
+  std::string why;
+  if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  const Gpt2Shape shape{3, 48, 4, 24, 61, 64};  // odd vocabulary, padded
+  const int B = 3, T = 24;
+  Gpt2<float> host(shape, B);
+  CudaExec exec(CudaExecSettings{0, bf16_matmuls});
+  Gpt2<float> device(shape, B, exec);
+  std::vector<float> params(host.layout().total());
+  host.init_params(params, 7);
+  NormalStream noise(11, 3);
+  for (float& p : params) p += static_cast<float>(0.05 * noise.next());
+  std::vector<int> tokens(2 * B * T), targets(2 * B * T);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
+    targets[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
+  }
+  const Result want = run(host, host.exec(), params, tokens, targets, B, T);
+  const Result got = run(device, exec, params, tokens, targets, B, T);
+  EXPECT_NEAR(got.loss, want.loss, bound * std::abs(want.loss)) << "loss";
+  for (const TensorSlot* t : host.layout().all_tensors()) {
+    double scale = 1e-12, worst = 0;
+    for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
+      scale = std::max(scale, static_cast<double>(std::abs(want.grads[i])));
+      worst = std::max(worst, static_cast<double>(std::abs(got.grads[i] - want.grads[i])));
+    }
+    EXPECT_LE(worst / scale, bound) << t->name << ": largest gradient difference " << worst << " against " << scale;
+  }
+}
+
+TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(false, 1e-4); }
+
+// bf16 inputs to every matmul: each product off by at most 2^-7 relative, accumulated over the
+// model's depth (a few matmuls in series per gradient): 5e-2 of the tensor's scale.
+TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(true, 5e-2); }
+
+}  // namespace
+}  // namespace st
