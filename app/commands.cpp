@@ -14,6 +14,7 @@
 #include "deck/parse.hpp"
 #include "deck/read.hpp"
 #include "deck/schema.hpp"
+#include "app/version.hpp"
 #include "exec/device_choice.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/plan.hpp"
@@ -160,7 +161,7 @@ int main_with_mpi(int argc, char** argv) {
   CLI::App cli{"shardtrain: train GPT-2 models with MPI; parameters, gradients and optimizer state sharded "
                "per the deck's parallel strategy.",
                "shardtrain"};
-  cli.set_version_flag("--version", std::string("shardtrain ") + ST_VERSION);
+  cli.set_version_flag("--version", [] { return version_text(); });
   cli.require_subcommand(1);
   DeckRequest request;
   int ranks = 0;
@@ -217,12 +218,30 @@ int main_with_mpi(int argc, char** argv) {
   exporter->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
   exporter->add_option("out", ckpt_out, "Output HDF5 file")->required();
 
+  // A first word that is not an option must name a subcommand: say which it is not, and what
+  // there is (CLI11 would only say that a subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : cli.get_subcommands([](CLI::App*) { return true; })) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      if (world.is_root())
+        std::cerr << "shardtrain: unknown subcommand '" << argv[1] << "'; the subcommands are " << names
+                  << " (shardtrain --help)\n";
+      return kExitUsage;
+    }
+  }
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same argv; only rank 0 speaks.
-    if (world.is_root()) return cli.exit(e);
-    return e.get_exit_code() == 0 ? kExitOk : kExitUsage;
+    // --help and --version exit 0; any other parse error is a usage error, exit 2 (the README's
+    // exit codes), not CLI11's own codes.
+    const int code = world.is_root() ? cli.exit(e) : e.get_exit_code();
+    return code == 0 ? kExitOk : kExitUsage;
   }
   if (*run) return run_deck(request, world);
   if (*check) return check_deck(request, world, ranks);

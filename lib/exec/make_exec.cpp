@@ -4,7 +4,7 @@
 #include "exec/host_exec.hpp"
 
 #if defined(ST_HAVE_CUDA)
-#include "comm/cuda_check.hpp"
+#include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #endif
 #if defined(ST_HAVE_NCCL)
@@ -12,6 +12,30 @@
 #endif
 
 namespace st {
+
+std::string gpu_backend_versions() {
+#if defined(ST_HAVE_CUDA)
+  auto dotted = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);  // both answer without a device
+  std::string text = "CUDA runtime " + dotted(runtime);
+  text += cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0 ? " (driver supports " + dotted(driver) + ")"
+                                                                      : " (no CUDA driver here)";
+  text += ", cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) + "." + std::to_string(CUBLAS_VER_MINOR) + "." +
+          std::to_string(CUBLAS_VER_PATCH);
+#if defined(ST_HAVE_NCCL)
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  text += ", NCCL " + std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+          std::to_string(nccl % 100);
+#else
+  text += ", no NCCL (built without ST_ENABLE_NCCL)";
+#endif
+  return text;
+#else
+  return "none (built without ST_ENABLE_CUDA)";
+#endif
+}
 
 Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int world_size, const std::string& deck_path) {
   Execution e;

@@ -29,6 +29,10 @@ struct Execution {
   std::function<std::uint64_t()> device_bytes, device_peak_bytes, device_used_bytes, device_total_bytes;
 };
 
+// The GPU libraries this build has, with versions ("CUDA runtime 13.0 (driver: ...), cuBLAS
+// 13.x, NCCL 2.28.x"), or that it has none.
+std::string gpu_backend_versions();
+
 // bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device).
 Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int world_size, const std::string& deck_path);
 

@@ -16,11 +16,17 @@ p = run(["--help"])
 h.check(p.returncode == 0 and "run" in p.stdout and "check" in p.stdout and "deck-doc" in p.stdout,
         "--help lists the subcommands")
 p = run(["--version"])
-h.check(p.returncode == 0 and p.stdout.startswith("shardtrain 0."), f"--version prints the version: {p.stdout!r}")
+h.check(p.returncode == 0 and p.stdout.startswith("shardtrain 0.") and "(commit " in p.stdout,
+        f"--version prints the version and the commit: {p.stdout!r}")
+for line in ("compiler: ", "MPI: Open MPI", "HDF5 1.", "BLAS: OpenBLAS", "GPU: "):
+    h.check(line in p.stdout, f"--version names the build's {line.strip(': ')}")
 p = run([])
-h.check(p.returncode != 0, "no subcommand is a usage error")
+h.check(p.returncode == 2, f"no subcommand is a usage error: exit 2 (got {p.returncode})")
 p = run(["frobnicate"])
-h.check(p.returncode != 0, "an unknown subcommand is a usage error")
+h.check(p.returncode == 2 and "unknown subcommand 'frobnicate'; the subcommands are run, check" in p.stderr,
+        f"an unknown subcommand is named, with the list, exit 2 (got {p.returncode}: {p.stderr.strip()!r})")
+p = run(["run", "--no-such-option", "x"])
+h.check(p.returncode == 2, f"an unknown option is a usage error: exit 2 (got {p.returncode})")
 
 p = run(["check", "inputs/default.toml"])
 h.check(p.returncode == 0 and "deck OK" in p.stdout, "the default deck checks out")
