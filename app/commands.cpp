@@ -71,7 +71,7 @@ int run_deck(const DeckRequest& request, World& world) {
   check_memory_fits(config, machine);
   // The deck may group ranks into emulated nodes: the training world is built from it.
   World training_world(world.comm(), deck_ranks_per_node(config));
-  Trainer trainer(config, training_world);
+  Trainer trainer(config, training_world, device);
   const TrainSummary summary = trainer.run();
   if (!request.save_params.empty()) trainer.save_params(request.save_params);
   return summary.stop_signal != 0 ? kExitStopped : kExitOk;

@@ -64,8 +64,8 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
 DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const std::string& deck_path) {
   DeviceProbe probe;
   probe.requested = requested;
-#if defined(ST_HAVE_CUDA)
-  probe.cuda_built = true;
+#if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
+  probe.cuda_built = true;  // GPU training needs both: its communicators are NCCL's
 #endif
   if (requested != "cpu" && probe.cuda_built) probe.visible_devices = visible_cuda_devices(probe.why_none);
   MPI_Comm host = MPI_COMM_NULL;

@@ -11,7 +11,7 @@ namespace st {
 // What one rank sees and is asked for: the input of the decision.
 struct DeviceProbe {
   std::string requested = "auto";  // "auto", "cpu" or "cuda"
-  bool cuda_built = false;         // this build has the CUDA backend
+  bool cuda_built = false;         // this build trains on GPUs (CUDA and NCCL)
   int visible_devices = 0;         // CUDA devices the runtime reports (0 when none or no driver)
   std::string why_none;            // the driver's reason when visible_devices == 0
   int host_rank = 0, host_ranks = 1;  // this rank's place among the ranks of its host

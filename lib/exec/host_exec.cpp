@@ -9,17 +9,11 @@
 #include "exec/adamw_element.hpp"
 
 namespace st {
+
 namespace {
-
-inline float load(const Buffer& b, std::size_t i) {
-  switch (b.type) {
-    case DataType::f32: return static_cast<const float*>(b.data)[i];
-    case DataType::bf16: return to_float(static_cast<const Bf16*>(b.data)[i]);
-    case DataType::f64: return static_cast<float>(static_cast<const double*>(b.data)[i]);
-  }
-  return 0.0f;
-}
-
+inline double as_double(float x) { return x; }
+inline double as_double(double x) { return x; }
+inline double as_double(Bf16 x) { return to_float(x); }
 }  // namespace
 
 std::string HostExec::description() const {
@@ -63,14 +57,22 @@ void HostExec::accumulate(Buffer into, const float* from) {
 }
 
 double HostExec::sum_squares(Buffer values) {
-  double sum = 0;
-  const std::size_t n = values.count;
+  // One loop per element type, so the type is not decided per element.
+  auto sum_of = [n = values.count](const auto* x) {
+    double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
-  for (std::size_t i = 0; i < n; ++i) {
-    const double x = load(values, i);
-    sum += x * x;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = as_double(x[i]);
+      sum += v * v;
+    }
+    return sum;
+  };
+  switch (values.type) {
+    case DataType::f32: return sum_of(static_cast<const float*>(values.data));
+    case DataType::bf16: return sum_of(static_cast<const Bf16*>(values.data));
+    case DataType::f64: return sum_of(static_cast<const double*>(values.data));
   }
-  return sum;
+  return 0;
 }
 
 void HostExec::adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) {

@@ -37,7 +37,7 @@ std::string gpu_backend_versions() {
 #endif
 }
 
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int world_size, const std::string& deck_path) {
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls) {
   Execution e;
   e.choice = choice;
   if (!choice.cuda) {
@@ -72,21 +72,14 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int worl
     return std::make_unique<HostStagedCommunicator>(host, index, order);
   };
   e.device_comm_name = "NCCL";
-  (void)world_size;
-  (void)deck_path;
 #else
-  if (world_size > 1)
-    throw Error(deck_path + ": parallel.device = \"cuda\" on " + std::to_string(world_size) +
-                    " ranks needs NCCL, and this build has none; rebuild with -DST_ENABLE_NCCL=ON (or run one rank)",
-                ErrorScope::all_ranks);
-  throw Error("a one-rank GPU run without NCCL is not built in; rebuild with -DST_ENABLE_NCCL=ON",
-              ErrorScope::all_ranks);
+  (void)bf16_matmuls;
+  throw Error("GPU training needs NCCL; choose_device refuses cuda in a build without it", ErrorScope::all_ranks);
 #endif
   return e;
 #else
   (void)bf16_matmuls;
-  (void)world_size;
-  throw Error(deck_path + ": parallel.device chose cuda, but this build has no CUDA support", ErrorScope::all_ranks);
+  throw Error("GPU training is not built in; choose_device refuses cuda in such a build", ErrorScope::all_ranks);
 #endif
 }
 

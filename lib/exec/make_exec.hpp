@@ -34,6 +34,6 @@ struct Execution {
 std::string gpu_backend_versions();
 
 // bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device).
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, int world_size, const std::string& deck_path);
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls);
 
 }  // namespace st

@@ -40,11 +40,7 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
   return s;
 }
 
-// The device first: the model, the strategy and the communicators are built for it.
-Execution choose_execution(const Config& config, const World& world) {
-  const DeviceChoice choice = choose_device(config.parallel.device, world.comm(), config.deck_path);
-  return make_execution(choice, config.parallel.precision == "bf16", world.size(), config.deck_path);
-}
+
 
 // Streams of the seed: training batches, validation batches.
 constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
@@ -95,10 +91,11 @@ std::string describe_data(const TokenDataset& data, const DataSplits& splits) {
          std::to_string(splits.train.size()) + ", val " + std::to_string(splits.val.size());
 }
 
-Trainer::Trainer(const Config& config, World& world)
+Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
     : config_(config),
       world_(world),
-      execution_(choose_execution(config, world)),
+      // The device first: the model, the strategy and the communicators are built for it.
+      execution_(make_execution(device, config.parallel.precision == "bf16")),
       comms_(world, comm_settings(config.parallel, execution_)),
       timeline_(config.run.trace_steps > 0) {
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
@@ -147,10 +144,10 @@ Trainer::Trainer(const Config& config, World& world)
   ST_CHECK_MPI(MPI_Barrier(world.comm()));
   const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
   const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
-  sgemm_flops_ = execution_.matmul_rate ? execution_.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
-  double slowest = sgemm_flops_;
+  matmul_flops_ = execution_.matmul_rate ? execution_.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
+  double slowest = matmul_flops_;
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
-  sgemm_flops_ = slowest;
+  matmul_flops_ = slowest;
 }
 
 Trainer::~Trainer() = default;
@@ -158,7 +155,7 @@ Trainer::~Trainer() = default;
 std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() const {
   std::ostringstream gf;
   gf.precision(1);
-  gf << std::fixed << sgemm_flops_ / 1e9 << " GFLOP/s per rank"
+  gf << std::fixed << matmul_flops_ / 1e9 << " GFLOP/s per rank"
      << (execution_.choice.cuda ? (config_.parallel.precision == "bf16" ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)")
                                 : "");
   const auto memory = strategy_->memory();
@@ -386,7 +383,7 @@ TrainSummary Trainer::run() {
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
-                      flops_per_step / seconds / sgemm_flops_, waited - waited_seen_,
+                      flops_per_step / seconds / matmul_flops_, waited - waited_seen_,
                       memory.model_state() + memory.workspace + model_->activation_bytes(),
                       traffic.intra.total() - traffic_seen_.intra.total(),
                       traffic.inter.total() - traffic_seen_.inter.total()};

@@ -29,7 +29,9 @@ struct TrainSummary {
 
 class Trainer {
  public:
-  Trainer(const Config& config, World& world);
+  // `device`: where this rank computes (choose_device, collective), decided once by the caller,
+  // which also plans with it.
+  Trainer(const Config& config, World& world, const DeviceChoice& device);
   ~Trainer();
   TrainSummary run();
   // The full fp32 parameters (master copy in mixed precision) as raw little-endian float32 in
@@ -69,7 +71,7 @@ class Trainer {
   std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
   BatchCursor train_cursor_;
   std::vector<int> tokens_, targets_;
-  double sgemm_flops_ = 0;
+  double matmul_flops_ = 0;
   LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
   std::int64_t start_step_ = 0;

@@ -24,6 +24,13 @@ namespace {
 
 float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 0.37 + static_cast<double>(i % 97) * 0.011); }
 
+// This rank's n values, zero-padded to the padding rule's length.
+std::vector<float> padded_values(int rank, std::size_t n, std::size_t padded) {
+  std::vector<float> v(padded, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value(rank, i);
+  return v;
+}
+
 template <class T>
 std::vector<T> download(const DeviceBuffer<T>& d) {
   std::vector<T> h(d.size());
@@ -92,8 +99,7 @@ TEST_F(Nccl, ReduceScatterAndAllGatherEqualMpiIncludingInPlace) {
   const int N = nccl->size(), rank = nccl->rank();
   const std::size_t n = 100003;
   const ShardRange mine = shard_range(n, N, rank);
-  std::vector<float> padded(mine.padded, 0.0f);
-  for (std::size_t i = 0; i < n; ++i) padded[i] = value(rank, i);
+  const std::vector<float> padded = padded_values(rank, n, mine.padded);
   DeviceBuffer<float> in(mine.padded), out(mine.chunk), gathered(mine.padded);
   upload(in, padded);
   nccl->reduce_scatter(in.span(), out.span(), ReduceOp::sum);
@@ -177,8 +183,7 @@ TEST(NcclTwoLevel, NcclInsideAndStagedMpiAcrossEqualFlatMpi) {
     }
   const std::size_t n = 10007;
   const ShardRange mine = shard_range(n, N, rank);
-  std::vector<float> padded(mine.padded, 0.0f);
-  for (std::size_t i = 0; i < n; ++i) padded[i] = value(rank, i);
+  const std::vector<float> padded = padded_values(rank, n, mine.padded);
   DeviceBuffer<float> in(mine.padded), out(mine.chunk), gathered(mine.padded);
   upload(in, padded);
   two.reduce_scatter(in.span(), out.span(), ReduceOp::sum);
