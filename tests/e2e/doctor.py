@@ -2,7 +2,6 @@
 local Slurm cluster runs) under srun; a world size that does not match the launcher's is
 reported as such, with the fix, and the exit code says a check failed."""
 import os
-import shutil
 import subprocess
 
 import harness as h
@@ -35,12 +34,7 @@ if not args.slurm:
             f"SLURM_NTASKS=2 with one rank: the wrong world size is reported\n{proc.stdout}")
     h.check("fix: launch with `srun --mpi=pmix`" in proc.stdout, "... with the fix")
 else:
-    if not shutil.which("srun"):
-        print("SKIP: Slurm is not installed (tools/setup.sh installs it and, as root, starts a local cluster)")
-        raise SystemExit(h.SKIP)
-    if subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip() not in ("idle", "mixed"):
-        print("SKIP: no idle Slurm node (start one with tools/slurm_local.sh as root)")
-        raise SystemExit(h.SKIP)
+    h.require_slurm("srun")
     proc = subprocess.run(["srun", "--mpi=pmix", "-n", "2", args.exe, "doctor"], capture_output=True, text=True,
                           timeout=300)
     h.check(proc.returncode == 0, f"srun -n 2: doctor exits 0\n{proc.stdout}\n{proc.stderr[-800:]}")

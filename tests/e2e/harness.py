@@ -2,6 +2,7 @@
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,16 @@ def corpus(args):
 def fail(message):
     print("FAIL:", message)
     sys.exit(1)
+
+
+def require_slurm(command="srun"):
+    """Skips the test (exit 77, saying why) unless Slurm's `command` is installed and a node is idle."""
+    if not shutil.which(command):
+        print("SKIP: Slurm is not installed (tools/setup.sh installs it and, as root, starts a local cluster)")
+        raise SystemExit(SKIP)
+    if subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip() not in ("idle", "mixed"):
+        print("SKIP: no idle Slurm node (start one with tools/slurm_local.sh as root)")
+        raise SystemExit(SKIP)
 
 
 def check(condition, message):

@@ -3,19 +3,13 @@ runs the ranks with srun; a SIGUSR1 to the job's tasks (what --signal=USR1@120 s
 time limit) makes them write a checkpoint and exit with code 4, upon which the job script
 requeues the job; resuming with srun continues the same run as an uninterrupted one."""
 import os
-import shutil
 import subprocess
 import time
 
 import harness as h
 
 args = h.parse_args()
-if not shutil.which("sbatch"):
-    print("SKIP: Slurm is not installed (tools/setup.sh installs it and, as root, starts a local cluster)")
-    raise SystemExit(h.SKIP)
-if subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout.strip() not in ("idle", "mixed"):
-    print("SKIP: no idle Slurm node (start one with tools/slurm_local.sh as root)")
-    raise SystemExit(h.SKIP)
+h.require_slurm("sbatch")
 
 work = h.tmpdir()
 corpus = h.corpus(args)
