@@ -82,10 +82,11 @@ int doctor_command(World& world) {
   lib = lib.substr(0, lib.find_first_of(",\n"));
   int thread_level = 0;
   ST_CHECK_MPI(MPI_Query_thread(&thread_level));
-  r.add(thread_level >= MPI_THREAD_MULTIPLE || thread_level >= MPI_THREAD_SERIALIZED ? Verdict::ok : Verdict::warn,
+  const bool threaded = thread_level >= MPI_THREAD_SERIALIZED;  // what the progress thread needs
+  r.add(threaded ? Verdict::ok : Verdict::warn,
         "mpi", lib + ", MPI " + std::to_string(major) + "." + std::to_string(minor) + ", thread level " +
                    std::to_string(thread_level),
-        thread_level >= MPI_THREAD_SERIALIZED ? "" : "an MPI library built with thread support (the progress thread needs it)");
+        threaded ? "" : "an MPI library built with thread support (the progress thread needs it)");
 
   // Launcher and world size: what the launcher promised against what MPI started.
   const int slurm_tasks = env_int("SLURM_NTASKS");
@@ -153,6 +154,7 @@ int doctor_command(World& world) {
   // Topology (one rank looks; the others wait).
   std::string topo_line;
   if (world.is_root()) {
+    bool detected = false;
     try {
       const DetectedTopology d = detect_topology();
       const TopologySummary s = summarize(d.topology);
@@ -160,11 +162,12 @@ int doctor_command(World& world) {
       if (d.topology.gpu_count() > 0) topo_line += ", " + std::to_string(d.topology.gpu_count()) + " GPU(s)";
       else topo_line += ", " + std::to_string(d.topology.sockets) + " socket(s), " + std::to_string(d.topology.numa_nodes) +
                         " NUMA node(s)";
+      detected = true;
     } catch (const Error& e) {
       topo_line = std::string("cannot detect: ") + e.what();
     }
-    r.add(topo_line.rfind("cannot", 0) == 0 ? Verdict::warn : Verdict::ok, "topology", topo_line,
-          topo_line.rfind("cannot", 0) == 0 ? "install hwloc (libhwloc15), or give `shardtrain topo --topology FILE`" : "");
+    r.add(detected ? Verdict::ok : Verdict::warn, "topology", topo_line,
+          detected ? "" : "install hwloc (libhwloc15), or give `shardtrain topo --topology FILE`");
   }
 
   // Free memory per rank and disk space where the run writes.
