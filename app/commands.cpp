@@ -93,9 +93,11 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
     throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
                     " does not divide the " + std::to_string(world_size) + " ranks",
                 ErrorScope::all_ranks);
-  const TokenDataset data = open_training_data(config, world.comm());
-  const DataSplits splits = split_data(data, config.data.val_fraction, config.model.seq_len);
+  const RunData data = open_run_data(config, world.comm());
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
+  // The loaders refuse a sequential batch that does not fit in its part of the data.
+  BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, plan.global_batch, "training");
+  BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, plan.global_batch, "validation");
   const Gpt2Shape shape = gpt2_shape(config.model);
   const ParamLayout layout = make_gpt2_layout(shape);
   const std::size_t activations = Gpt2<float>::activation_elements(shape, static_cast<int>(plan.micro_batch));
@@ -121,7 +123,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"comm per step per rank", traffic},
       {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
       {"memory per rank", predicted_memory_line(config, machine, group)},
-      {"data", describe_data(data, splits)},
+      {"data", describe_data(data)},
+      {"tokenizer", data.tokenizer->description()},
       {"run directory", resolve_out_dir(config)},
   };
   if (world.is_root()) {
@@ -209,6 +212,24 @@ int main_with_mpi(int argc, char** argv) {
   topo->add_option("--topology", topo_file, "Read a saved `nvidia-smi topo -m` output instead of detecting");
   auto* doctor = cli.add_subcommand("doctor", "Check the setup (MPI, launcher, threads, BLAS, topology, memory)");
   auto* doc = cli.add_subcommand("deck-doc", "Print the input deck reference (docs/deck.md)");
+  TokenizeRequest tokenize_request;
+  auto* tokenize = cli.add_subcommand(
+      "tokenize", "Encode a text with GPT-2's tokenizer into llm.c token files (uint16, 256 x int32 header); under "
+                  "mpirun the ranks share the text and write the same files as one rank");
+  tokenize->add_option("input", tokenize_request.input, "Text file")->required();
+  tokenize->add_option("output", tokenize_request.output, "Token file (with --shard-tokens: the name shards follow)")
+      ->required();
+  tokenize->add_option("--tokenizer-files", tokenize_request.tokenizer_files,
+                       "[vocab.json merges.txt] or [encoder.json vocab.bpe] or a directory holding them (default: " +
+                           default_gpt2_files() + ", which tools/setup.sh fills)")
+      ->expected(1, 2);
+  tokenize->add_option("--shard-tokens", tokenize_request.shard_tokens,
+                       "Write files of this many tokens, OUTPUT's name with _000000, _000001, ... before its extension")
+      ->check(CLI::PositiveNumber);
+  tokenize->add_option("--separator", tokenize_request.separator,
+                       "Documents are separated by lines holding exactly this text (e.g. % for fortune files); each "
+                       "document is encoded alone after <|endoftext|> (50256), as llm.c does. Default: the text is "
+                       "one stream, encoded as it is");
   auto* ckpt = cli.add_subcommand("ckpt", "Checkpoint tools");
   ckpt->require_subcommand(1);
   std::string ckpt_file, ckpt_out;
@@ -249,6 +270,7 @@ int main_with_mpi(int argc, char** argv) {
   if (*topo) return topo_command(topo_file, world);
   if (*doctor) return doctor_command(world);
   if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
+  if (*tokenize) return tokenize_command(tokenize_request, world);
   if (*ckpt) return ckpt_command(*inspect ? "inspect" : "export", ckpt_file, ckpt_out, world);
   return kExitUsage;
 }

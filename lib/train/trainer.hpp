@@ -15,6 +15,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
+#include "train/run_data.hpp"
 #include "train/run_dir.hpp"
 #include "train/stop_signals.hpp"
 
@@ -50,6 +51,10 @@ class Trainer {
   std::string memory_line(const char* when) const;
   void start_from_initial_params();
   void resume();
+  // The training loader's position from a checkpoint: its batch count, and for the sequential
+  // order the data file and offset it names. Throws Error (all ranks) if this data has no such
+  // place; notes where the data differ from the checkpoint's.
+  LoaderPosition loader_position(const CheckpointInfo& info, const std::string& path);
   void save_checkpoint(std::int64_t steps_done);
   void report_checkpoint(const Checkpointer::Done& done);
   void write_traces();
@@ -59,8 +64,7 @@ class Trainer {
   Execution execution_;  // where this rank computes: the host or its GPU
   Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
   int threads_ = 1;
-  std::optional<TokenDataset> data_;
-  DataSplits splits_;
+  RunData data_;
   BatchPlan plan_;
   Gpt2Shape shape_;
   std::unique_ptr<Gpt2<float>> model_;
@@ -68,8 +72,7 @@ class Trainer {
   Timeline timeline_;
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
-  std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
-  BatchCursor train_cursor_;
+  std::unique_ptr<BatchLoader> train_loader_, val_loader_;
   std::vector<int> tokens_, targets_;
   double matmul_flops_ = 0;
   LevelTraffic traffic_seen_;
@@ -89,10 +92,5 @@ int hsdp_group_size(const ParallelConfig& parallel, int world_size, int node_siz
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
 // The deck's model shape, vocabulary padded per model.vocab_pad_to.
 Gpt2Shape gpt2_shape(const ModelConfig& model);
-// Maps data.path on every rank and checks that its token ids fit model.vocab_size; if any rank
-// fails, every rank throws the same Error (scope: all ranks).
-TokenDataset open_training_data(const Config& config, MPI_Comm comm);
-// "data/x.txt: 2483683 bytes, train 2359499, val 124184", for the settings table.
-std::string describe_data(const TokenDataset& data, const DataSplits& splits);
 
 }  // namespace st
