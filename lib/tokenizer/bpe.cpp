@@ -9,6 +9,8 @@ namespace st {
 namespace {
 
 constexpr std::size_t kCacheEntries = 1 << 20;
+// Longer pieces (runs of thousands of letters or spaces) are rare and would only fill the cache.
+constexpr std::size_t kCachedPieceBytes = 256;
 // Pieces up to this many bytes are merged by scanning: below it the scan's quadratic cost is
 // smaller than the heap's bookkeeping.
 constexpr std::size_t kScanLimit = 64;
@@ -123,7 +125,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) {
   }
   const std::size_t before = out.size();
   bpe_merge(vocab_, piece, out);
-  if (cache_.size() >= kCacheEntries || cached_tokens_.size() > 64 * kCacheEntries) {
+  if (piece.size() > kCachedPieceBytes) return;
+  if (cache_.size() >= kCacheEntries) {
     cache_.clear();
     cached_tokens_.clear();
   }

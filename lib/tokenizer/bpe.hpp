@@ -39,8 +39,8 @@ class BpeTokenizer final : public Tokenizer {
   BpeVocabulary vocab_;
   std::string name_;
   Gpt2PreTokenizer pretokenizer_;
-  // piece -> [offset, offset + length) in cached_tokens_. Emptied when it grows past a bound, so
-  // memory stays bounded on corpora with many distinct pieces.
+  // piece -> [offset, offset + length) in cached_tokens_, for pieces of up to 256 bytes. Emptied
+  // when it holds 2^20 pieces, so memory stays bounded on corpora with many distinct pieces.
   struct Span {
     std::uint32_t offset, length;
   };

@@ -227,7 +227,9 @@ LoaderPosition Trainer::loader_position(const CheckpointInfo& info, const std::s
     probe.seek(position);
     const std::size_t next = probe.next_start();
     const DataShard& shard = data.shards()[data.shard_of(next)];
-    if (shard.path != info.data_shard || static_cast<std::int64_t>(next - shard.begin) != info.data_shard_offset)
+    const bool same_file = shard.path == info.data_shard || std::filesystem::path(shard.path).filename() ==
+                                                               std::filesystem::path(info.data_shard).filename();
+    if (!same_file || static_cast<std::int64_t>(next - shard.begin) != info.data_shard_offset)
       resume_notes_.push_back("note: the checkpoint's next batch starts at token " + std::to_string(info.data_shard_offset) +
                               " of " + info.data_shard + ", this run's at token " + std::to_string(next - shard.begin) +
                               " of " + shard.path + ": the training data differ from the checkpoint's");
