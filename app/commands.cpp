@@ -98,7 +98,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
   const Gpt2Shape shape = gpt2_shape(config.model);
   const ParamLayout layout = make_gpt2_layout(shape);
-  const std::size_t activations = Gpt2<float>::activation_elements(shape, static_cast<int>(plan.micro_batch));
+  const Recompute recompute = recompute_of(config.model);
+  const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
   const auto& p = config.parallel;
   int group = world_size;
   if (p.strategy == "hsdp") {
@@ -119,7 +120,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"model state per rank", b(m.model_state()) + " (" + p.strategy + ", " + p.precision + ": params " + b(m.params) +
                                    ", grads " + b(m.grads) + ", optimizer " + b(m.optimizer) + "; largest rank)"},
       {"comm per step per rank", traffic},
-      {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
+      {"activations per rank", format_bytes(static_cast<double>(activations)) + " (model.recompute = " +
+                                   recompute_name(recompute) + ")"},
       {"memory per rank", predicted_memory_line(config, machine, group)},
       {"data", describe_data(data, splits)},
       {"run directory", resolve_out_dir(config)},

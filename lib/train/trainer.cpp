@@ -12,6 +12,7 @@
 #include "ckpt/checkpoint.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/process_memory.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
 #include "optim/schedule.hpp"
@@ -68,6 +69,12 @@ Gpt2Shape gpt2_shape(const ModelConfig& m) {
   return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, padded_vocab(m.vocab_size, m.vocab_pad_to)};
 }
 
+Recompute recompute_of(const ModelConfig& m) {
+  const std::optional<Recompute> r = recompute_from_name(m.recompute);
+  ST_REQUIRE(r.has_value(), "model.recompute was not validated");
+  return *r;
+}
+
 TokenDataset open_training_data(const Config& config, MPI_Comm comm) {
   // Every rank maps the file itself; all must succeed before anyone goes on.
   std::string problem;
@@ -105,8 +112,23 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   splits_ = split_data(*data_, config.data.val_fraction, config.model.seq_len);
   plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
 
+  // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
+  // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
+  // the node measure theirs, as they will compute during training. Before the run's buffers:
+  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's.
+  ST_CHECK_MPI(MPI_Barrier(world.comm()));
+  const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
+  const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
+  matmul_flops_ = execution_.matmul_rate ? execution_.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
+  double slowest = matmul_flops_;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  matmul_flops_ = slowest;
+
+  // What this rank holds before any of the run's buffers: the measured growth starts here.
+  resident_before_ = resident_bytes();
   shape_ = gpt2_shape(config.model);
-  model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch), *execution_.exec);
+  model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch), *execution_.exec,
+                                         recompute_of(config.model));
   scalar_memory_ = execution_.exec->allocate(sizeof(double));
   StrategyComms comms{comms_.collectives()};
   shard_group_ = world.size();
@@ -138,16 +160,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   signals_ = std::make_unique<StopSignals>();
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
 
-  // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
-  // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
-  // the node measure theirs, as they will compute during training.
-  ST_CHECK_MPI(MPI_Barrier(world.comm()));
-  const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
-  const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
-  matmul_flops_ = execution_.matmul_rate ? execution_.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
-  double slowest = matmul_flops_;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
-  matmul_flops_ = slowest;
+  // The run's buffers are in place and set: the peak from here on is training's.
+  peak_restarted_ = restart_peak_resident();
 }
 
 Trainer::~Trainer() = default;
@@ -177,7 +191,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
                                    format_bytes(static_cast<double>(memory.params)) + ", grads " +
                                    format_bytes(static_cast<double>(memory.grads)) + ", optimizer " +
                                    format_bytes(static_cast<double>(memory.optimizer)) + ")"},
-      {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
+      {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes())) + " (model.recompute = " +
+                                   recompute_name(model_->recompute()) + ")"},
       {execution_.choice.cuda ? "measured GEMM rate" : "measured sgemm rate", gf.str()},
       {"BLAS", blas_description()},
       {"run directory", run_dir_->path()},
@@ -443,7 +458,11 @@ std::string Trainer::memory_line(const char* when) const {
                      ",\"grads\":" + std::to_string(m.grads) + ",\"optimizer\":" + std::to_string(m.optimizer) +
                      ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" + std::to_string(activations) +
                      ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) + ",\"total\":" + std::to_string(total) +
-                     ",\"largest_rank_total\":" + std::to_string(largest) + "}");
+                     ",\"largest_rank_total\":" + std::to_string(largest) +
+                     (peak_restarted_ ? ",\"resident_before\":" + std::to_string(resident_before_) +
+                                            ",\"resident_peak\":" + std::to_string(peak_resident_bytes())
+                                      : std::string()) +
+                     "}");
   const std::string where = execution_.choice.cuda
                                 ? " (GPU memory; shardtrain's buffers on the device " + b(execution_.device_bytes()) +
                                       ", at most " + b(execution_.device_peak_bytes()) + "; the device has " +
@@ -453,7 +472,16 @@ std::string Trainer::memory_line(const char* when) const {
   return std::string("memory per rank ") + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
          b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
          (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +
-         " on rank 0 (largest rank " + b(largest) + ")";
+         " on rank 0 (largest rank " + b(largest) + ")" + measured_host_memory();
+}
+
+std::string Trainer::measured_host_memory() const {
+  if (!peak_restarted_ || execution_.choice.cuda) return "";
+  const std::uint64_t peak = peak_resident_bytes();
+  const double grown = static_cast<double>(peak) - static_cast<double>(resident_before_);
+  return "; measured on rank 0: peak resident " + format_bytes(static_cast<double>(peak)) + ", " +
+         format_bytes(std::max(0.0, grown)) + " above the " + format_bytes(static_cast<double>(resident_before_)) +
+         " before the run's buffers";
 }
 
 void Trainer::write_traces() {

@@ -48,6 +48,7 @@ class Trainer {
   double validation_loss();
   void print_sample(std::int64_t step);
   std::string memory_line(const char* when) const;
+  std::string measured_host_memory() const;
   void start_from_initial_params();
   void resume();
   void save_checkpoint(std::int64_t steps_done);
@@ -72,6 +73,10 @@ class Trainer {
   BatchCursor train_cursor_;
   std::vector<int> tokens_, targets_;
   double matmul_flops_ = 0;
+  // Host memory measured: resident before the run's buffers, and whether the peak could be
+  // restarted after setup (so that it measures training).
+  std::uint64_t resident_before_ = 0;
+  bool peak_restarted_ = false;
   LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
   std::int64_t start_step_ = 0;
@@ -89,6 +94,8 @@ int hsdp_group_size(const ParallelConfig& parallel, int world_size, int node_siz
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
 // The deck's model shape, vocabulary padded per model.vocab_pad_to.
 Gpt2Shape gpt2_shape(const ModelConfig& model);
+// The deck's model.recompute (validated by the deck's schema).
+Recompute recompute_of(const ModelConfig& model);
 // Maps data.path on every rank and checks that its token ids fit model.vocab_size; if any rank
 // fails, every rank throws the same Error (scope: all ranks).
 TokenDataset open_training_data(const Config& config, MPI_Comm comm);
