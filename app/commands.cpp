@@ -14,6 +14,7 @@
 #include "deck/parse.hpp"
 #include "deck/read.hpp"
 #include "deck/schema.hpp"
+#include "app/use_commands.hpp"
 #include "app/version.hpp"
 #include "exec/device_choice.hpp"
 #include "model/gpt2.hpp"
@@ -220,6 +221,31 @@ int main_with_mpi(int argc, char** argv) {
   exporter->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
   exporter->add_option("out", ckpt_out, "Output HDF5 file")->required();
 
+  auto add_checkpoint_options = [](CLI::App* sub, std::string& checkpoint, std::vector<std::string>& overrides) {
+    sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory or run directory")->required();
+    sub->add_option("--set", overrides, "Override a key of the checkpoint's deck (e.g. parallel.strategy)")
+        ->type_name("KEY=VALUE");
+  };
+  GenerateRequest gen;
+  auto* generate = cli.add_subcommand("generate", "Sample text from a checkpoint (a file, its directory, or a run directory)");
+  add_checkpoint_options(generate, gen.checkpoint, gen.overrides);
+  generate->add_option("--prompt", gen.prompt, "Text to continue (byte-level models; default a newline)");
+  generate->add_option("--prompt-tokens", gen.prompt_tokens, "Token ids to continue, \"1 2 3\" or \"1,2,3\"");
+  generate->add_option("--samples", gen.samples, "Samples to draw (sample i uses seed + i)")->check(CLI::PositiveNumber);
+  generate->add_option("--tokens", gen.tokens, "Tokens to generate per sample")->check(CLI::NonNegativeNumber);
+  generate->add_option("--temperature", gen.temperature, "Softmax temperature (> 0)")->check(CLI::PositiveNumber);
+  generate->add_option("--top-k", gen.top_k, "Draw among the k most probable tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  generate->add_option("--seed", gen.seed, "Seed of the draws");
+  generate->add_flag("--json", gen.json, "One JSON object: the samples' tokens and text");
+  EvalRequest ev;
+  auto* eval = cli.add_subcommand("eval", "Mean loss and perplexity of a checkpoint on held-out data");
+  add_checkpoint_options(eval, ev.checkpoint, ev.overrides);
+  eval->add_option("--data", ev.data, "Evaluate on all of this file (default: the deck's validation split)");
+  eval->add_option("--batches", ev.batches, "Batches of data.global_batch sequences (default: run.eval_batches)")
+      ->check(CLI::PositiveNumber);
+  eval->add_flag("--json", ev.json, "One JSON object");
+
   // A first word that is not an option must name a subcommand: say which it is not, and what
   // there is (CLI11 would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
@@ -251,6 +277,8 @@ int main_with_mpi(int argc, char** argv) {
   if (*topo) return topo_command(topo_file, world);
   if (*doctor) return doctor_command(world);
   if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
+  if (*generate) return generate_command(gen, world);
+  if (*eval) return eval_command(ev, world);
   if (*ckpt) return ckpt_command(*inspect ? "inspect" : "export", ckpt_file, ckpt_out, world);
   return kExitUsage;
 }

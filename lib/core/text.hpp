@@ -22,5 +22,7 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
 
 // A JSON string literal, quotes included, with control and non-ASCII bytes escaped.
 std::string json_string(const std::string& s);
+// A JSON number that reads back as the same double (17 significant digits).
+std::string json_number(double x);
 
 }  // namespace st
