@@ -291,6 +291,7 @@ TrainSummary Trainer::run() {
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));
 
+  const Stopwatch run_clock;  // for elapsed time and the ETA
   for (std::int64_t step = start_step_; step < config_.run.steps; ++step) {
     timeline_.set_enabled(step < config_.run.trace_steps);
     Stopwatch clock;
@@ -306,6 +307,9 @@ TrainSummary Trainer::run() {
                       memory.model_state() + memory.workspace + net_->model().activation_bytes(),
                       traffic.intra.total() - traffic_seen_.intra.total(),
                       traffic.inter.total() - traffic_seen_.inter.total()};
+    record.elapsed_seconds = run_clock.seconds();
+    record.eta_seconds = record.elapsed_seconds / static_cast<double>(step + 1 - start_step_) *
+                         static_cast<double>(config_.run.steps - step - 1);
     waited_seen_ = waited;
     traffic_seen_ = traffic;
     if (step == start_step_) summary.first_loss = loss;
