@@ -14,6 +14,7 @@
 #include "deck/parse.hpp"
 #include "deck/read.hpp"
 #include "deck/schema.hpp"
+#include "app/use_commands.hpp"
 #include "app/version.hpp"
 #include "exec/device_choice.hpp"
 #include "model/gpt2.hpp"
@@ -100,7 +101,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, plan.global_batch, "validation");
   const Gpt2Shape shape = gpt2_shape(config.model);
   const ParamLayout layout = make_gpt2_layout(shape);
-  const std::size_t activations = Gpt2<float>::activation_elements(shape, static_cast<int>(plan.micro_batch));
+  const Recompute recompute = recompute_of(config.model);
+  const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
   const auto& p = config.parallel;
   int group = world_size;
   if (p.strategy == "hsdp") {
@@ -121,7 +123,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"model state per rank", b(m.model_state()) + " (" + p.strategy + ", " + p.precision + ": params " + b(m.params) +
                                    ", grads " + b(m.grads) + ", optimizer " + b(m.optimizer) + "; largest rank)"},
       {"comm per step per rank", traffic},
-      {"activations per rank", format_bytes(4.0 * static_cast<double>(activations))},
+      {"activations per rank", format_bytes(static_cast<double>(activations)) + " (model.recompute = " +
+                                   recompute_name(recompute) + ")"},
       {"memory per rank", predicted_memory_line(config, machine, group)},
       {"data", describe_data(data)},
       {"tokenizer", data.tokenizer->description()},
@@ -239,6 +242,31 @@ int main_with_mpi(int argc, char** argv) {
   exporter->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
   exporter->add_option("out", ckpt_out, "Output HDF5 file")->required();
 
+  auto add_checkpoint_options = [](CLI::App* sub, std::string& checkpoint, std::vector<std::string>& overrides) {
+    sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory or run directory")->required();
+    sub->add_option("--set", overrides, "Override a key of the checkpoint's deck (e.g. parallel.strategy)")
+        ->type_name("KEY=VALUE");
+  };
+  GenerateRequest gen;
+  auto* generate = cli.add_subcommand("generate", "Sample text from a checkpoint (a file, its directory, or a run directory)");
+  add_checkpoint_options(generate, gen.checkpoint, gen.overrides);
+  generate->add_option("--prompt", gen.prompt, "Text to continue, encoded by the deck's data.tokenizer (default: a newline for bytes, <|endoftext|> for gpt2)");
+  generate->add_option("--prompt-tokens", gen.prompt_tokens, "Token ids to continue, \"1 2 3\" or \"1,2,3\"");
+  generate->add_option("--samples", gen.samples, "Samples to draw (sample i uses seed + i)")->check(CLI::PositiveNumber);
+  generate->add_option("--tokens", gen.tokens, "Tokens to generate per sample")->check(CLI::NonNegativeNumber);
+  generate->add_option("--temperature", gen.temperature, "Softmax temperature (> 0)")->check(CLI::PositiveNumber);
+  generate->add_option("--top-k", gen.top_k, "Draw among the k most probable tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  generate->add_option("--seed", gen.seed, "Seed of the draws");
+  generate->add_flag("--json", gen.json, "One JSON object: the samples' tokens and text");
+  EvalRequest ev;
+  auto* eval = cli.add_subcommand("eval", "Mean loss and perplexity of a checkpoint on held-out data");
+  add_checkpoint_options(eval, ev.checkpoint, ev.overrides);
+  eval->add_option("--data", ev.data, "Evaluate on all of this file (default: the deck's validation split)");
+  eval->add_option("--batches", ev.batches, "Batches of data.global_batch sequences (default: run.eval_batches)")
+      ->check(CLI::PositiveNumber);
+  eval->add_flag("--json", ev.json, "One JSON object");
+
   // A first word that is not an option must name a subcommand: say which it is not, and what
   // there is (CLI11 would only say that a subcommand is required).
   if (argc > 1 && argv[1][0] != '-') {
@@ -271,6 +299,8 @@ int main_with_mpi(int argc, char** argv) {
   if (*doctor) return doctor_command(world);
   if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
   if (*tokenize) return tokenize_command(tokenize_request, world);
+  if (*generate) return generate_command(gen, world);
+  if (*eval) return eval_command(ev, world);
   if (*ckpt) return ckpt_command(*inspect ? "inspect" : "export", ckpt_file, ckpt_out, world);
   return kExitUsage;
 }

@@ -1,6 +1,7 @@
 #include "app/planning.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 
@@ -68,9 +69,10 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
   rates.memory_source = source + " " + format_bytes(available) + " / " + std::to_string(sharing) + " rank(s)";
 
   std::string rate_source;
+  rates.threads = choose_thread_count(static_cast<int>(config.run.threads), host_ranks);
   if (probe) {
     // The rate the ranks will compute at: their thread count, all of the host's ranks busy.
-    apply_thread_count(choose_thread_count(static_cast<int>(config.run.threads), host_ranks));
+    apply_thread_count(rates.threads);
     const BatchPlan batches = plan_batches(config.data, config.model.seq_len, W, config.deck_path);
     const Gpt2Shape shape = gpt2_shape(config.model);
     const int micro = static_cast<int>(batches.micro_batch);
@@ -169,6 +171,18 @@ void check_memory_fits(const Config& config, const Machine& m) {
   if (p.fits) return;
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   // What would fit: each strategy on this many ranks, else on more nodes like these.
+  // On these ranks, with more recomputation than the deck asks for.
+  std::string with_recompute;
+  for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
+    if (stronger <= p.recompute) continue;
+    const StrategyPrediction q = predict_strategy(config, m, strategy, group, stronger);
+    if (!q.fits) continue;
+    with_recompute = "On these ranks it fits with model.recompute = \"" + std::string(recompute_name(stronger)) +
+                     "\": " + b(q.total_bytes()) + " per rank (activations " + b(q.activation_bytes) + "), +" +
+                     std::to_string(static_cast<int>(std::lround(100 * q.recompute_s / (q.step_s - q.recompute_s)))) +
+                     "% predicted step time. ";
+    break;
+  }
   std::vector<std::string> fits;
   int largest_split = 0;  // the most ranks the global batch was found to split over
   for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
@@ -191,16 +205,18 @@ void check_memory_fits(const Config& config, const Machine& m) {
                         std::to_string(m.world()) + " rank(s) needs " + b(p.total_bytes()) +
                         " per rank (model state " + b(p.state_bytes) + ", activations " + b(p.activation_bytes) +
                         ", workspace " + b(p.workspace_bytes) + "), more than the " +
-                        format_bytes(m.memory_per_rank) + " per rank available (" + m.memory_source + "). ";
+                        format_bytes(m.memory_per_rank) + " per rank available (" + m.memory_source + "). " +
+                        with_recompute;
+  const std::string without = with_recompute.empty() ? "" : "Without it, ";
   if (fits.empty())
-    message += "Nothing fits on up to " + std::to_string(largest_split) + " ranks of nodes like these" +
+    message += without + (without.empty() ? "Nothing" : "nothing") + " fits on up to " + std::to_string(largest_split) + " ranks of nodes like these" +
                (largest_split < m.world() * 64
                     ? " (data.global_batch = " + std::to_string(config.data.global_batch) + " does not split over more)"
                     : std::string()) +
                ": make the model smaller, use parallel.precision = \"bf16\", lower data.micro_batch, or raise "
                "data.global_batch to spread it over more ranks.";
   else
-    message += "It would fit with " + join(fits, "; ") + " (" + std::to_string(m.ranks_per_node) +
+    message += without + (without.empty() ? "It" : "it") + " would fit with " + join(fits, "; ") + " (" + std::to_string(m.ranks_per_node) +
                " rank(s) per node of this size).";
   throw Error(message, ErrorScope::all_ranks);
 }
@@ -208,7 +224,8 @@ void check_memory_fits(const Config& config, const Machine& m) {
 std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   const PlanResult plan = plan_strategies(config, machine);
   const std::string table = format_plan(plan, machine);
-  if (plan.chosen < 0)
+  // Recomputation costs compute: the planner recommends it, the deck decides.
+  if (plan.chosen < 0 || plan.recompute)
     throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + plan.reason, ErrorScope::all_ranks);
   const StrategyPrediction& chosen = plan.rows[static_cast<std::size_t>(plan.chosen)];
   config.parallel.strategy = chosen.strategy;

@@ -385,24 +385,32 @@ void share(ReadPlan& plan, MPI_Comm comm) {
   broadcast(plan.chunk_offsets, 0, comm);
 }
 
-}  // namespace
-
-CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
-  // Rank 0 reads the file's metadata and tells the others where the chunks are: one process,
-  // not every rank, walks HDF5's headers and chunk index.
+// Rank 0 makes the plan (reads the file's metadata, and where the chunks are) and shares it: one
+// process, not every rank, walks HDF5's headers and chunk index. On failure every rank throws
+// the same Error naming the file.
+template <class MakePlan>
+ReadPlan plan_on_rank0(const std::string& path, MPI_Comm comm, MakePlan make_plan) {
   int rank = 0;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   ReadPlan plan;
   std::string problem;
   if (rank == 0) {
     try {
-      plan = plan_read(path, shape);
+      plan = make_plan();
     } catch (const Error& e) {
       problem = "checkpoint " + path + ": " + e.what();
     }
   }
   agree_or_throw(comm, problem);
   share(plan, comm);
+  return plan;
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
+  ReadPlan plan = plan_on_rank0(path, comm, [&] { return plan_read(path, shape); });
+  std::string problem;
 
   // Every rank reads its slices straight into the strategy, verifying every chunk it touches.
   try {
@@ -431,6 +439,19 @@ CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, 
   }
   agree_or_throw(comm, problem);
   return plan.info;
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm) {
+  return plan_on_rank0(path, comm, [&] {
+           if (!fs::exists(path)) throw Error("no such file");
+           if (!fs::is_regular_file(path)) throw Error("not a file");
+           ReadPlan plan;
+           h5::Handle file = h5::open_file_serial(path);
+           plan.info = read_info(file.get());
+           file.close("closing " + path);
+           return plan;
+         })
+      .info;
 }
 
 std::vector<std::string> checkpoint_candidates(const std::string& dir) {

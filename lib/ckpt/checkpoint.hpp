@@ -84,6 +84,11 @@ void remove_files(const std::vector<std::string>& paths);
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
 CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
 
+// What a checkpoint says of itself (step, strategy, the deck that wrote it, the model shape),
+// read by rank 0 and shared. Collective; on failure every rank throws the same Error naming the
+// file.
+CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm);
+
 // Candidates for checkpoint.resume = "latest": the file `dir`/latest names first, then every
 // ckpt_<step>.h5 in `dir`, newest first.
 std::vector<std::string> checkpoint_candidates(const std::string& dir);

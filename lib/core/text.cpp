@@ -1,6 +1,8 @@
 #include "core/text.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <numeric>
 
@@ -54,6 +56,35 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
     out += parts[i];
   }
   return out;
+}
+
+std::string utc_timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(millis));
+  return text;
+}
+
+std::string format_duration(double seconds) {
+  const long long s = seconds > 0 ? static_cast<long long>(seconds + 0.5) : 0;
+  char text[40];
+  if (s < 60) std::snprintf(text, sizeof text, "%llds", s);
+  else if (s < 3600) std::snprintf(text, sizeof text, "%lldm %02llds", s / 60, s % 60);
+  else if (s < 86400) std::snprintf(text, sizeof text, "%lldh %02lldm", s / 3600, s % 3600 / 60);
+  else std::snprintf(text, sizeof text, "%lldd %02lldh", s / 86400, s % 86400 / 3600);
+  return text;
+}
+
+std::string json_number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", x);
+  return text;
 }
 
 std::string json_string(const std::string& s) {

@@ -22,5 +22,12 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
 
 // A JSON string literal, quotes included, with control and non-ASCII bytes escaped.
 std::string json_string(const std::string& s);
+// Now in UTC, ISO 8601 with milliseconds: "2026-12-03T13:05:25.123Z".
+std::string utc_timestamp();
+// A duration for people: "45s", "12m 05s", "3h 02m", "2d 04h".
+std::string format_duration(double seconds);
+
+// A JSON number that reads back as the same double (17 significant digits).
+std::string json_number(double x);
 
 }  // namespace st

@@ -30,6 +30,7 @@ struct ModelConfig {
   std::int64_t seq_len = 0;
   std::int64_t vocab_size = 0;
   std::int64_t vocab_pad_to = 0;
+  std::string recompute;
 };
 
 struct DataConfig {

@@ -109,6 +109,12 @@ std::vector<KeySpec> build_schema() {
               "Pad the embedding table to a multiple of this many rows (e.g. 128: 50257 -> 50304) for faster "
               "matmuls; padded rows are never predicted.",
               store(&C::model, &ModelConfig::vocab_pad_to)),
+      choice("model", "recompute", "\"none\"", {"none", "selective", "full"},
+             "Activation recomputation, compute traded for memory. none: keep every activation for backward; "
+             "selective: recompute the attention probabilities and the GELU output (the largest activations, "
+             "cheap to recompute: a few percent more compute); full: keep only each block's input and rerun the "
+             "block's forward in backward (about a third more compute). Results are the same bit for bit.",
+             store(&C::model, &ModelConfig::recompute)),
       // [data]
       strings("data", "path", "",
               "Training data: a file, a glob (\"data/fineweb_train_*.bin\", its matches in name order) or a list "

@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -68,10 +70,15 @@ void layernorm_forward(R* out, R* mean, R* rstd, const R* in, const R* weight, c
 template <class R>
 void layernorm_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, const R* mean,
                         const R* rstd, int N, int C) {
-#pragma omp parallel
+  // Parameter gradients are sums over rows: each thread sums its rows, then the partial sums
+  // are added in thread order, so the result is the same on every run (and when backward
+  // recomputes activations) for a given thread count.
+  const int teams = omp_get_max_threads();
+  std::vector<R> partial(static_cast<std::size_t>(teams) * 2 * C, R(0));
+#pragma omp parallel num_threads(teams)
   {
-    // Parameter gradients are sums over rows: each thread sums its rows, then one merge.
-    std::vector<R> dw(C, R(0)), db(C, R(0));
+    R* dw = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * 2 * C;
+    R* db = dw + C;
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       const R* x = in + static_cast<std::size_t>(i) * C;
@@ -93,11 +100,13 @@ void layernorm_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in
         dx[c] += s * (d[c] * weight[c] - a - xhat * b);
       }
     }
-#pragma omp critical
-    for (int c = 0; c < C; ++c) {
-      dweight[c] += dw[c];
-      dbias[c] += db[c];
-    }
+    // (the loop's barrier: every partial sum is complete)
+#pragma omp for schedule(static)
+    for (int c = 0; c < C; ++c)
+      for (int t = 0; t < teams; ++t) {
+        dweight[c] += partial[static_cast<std::size_t>(t) * 2 * C + c];
+        dbias[c] += partial[static_cast<std::size_t>(t) * 2 * C + C + c];
+      }
   }
 }
 
@@ -131,66 +140,144 @@ void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, c
   }
 }
 
+namespace {
+// Causal attention touches only the lower triangle of each T x T block: its matmuls run over
+// bands of this many query rows, each against the keys up to the band's end, so about half of
+// the full block's FLOPs are spent (9/16 at T = 8 bands) rather than all of them.
+constexpr int kBandRows = 128;
+
+// The query rows [r0, r1) of band `r0`: r1 keys take part.
+inline int band_end(int r0, int T) { return std::min(T, r0 + kBandRows); }
+
+// e^x for x <= 0 (softmax's shifted scores) as 2^n e^r: n = round(x / ln 2), r = x - n ln 2 in
+// [-ln 2 / 2, ln 2 / 2] (ln 2 in two parts, so r is exact), e^r by Cephes' degree-6 expf
+// polynomial, 2^n written into the exponent bits. Relative error below 3e-7 (checked in tests).
+// Unlike the library call it vectorises: softmax evaluates it on every causal score.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;           // e^-87 = 1.6e-38: the smallest normal floats (NaN stays NaN)
+  constexpr float kRound = 12582912.0f;  // 1.5 x 2^23: adding and subtracting it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const std::int32_t exponent = (static_cast<std::int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(exponent);
+}
+inline float softmax_exp(float x) { return exp_nonpositive(x); }
+inline double softmax_exp(double x) { return std::exp(x); }  // gradient checks want the exact one
+
+// One head's causal softmax probabilities, a[t, s] = softmax_s(<q_t, k_s> / sqrt(hs)) for s <= t
+// and 0 above: the forward and the recomputation in backward run this same code, so a
+// recomputed block equals the kept one bit for bit.
 template <class R>
-void attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+void head_probabilities(R* a, const R* q, const R* k, int T, int hs, int C3) {
   const R scale = R(1) / std::sqrt(static_cast<R>(hs));
+  for (int r0 = 0; r0 < T; r0 += kBandRows) {
+    const int r1 = band_end(r0, T);
+    gemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<std::size_t>(r0) * C3, C3, k, C3, R(0),
+         a + static_cast<std::size_t>(r0) * T, T);
+  }
+  for (int t = 0; t < T; ++t) {
+    R* row = a + static_cast<std::size_t>(t) * T;
+    R max = row[0];
+    for (int j = 1; j <= t; ++j) max = std::max(max, row[j]);
+    // Two loops: the exponentials vectorise, the sum keeps its order.
+    for (int j = 0; j <= t; ++j) row[j] = softmax_exp(row[j] - max);
+    R sum = 0;
+    for (int j = 0; j <= t; ++j) sum += row[j];
+    const R inv = R(1) / sum;
+    for (int j = 0; j <= t; ++j) row[j] *= inv;
+    std::fill(row + t + 1, row + T, R(0));
+  }
+}
+
+// Offsets of (sequence, head) pair `pair`: its q in qkv[B, T, 3C] (k at + C, v at + 2C; the
+// same in dqkv) and its columns of out[B, T, C] (of dout).
+struct HeadOffsets {
+  std::size_t qkv, out;
+};
+inline HeadOffsets head_offsets(int pair, int NH, int T, int C) {
+  const std::size_t b = static_cast<std::size_t>(pair / NH), column = static_cast<std::size_t>(pair % NH) * (C / NH);
+  return {b * T * 3 * C + column, b * T * C + column};
+}
+
+// Threads for the loop over (sequence, head) pairs: one working block each, so never more
+// threads than blocks.
+template <class R>
+int head_threads(const AttentionProbs<R>& p, int pairs) {
+  return std::max(1, std::min(p.heads, pairs));
+}
+}  // namespace
+
+template <class R>
+void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C, pairs = B * NH;
+  const std::size_t block = static_cast<std::size_t>(T) * T;
   // One (batch, head) pair per iteration; BLAS runs single-threaded inside the parallel region.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
-      const R* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
-      const R* k = q + C;
-      const R* v = q + 2 * C;
-      R* a = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      gemm(false, true, T, T, hs, scale, q, C3, k, C3, R(0), a, T);
-      for (int t = 0; t < T; ++t) {
-        R* row = a + static_cast<std::size_t>(t) * T;
-        R max = row[0];
-        for (int j = 1; j <= t; ++j) max = std::max(max, row[j]);
-        R sum = 0;
-        for (int j = 0; j <= t; ++j) {
-          row[j] = std::exp(row[j] - max);
-          sum += row[j];
-        }
-        const R inv = R(1) / sum;
-        for (int j = 0; j <= t; ++j) row[j] *= inv;
-        for (int j = t + 1; j < T; ++j) row[j] = 0;
-      }
-      gemm(false, false, T, hs, T, R(1), a, T, v, C3, R(0), out + static_cast<std::size_t>(b) * T * C + h * hs, C);
+#pragma omp parallel for num_threads(head_threads(probs, pairs)) schedule(static)
+  for (int pair = 0; pair < pairs; ++pair) {
+    const HeadOffsets at = head_offsets(pair, NH, T, C);
+    const R* q = qkv + at.qkv;
+    const R* k = q + C;
+    const R* v = q + 2 * C;
+    R* a = probs.kept ? probs.kept + pair * block : probs.working + omp_get_thread_num() * block;
+    head_probabilities(a, q, k, T, hs, C3);
+    R* o = out + at.out;
+    for (int r0 = 0; r0 < T; r0 += kBandRows) {  // O = P V, band by band
+      const int r1 = band_end(r0, T);
+      gemm(false, false, r1 - r0, hs, r1, R(1), a + static_cast<std::size_t>(r0) * T, T, v, C3, R(0),
+           o + static_cast<std::size_t>(r0) * C, C);
     }
+  }
 }
 
 template <class R>
-void attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
+                        int NH) {
+  const int hs = C / NH, C3 = 3 * C, pairs = B * NH;
   const R scale = R(1) / std::sqrt(static_cast<R>(hs));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
-      const std::size_t head = (static_cast<std::size_t>(b) * NH + h) * T * T;
-      const R* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
-      const R* k = q + C;
-      const R* v = q + 2 * C;
-      R* dq = dqkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
-      R* dk = dq + C;
-      R* dv = dq + 2 * C;
-      const R* a = att + head;
-      R* da = scratch + head;
-      const R* dO = dout + static_cast<std::size_t>(b) * T * C + h * hs;
-      gemm(false, true, T, T, hs, R(1), dO, C, v, C3, R(0), da, T);  // dP = dO V^T
-      gemm(true, false, T, hs, T, R(1), a, T, dO, C, R(0), dv, C3);  // dV = P^T dO
-      for (int t = 0; t < T; ++t) {                                   // softmax backward, causal rows
-        const R* p = a + static_cast<std::size_t>(t) * T;
-        R* d = da + static_cast<std::size_t>(t) * T;
+  const std::size_t block = static_cast<std::size_t>(T) * T;
+#pragma omp parallel for num_threads(head_threads(probs, pairs)) schedule(static)
+  for (int pair = 0; pair < pairs; ++pair) {
+    const HeadOffsets at = head_offsets(pair, NH, T, C);
+    const R* q = qkv + at.qkv;
+    const R* k = q + C;
+    const R* v = q + 2 * C;
+    R* dq = dqkv + at.qkv;
+    R* dk = dq + C;
+    R* dv = dq + 2 * C;
+    const std::size_t slot = static_cast<std::size_t>(omp_get_thread_num()) * block;
+    const R* a = probs.kept ? probs.kept + pair * block : probs.working + slot;
+    if (!probs.kept) head_probabilities(probs.working + slot, q, k, T, hs, C3);
+    R* da = probs.dworking + slot;
+    const R* dO = dout + at.out;
+    // Bands from the last, which reaches every key: it sets dV and dK, the others add to them.
+    const int last = (T - 1) / kBandRows * kBandRows;
+    for (int r0 = last; r0 >= 0; r0 -= kBandRows) {
+      const int r1 = band_end(r0, T), rows = r1 - r0;
+      const R keep = r0 == last ? R(0) : R(1);
+      const R* p = a + static_cast<std::size_t>(r0) * T;
+      R* d = da + static_cast<std::size_t>(r0) * T;
+      gemm(false, true, rows, r1, hs, R(1), dO + static_cast<std::size_t>(r0) * C, C, v, C3, R(0), d, T);  // dP = dO V^T
+      gemm(true, false, r1, hs, rows, R(1), p, T, dO + static_cast<std::size_t>(r0) * C, C, keep, dv, C3);  // dV += P^T dO
+      for (int t = r0; t < r1; ++t) {  // softmax backward, causal rows
+        const R* pt = a + static_cast<std::size_t>(t) * T;
+        R* dt = da + static_cast<std::size_t>(t) * T;
         R dot = 0;
-        for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
-        for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot);
-        for (int j = t + 1; j < T; ++j) d[j] = 0;
+        for (int j = 0; j <= t; ++j) dot += pt[j] * dt[j];
+        for (int j = 0; j <= t; ++j) dt[j] = pt[j] * (dt[j] - dot);
+        std::fill(dt + t + 1, dt + r1, R(0));
       }
-      gemm(false, false, T, hs, T, scale, da, T, k, C3, R(0), dq, C3);  // dQ = dS K / sqrt(hs)
-      gemm(true, false, T, hs, T, scale, da, T, q, C3, R(0), dk, C3);   // dK = dS^T Q / sqrt(hs)
+      gemm(false, false, rows, hs, r1, scale, d, T, k, C3, R(0), dq + static_cast<std::size_t>(r0) * C3, C3);  // dQ = dS K / sqrt(hs)
+      gemm(true, false, r1, hs, rows, scale, d, T, q + static_cast<std::size_t>(r0) * C3, C3, keep, dk, C3);   // dK += dS^T Q / sqrt(hs)
     }
+  }
 }
 
 namespace {
@@ -224,6 +311,7 @@ inline double tanh_of(double x) { return std::tanh(x); }  // gradient checks wan
 }  // namespace
 
 float tanh_float(float x) { return tanh_rational(x); }
+float exp_float(float x) { return exp_nonpositive(x); }
 
 template <class R>
 void gelu_forward(R* out, const R* in, std::size_t n) {
@@ -301,8 +389,8 @@ void softmax_cross_entropy_backward(R* probs, const int* targets, int N, int V, 
   template void layernorm_backward<R>(R*, R*, R*, const R*, const R*, const R*, const R*, const R*, int, int);  \
   template void linear_forward<R>(R*, const R*, const R*, const R*, int, int, int);                             \
   template void linear_backward<R>(R*, R*, R*, const R*, const R*, const R*, int, int, int, bool);              \
-  template void attention_forward<R>(R*, R*, const R*, int, int, int, int);                                     \
-  template void attention_backward<R>(R*, R*, const R*, const R*, const R*, int, int, int, int);                \
+  template void attention_forward<R>(R*, const AttentionProbs<R>&, const R*, int, int, int, int);               \
+  template void attention_backward<R>(R*, const AttentionProbs<R>&, const R*, const R*, int, int, int, int);    \
   template void gelu_forward<R>(R*, const R*, std::size_t);                                                     \
   template void gelu_backward<R>(R*, const R*, const R*, std::size_t);                                          \
   template void add<R>(R*, const R*, const R*, std::size_t);                                                    \

@@ -5,6 +5,8 @@
 // gradients, so micro-batches add up without extra buffers.
 #include <cstddef>
 
+#include "exec/attention_probs.hpp"
+
 namespace st::kernels {
 
 // out[b,t,:] = wte[token[b,t],:] + wpe[t,:]
@@ -29,13 +31,15 @@ template <class R>
 void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C, int OC,
                      bool accumulate_din);
 
-// Causal multi-head self-attention on qkv[B,T,3C] (q, k, v each C wide, heads of C/NH).
-// att[B,NH,T,T] keeps the softmax probabilities (zero above the diagonal) for backward.
+// Causal multi-head self-attention on qkv[B,T,3C] (q, k, v each C wide, heads of C/NH). The
+// softmax probabilities go to probs.kept (for backward) or, not kept, through probs.working;
+// one (sequence, head) pair per thread, at most probs.heads threads.
 template <class R>
-void attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH);
-// dqkv = gradient (overwritten); scratch holds B*NH*T*T elements.
+void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH);
+// dqkv = gradient (overwritten), from the kept probabilities or recomputed ones (the same values).
 template <class R>
-void attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B, int T, int C, int NH);
+void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
+                        int NH);
 
 // GELU, tanh approximation (as GPT-2).
 template <class R>
@@ -44,8 +48,10 @@ void gelu_forward(R* out, const R* in, std::size_t n);
 template <class R>
 void gelu_backward(R* din, const R* in, const R* dout, std::size_t n);
 
-// The float tanh GELU uses (exposed for its accuracy test).
+// The float tanh GELU uses and the float e^x (x <= 0) of the attention softmax (exposed for
+// their accuracy tests).
 float tanh_float(float x);
+float exp_float(float x);
 
 template <class R>
 void add(R* out, const R* a, const R* b, std::size_t n);

@@ -1,5 +1,7 @@
 #include "exec/layer_kernels.hpp"
 
+#include <omp.h>
+
 #include "exec/host_kernels.hpp"
 
 namespace st {
@@ -32,13 +34,18 @@ void HostLayerKernels<R>::linear_backward(R* din, R* dweight, R* dbias, const R*
   kernels::linear_backward(din, dweight, dbias, dout, in, weight, N, C, OC, accumulate_din);
 }
 template <class R>
-void HostLayerKernels<R>::attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH) {
-  kernels::attention_forward(out, att, qkv, B, T, C, NH);
+int HostLayerKernels<R>::attention_heads_at_once(int B, int NH) const {
+  return st::attention_heads_at_once(false, B, NH, omp_get_max_threads());
 }
 template <class R>
-void HostLayerKernels<R>::attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B,
+void HostLayerKernels<R>::attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C,
+                                            int NH) {
+  kernels::attention_forward(out, probs, qkv, B, T, C, NH);
+}
+template <class R>
+void HostLayerKernels<R>::attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B,
                                              int T, int C, int NH) {
-  kernels::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  kernels::attention_backward(dqkv, probs, dout, qkv, B, T, C, NH);
 }
 template <class R>
 void HostLayerKernels<R>::gelu_forward(R* out, const R* in, std::size_t n) {

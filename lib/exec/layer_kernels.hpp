@@ -11,6 +11,8 @@
 // argument is that of the host kernel of the same name in exec/host_kernels.hpp.
 #include <cstddef>
 
+#include "exec/attention_probs.hpp"
+
 namespace st {
 
 template <class R>
@@ -27,9 +29,12 @@ class LayerKernels {
   virtual void linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, int C, int OC) = 0;
   virtual void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C,
                                int OC, bool accumulate_din) = 0;
-  virtual void attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH) = 0;
-  virtual void attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B, int T, int C,
-                                  int NH) = 0;
+  // Heads in flight at once (blocks in AttentionProbs::working and dworking) for B sequences.
+  virtual int attention_heads_at_once(int B, int NH) const = 0;
+  virtual void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  virtual void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T,
+                                  int C, int NH) = 0;
   virtual void gelu_forward(R* out, const R* in, std::size_t n) = 0;
   virtual void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) = 0;
   virtual void add(R* out, const R* a, const R* b, std::size_t n) = 0;
@@ -53,8 +58,9 @@ class HostLayerKernels final : public LayerKernels<R> {
   void linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, int C, int OC) override;
   void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C, int OC,
                        bool accumulate_din) override;
-  void attention_forward(R* out, R* att, const R* qkv, int B, int T, int C, int NH) override;
-  void attention_backward(R* dqkv, R* scratch, const R* dout, const R* qkv, const R* att, int B, int T, int C,
+  int attention_heads_at_once(int B, int NH) const override;
+  void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH) override;
+  void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
                           int NH) override;
   void gelu_forward(R* out, const R* in, std::size_t n) override;
   void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) override;

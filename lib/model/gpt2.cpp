@@ -26,8 +26,14 @@ LayerKernels<Real>& kernels_of(Exec& exec) {
 }  // namespace
 
 template <class Real>
-Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec)
-    : shape_(shape), layout_(make_gpt2_layout(shape)), exec_(exec), k_(kernels_of<Real>(exec)), max_batch_(max_batch) {
+Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec, Recompute recompute)
+    : shape_(shape),
+      layout_(make_gpt2_layout(shape)),
+      exec_(exec),
+      k_(kernels_of<Real>(exec)),
+      max_batch_(max_batch),
+      recompute_(recompute),
+      heads_at_once_(k_.attention_heads_at_once(max_batch, static_cast<int>(shape.n_head))) {
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
   const auto& segments = layout_.segments();
@@ -44,33 +50,50 @@ Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec)
                        at("mlp.proj.b")});
   }
 
+  // Carved by the sizes activation_sizes counts (the blocks' own, the working set, the rest); the
+  // check at the end ties the two together.
+  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
-  const std::size_t TT = static_cast<std::size_t>(max_batch) * shape.n_head * shape.seq_len * shape.seq_len;
-  const std::size_t total = activation_elements(shape, max_batch);
-  acts_ = exec.allocate(total * sizeof(Real));
+  const std::size_t T = shape.seq_len;
+  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * T * T;
+  const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
+  acts_ = exec.allocate(sizes.total() * sizeof(Real));
   Real* cursor = acts_.as<Real>().data();
   auto take = [&cursor](std::size_t n) {
     Real* p = cursor;
     cursor += n;
     return p;
   };
-  for (std::int64_t l = 0; l < shape.n_layer; ++l) {
-    BlockActs a{};
+  // Everything a block computes, in one place.
+  auto whole_block = [&](BlockActs& a, bool keep_probs) {
     a.ln1 = take(N * C);
     a.ln1_mean = take(N);
     a.ln1_rstd = take(N);
     a.qkv = take(3 * N * C);
-    a.att = take(TT);
+    a.att = keep_probs ? take(kept_probs) : nullptr;
     a.atty = take(N * C);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
     a.ln2_mean = take(N);
     a.ln2_rstd = take(N);
     a.fch = take(4 * N * C);
-    a.fch_gelu = take(4 * N * C);
+  };
+  block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
+  for (BlockActs& a : block_acts_) {
+    if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
+    a.fch_gelu = recompute == Recompute::none ? take(4 * N * C) : nullptr;
     a.res3 = take(N * C);
-    block_acts_.push_back(a);
   }
+  if (recompute == Recompute::full) {
+    BlockActs working{};
+    whole_block(working, false);
+    for (BlockActs& a : block_acts_) {
+      Real* output = a.res3;
+      a = working;
+      a.res3 = output;
+    }
+  }
+  if (recompute != Recompute::none) probs_ = take(heads);
   x0_ = take(N * C);
   lnf_ = take(N * C);
   lnf_mean_ = take(N);
@@ -82,26 +105,16 @@ Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec)
   dtmp_ = take(N * C);
   datty_ = take(N * C);
   dqkv_ = take(3 * N * C);
-  datt_ = take(TT);
+  dprobs_ = take(heads);
   d4c_a_ = take(4 * N * C);
   d4c_b_ = take(4 * N * C);
-  ST_REQUIRE(cursor == acts_.as<Real>().data() + total, "activation buffer accounting is off");
+  // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.
+  for (BlockActs& a : block_acts_)
+    if (!a.fch_gelu) a.fch_gelu = d4c_b_;
+  ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
   batch_memory_ = exec.allocate(2 * N * sizeof(int));
   tokens_at_ = batch_memory_.as<int>().data();
   targets_at_ = tokens_at_ + N;
-}
-
-template <class Real>
-std::size_t Gpt2<Real>::activation_elements(const Gpt2Shape& shape, int max_batch) {
-  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
-  const std::size_t TT = static_cast<std::size_t>(max_batch) * shape.n_head * shape.seq_len * shape.seq_len;
-  // Per block: 16 N C (ln1, qkv, atty, res2, ln2, fch, fch_gelu, res3), 4 N (norm statistics),
-  // the attention probabilities. Then the embedding output, final norm, logits, losses, and
-  // the backward scratch that is reused by every block.
-  const std::size_t per_block = 16 * N * C + 4 * N + TT;
-  return per_block * shape.n_layer + N * C /*x0*/ + N * C + 2 * N /*lnf*/ + N * shape.padded_vocab +
-         N /*losses*/ + N * C /*tmp*/ + 3 * N * C /*dres dtmp datty*/ + 3 * N * C /*dqkv*/ + TT /*datt*/ +
-         2 * 4 * N * C /*d4c*/;
 }
 
 template <class Real>
@@ -139,34 +152,20 @@ double Gpt2<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, con
   ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
   B_ = B;
   T_ = T;
-  const int N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const int N = B * T, C = static_cast<int>(shape_.d_model);
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
   exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(N) * sizeof(int));
   if (targets) exec_.upload(targets_at_, targets, static_cast<std::size_t>(N) * sizeof(int));
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again
   k_.encoder_forward(x0_, tokens_at_, E + wte_, E + wpe_, B, T, C);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
-    const Real* P = buffers.params(l + 1);
-    const BlockOffsets& o = blocks_[l];
-    BlockActs& a = block_acts_[l];
-    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
-    k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
-    k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
-    k_.attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    k_.linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
-    k_.add(a.res2, in, tmp_, NC);
-    k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
-    k_.linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, 4 * C);
-    k_.gelu_forward(a.fch_gelu, a.fch, 4 * NC);
-    k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
-    k_.add(a.res3, a.res2, tmp_, NC);
+    block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
     buffers.after_forward(l + 1);
   }
   const std::size_t last = layout_.segments().size() - 1;
@@ -212,6 +211,11 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    // What the block did not keep, recomputed by the same kernels from what it kept (the
+    // parameters are those before_backward gathered anyway): its whole forward but the output,
+    // or only the GELU output. The attention probabilities come back inside attention_backward.
+    if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
+    else if (recompute_ == Recompute::selective) k_.gelu_forward(a.fch_gelu, a.fch, 4 * NC);
     // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
     k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, 4 * C, C, false);
     k_.gelu_backward(d4c_b_, a.fch, d4c_a_, 4 * NC);
@@ -219,7 +223,7 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     k_.layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // dres now holds d(res2); likewise through attention to the block's input.
     k_.linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, C, C, false);
-    k_.attention_backward(dqkv_, datt_, datty_, a.qkv, a.att, B, T, C, NH);
+    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, C, NH);
     k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
     k_.layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     buffers.grad_ready(l + 1);
@@ -227,6 +231,25 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   k_.encoder_backward(GE + wte_, GE + wpe_, dres_, tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
+}
+
+template <class Real>
+void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B,
+                               int T) {
+  const int N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const BlockOffsets& o = blocks_[l];
+  k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
+  k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
+  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C, NH);
+  k_.linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
+  k_.add(a.res2, in, tmp_, NC);
+  k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
+  k_.linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, 4 * C);
+  k_.gelu_forward(a.fch_gelu, a.fch, 4 * NC);
+  if (!output) return;
+  k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
+  k_.add(a.res3, a.res2, tmp_, NC);
 }
 
 template <class Real>

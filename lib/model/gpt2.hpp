@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "exec/exec.hpp"
+#include "model/activations.hpp"
 #include "model/hooks.hpp"
 #include "model/layout.hpp"
 
@@ -20,15 +21,15 @@ namespace st {
 template <class Real>
 class Gpt2 {
  public:
-  // Activations in `exec`'s memory space, kernels of that backend (double: the host only).
-  Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec = host_exec());
+  // Activations in `exec`'s memory space, kernels of that backend (double: the host only);
+  // what backward recomputes rather than keeps (model/activations.hpp).
+  Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
 
   const Gpt2Shape& shape() const { return shape_; }
   const ParamLayout& layout() const { return layout_; }
+  Recompute recompute() const { return recompute_; }
   std::size_t activation_bytes() const { return acts_.bytes(); }
   Exec& exec() const { return exec_; }
-  // Activation and backward-scratch elements for micro-batches of up to max_batch sequences.
-  static std::size_t activation_elements(const Gpt2Shape& shape, int max_batch);
 
   // GPT-2 initialisation (on the host, whatever the backend): N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
@@ -63,15 +64,23 @@ class Gpt2 {
   struct BlockOffsets {
     std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };
+  // Where a block's activations are: its own (kept until its backward) or a working set that
+  // every block shares (recomputed in backward). att is null when the probabilities are not kept.
   struct BlockActs {
     Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
   };
+  // Block l's forward from its input; without `output` it stops before the MLP's projection
+  // (what backward needs, recomputed).
+  void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
+  AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
 
   Gpt2Shape shape_;
   ParamLayout layout_;
   Exec& exec_;
   LayerKernels<Real>& k_;
   int max_batch_;
+  Recompute recompute_;
+  int heads_at_once_;
   // Offsets within the owning segment: embeddings (wte, wpe), final norm (lnf), blocks.
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<BlockOffsets> blocks_;
@@ -80,7 +89,9 @@ class Gpt2 {
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *tmp_;
   // backward scratch
-  Real *dres_, *dtmp_, *datty_, *dqkv_, *datt_, *d4c_a_, *d4c_b_;
+  Real *dres_, *dtmp_, *datty_, *dqkv_, *d4c_a_, *d4c_b_;
+  Real* probs_ = nullptr;   // attention probabilities in flight, when blocks do not keep them
+  Real* dprobs_ = nullptr;  // their gradient in backward
 
   std::vector<int> tokens_, targets_;  // copies from the last forward
   Memory batch_memory_;                // the same in the backend's space (tokens, then targets)

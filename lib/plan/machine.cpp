@@ -73,6 +73,7 @@ Machine cpu_machine(const Topology& t, int nodes, int ranks_per_node, const CpuR
   // Ranks of a host share its memory bus: shared-memory collectives and the optimizer's sweep
   // each get the rank's share of the copy rate.
   m.memory_gbps = rates.copy_gbps;
+  m.threads_per_rank = rates.threads;
   m.fast_group = ranks_per_node;
   m.fast_gbps = m.node_gbps = rates.copy_gbps;
   m.fast_link = m.node_link = "shared memory";

@@ -19,6 +19,7 @@ struct Machine {
   double flops_per_rank = 0;   // FLOP/s
   std::string flops_source;
   double memory_gbps = 0;      // per rank, for the optimizer step (0: not modelled)
+  int threads_per_rank = 1;    // a CPU rank's OpenMP threads (attention works on as many heads at once)
   // Three levels of links: inside a fast group, between fast groups of a node, between nodes.
   int fast_group = 1;          // ranks per fast group (divides ranks_per_node)
   double fast_gbps = 0;        // per direction
@@ -41,6 +42,7 @@ Machine gpu_machine(const Topology& topology, int nodes, int gpus_per_node, doub
 struct CpuRates {
   double sgemm_flops = 0;      // per rank, measured with the ranks' thread count
   double copy_gbps = 0;        // per rank: its share of the host's memory copy rate
+  int threads = 1;             // OpenMP/BLAS threads per rank
   double memory_per_rank = 0;  // bytes
   std::string memory_source;   // in words
 };

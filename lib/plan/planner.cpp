@@ -112,6 +112,14 @@ std::uint64_t workspace_estimate(const std::string& strategy, const ShardLayout&
   return bytes;
 }
 
+// The smallest total of the rows planned with `recompute`.
+std::uint64_t smallest_without(const std::vector<StrategyPrediction>& rows, Recompute recompute) {
+  std::uint64_t smallest = 0;
+  for (const auto& row : rows)
+    if (row.recompute == recompute && (smallest == 0 || row.total_bytes() < smallest)) smallest = row.total_bytes();
+  return smallest;
+}
+
 std::string ms(double s) {
   char b[32];
   std::snprintf(b, sizeof b, s < 0.01 ? "%.3f" : s < 1 ? "%.2f" : "%.1f", s * 1e3);
@@ -126,7 +134,16 @@ int hsdp_group_for(const Machine& m) {
   return 0;
 }
 
-StrategyPrediction predict_strategy(const Config& config, const Machine& m, const std::string& strategy, int group) {
+std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
+                                         Recompute recompute) {
+  const Gpt2Shape shape = gpt2_shape(config.model);
+  const int B = static_cast<int>(micro_batch);
+  const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head), m.threads_per_rank);
+  return sizeof(float) * activation_sizes(shape, B, recompute, heads).total();
+}
+
+StrategyPrediction predict_strategy(const Config& config, const Machine& m, const std::string& strategy, int group,
+                                    std::optional<Recompute> recompute) {
   const int world = m.world();
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
   const Gpt2Shape shape = gpt2_shape(config.model);
@@ -140,16 +157,18 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, cons
   StrategyPrediction p;
   p.strategy = strategy;
   p.group = n;
+  p.recompute = recompute.value_or(recompute_of(config.model));
   const StrategyPlan whole = plan(world, n);
   p.state_bytes = whole.memory.model_state();
-  p.activation_bytes = 4 * Gpt2<float>::activation_elements(shape, static_cast<int>(batches.micro_batch));
+  p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute);
   const ShardLayout shards(layout, zero_stage(strategy) == 0 ? 1 : n);
   const bool mixed = precision == "bf16";
   p.workspace_bytes = workspace_estimate(strategy, shards, mixed, mb);
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
 
   const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world;
-  p.compute_s = gpt2_train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank;
+  p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute) * tokens / m.flops_per_rank;
+  p.compute_s = gpt2_train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   const std::int64_t calls =
       calls_per_step(strategy, layout, shards, mixed ? 2 : 4, config.parallel.bucket_mb, mb);
 
@@ -196,7 +215,9 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, cons
   // What starts only when backward ends is exposed whatever the overlap: ddp's last bucket (the
   // one holding the embeddings, whose gradients the tied head completes last), the embeddings'
   // reduce-scatter.
-  const double last_backward = kBackwardShare * p.compute_s / static_cast<double>(mb);
+  // Recomputation runs inside backward.
+  const double last_backward =
+      (kBackwardShare * (p.compute_s - p.recompute_s) + p.recompute_s) / static_cast<double>(mb);
   const int stage = zero_stage(strategy);
   const double embeddings = static_cast<double>(shards.padded(0)) / static_cast<double>(shards.padded_total());
   if (!config.parallel.overlap) {
@@ -225,10 +246,32 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, cons
 
 PlanResult plan_strategies(const Config& config, const Machine& m) {
   PlanResult r;
-  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) r.rows.push_back(predict_strategy(config, m, s, 0));
   const int group = hsdp_group_for(m);
-  if (group > 0 && m.world() % group == 0) r.rows.push_back(predict_strategy(config, m, "hsdp", group));
-  else r.notes.push_back("hsdp: not planned, the machine has one level of links (no slower level to replicate across)");
+  const bool plan_hsdp = group > 0 && m.world() % group == 0;
+  auto plan_all = [&](Recompute recompute) {
+    std::vector<StrategyPrediction> rows;
+    for (const std::string s : {"ddp", "zero1", "zero2", "zero3"})
+      rows.push_back(predict_strategy(config, m, s, 0, recompute));
+    if (plan_hsdp) rows.push_back(predict_strategy(config, m, "hsdp", group, recompute));
+    return rows;
+  };
+  const Recompute asked = recompute_of(config.model);
+  r.rows = plan_all(asked);
+  if (!plan_hsdp)
+    r.notes.push_back("hsdp: not planned, the machine has one level of links (no slower level to replicate across)");
+  const auto fits = [](const StrategyPrediction& p) { return p.fits; };
+  // Nothing fits as the deck asks: recomputation is the next lever (selective first, the cheaper).
+  std::optional<Recompute> lever;
+  if (std::none_of(r.rows.begin(), r.rows.end(), fits))
+    for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
+      if (stronger <= asked) continue;
+      std::vector<StrategyPrediction> rows = plan_all(stronger);
+      if (std::none_of(rows.begin(), rows.end(), fits)) continue;
+      lever = stronger;
+      for (auto& row : rows)
+        if (row.fits) r.rows.push_back(row);
+      break;
+    }
 
   std::stable_sort(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& a, const StrategyPrediction& b) {
     if (a.fits != b.fits) return a.fits;
@@ -246,7 +289,8 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     r.reason = "nothing fits: the smallest, " + small.strategy + ", needs " + b(small.total_bytes()) +
                " per rank, more than the " + limit + ". More ranks (or nodes) shard it further; bf16 halves "
                "parameters and gradients; a smaller data.micro_batch shrinks the activations (" +
-               b(small.activation_bytes) + ").";
+               b(small.activation_bytes) + ")" +
+               (asked != Recompute::full ? ", which not even model.recompute = \"full\" brings within it" : "") + ".";
     return r;
   }
   // The fastest, or a less sharded strategy within the margin of it.
@@ -257,6 +301,26 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         order_of(r.rows[i].strategy) < order_of(r.rows[chosen].strategy))
       chosen = i;
   r.chosen = chosen;
+  if (lever) {
+    const StrategyPrediction& c = r.rows[chosen];
+    r.recompute = *lever;
+    std::ostringstream why;
+    why << c.strategy << (c.strategy == "hsdp" ? " with groups of " + std::to_string(c.group) : "")
+        << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
+        << recompute_name(asked) << "\" (the smallest needs " << b(smallest_without(r.rows, asked)) << " per rank, over the "
+        << limit << "); recomputing " << (*lever == Recompute::selective ? "the attention probabilities and GELU outputs"
+                                                                         : "each block's forward in backward")
+        << " brings activations to " << b(c.activation_bytes) << " and " << c.strategy << " to " << b(c.total_bytes())
+        << " per rank, for " << ms(c.recompute_s) << " ms more compute per step (+"
+        << std::round(100 * c.recompute_s / (c.step_s - c.recompute_s)) << "% step time). Predicted step " << ms(c.step_s)
+        << " ms";
+    if (chosen != 0)
+      why << "; " << r.rows.front().strategy << " is predicted " << ms(best) << " ms, inside the planner's "
+          << 100 * kTieMargin << "% margin, where the less sharded strategy is preferred";
+    why << ". Set model.recompute = \"" << recompute_name(*lever) << "\" in the deck.";
+    r.reason = why.str();
+    return r;
+  }
   const StrategyPrediction& c = r.rows[chosen];
   const StrategyPrediction* ddp = find("ddp");
   const StrategyPrediction* zero2 = find("zero2");
@@ -309,17 +373,17 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
   if (m.nodes > 1) out << ", between nodes " << m.inter_node_gbps << " GB/s";
   out << "\n";
   for (const auto& a : m.assumptions) out << "assumed: " << a << "\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "%-5s %-8s %6s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank", "strategy",
-                "group", "state", "activations", "workspace", "total", "fits", "compute ms", "comm ms", "exposed ms",
-                "step ms");
+  char line[320];
+  std::snprintf(line, sizeof line, "%-5s %-8s %6s %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank",
+                "strategy", "group", "recompute", "state", "activations", "workspace", "total", "fits", "compute ms",
+                "comm ms", "exposed ms", "step ms");
   out << line;
   int place = 0;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& p = r.rows[i];
     const std::string rank = p.fits ? std::to_string(++place) : "-";
-    std::snprintf(line, sizeof line, "%-5s %-8s %6d %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n", rank.c_str(),
-                  p.strategy.c_str(), p.group, format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+    std::snprintf(line, sizeof line, "%-5s %-8s %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
+                  rank.c_str(), p.strategy.c_str(), p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",

@@ -8,10 +8,12 @@
 // behind compute, each level of links (fast group, node, network) at its bandwidth with a
 // latency per collective call, plus the optimizer's sweep over what the rank updates.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deck/config.hpp"
+#include "model/activations.hpp"
 #include "plan/machine.hpp"
 
 namespace st {
@@ -19,10 +21,12 @@ namespace st {
 struct StrategyPrediction {
   std::string strategy;
   int group = 0;  // ranks that shard together (hsdp: the group; others: the world)
+  Recompute recompute = Recompute::none;
   std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
   std::uint64_t total_bytes() const { return state_bytes + activation_bytes + workspace_bytes; }
   bool fits = true;
   double compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0, step_s = 0;
+  double recompute_s = 0;  // of compute_s: what activation recomputation adds
   std::uint64_t fast_bytes = 0;  // sent per rank per step inside the fastest level used
   std::uint64_t slow_bytes = 0;  // ... across the slowest level crossed (between groups or nodes)
   std::string slow_level;        // its name ("" when nothing crosses a slower level)
@@ -31,15 +35,22 @@ struct StrategyPrediction {
 struct PlanResult {
   std::vector<StrategyPrediction> rows;  // those that fit, fastest first; then the rest, smallest first
   int chosen = -1;                       // index into rows; -1 when nothing fits
+  std::optional<Recompute> recompute;    // the recomputation the choice needs, when the deck's does not fit
   std::string reason;                    // the choice and its trade-off, in words
   std::vector<std::string> notes;
 };
 
-// One strategy on the machine. `group`: hsdp's sharding group (ignored by the others).
+// One strategy on the machine. `group`: hsdp's sharding group (ignored by the others);
+// `recompute`: the activation recomputation (model.recompute when not given).
 StrategyPrediction predict_strategy(const Config& config, const Machine& machine, const std::string& strategy,
-                                    int group);
+                                    int group, std::optional<Recompute> recompute = std::nullopt);
+// Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences.
+std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,
+                                         Recompute recompute);
 // Every strategy (ddp, zero1, zero2, zero3, and hsdp with groups at the fast-link boundary or
-// the node when there is a slower level above it), ranked, with the recommendation.
+// the node when there is a slower level above it), ranked, with the recommendation. When none
+// fits with the deck's model.recompute, the first stronger recomputation under which some do is
+// planned as well, and the recommendation names it and what it costs.
 PlanResult plan_strategies(const Config& config, const Machine& machine);
 // hsdp's group on this machine: the fast group, else the node, when a slower level lies above
 // it; 0 when there is none (one level only).

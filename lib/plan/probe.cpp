@@ -1,5 +1,7 @@
 #include "plan/probe.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -11,7 +13,8 @@ namespace st {
 
 double model_probe_bytes(const Gpt2Shape& shape, int micro_batch) {
   const double params = static_cast<double>(make_gpt2_layout(shape).total());
-  return 4.0 * (2 * params + static_cast<double>(Gpt2<float>::activation_elements(shape, micro_batch)));
+  const int heads = attention_heads_at_once(false, micro_batch, static_cast<int>(shape.n_head), omp_get_max_threads());
+  return 4.0 * (2 * params + static_cast<double>(activation_sizes(shape, micro_batch, Recompute::none, heads).total()));
 }
 
 double measure_model_flops(const Gpt2Shape& shape, int micro_batch, double min_seconds) {

@@ -40,11 +40,12 @@ std::string step_line(const StepRecord& r) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | MFU %5.1f%% | "
-                "mem %s | comm %s (inter-node %s), exposed %.1f ms",
+                "mem %s | comm %s (inter-node %s), exposed %.1f ms | %s elapsed, ETA %s",
                 static_cast<long long>(r.step), static_cast<long long>(r.steps), r.loss, r.lr, r.grad_norm,
                 r.seconds * 1e3, r.tokens_per_second, r.mfu * 100.0, format_bytes(static_cast<double>(r.memory_bytes)).c_str(),
                 format_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes)).c_str(),
-                format_bytes(static_cast<double>(r.comm_inter_bytes)).c_str(), r.exposed_comm_seconds * 1e3);
+                format_bytes(static_cast<double>(r.comm_inter_bytes)).c_str(), r.exposed_comm_seconds * 1e3,
+                format_duration(r.elapsed_seconds).c_str(), format_duration(r.eta_seconds).c_str());
   return line;
 }
 
@@ -53,12 +54,13 @@ std::string step_json(const StepRecord& r) {
   std::snprintf(line, sizeof line,
                 "{\"kind\":\"train\",\"step\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"ms\":%.6g,"
                 "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"memory_bytes\":%llu,\"comm_bytes\":%llu,"
-                "\"comm_intra_bytes\":%llu,\"comm_inter_bytes\":%llu,\"exposed_comm_ms\":%.6g}",
+                "\"comm_intra_bytes\":%llu,\"comm_inter_bytes\":%llu,\"exposed_comm_ms\":%.6g,\"elapsed_s\":%.6g,"
+                "\"eta_s\":%.6g}",
                 static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second, r.mfu,
                 static_cast<unsigned long long>(r.memory_bytes),
                 static_cast<unsigned long long>(r.comm_intra_bytes + r.comm_inter_bytes),
                 static_cast<unsigned long long>(r.comm_intra_bytes), static_cast<unsigned long long>(r.comm_inter_bytes),
-                r.exposed_comm_seconds * 1e3);
+                r.exposed_comm_seconds * 1e3, r.elapsed_seconds, r.eta_seconds);
   return line;
 }
 

@@ -56,7 +56,7 @@ void require_ids_fit(const TokenDataset& data, std::int64_t vocab_size, MPI_Comm
 
 }  // namespace
 
-RunData open_run_data(const Config& config, MPI_Comm comm) {
+RunData open_run_data(const Config& config, MPI_Comm comm, bool whole_for_validation) {
   const DataConfig& d = config.data;
   RunData run;
   agreed(comm, [&] { run.tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_files); });
@@ -86,8 +86,13 @@ RunData open_run_data(const Config& config, MPI_Comm comm) {
     run.train = std::make_unique<TokenDataset>(TokenDataset::open(train_files, d.format, encoder));
     if (!val_files.empty()) run.val = std::make_unique<TokenDataset>(TokenDataset::open(val_files, d.format, encoder));
   });
-  run.splits = run.val ? separate_splits(*run.train, *run.val, config.model.seq_len)
-                       : split_data(*run.train, d.val_fraction, config.model.seq_len);
+  if (whole_for_validation) {
+    run.val.reset();
+    run.splits = separate_splits(*run.train, *run.train, config.model.seq_len);
+  } else {
+    run.splits = run.val ? separate_splits(*run.train, *run.val, config.model.seq_len)
+                         : split_data(*run.train, d.val_fraction, config.model.seq_len);
+  }
   require_ids_fit(*run.train, config.model.vocab_size, comm);
   if (run.val) require_ids_fit(*run.val, config.model.vocab_size, comm);
   run.text_samples = d.tokenizer != "byte" || run.train->byte_level();

@@ -27,7 +27,9 @@ struct RunData {
 // listing), maps the files, encodes text with a BPE tokenizer (the ranks sharing the work), and
 // checks every token id against model.vocab_size (each rank scanning a part). Any rank's
 // problem stops every rank with one Error (scope: all ranks) naming the file and the fix.
-RunData open_run_data(const Config& config, MPI_Comm comm);
+// whole_for_validation (`shardtrain eval --data`): all of data.path is the validation part, and
+// the training part too (nothing trains on it).
+RunData open_run_data(const Config& config, MPI_Comm comm, bool whole_for_validation = false);
 
 // "data/x.txt: 2483683 bytes, train 2235315, val 248368" or, with data.val_path,
 // "train data/a.bin: N tokens; val data/v.bin: M tokens", for the settings table.

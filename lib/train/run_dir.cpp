@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace st {
 
@@ -47,7 +48,10 @@ void RunDirectory::log(const std::string& line) {
 
 void RunDirectory::metric(const std::string& json_object) {
   if (!active_) return;
-  metrics_ << json_object << '\n';
+  // Every line says when it was written: "time" (UTC, ISO 8601) first.
+  ST_REQUIRE(json_object.size() >= 2 && json_object.front() == '{', "a metrics line is a JSON object");
+  metrics_ << "{\"time\":" << json_string(utc_timestamp()) << (json_object.size() > 2 ? "," : "")
+           << json_object.substr(1) << '\n';
   metrics_.flush();
 }
 

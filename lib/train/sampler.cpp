@@ -9,10 +9,11 @@
 namespace st {
 
 std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
-                          double temperature, std::uint64_t seed) {
+                          const Sampling& sampling) {
   const auto window = static_cast<std::size_t>(model.shape().seq_len);
-  NormalStream random(seed, hash_name("sample"));
+  NormalStream random(sampling.seed, hash_name("sample"));
   std::vector<double> weights;
+  std::vector<std::size_t> order;
   for (int i = 0; i < count; ++i) {
     const std::size_t start = context.size() > window ? context.size() - window : 0;
     const int T = static_cast<int>(context.size() - start);
@@ -20,8 +21,19 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
     const auto probs = model.probs(0, T - 1);
     // p^(1/temperature), renormalised: the same as a softmax of logits / temperature.
     weights.assign(probs.size(), 0.0);
+    for (std::size_t v = 0; v < probs.size(); ++v)
+      weights[v] = std::pow(static_cast<double>(probs[v]), 1.0 / sampling.temperature);
+    if (sampling.top_k > 0 && static_cast<std::size_t>(sampling.top_k) < weights.size()) {
+      order.resize(weights.size());
+      for (std::size_t v = 0; v < order.size(); ++v) order[v] = v;
+      const auto k = static_cast<std::ptrdiff_t>(sampling.top_k);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::size_t a, std::size_t b) {
+        return weights[a] != weights[b] ? weights[a] > weights[b] : a < b;
+      });
+      for (auto it = order.begin() + k; it != order.end(); ++it) weights[*it] = 0.0;
+    }
     double total = 0;
-    for (std::size_t v = 0; v < probs.size(); ++v) total += weights[v] = std::pow(static_cast<double>(probs[v]), 1.0 / temperature);
+    for (double w : weights) total += w;
     double draw = random.uniform() * total;
     std::size_t choice = 0;
     while (choice + 1 < weights.size() && draw >= weights[choice]) draw -= weights[choice++];

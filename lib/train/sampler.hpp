@@ -10,12 +10,17 @@
 
 namespace st {
 
-// Appends `count` sampled tokens to `context` (temperature-scaled softmax, seeded draws); the
-// model sees at most its last seq_len tokens.
+struct Sampling {
+  double temperature = 1.0;  // > 0: the softmax of logits / temperature
+  int top_k = 0;             // > 0: draw only among the k most probable tokens (ties: the lower id)
+  std::uint64_t seed = 0;    // the draws' stream: the same seed gives the same tokens
+};
+
+// Appends `count` sampled tokens to `context`; the model sees at most its last seq_len tokens.
 // With a sharded strategy as `buffers` every rank of its group must call it (the forward passes
-// gather segments).
+// gather segments); every rank computes the same probabilities and draws the same tokens.
 std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
-                          double temperature, std::uint64_t seed);
+                          const Sampling& sampling);
 
 // Tokens as printable text: decoded by the tokenizer, control bytes other than newline and tab
 // as \xNN, ids the tokenizer does not have (a model vocabulary wider than it) as <id>.

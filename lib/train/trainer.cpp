@@ -13,94 +13,47 @@
 #include "ckpt/checkpoint.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/process_memory.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
 #include "optim/schedule.hpp"
 #include "train/blas_rate.hpp"
+#include "train/evaluate.hpp"
 #include "train/report.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
 
 namespace st {
-namespace {
-
-AdamWSettings adamw_settings(const OptimizerConfig& o) {
-  return {o.beta1, o.beta2, o.eps, o.weight_decay, o.decay_embeddings, o.decay_norms_and_biases};
-}
-
-CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& execution) {
-  CommStack::Settings s;
-  s.mode = p.collectives;
-  s.intra_node = p.intra_node;
-  s.timeout_seconds = p.collective_timeout_s;
-  s.inter_gbps = p.inter_node_gbps;
-  s.inter_latency_us = p.inter_node_latency_us;
-  s.device_peers = execution.device_peers;
-  s.device_staging = execution.device_staging;
-  s.device_name = execution.device_comm_name;
-  return s;
-}
-
-
-
-// Streams of the seed: training batches, validation batches.
-constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
-
-}  // namespace
-
-int hsdp_group_size(const ParallelConfig& p, int world_size, int node_size, const std::string& deck_path) {
-  const int group = p.shard_group > 0 ? static_cast<int>(p.shard_group) : node_size;
-  if (world_size % group != 0)
-    throw Error(deck_path + ": hsdp's sharding group of " + std::to_string(group) + " ranks (" +
-                    (p.shard_group > 0 ? "parallel.shard_group = " + std::to_string(group)
-                                       : std::string("parallel.shard_group = 0: the ranks of a node")) +
-                    ") does not divide the world of " + std::to_string(world_size) +
-                    " ranks; hsdp needs groups of equal size: set parallel.shard_group to a divisor of " +
-                    std::to_string(world_size),
-                ErrorScope::all_ranks);
-  return group;
-}
-
-std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
-  return (vocab_size + pad_to - 1) / pad_to * pad_to;
-}
-
-Gpt2Shape gpt2_shape(const ModelConfig& m) {
-  return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, padded_vocab(m.vocab_size, m.vocab_pad_to)};
-}
 
 Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
     : config_(config),
       world_(world),
-      // The device first: the model, the strategy and the communicators are built for it.
-      execution_(make_execution(device, config.parallel.precision == "bf16")),
-      comms_(world, comm_settings(config.parallel, execution_)),
       timeline_(config.run.trace_steps > 0) {
+  // The device first: the model, the strategy and the communicators are built for it.
+  Execution execution = make_execution(device, config.parallel.precision == "bf16");
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
   data_ = open_run_data(config, world.comm());
   plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
 
+  // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
+  // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
+  // the node measure theirs, as they will compute during training. Before the run's buffers:
+  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's.
+  ST_CHECK_MPI(MPI_Barrier(world.comm()));
+  const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
+  const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
+  matmul_flops_ = execution.matmul_rate ? execution.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
+  double slowest = matmul_flops_;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  matmul_flops_ = slowest;
+
+  // What this rank holds before any of the run's buffers: the measured growth starts here.
+  resident_before_ = resident_bytes();
   shape_ = gpt2_shape(config.model);
-  model_ = std::make_unique<Gpt2<float>>(shape_, static_cast<int>(plan_.micro_batch), *execution_.exec);
-  scalar_memory_ = execution_.exec->allocate(sizeof(double));
-  StrategyComms comms{comms_.collectives()};
-  shard_group_ = world.size();
-  if (config.parallel.strategy == "hsdp") {
-    if (config.parallel.shard_group == 0 && !world.uniform())
-      throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
-                                     "different numbers of ranks (or a node's ranks are not consecutive); set "
-                                     "parallel.shard_group",
-                  ErrorScope::all_ranks);
-    shard_group_ = hsdp_group_size(config.parallel, world.size(), world.local_size(), config.deck_path);
-    const auto groups = comms_.groups(shard_group_);
-    comms.group = &groups.within;
-    comms.replicas = &groups.across;
-  }
-  comms_.trace_to(&timeline_);
-  strategy_ = make_strategy(config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
-                            adamw_settings(config.optimizer), comms, &timeline_, *execution_.exec);
+  net_ = std::make_unique<ShardedModel>(config, world, std::move(execution), static_cast<int>(plan_.micro_batch),
+                                        &timeline_);
 
   const auto seed = static_cast<std::uint64_t>(config.run.seed);
   train_loader_ = std::make_unique<BatchLoader>(data_.splits.train, config.data.order, seed, kTrainStream,
@@ -117,16 +70,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   signals_ = std::make_unique<StopSignals>();
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
 
-  // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
-  // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
-  // the node measure theirs, as they will compute during training.
-  ST_CHECK_MPI(MPI_Barrier(world.comm()));
-  const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
-  const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
-  matmul_flops_ = execution_.matmul_rate ? execution_.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
-  double slowest = matmul_flops_;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
-  matmul_flops_ = slowest;
+  // The run's buffers are in place and set: the peak from here on is training's.
+  peak_restarted_ = restart_peak_resident();
 }
 
 Trainer::~Trainer() = default;
@@ -135,42 +80,38 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   std::ostringstream gf;
   gf.precision(1);
   gf << std::fixed << matmul_flops_ / 1e9 << " GFLOP/s per rank"
-     << (execution_.choice.cuda ? (config_.parallel.precision == "bf16" ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)")
-                                : "");
-  const auto memory = strategy_->memory();
+     << (net_->execution().choice.cuda
+             ? (config_.parallel.precision == "bf16" ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)")
+             : "");
+  const auto memory = net_->strategy().memory();
   return {
       {"world size", std::to_string(world_.size()) + " ranks"},
-      {"device", execution_.choice.note},
-      {"execution", execution_.exec->description()},
-      {"collectives", comms_.description()},
+      {"device", net_->execution().choice.note},
+      {"execution", net_->execution().exec->description()},
+      {"collectives", net_->comms().description()},
       {"threads per rank", std::to_string(threads_)},
-      {"micro-batches per step", std::to_string(plan_.accum_steps) + " x " + std::to_string(plan_.micro_batch) +
-                                     " sequences per rank"},
+      {"micro-batches per step",
+       std::to_string(plan_.accum_steps) + " x " + std::to_string(plan_.micro_batch) + " sequences per rank"},
       {"tokens per step", std::to_string(plan_.global_batch * plan_.seq_len)},
-      {"parameters", std::to_string(model_->layout().total()) + " (" + std::to_string(model_->layout().segments().size()) +
-                         " segments)"},
+      {"parameters", std::to_string(net_->model().layout().total()) + " (" +
+                         std::to_string(net_->model().layout().segments().size()) + " segments)"},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
       {"data", describe_data(data_) + (config_.data.order == "sequential" ? " (sequential)" : "")},
       {"tokenizer", data_.tokenizer->description()},
-      {"strategy", strategy_->description()},
+      {"strategy", net_->strategy().description()},
       {"model state per rank", format_bytes(static_cast<double>(memory.model_state())) + " (params " +
                                    format_bytes(static_cast<double>(memory.params)) + ", grads " +
                                    format_bytes(static_cast<double>(memory.grads)) + ", optimizer " +
                                    format_bytes(static_cast<double>(memory.optimizer)) + ")"},
-      {"activations per rank", format_bytes(static_cast<double>(model_->activation_bytes()))},
-      {execution_.choice.cuda ? "measured GEMM rate" : "measured sgemm rate", gf.str()},
+      {"activations per rank", format_bytes(static_cast<double>(net_->model().activation_bytes())) +
+                                   " (model.recompute = " + recompute_name(net_->model().recompute()) + ")"},
+      {net_->execution().choice.cuda ? "measured GEMM rate" : "measured sgemm rate", gf.str()},
       {"BLAS", blas_description()},
       {"run directory", run_dir_->path()},
   };
 }
 
-void Trainer::start_from_initial_params() {
-  // Every rank initialises the whole model from the same seed and keeps its part, so all start
-  // from the same parameters without a broadcast.
-  std::vector<float> full(model_->layout().total());
-  model_->init_params(full, static_cast<std::uint64_t>(config_.run.seed));
-  strategy_->load_params(full);
-}
+void Trainer::start_from_initial_params() { net_->init_params(static_cast<std::uint64_t>(config_.run.seed)); }
 
 void Trainer::resume() {
   // A resumed run reads every parameter and optimizer value it holds: it initialises the model
@@ -186,7 +127,7 @@ void Trainer::resume() {
       // The clock starts when every rank is here: start-up may end at different times on each.
       ST_CHECK_MPI(MPI_Barrier(world_.comm()));
       Stopwatch clock;
-      info = read_checkpoint(path, shape_, *strategy_, world_.comm());
+      info = read_checkpoint(path, shape_, net_->strategy(), world_.comm());
       start_step_ = info.step;
       resumed_from = path;
       char line[512];
@@ -289,15 +230,15 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   info.strategy = config_.parallel.strategy;
   info.precision = config_.parallel.precision;
   info.world_size = world_.size();
-  info.shard_group = shard_group_;
+  info.shard_group = net_->shard_group();
   info.deck = config_.deck_text;
   info.created_by = std::string("shardtrain ") + ST_VERSION + " on " + world_.host();
   info.shape = shape_;
-  for (const auto& done : checkpointer_->save(info, model_->layout(), *strategy_)) report_checkpoint(done);
+  for (const auto& done : checkpointer_->save(info, net_->model().layout(), net_->strategy())) report_checkpoint(done);
 }
 
 void Trainer::report_checkpoint(const Checkpointer::Done& done) {
-  const double bytes = 3.0 * 4.0 * static_cast<double>(model_->layout().total());
+  const double bytes = 3.0 * 4.0 * static_cast<double>(net_->model().layout().total());
   char line[512];
   std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s); training waited %.2f s", done.path.c_str(),
                 format_bytes(bytes).c_str(), done.seconds, bytes / done.seconds / 1e6, done.stall_seconds);
@@ -315,17 +256,6 @@ void Trainer::report_checkpoint(const Checkpointer::Done& done) {
                      ",\"phases\":" + done.phases.json() + "}");
 }
 
-double Trainer::sum_over_ranks(double value) {
-  // Through the backend's memory: on GPUs the job's collectives reduce device buffers only.
-  Exec& exec = *execution_.exec;
-  double* at = scalar_memory_.as<double>().data();
-  exec.upload(at, &value, sizeof value);
-  const void* ready = exec.before_communication();
-  comms_.collectives().all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
-  exec.download(&value, at, sizeof value);
-  return value;
-}
-
 void Trainer::say(const std::string& line) {
   if (!world_.is_root()) return;
   std::cout << line << std::endl;
@@ -333,7 +263,7 @@ void Trainer::say(const std::string& line) {
 }
 
 double Trainer::train_step(std::int64_t step) {
-  strategy_->zero_grads();
+  net_->strategy().zero_grads();
   // Each micro-batch's mean loss enters with weight 1/(micro-batches x ranks): summed over
   // ranks by the reduction, the gradient is that of the global batch's mean loss.
   const float loss_scale = 1.0f / static_cast<float>(plan_.accum_steps * plan_.ranks);
@@ -341,46 +271,32 @@ double Trainer::train_step(std::int64_t step) {
   const std::int64_t first = plan_.first_sequence(world_.rank());
   train_loader_->next_batch();
   for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
-    strategy_->begin_micro_batch(micro + 1 == plan_.accum_steps);
+    net_->strategy().begin_micro_batch(micro + 1 == plan_.accum_steps);
     train_loader_->fill(first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
-    loss_sum += model_->forward(*strategy_, tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
-                                static_cast<int>(plan_.seq_len));
-    model_->backward(*strategy_, loss_scale);
+    loss_sum += net_->model().forward(net_->strategy(), tokens_.data(), targets_.data(),
+                                      static_cast<int>(plan_.micro_batch), static_cast<int>(plan_.seq_len));
+    net_->model().backward(net_->strategy(), loss_scale);
   }
-  strategy_->finish_grads();
+  net_->strategy().finish_grads();
   Timeline::Span span(&timeline_, "compute", "clip and update");
 
-  const double grad_norm = std::sqrt(strategy_->grad_norm_squared());
+  const double grad_norm = std::sqrt(net_->strategy().grad_norm_squared());
   const double clip = config_.optimizer.grad_clip;
   const double grad_scale = clip > 0 && grad_norm > clip ? clip / (grad_norm + 1e-6) : 1.0;
   const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
-  strategy_->optimizer_step(lr, grad_scale, step + 1);
+  net_->strategy().optimizer_step(lr, grad_scale, step + 1);
 
   // The gathers the update started ahead finish first: the world's collective must not run
   // beside a group's (hsdp), which NCCL does not allow in an order that may differ by rank.
-  strategy_->settle();
-  const double loss = sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
+  net_->strategy().settle();
+  const double loss = net_->sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
   last_grad_norm_ = grad_norm;
   last_lr_ = lr;
   return loss;
 }
 
 double Trainer::validation_loss() {
-  double sum = 0;
-  const std::int64_t first = plan_.first_sequence(world_.rank());
-  const std::int64_t per_rank = plan_.global_batch / plan_.ranks;
-  val_loader_->seek({});  // every evaluation sees the same batches
-  for (std::int64_t batch = 0; batch < config_.run.eval_batches; ++batch) {
-    val_loader_->next_batch();
-    for (std::int64_t micro = 0; micro < per_rank / plan_.micro_batch; ++micro) {
-      val_loader_->fill(first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
-      sum += model_->forward(*strategy_, tokens_.data(), targets_.data(), static_cast<int>(plan_.micro_batch),
-                             static_cast<int>(plan_.seq_len));
-    }
-  }
-  strategy_->settle();  // as in train_step: no group collective beside the world's
-  sum = sum_over_ranks(sum);
-  return sum / static_cast<double>(config_.run.eval_batches * (plan_.global_batch / plan_.micro_batch));
+  return mean_loss(*net_, *val_loader_, plan_, world_.rank(), config_.run.eval_batches);
 }
 
 void Trainer::print_sample(std::int64_t step) {
@@ -394,8 +310,8 @@ void Trainer::print_sample(std::int64_t step) {
     context.push_back((*data_.splits.val.data)[data_.splits.val.begin]);  // a token that occurs in the data
   }
   const std::size_t prompt = context.size();
-  const auto tokens = generate(*model_, *strategy_, context, static_cast<int>(config_.run.sample_tokens),
-                               config_.run.sample_temperature, static_cast<std::uint64_t>(config_.run.seed) + step);
+  const auto tokens = generate(net_->model(), net_->strategy(), context, static_cast<int>(config_.run.sample_tokens),
+                               {config_.run.sample_temperature, 0, static_cast<std::uint64_t>(config_.run.seed) + step});
   if (!world_.is_root()) return;
   say("---- sample after step " + std::to_string(step) + " ----");
   const std::string text = data_.text_samples ? render_text(tokens, *data_.tokenizer) : render_ids(tokens);
@@ -408,7 +324,7 @@ void Trainer::print_sample(std::int64_t step) {
 TrainSummary Trainer::run() {
   say(settings_table(config_, derived_settings()));
   if (world_.is_root())
-    run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(model_->layout().total()) +
+    run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(net_->model().layout().total()) +
                      ",\"world_size\":" + std::to_string(world_.size()) + ",\"nodes\":" +
                      std::to_string(world_.node_count()) + ",\"strategy\":" + json_string(config_.parallel.strategy) +
                      ",\"precision\":" + json_string(config_.parallel.precision) + ",\"tokens_per_step\":" +
@@ -428,21 +344,25 @@ TrainSummary Trainer::run() {
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));
 
+  const Stopwatch run_clock;  // for elapsed time and the ETA
   for (std::int64_t step = start_step_; step < config_.run.steps; ++step) {
     timeline_.set_enabled(step < config_.run.trace_steps);
     Stopwatch clock;
     const double loss = train_step(step);
     const double seconds = clock.seconds();
-    const LevelTraffic traffic = comms_.traffic();
-    const double waited = strategy_->comm_wait_seconds();
-    const MemoryReport memory = strategy_->memory();
+    const LevelTraffic traffic = net_->comms().traffic();
+    const double waited = net_->strategy().comm_wait_seconds();
+    const MemoryReport memory = net_->strategy().memory();
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
                       flops_per_step / seconds / matmul_flops_, waited - waited_seen_,
-                      memory.model_state() + memory.workspace + model_->activation_bytes(),
+                      memory.model_state() + memory.workspace + net_->model().activation_bytes(),
                       traffic.intra.total() - traffic_seen_.intra.total(),
                       traffic.inter.total() - traffic_seen_.inter.total()};
+    record.elapsed_seconds = run_clock.seconds();
+    record.eta_seconds = record.elapsed_seconds / static_cast<double>(step + 1 - start_step_) *
+                         static_cast<double>(config_.run.steps - step - 1);
     waited_seen_ = waited;
     traffic_seen_ = traffic;
     if (step == start_step_) summary.first_loss = loss;
@@ -455,11 +375,12 @@ TrainSummary Trainer::run() {
     if (last || (config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0)) {
       summary.last_val_loss = validation_loss();
       char line[128];
-      std::snprintf(line, sizeof line, "val loss %.4f at step %lld", summary.last_val_loss, static_cast<long long>(step + 1));
+      std::snprintf(line, sizeof line, "val loss %.4f at step %lld", summary.last_val_loss,
+                    static_cast<long long>(step + 1));
       say(line);
       if (world_.is_root())
         run_dir_->metric("{\"kind\":\"val\",\"step\":" + std::to_string(step + 1) + ",\"val_loss\":" +
-                        std::to_string(summary.last_val_loss) + "}");
+                         json_number(summary.last_val_loss) + "}");
     }
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
     // Memory after the first step (the workspace has reached its size), at each evaluation, at the end.
@@ -475,7 +396,8 @@ TrainSummary Trainer::run() {
     if (stop != 0 || (every > 0 && ((step + 1) % every == 0 || last))) save_checkpoint(step + 1);
     if (stop != 0) {
       say("stopped by " + StopSignals::name(stop) + " after step " + std::to_string(step + 1) +
-          " with a checkpoint; resume with checkpoint.resume = \"latest\" (exit code " + std::to_string(kExitStopped) + ")");
+          " with a checkpoint; resume with checkpoint.resume = \"latest\" (exit code " + std::to_string(kExitStopped) +
+          ")");
       summary.stop_signal = stop;
       break;
     }
@@ -487,8 +409,8 @@ TrainSummary Trainer::run() {
 }
 
 std::string Trainer::memory_line(const char* when) const {
-  const MemoryReport m = strategy_->memory();
-  const std::uint64_t activations = model_->activation_bytes();
+  const MemoryReport m = net_->strategy().memory();
+  const std::uint64_t activations = net_->model().activation_bytes();
   const std::uint64_t checkpoint_copy = checkpointer_->copy_bytes();
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
   unsigned long long largest = total;
@@ -497,19 +419,33 @@ std::string Trainer::memory_line(const char* when) const {
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"memory\",\"when\":" + json_string(when) + ",\"params\":" + std::to_string(m.params) +
                      ",\"grads\":" + std::to_string(m.grads) + ",\"optimizer\":" + std::to_string(m.optimizer) +
-                     ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" + std::to_string(activations) +
-                     ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) + ",\"total\":" + std::to_string(total) +
-                     ",\"largest_rank_total\":" + std::to_string(largest) + "}");
-  const std::string where = execution_.choice.cuda
-                                ? " (GPU memory; shardtrain's buffers on the device " + b(execution_.device_bytes()) +
-                                      ", at most " + b(execution_.device_peak_bytes()) + "; the device has " +
-                                      b(execution_.device_used_bytes()) + " of " + b(execution_.device_total_bytes()) +
-                                      " in use, with the CUDA context, cuBLAS and NCCL)"
-                                : std::string();
-  return std::string("memory per rank ") + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
-         b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
+                     ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" +
+                     std::to_string(activations) + ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) +
+                     ",\"total\":" + std::to_string(total) + ",\"largest_rank_total\":" + std::to_string(largest) +
+                     (peak_restarted_ ? ",\"resident_before\":" + std::to_string(resident_before_) +
+                                            ",\"resident_peak\":" + std::to_string(peak_resident_bytes())
+                                      : std::string()) +
+                     "}");
+  const std::string where =
+      net_->execution().choice.cuda
+          ? " (GPU memory; shardtrain's buffers on the device " + b(net_->execution().device_bytes()) + ", at most " +
+                b(net_->execution().device_peak_bytes()) + "; the device has " +
+                b(net_->execution().device_used_bytes()) + " of " + b(net_->execution().device_total_bytes()) +
+                " in use, with the CUDA context, cuBLAS and NCCL)"
+          : std::string();
+  return std::string("memory per rank ") + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) +
+         ", optimizer " + b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
          (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +
-         " on rank 0 (largest rank " + b(largest) + ")";
+         " on rank 0 (largest rank " + b(largest) + ")" + measured_host_memory();
+}
+
+std::string Trainer::measured_host_memory() const {
+  if (!peak_restarted_ || net_->execution().choice.cuda) return "";
+  const std::uint64_t peak = peak_resident_bytes();
+  const double grown = static_cast<double>(peak) - static_cast<double>(resident_before_);
+  return "; measured on rank 0: peak resident " + format_bytes(static_cast<double>(peak)) + ", " +
+         format_bytes(std::max(0.0, grown)) + " above the " + format_bytes(static_cast<double>(resident_before_)) +
+         " before the run's buffers";
 }
 
 void Trainer::write_traces() {
@@ -521,12 +457,12 @@ void Trainer::write_traces() {
   out << timeline_.json(world_.rank());
   out.close();
   if (!out) throw Error("cannot write the timeline to " + path + ": " + std::strerror(errno));
-  say("timeline of the first " + std::to_string(std::min(config_.run.trace_steps, config_.run.steps)) + " step(s): " + dir +
-      "/trace.rank<R>.json (open in https://ui.perfetto.dev or chrome://tracing)");
+  say("timeline of the first " + std::to_string(std::min(config_.run.trace_steps, config_.run.steps)) +
+      " step(s): " + dir + "/trace.rank<R>.json (open in https://ui.perfetto.dev or chrome://tracing)");
 }
 
 void Trainer::save_params(const std::string& path) {
-  const std::vector<float> full = strategy_->gather_params();
+  const std::vector<float> full = net_->strategy().gather_params();
   if (!world_.is_root()) return;
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(full.data()), static_cast<std::streamsize>(full.size() * sizeof(float)));

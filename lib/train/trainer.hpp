@@ -17,6 +17,7 @@
 #include "train/checkpointer.hpp"
 #include "train/run_data.hpp"
 #include "train/run_dir.hpp"
+#include "train/sharded_model.hpp"
 #include "train/stop_signals.hpp"
 
 namespace st {
@@ -44,11 +45,11 @@ class Trainer {
 
  private:
   void say(const std::string& line);  // rank 0: stdout and train.log
-  double sum_over_ranks(double value);  // collective: the sum of every rank's value
   double train_step(std::int64_t step);
   double validation_loss();
   void print_sample(std::int64_t step);
   std::string memory_line(const char* when) const;
+  std::string measured_host_memory() const;
   void start_from_initial_params();
   void resume();
   // The training loader's position from a checkpoint: its batch count, and for the sequential
@@ -61,36 +62,27 @@ class Trainer {
 
   const Config& config_;
   World& world_;
-  Execution execution_;  // where this rank computes: the host or its GPU
-  Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
   int threads_ = 1;
   RunData data_;
   BatchPlan plan_;
   Gpt2Shape shape_;
-  std::unique_ptr<Gpt2<float>> model_;
-  CommStack comms_;
-  Timeline timeline_;
-  std::unique_ptr<Strategy> strategy_;
+  Timeline timeline_;  // before net_: its communicators and strategy trace into it
+  std::unique_ptr<ShardedModel> net_;  // the model, its strategy, where it computes
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
   std::unique_ptr<BatchLoader> train_loader_, val_loader_;
   std::vector<int> tokens_, targets_;
   double matmul_flops_ = 0;
+  // Host memory measured: resident before the run's buffers, and whether the peak could be
+  // restarted after setup (so that it measures training).
+  std::uint64_t resident_before_ = 0;
+  bool peak_restarted_ = false;
   LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
   std::int64_t start_step_ = 0;
-  int shard_group_ = 1;  // ranks a sharded strategy splits the model over (hsdp: its group)
   std::string checkpoint_dir_;
   std::vector<std::string> resume_notes_;  // said once the run directory is open
   std::unique_ptr<StopSignals> signals_;
   std::unique_ptr<Checkpointer> checkpointer_;
 };
-
-// hsdp's sharding group: parallel.shard_group ranks, or node_size (the ranks of a node); throws
-// Error (all ranks) naming the key if it does not divide the world.
-int hsdp_group_size(const ParallelConfig& parallel, int world_size, int node_size, const std::string& deck_path);
-// Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
-std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
-// The deck's model shape, vocabulary padded per model.vocab_pad_to.
-Gpt2Shape gpt2_shape(const ModelConfig& model);
 
 }  // namespace st

@@ -1,5 +1,6 @@
 """Shared helpers for the end-to-end tests: run the real executable under mpirun on decks."""
 import argparse
+import array
 import json
 import os
 import shutil
@@ -74,6 +75,23 @@ def metrics(run_dir):
         for line in f:
             rows.append(json.loads(line))
     return rows
+
+
+def train(args, ranks, deck, run_dir, label, extra=(), timeout=300):
+    """Runs `deck` on `ranks` ranks to completion (a failure fails the test), saving the final
+    parameters; returns the training losses and gradient norms per step, the validation losses,
+    the final fp32 parameters (array), every metrics row and the standard output."""
+    params = run_dir + ".f32"
+    proc = mpirun(args, ranks, ["run", deck, "--save-params", params] + list(extra), timeout=timeout)
+    check(proc.returncode == 0, f"{label}: exits 0\n{proc.stdout[-800:]}\n{proc.stderr[-1500:]}")
+    rows = metrics(run_dir)
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    final = array.array("f")
+    with open(params, "rb") as f:
+        final.frombytes(f.read())
+    return {"loss": [r["loss"] for r in train_rows], "norm": [r["grad_norm"] for r in train_rows],
+            "val": [r["val_loss"] for r in rows if r["kind"] == "val"], "params": final, "rows": rows,
+            "stdout": proc.stdout}
 
 
 def tmpdir():

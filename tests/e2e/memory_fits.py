@@ -7,7 +7,11 @@ allocated first (no std::bad_alloc reaches the user).
    model state the ZeRO table gives (16 bytes per parameter in fp32 with Adam).
 2. A deck that fits only with zero3 on 4 ranks (each rank its own emulated node): the limit is
    set between zero3's figure on 4 ranks and every other strategy's; zero3 on 4 ranks is
-   accepted by `check` and trains under `run`; on 1 rank it is refused, naming zero3 on 4 ranks."""
+   accepted by `check` and trains under `run`; on 1 rank it is refused, naming zero3 on 4 ranks.
+3. A deck whose activations (sequences of 512) fit only with recomputation: the limit is set
+   between what selective and none need; `check` without recomputation is refused and names
+   model.recompute = "selective" with its figure; the deck with it is accepted and trains under
+   `run`, its measured memory within the limit."""
 import os
 import re
 
@@ -31,9 +35,9 @@ def run(ranks, argv, mem_gb):
             os.environ["SHARDTRAIN_NODE_MEM_GB"] = env_backup
 
 
-def predicted(deck, ranks, strategy):
+def predicted(deck, ranks, strategy, extra=()):
     """The planner's memory per rank for the strategy on `ranks` ranks (a roomy node)."""
-    proc = run(1, ["check", deck, "--ranks", str(ranks), "--set", f'parallel.strategy="{strategy}"'], 1000)
+    proc = run(1, ["check", deck, "--ranks", str(ranks), "--set", f'parallel.strategy="{strategy}"'] + list(extra), 1000)
     h.check(proc.returncode == 0, f"check --ranks {ranks} {strategy} on a 1000 GiB node passes\n{proc.stderr[-800:]}")
     m = re.search(r"memory per rank\s*\|\s*([0-9.]+) (B|KiB|MiB|GiB) predicted", proc.stdout)
     psi = int(re.search(r"parameters\s*\|\s*(\d+)", proc.stdout).group(1))
@@ -87,4 +91,25 @@ for command in ("check", "run"):
     err = proc.stderr
     h.check(proc.returncode == 2 and "bad_alloc" not in err, f"{command}: zero3 on 1 rank is refused (exit {proc.returncode})")
     h.check(re.search(r"zero3 on 4 rank\(s\)", err) is not None, f"{command}: suggests zero3 on 4 ranks\n{err[-600:]}")
+
+# 3. Fits only with activation recomputation.
+deck = h.small_deck(work, "recompute", corpus, run={"steps": 2},
+                    model={"n_layer": 2, "d_model": 128, "n_head": 8, "seq_len": 512},
+                    data={"global_batch": 2, "micro_batch": 2})
+need = {r: predicted(deck, 1, "ddp", ["--set", f'model.recompute="{r}"'])[0] for r in ("none", "selective")}
+h.check(need["selective"] < need["none"] / 2, f"selective needs less than half: {need}")
+limit_gb = (need["none"] + need["selective"]) / 2 / 2**30
+proc = run(1, ["check", deck], limit_gb)
+m = re.search(r'it fits with model.recompute = "selective": ([0-9.]+) (B|KiB|MiB|GiB) per rank', proc.stderr)
+h.check(proc.returncode == 2 and m is not None, f"check: refused without recomputation, naming selective\n"
+                                                f"{proc.stderr[-600:]}")
+h.check(abs(float(m.group(1)) * SCALE[m.group(2)] - need["selective"]) <= 0.01 * need["selective"],
+        f"check: names what selective needs ({m.group(0)})")
+with_selective = ["--set", 'model.recompute="selective"']
+proc = run(1, ["check", deck] + with_selective, limit_gb)
+h.check(proc.returncode == 0 and "deck OK" in proc.stdout, "check: the deck with selective recomputation fits")
+proc = run(1, ["run", deck] + with_selective, limit_gb)
+h.check(proc.returncode == 0, f"run: trains with selective recomputation\n{proc.stderr[-800:]}")
+memory = [r for r in h.metrics(os.path.join(work, "recompute")) if r["kind"] == "memory"][-1]
+h.check(memory["total"] <= limit_gb * 2**30, f"run: the measured {memory['total']} B per rank is within the limit")
 print("passed")

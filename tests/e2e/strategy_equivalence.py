@@ -3,7 +3,6 @@ ranks (hsdp on 2 x 2 emulated nodes and in groups of 2 on 4 flat ranks), and wit
 parallel.overlap = false, match one rank's losses, gradient norms and final parameters within
 1e-5 (fp32). Accumulation: 3 micro-batches on 2 ranks equal one batch. In bf16 mixed precision
 the strategy runs on several ranks match bf16 on one rank closely and fp32 loosely."""
-import array
 import os
 
 import harness as h
@@ -18,16 +17,7 @@ def run(ranks, label, strategy, micro=0, precision="fp32", extra=()):
     deck = h.small_deck(work, label, corpus, run={"steps": 20, "eval_every": 10, "eval_batches": 2},
                         data={"micro_batch": micro},
                         parallel={"strategy": strategy, "precision": precision, "bucket_mb": 0.02})
-    params = os.path.join(work, f"{label}.f32")
-    proc = h.mpirun(args, ranks, ["run", deck, "--save-params", params] + list(extra), timeout=300)
-    h.check(proc.returncode == 0, f"{label}: exits 0\n{proc.stdout[-800:]}\n{proc.stderr[-1500:]}")
-    rows = h.metrics(os.path.join(work, label))
-    train = [r for r in rows if r["kind"] == "train"]
-    final = array.array("f")
-    with open(params, "rb") as f:
-        final.frombytes(f.read())
-    return {"loss": [r["loss"] for r in train], "norm": [r["grad_norm"] for r in train],
-            "val": [r["val_loss"] for r in rows if r["kind"] == "val"], "params": final}
+    return h.train(args, ranks, deck, os.path.join(work, label), label, extra)
 
 
 def close(a, b, rel):

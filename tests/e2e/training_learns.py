@@ -1,7 +1,9 @@
 """A few hundred steps on real text: the loss starts at ln(vocab) and validation loss ends
 clearly below the unigram entropy of the text, i.e. the model uses context."""
+import datetime
 import math
 import os
+import re
 from collections import Counter
 
 import harness as h
@@ -54,6 +56,18 @@ h.check(vals[0]["val_loss"] > vals[-1]["val_loss"], "validation loss falls")
 for key in ("lr", "grad_norm", "ms", "tokens_per_s", "mfu", "memory_bytes", "comm_bytes"):
     h.check(all(key in r for r in train), f"metrics have {key}")
 h.check(all(r["comm_bytes"] > 0 for r in train), "two ranks exchange gradients every step")
+# Progress: elapsed time grows, the ETA reaches 0 at the last step, every line has a UTC time.
+elapsed = [r["elapsed_s"] for r in train]
+h.check(all(b >= a for a, b in zip(elapsed, elapsed[1:])) and elapsed[-1] > elapsed[0], "elapsed time grows")
+h.check(train[-1]["eta_s"] == 0 and train[0]["eta_s"] > 0, "the ETA counts down to 0")
+middle = train[149]
+h.check(abs(middle["eta_s"] - middle["elapsed_s"] * 150 / 150) <= 1e-6 * middle["elapsed_s"] + 1e-9,
+        "the ETA is the steps left at the pace so far")
+stamps = [datetime.datetime.strptime(r["time"], "%Y-%m-%dT%H:%M:%S.%fZ") for r in rows]
+h.check(all(b >= a for a, b in zip(stamps, stamps[1:])), "every metrics line has a wall-clock time, in order")
+h.check(re.search(r"\| \d+(s|m \d\ds) elapsed, ETA \d+(s|m \d\ds)$", proc.stdout.splitlines()[
+    next(i for i, line in enumerate(proc.stdout.splitlines()) if line.startswith("step     50/300"))]) is not None,
+        "the step line ends with the elapsed time and the ETA")
 h.check(0 < train[-1]["mfu"] < 1.5, f"MFU is a plausible fraction ({train[-1]['mfu']:.3f})")
 h.check(len(samples) == 1 and len(samples[0]["text"]) >= 80, "a text sample is written at the end")
 h.check("---- sample after step 300 ----" in proc.stdout, "the sample is printed")

@@ -215,37 +215,52 @@ void check_linear(CudaExec& e, bool bf16_matmuls) {
 TEST_F(CudaKernels, LinearFp32) { check_linear(*fp32, false); }
 TEST_F(CudaKernels, LinearBf16Matmuls) { check_linear(*bf16, true); }
 
-// Attention forward and backward; att must be exactly 0 above the diagonal.
+// Attention forward and backward; att must be exactly 0 above the diagonal. Not kept (the
+// probabilities recomputed in backward), the results are those of the kept run, bit for bit.
 void check_attention(CudaExec& e, bool bf16_matmuls) {
   const int hs = C / NH;
   const auto qkv = random_floats(std::size_t{1} * N * 3 * C, 31), dout = random_floats(std::size_t{1} * N * C, 32);
   const std::size_t att_size = std::size_t{1} * B * NH * T * T;
+  const int heads = e.layer_kernels().attention_heads_at_once(B, NH);
+  const std::size_t working_size = std::size_t{1} * heads * T * T;
   const auto qkv_d = widen(qkv), dout_d = widen(dout);
-  std::vector<double> out_ref(dout.size()), att_ref(att_size), dqkv_ref(qkv.size()), scratch_ref(att_size);
-  kernels::attention_forward(out_ref.data(), att_ref.data(), qkv_d.data(), B, T, C, NH);
-  kernels::attention_backward(dqkv_ref.data(), scratch_ref.data(), dout_d.data(), qkv_d.data(), att_ref.data(), B, T,
-                              C, NH);
+  std::vector<double> out_ref(dout.size()), att_ref(att_size), dqkv_ref(qkv.size()), dworking_ref(att_size);
+  const AttentionProbs<double> ref_probs{att_ref.data(), nullptr, dworking_ref.data(), B * NH};
+  kernels::attention_forward(out_ref.data(), ref_probs, qkv_d.data(), B, T, C, NH);
+  kernels::attention_backward(dqkv_ref.data(), ref_probs, dout_d.data(), qkv_d.data(), B, T, C, NH);
 
   auto qkv_g = to_device(e, qkv), dout_g = to_device(e, dout);
   auto out_g = to_device(e, std::vector<float>(dout.size(), 1e30f)),
        att_g = to_device(e, std::vector<float>(att_size, 1e30f));
-  e.layer_kernels().attention_forward(out_g.data(), att_g.data(), qkv_g.data(), B, T, C, NH);
+  // The working sets start as garbage: every block is written before it is read.
+  auto working_g = to_device(e, std::vector<float>(working_size, 1e30f)),
+       dworking_g = to_device(e, std::vector<float>(working_size, -1e30f));
+  const AttentionProbs<float> kept{att_g.data(), nullptr, dworking_g.data(), heads};
+  const AttentionProbs<float> recomputed{nullptr, working_g.data(), dworking_g.data(), heads};
+  e.layer_kernels().attention_forward(out_g.data(), kept, qkv_g.data(), B, T, C, NH);
   const auto att = to_host(e, att_g);
   // Scores pass through one matmul of length hs, the output through a second of length T.
   const double tolerance = bf16_matmuls ? bf16_tolerance(hs) + bf16_tolerance(T) : kFp32Tolerance;
   ST_EXPECT_CLOSE(att, att_ref, tolerance);
-  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, tolerance);
+  const auto out = to_host(e, out_g);
+  ST_EXPECT_CLOSE(out, out_ref, tolerance);
   for (int bh = 0; bh < B * NH; ++bh)
     for (int t = 0; t < T; ++t)
       for (int s = t + 1; s < T; ++s) ASSERT_EQ(att[(static_cast<std::size_t>(bh) * T + t) * T + s], 0.0f);
 
-  // dqkv is overwritten (start from garbage); scratch is anything.
-  auto dqkv_g = to_device(e, std::vector<float>(qkv.size(), 1e30f)),
-       scratch_g = to_device(e, std::vector<float>(att_size, -1e30f));
-  e.layer_kernels().attention_backward(dqkv_g.data(), scratch_g.data(), dout_g.data(), qkv_g.data(), att_g.data(), B,
-                                       T, C, NH);
+  // dqkv is overwritten (start from garbage).
+  auto dqkv_g = to_device(e, std::vector<float>(qkv.size(), 1e30f));
+  e.layer_kernels().attention_backward(dqkv_g.data(), kept, dout_g.data(), qkv_g.data(), B, T, C, NH);
   // Gradients pass through dP (length hs) then dQ/dK (length T): twice the forward bound.
-  ST_EXPECT_CLOSE(to_host(e, dqkv_g), dqkv_ref, bf16_matmuls ? 2 * tolerance : kFp32Tolerance);
+  const auto dqkv = to_host(e, dqkv_g);
+  ST_EXPECT_CLOSE(dqkv, dqkv_ref, bf16_matmuls ? 2 * tolerance : kFp32Tolerance);
+
+  auto out_r = to_device(e, std::vector<float>(dout.size(), 1e30f)),
+       dqkv_r = to_device(e, std::vector<float>(qkv.size(), 1e30f));
+  e.layer_kernels().attention_forward(out_r.data(), recomputed, qkv_g.data(), B, T, C, NH);
+  e.layer_kernels().attention_backward(dqkv_r.data(), recomputed, dout_g.data(), qkv_g.data(), B, T, C, NH);
+  EXPECT_EQ(to_host(e, out_r), out);
+  EXPECT_EQ(to_host(e, dqkv_r), dqkv);
 }
 
 TEST_F(CudaKernels, AttentionFp32) { check_attention(*fp32, false); }
@@ -329,18 +344,19 @@ TEST_F(CudaKernels, BackwardIsDeterministic) {
        att_out = to_device(e, std::vector<float>(std::size_t{1} * N * C));
   e.layer_kernels().layernorm_forward(ln_out.data(), mean.data(), rstd.data(), in_g.data(), lnw_g.data(), lnb_g.data(),
                                       N, C);
-  e.layer_kernels().attention_forward(att_out.data(), att.data(), qkv_g.data(), B, T, C, NH);
+  auto dworking = to_device(e, std::vector<float>(std::size_t{1} * B * NH * T * T));
+  const AttentionProbs<float> probs{att.data(), nullptr, dworking.data(), e.layer_kernels().attention_heads_at_once(B, NH)};
+  e.layer_kernels().attention_forward(att_out.data(), probs, qkv_g.data(), B, T, C, NH);
   auto run = [&] {
     auto din = to_device(e, std::vector<float>(in.size())), dw = to_device(e, std::vector<float>(w.size())),
          db = to_device(e, std::vector<float>(OC)), lndin = to_device(e, std::vector<float>(in.size())),
          lndw = to_device(e, std::vector<float>(C)), lndb = to_device(e, std::vector<float>(C)),
-         dqkv = to_device(e, std::vector<float>(qkv.size())), scratch = to_device(e, std::vector<float>(att.n));
+         dqkv = to_device(e, std::vector<float>(qkv.size()));
     e.layer_kernels().linear_backward(din.data(), dw.data(), db.data(), dout_g.data(), in_g.data(), w_g.data(), N, C,
                                       OC, false);
     e.layer_kernels().layernorm_backward(lndin.data(), lndw.data(), lndb.data(), lndout_g.data(), in_g.data(),
                                          lnw_g.data(), mean.data(), rstd.data(), N, C);
-    e.layer_kernels().attention_backward(dqkv.data(), scratch.data(), att_out.data(), qkv_g.data(), att.data(), B, T, C,
-                                         NH);
+    e.layer_kernels().attention_backward(dqkv.data(), probs, att_out.data(), qkv_g.data(), B, T, C, NH);
     std::vector<float> all;
     for (const auto* a : {&din, &dw, &db, &lndin, &lndw, &lndb, &dqkv}) {
       const auto h = to_host(e, *a);

@@ -76,5 +76,43 @@ TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(false, 1e-4
 // model's depth (a few matmuls in series per gradient): 5e-2 of the tensor's scale.
 TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(true, 5e-2); }
 
+// Activation recomputation on the device runs the same kernels on the same inputs in the same
+// stream order, so the loss and gradients equal the run that keeps everything; cuBLAS may pick
+// its algorithm by the buffers' alignment, which differs between the two, so the bound is 1e-6
+// of each tensor's scale rather than bit for bit. In fp32 and with bf16 matmuls; the device
+// holds less.
+TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) {
+  std::string why;
+  if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  const Gpt2Shape shape{3, 48, 4, 24, 61, 64};
+  const int B = 3, T = 24;
+  NormalStream noise(5, 9);
+  std::vector<int> tokens(2 * B * T), targets(2 * B * T);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
+    targets[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
+  }
+  for (const bool bf16_matmuls : {false, true}) {
+    CudaExec exec(CudaExecSettings{0, bf16_matmuls});
+    Gpt2<float> keep_all(shape, B, exec);
+    std::vector<float> params(keep_all.layout().total());
+    keep_all.init_params(params, 7);
+    const Result want = run(keep_all, exec, params, tokens, targets, B, T);
+    for (const Recompute r : {Recompute::selective, Recompute::full}) {
+      Gpt2<float> model(shape, B, exec, r);
+      const Result got = run(model, exec, params, tokens, targets, B, T);
+      const std::string what = std::string(recompute_name(r)) + (bf16_matmuls ? ", bf16 matmuls" : "");
+      EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss)) << what;
+      double scale = 1e-12, worst = 0;
+      for (std::size_t i = 0; i < want.grads.size(); ++i) {
+        scale = std::max(scale, static_cast<double>(std::abs(want.grads[i])));
+        worst = std::max(worst, static_cast<double>(std::abs(got.grads[i] - want.grads[i])));
+      }
+      EXPECT_LE(worst / scale, 1e-6) << what << ": largest gradient difference " << worst;
+      EXPECT_LT(model.activation_bytes(), keep_all.activation_bytes()) << recompute_name(r);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace st

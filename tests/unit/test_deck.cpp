@@ -221,5 +221,26 @@ TEST(Text, ClosestMatch) {
   EXPECT_EQ(format_bytes(100), "100 B");
 }
 
+TEST(Text, DurationsTimestampsAndNumbers) {
+  EXPECT_EQ(format_duration(0.4), "0s");
+  EXPECT_EQ(format_duration(59.4), "59s");
+  EXPECT_EQ(format_duration(60), "1m 00s");
+  EXPECT_EQ(format_duration(725), "12m 05s");
+  EXPECT_EQ(format_duration(3 * 3600 + 2 * 60 + 29), "3h 02m");
+  EXPECT_EQ(format_duration(2 * 86400 + 4 * 3600 + 100), "2d 04h");
+  EXPECT_EQ(format_duration(-5), "0s");
+  const std::string now = utc_timestamp();
+  ASSERT_EQ(now.size(), 24u) << now;
+  for (const std::size_t i : {4u, 7u}) EXPECT_EQ(now[i], '-') << now;
+  for (const std::size_t i : {13u, 16u}) EXPECT_EQ(now[i], ':') << now;
+  EXPECT_EQ(now[10], 'T');
+  EXPECT_EQ(now[19], '.');
+  EXPECT_EQ(now.back(), 'Z');
+  EXPECT_GE(now.substr(0, 4), "2024");
+  // Numbers read back as the same double.
+  for (const double x : {0.1, 4.2151822498475155, 1e-300, -3.0})
+    EXPECT_EQ(std::stod(json_number(x)), x) << json_number(x);
+}
+
 }  // namespace
 }  // namespace st

@@ -162,5 +162,68 @@ TEST(Gpt2Model, FlopsPerToken) {
                    6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 1024);
 }
 
+// Activation recomputation changes what is kept, not what is computed: losses and gradients
+// over several micro-batches (gradients accumulate) equal the run that keeps everything, bit
+// for bit, and the next forward after backward is unaffected.
+TEST(Gpt2Recompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
+  const Gpt2Shape shape{3, 24, 3, 9, 40, 48};
+  const int B = 3, T = 9;
+  std::vector<float> params;
+  auto run = [&](Recompute recompute) {
+    Gpt2<float> model(shape, B, host_exec(), recompute);
+    params.assign(model.layout().total(), 0.0f);
+    model.init_params(params, 11);
+    std::vector<float> grads(params.size(), 0.0f);
+    std::vector<double> losses;
+    for (int micro = 0; micro < 3; ++micro) {
+      const auto tokens = tokens_for(B, T, 40, 2 * micro), targets = tokens_for(B, T, 40, 2 * micro + 1);
+      losses.push_back(model.forward(params, tokens.data(), targets.data(), B, T));
+      model.backward(params, grads, 1.0f);
+    }
+    // Shorter sequences use the same buffers from their start.
+    const auto tokens = tokens_for(2, 5, 40, 9), targets = tokens_for(2, 5, 40, 10);
+    losses.push_back(model.forward(params, tokens.data(), targets.data(), 2, 5));
+    model.backward(params, grads, 0.5f);
+    return std::make_pair(losses, grads);
+  };
+  const auto reference = run(Recompute::none);
+  for (const Recompute r : {Recompute::selective, Recompute::full}) {
+    const auto got = run(r);
+    EXPECT_EQ(got.first, reference.first) << recompute_name(r);
+    EXPECT_TRUE(got.second == reference.second) << recompute_name(r) << ": gradients differ";
+  }
+  // The comparison can fail: other parameters give other gradients.
+  double sum = 0;
+  for (float g : reference.second) sum += std::fabs(g);
+  EXPECT_GT(sum, 0.0);
+}
+
+// The activation bytes of each setting, written out by hand for one shape: N = B T rows,
+// C channels, blocks of T x T attention probabilities, `heads` of them in flight.
+TEST(Gpt2Recompute, ActivationBytesFollowTheFormula) {
+  const Gpt2Shape shape{4, 32, 4, 16, 50, 64};
+  const int B = 3;
+  const std::size_t N = 3 * 16, C = 32, L = 4, NH = 4, TT = 16 * 16, Vp = 64;
+  for (const int heads : {1, 2, 12}) {
+    // The embedding output, the final norm and its statistics, logits, losses, the projection
+    // output, dres dtmp datty, dqkv, the probabilities' gradient and two MLP-wide scratches.
+    const std::size_t shared = N * C + N * C + 2 * N + N * Vp + N + N * C + 3 * N * C + 3 * N * C + heads * TT + 8 * N * C;
+    const std::size_t none = L * (16 * N * C + 4 * N + B * NH * TT) + shared;
+    const std::size_t selective = L * (12 * N * C + 4 * N) + heads * TT + shared;
+    const std::size_t full = L * N * C + (11 * N * C + 4 * N + heads * TT) + shared;
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::none, heads).total(), none);
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::selective, heads).total(), selective);
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::full, heads).total(), full);
+    EXPECT_LT(full, selective);
+    EXPECT_LT(selective, none);
+  }
+  // The model allocates exactly that, with the heads its backend works on at once.
+  for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    Gpt2<float> model(shape, B, host_exec(), r);
+    const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
+    EXPECT_EQ(model.activation_bytes(), sizeof(float) * activation_sizes(shape, B, r, heads).total()) << recompute_name(r);
+  }
+}
+
 }  // namespace
 }  // namespace st

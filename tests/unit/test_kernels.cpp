@@ -99,32 +99,113 @@ TEST(KernelGradients, Linear) {
   for (std::size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw_twice[i], 2 * dw[i], 1e-12);
 }
 
+// Probabilities kept for backward (B*NH blocks), or not kept: `heads` working blocks in flight.
+struct AttentionBuffers {
+  Vec kept, working, dworking;
+  AttentionProbs<double> probs;
+  AttentionBuffers(int B, int T, int NH, bool keep, int heads) {
+    const std::size_t block = static_cast<std::size_t>(T) * T;
+    if (keep) kept.resize(block * B * NH);
+    else working.resize(block * heads);
+    dworking.resize(block * heads);
+    probs = {keep ? kept.data() : nullptr, keep ? nullptr : working.data(), dworking.data(), heads};
+  }
+};
+
+struct AttentionShape {
+  int B, T, C, NH;
+};
+
 TEST(KernelGradients, CausalAttention) {
-  const int B = 2, T = 5, C = 8, NH = 2;
-  Vec qkv = random_vector(B * T * 3 * C, 11), dout = random_vector(B * T * C, 12);
-  Vec out(B * T * C), att(B * NH * T * T);
-  auto f = [&] {
-    kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  // Short sequences, and long ones whose matmuls run in bands of query rows (the last band short).
+  for (const auto [B, T, C, NH] : {AttentionShape{2, 5, 8, 2}, AttentionShape{1, 260, 4, 2}}) {
+    for (const bool keep : {true, false}) {
+      Vec qkv = random_vector(B * T * 3 * C, 11), dout = random_vector(B * T * C, 12);
+      Vec out(B * T * C);
+      AttentionBuffers buffers(B, T, NH, keep, 2);
+      auto f = [&] {
+        kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH);
+        return out;
+      };
+      f();
+      Vec dqkv(qkv.size(), 1e3);  // overwritten: start from garbage
+      kernels::attention_backward(dqkv.data(), buffers.probs, dout.data(), qkv.data(), B, T, C, NH);
+      expect_matches_finite_differences(qkv, f, dout, dqkv, keep ? "attention dqkv" : "attention dqkv, recomputed");
+      // The probabilities are a causal softmax: rows sum to 1, zero above the diagonal.
+      for (int t = 0; keep && t < T; ++t) {
+        double sum = 0;
+        for (int j = 0; j < T; ++j) {
+          const double p = buffers.kept[static_cast<std::size_t>(t) * T + j];
+          if (j > t) {
+            ASSERT_EQ(p, 0.0) << "t " << t << " j " << j;
+          }
+          sum += p;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-12) << "row " << t;
+      }
+    }
+  }
+}
+
+TEST(KernelGradients, RecomputedAttentionEqualsKeptBitForBit) {
+  // The probabilities recomputed in backward come from the same code as the forward's: the
+  // output and every gradient are the same to the bit, whatever the heads in flight.
+  const int B = 3, T = 140, C = 12, NH = 3;  // two bands of query rows
+  const std::vector<float> qkv = [&] {
+    const Vec d = random_vector(B * T * 3 * C, 21);
+    return std::vector<float>(d.begin(), d.end());
+  }();
+  const std::vector<float> dout = [&] {
+    const Vec d = random_vector(B * T * C, 22);
+    return std::vector<float>(d.begin(), d.end());
+  }();
+  auto run = [&](bool keep, int heads) {
+    const std::size_t block = static_cast<std::size_t>(T) * T;
+    std::vector<float> kept(keep ? block * B * NH : 0), working(keep ? 0 : block * heads), dworking(block * heads);
+    const AttentionProbs<float> probs{keep ? kept.data() : nullptr, keep ? nullptr : working.data(), dworking.data(),
+                                      heads};
+    std::vector<float> out(static_cast<std::size_t>(B) * T * C), dqkv(qkv.size());
+    kernels::attention_forward(out.data(), probs, qkv.data(), B, T, C, NH);
+    kernels::attention_backward(dqkv.data(), probs, dout.data(), qkv.data(), B, T, C, NH);
+    out.insert(out.end(), dqkv.begin(), dqkv.end());
     return out;
   };
-  f();
-  Vec dqkv(qkv.size(), 0.0), scratch(att.size());
-  kernels::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  expect_matches_finite_differences(qkv, f, dout, dqkv, "attention dqkv");
+  const std::vector<float> reference = run(true, 1);
+  for (const int heads : {1, 2, B * NH}) {
+    EXPECT_EQ(run(false, heads), reference) << heads << " heads in flight";
+    EXPECT_EQ(run(true, heads), reference) << heads << " heads in flight, kept";
+  }
 }
 
 TEST(KernelGradients, AttentionIsCausal) {
   // Changing a later token's q, k or v must not change an earlier position's output.
   const int B = 1, T = 6, C = 4, NH = 2;
-  Vec qkv = random_vector(T * 3 * C, 13), out(T * C), att(NH * T * T);
-  kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  Vec qkv = random_vector(T * 3 * C, 13), out(T * C);
+  AttentionBuffers buffers(B, T, NH, true, 1);
+  kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH);
   const Vec before = out;
   for (int c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 1.0;
-  kernels::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], before[i]);
   bool last_changed = false;
   for (int c = 0; c < C; ++c) last_changed |= out[(T - 1) * C + c] != before[(T - 1) * C + c];
   EXPECT_TRUE(last_changed);
+}
+
+TEST(KernelAccuracy, SoftmaxExpIsWithinThreeTenthsOfAMillionthRelative) {
+  // Every float in [-87, 0] one step of 2^-12 apart, and the ends.
+  double worst = 0;
+  for (double x = -87.0; x <= 0.0; x += 1.0 / 4096) {
+    const float xf = static_cast<float>(x);
+    const double exact = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::abs(static_cast<double>(kernels::exp_float(xf)) - exact) / exact);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(kernels::exp_float(0.0f), 1.0f);
+  // Below e^-87 it stays at the smallest normals (softmax only adds them to at least 1).
+  EXPECT_GT(kernels::exp_float(-1000.0f), 0.0f);
+  EXPECT_LT(kernels::exp_float(-1000.0f), 2e-38f);
+  EXPECT_TRUE(std::isnan(kernels::exp_float(std::nanf(""))));
 }
 
 TEST(KernelGradients, Gelu) {

@@ -95,7 +95,9 @@ TEST(Planner, NothingFitsSaysWhatItWouldTake) {
 TEST(Planner, MemoryIsTheStrategiesOwnArithmeticPlusActivations) {
   const Machine m = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
   const ParamLayout layout = make_gpt2_layout(gpt2_shape(kConfig.model));
-  const std::uint64_t activations = 4 * Gpt2<float>::activation_elements(gpt2_shape(kConfig.model), 1);
+  // A GPU rank works on the heads of one sequence at a time.
+  const std::uint64_t activations =
+      4 * activation_sizes(gpt2_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head)).total();
   for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
     const StrategyPrediction p = predict_strategy(kConfig, m, s, 0);
     EXPECT_EQ(p.state_bytes, plan_strategy(layout, s, "fp32", 8, 8, 8).memory.model_state()) << s;
@@ -137,6 +139,77 @@ TEST(Planner, AutoThatCannotFitIsAnErrorForEveryRank) {
   } catch (const Error& e) {
     EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
     EXPECT_NE(std::string(e.what()).find("xl.toml: parallel.strategy = \"auto\": nothing fits"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The smallest total of any strategy with this recomputation, on a machine with room for all.
+std::uint64_t smallest_need(const Config& config, Recompute recompute) {
+  const Machine roomy = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 10000);
+  std::uint64_t smallest = UINT64_MAX;
+  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"})
+    smallest = std::min(smallest, predict_strategy(config, roomy, s, 0, recompute).total_bytes());
+  return smallest;
+}
+
+TEST(Planner, RecomputationIsTheLeverWhenNothingElseFits) {
+  // Four sequences of 1024 per GPU: the attention probabilities dominate.
+  const Config config = parse_deck(kXl, "xl.toml", {"data.micro_batch=4"});
+  const std::uint64_t none = smallest_need(config, Recompute::none);
+  const std::uint64_t selective = smallest_need(config, Recompute::selective);
+  const std::uint64_t full = smallest_need(config, Recompute::full);
+  ASSERT_LT(selective, none);
+  ASSERT_LT(full, selective);
+  const double GiB = 1024.0 * 1024.0 * 1024.0;
+  auto plan_with = [&](std::uint64_t between_a, std::uint64_t between_b) {
+    const double gb = (static_cast<double>(between_a) + static_cast<double>(between_b)) / 2 / GiB;
+    return plan_strategies(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", gb));
+  };
+  const Gpt2Shape shape = gpt2_shape(config.model);
+  const double tokens_per_rank = 64.0 * 1024 / 8;
+  for (const auto& [lower, upper, lever] : {std::tuple{selective, none, Recompute::selective},
+                                            std::tuple{full, selective, Recompute::full}}) {
+    const PlanResult r = plan_with(lower, upper);
+    const StrategyPrediction& c = chosen(r);
+    ASSERT_TRUE(r.recompute.has_value()) << r.reason;
+    EXPECT_EQ(*r.recompute, lever);
+    EXPECT_EQ(c.recompute, lever);
+    EXPECT_TRUE(c.fits);
+    const std::string setting = std::string("model.recompute = \"") + recompute_name(lever) + "\"";
+    EXPECT_NE(r.reason.find("with " + setting + ": nothing fits with model.recompute = \"none\""), std::string::npos)
+        << r.reason;
+    EXPECT_NE(r.reason.find("Set " + setting + " in the deck"), std::string::npos) << r.reason;
+    EXPECT_NE(r.reason.find("% step time"), std::string::npos) << r.reason;
+    // What it costs: the recomputed FLOPs at the machine's rate, inside the step.
+    EXPECT_DOUBLE_EQ(c.recompute_s, recompute_flops_per_token(shape, 1024, lever) * tokens_per_rank / (400e12));
+    EXPECT_GT(c.step_s, c.recompute_s + c.exposed_s);
+    // The table shows the recomputation of every row.
+    EXPECT_NE(format_plan(r, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80)).find(recompute_name(lever)),
+              std::string::npos);
+  }
+  // Below even full recomputation's need: nothing, and the reason says so.
+  const PlanResult none_fits = plan_with(full / 2, full / 2);
+  EXPECT_EQ(none_fits.chosen, -1);
+  EXPECT_NE(none_fits.reason.find("not even model.recompute = \"full\""), std::string::npos) << none_fits.reason;
+  // A deck that asks for recomputation itself is planned with it, and needs no lever.
+  const Config selective_deck = parse_deck(kXl, "xl.toml", {"data.micro_batch=4", "model.recompute=\"selective\""});
+  const double gb = (static_cast<double>(selective) + static_cast<double>(none)) / 2 / GiB;
+  const PlanResult asked = plan_strategies(selective_deck, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", gb));
+  EXPECT_FALSE(asked.recompute.has_value());
+  EXPECT_EQ(chosen(asked).recompute, Recompute::selective);
+}
+
+TEST(Planner, AutoLeavesRecomputationToTheDeck) {
+  Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto", "data.micro_batch=4"});
+  const double gb = (static_cast<double>(smallest_need(config, Recompute::selective)) +
+                     static_cast<double>(smallest_need(config, Recompute::none))) /
+                    2 / (1024.0 * 1024.0 * 1024.0);
+  try {
+    app::resolve_auto_strategy(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", gb));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
+    EXPECT_NE(std::string(e.what()).find("Set model.recompute = \"selective\" in the deck"), std::string::npos)
         << e.what();
   }
 }

@@ -1,8 +1,8 @@
 // Causal multi-head self-attention on the device: the matmuls as cuBLAS strided-batched GEMMs
 // (one batch of heads per sequence of the micro-batch), the causal softmax and its backward as
 // warp-per-row kernels. Same layout and results as the host (exec/host_kernels.cpp):
-// qkv[B, T, 3C] holds q, k, v side by side, heads of hs = C / NH channels; att[B, NH, T, T]
-// keeps the probabilities, zero above the diagonal.
+// qkv[B, T, 3C] holds q, k, v side by side, heads of hs = C / NH channels; kept probabilities
+// are att[B, NH, T, T], zero above the diagonal (exec/attention_probs.hpp).
 #include <cmath>
 
 #include "exec/cuda/cuda_checks.hpp"
@@ -63,65 +63,73 @@ HeadGeometry head_geometry(int T, int C, int NH) {
 }
 }  // namespace
 
+int CudaLayerKernels::attention_heads_at_once(int B, int NH) const {
+  return st::attention_heads_at_once(true, B, NH, 0);
+}
+
 // In cuBLAS's column-major view a row-major [T, hs] slice of qkv with row stride 3C is an
 // hs x T matrix with leading dimension 3C; att's [T, T] blocks are T x T transposed, ld T.
-// Head h of sequence b: q at qkv + b*T*3C + h*hs (k at +C, v at +2C), att at (b*NH + h)*T*T.
-void CudaLayerKernels::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+// Head h of sequence b: q at qkv + b*T*3C + h*hs (k at +C, v at +2C). One sequence's NH heads
+// go through each batched matmul: kept probabilities at (b*NH + h)*T*T, or not kept, the NH
+// blocks of the working set (reused by the next sequence, in stream order).
+namespace {
+// S^T = K Q^T * scale  (so S[t, s] = <q_t, k_s> * scale, row-major), then the causal softmax.
+void head_probabilities(cublasHandle_t cublas, bool bf16, cudaStream_t stream, float* a, const float* q, int T, int C,
+                        int NH) {
+  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
+  cuda_gemm_strided_batched(cublas, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, q + C, C3, hs, q, C3, hs, 0.0f, a,
+                            T, tt, NH);
+  const int rows = NH * T;
+  causal_softmax_forward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream>>>(a, rows, T);
+  ST_CHECK_LAUNCH();
+}
+}  // namespace
+
+void CudaLayerKernels::attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T,
+                                         int C, int NH) {
+  use_device();
+  if (B == 0 || T == 0) return;
+  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
+  for (int b = 0; b < B; ++b) {
+    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
+    float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * tt : probs.working;
+    head_probabilities(cublas_, bf16_, stream_, a, q, T, C, NH);
+    // out^T = V^T P^T  (out = P V)
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, q + 2 * C, C3, hs, a, T, tt,
+                              0.0f, out + static_cast<std::size_t>(b) * T * C, C, hs, NH);
+  }
+}
+
+void CudaLayerKernels::attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout,
+                                          const float* qkv, int B, int T, int C, int NH) {
   use_device();
   if (B == 0 || T == 0) return;
   const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
   for (int b = 0; b < B; ++b) {
     const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
     const float* k = q + C;
-    float* a = att + static_cast<std::size_t>(b) * NH * tt;
-    // S^T = K Q^T * scale  (so S[t, s] = <q_t, k_s> * scale, row-major)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, a,
-                              T, tt, NH);
-  }
-  const int rows = B * NH * T;
-  causal_softmax_forward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(att, rows, T);
-  ST_CHECK_LAUNCH();
-  for (int b = 0; b < B; ++b) {
-    const float* v = qkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
-    const float* a = att + static_cast<std::size_t>(b) * NH * tt;
-    // out^T = V^T P^T  (out = P V)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, C3, hs, a, T, tt, 0.0f,
-                              out + static_cast<std::size_t>(b) * T * C, C, hs, NH);
-  }
-}
-
-void CudaLayerKernels::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                          const float* att, int B, int T, int C, int NH) {
-  use_device();
-  if (B == 0 || T == 0) return;
-  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
-  for (int b = 0; b < B; ++b) {
-    const float* v = qkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
+    const float* v = q + 2 * C;
     const float* dO = dout + static_cast<std::size_t>(b) * T * C;
-    const float* a = att + static_cast<std::size_t>(b) * NH * tt;
-    float* dP = scratch + static_cast<std::size_t>(b) * NH * tt;
-    float* dv = dqkv + static_cast<std::size_t>(b) * T * C3 + 2 * C;
+    float* dq = dqkv + static_cast<std::size_t>(b) * T * C3;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * tt : probs.working;
+    if (!probs.kept) head_probabilities(cublas_, bf16_, stream_, probs.working, q, T, C, NH);
+    float* dP = probs.dworking;
     // dP = dO V^T
     cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, dP,
                               T, tt, NH);
     // dV = P^T dO  (dV^T = dO^T P)
     cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, a, T, tt, 0.0f, dv,
                               C3, hs, NH);
-  }
-  const int rows = B * NH * T;
-  causal_softmax_backward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(scratch, att, rows, T);
-  ST_CHECK_LAUNCH();
-  for (int b = 0; b < B; ++b) {
-    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
-    const float* k = q + C;
-    const float* dS = scratch + static_cast<std::size_t>(b) * NH * tt;
-    float* dq = dqkv + static_cast<std::size_t>(b) * T * C3;
-    float* dk = dq + C;
+    const int rows = NH * T;
+    causal_softmax_backward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(dP, a, rows, T);
+    ST_CHECK_LAUNCH();
     // dQ = dS K * scale  (dQ^T = K^T dS^T)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, dS, T, tt, 0.0f, dq,
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, dP, T, tt, 0.0f, dq,
                               C3, hs, NH);
     // dK = dS^T Q * scale  (dK^T = Q^T dS)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, C3, hs, dS, T, tt, 0.0f, dk,
+    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, C3, hs, dP, T, tt, 0.0f, dk,
                               C3, hs, NH);
   }
 }

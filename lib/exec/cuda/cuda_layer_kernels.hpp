@@ -33,8 +33,10 @@ class CudaLayerKernels final : public LayerKernels<float> {
                       int OC) override;
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int N, int C, int OC, bool accumulate_din) override;
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) override;
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+  int attention_heads_at_once(int B, int NH) const override;
+  void attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout, const float* qkv, int B,
                           int T, int C, int NH) override;
   void gelu_forward(float* out, const float* in, std::size_t n) override;
   void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;

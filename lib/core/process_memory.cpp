@@ -1,0 +1,30 @@
+#include "core/process_memory.hpp"
+
+#include <fstream>
+#include <string>
+
+namespace st {
+namespace {
+
+// A "Name:   1234 kB" line of /proc/self/status, in bytes.
+std::uint64_t status_field(const char* name) {
+  std::ifstream in("/proc/self/status");
+  const std::string prefix = std::string(name) + ":";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return std::stoull(line.substr(prefix.size())) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+std::uint64_t resident_bytes() { return status_field("VmRSS"); }
+std::uint64_t peak_resident_bytes() { return status_field("VmHWM"); }
+
+bool restart_peak_resident() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";  // 5: reset the peak resident set size (proc(5))
+  out.close();
+  return static_cast<bool>(out);
+}
+
+}  // namespace st

@@ -1,0 +1,16 @@
+#pragma once
+// This process's resident memory, as the kernel counts it (/proc/self/status): what the
+// accounted buffers (model state, workspace, activations) are checked against.
+#include <cstdint>
+
+namespace st {
+
+// Resident set now (VmRSS) and its high-water mark (VmHWM), in bytes; 0 where the kernel does
+// not say (not Linux).
+std::uint64_t resident_bytes();
+std::uint64_t peak_resident_bytes();
+// Starts the high-water mark again from the resident set now (Linux: /proc/self/clear_refs),
+// so that a peak measured later belongs to what ran after this call. False where it cannot.
+bool restart_peak_resident();
+
+}  // namespace st

@@ -1,0 +1,41 @@
+#pragma once
+// What a GPT-2 training step keeps in memory between forward and backward, and what it costs
+// to keep less (activation recomputation):
+//   none       every block keeps all it computed, the attention probabilities included
+//              (B x heads x T x T per block: at long sequences the largest of all);
+//   selective  blocks drop the attention probabilities and the GELU output, which backward
+//              recomputes from what they keep (q and k, the MLP's input): large in memory,
+//              cheap in FLOPs;
+//   full       blocks keep only their input; backward reruns each block's forward first.
+// The model carves its buffers by these sizes (model/gpt2.cpp), and `check`, the planner and
+// the memory lines predict with them, so prediction and allocation cannot drift apart.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "model/layout.hpp"
+
+namespace st {
+
+enum class Recompute { none, selective, full };
+
+std::optional<Recompute> recompute_from_name(std::string_view name);
+const char* recompute_name(Recompute recompute);
+
+// Elements, for micro-batches of up to max_batch sequences with `heads_at_once` attention
+// heads in flight (exec/attention_probs.hpp).
+struct ActivationSizes {
+  std::size_t per_block = 0;  // kept by each block until its backward
+  std::size_t working = 0;    // one block's working set, shared by all blocks (recomputation)
+  std::size_t shared = 0;     // embeddings, final norm, logits and the backward scratch
+  std::int64_t blocks = 0;
+  std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
+};
+ActivationSizes activation_sizes(const Gpt2Shape& shape, int max_batch, Recompute recompute, int heads_at_once);
+
+// FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
+// leave them out, as is usual).
+double recompute_flops_per_token(const Gpt2Shape& shape, std::int64_t seq, Recompute recompute);
+
+}  // namespace st

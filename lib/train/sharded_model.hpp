@@ -1,0 +1,66 @@
+#pragma once
+// The model on this job's ranks: where each rank computes (its execution backend), the
+// communicators over the ranks, the GPT-2 with its activations, and the parallel strategy that
+// shards its parameters, gradients and optimizer state as the deck says. What training,
+// evaluation and generation share; the training loop (trainer.hpp) adds data, the schedule,
+// checkpoints and the logs.
+#include <cstdint>
+#include <memory>
+
+#include "comm/stack.hpp"
+#include "comm/world.hpp"
+#include "core/timeline.hpp"
+#include "deck/config.hpp"
+#include "exec/make_exec.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/strategy.hpp"
+
+namespace st {
+
+class ShardedModel {
+ public:
+  // `execution`: this rank's backend (make_execution); forward passes of up to `max_batch`
+  // sequences; collectives and compute spans go to `timeline` (may be null). Throws Error (all
+  // ranks) for an hsdp group the job cannot form.
+  ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline);
+  ~ShardedModel();
+  ShardedModel(const ShardedModel&) = delete;
+  ShardedModel& operator=(const ShardedModel&) = delete;
+
+  Gpt2<float>& model() { return *model_; }
+  const Gpt2<float>& model() const { return *model_; }
+  Strategy& strategy() { return *strategy_; }
+  const Strategy& strategy() const { return *strategy_; }
+  const Execution& execution() const { return execution_; }
+  CommStack& comms() { return comms_; }
+  const CommStack& comms() const { return comms_; }
+  // Ranks the strategy splits the model over (hsdp: its group; the others: the world).
+  int shard_group() const { return shard_group_; }
+
+  // Every rank initialises the whole model from the same seed and keeps its part, so all start
+  // from the same parameters without a broadcast.
+  void init_params(std::uint64_t seed);
+  // Collective: the sum of every rank's value (through the backend's memory: on GPUs the job's
+  // collectives reduce device buffers only).
+  double sum_over_ranks(double value);
+
+ private:
+  Execution execution_;
+  CommStack comms_;
+  std::unique_ptr<Gpt2<float>> model_;
+  std::unique_ptr<Strategy> strategy_;
+  Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
+  int shard_group_ = 1;
+};
+
+// The deck's model shape, vocabulary padded per model.vocab_pad_to.
+Gpt2Shape gpt2_shape(const ModelConfig& model);
+// The deck's model.recompute (validated by the deck's schema).
+Recompute recompute_of(const ModelConfig& model);
+// hsdp's sharding group: parallel.shard_group ranks, or node_size (the ranks of a node); throws
+// Error (all ranks) naming the key if it does not divide the world.
+int hsdp_group_size(const ParallelConfig& parallel, int world_size, int node_size, const std::string& deck_path);
+// Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
+std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
+
+}  // namespace st

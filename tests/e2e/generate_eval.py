@@ -1,0 +1,90 @@
+"""Using a trained model: `shardtrain eval` and `shardtrain generate` on its checkpoints.
+
+A small GPT trains 20 steps on 2 ranks, validating and writing a checkpoint every 10 steps.
+- eval of each checkpoint (given as the file, or as the run directory for `latest`) equals the
+  validation loss the run logged for it within 1e-6 relative, on 1, 2 and 4 ranks with every
+  strategy; perplexity is exp(loss); --data on a file holding exactly the validation split's
+  text gives the same value again; another --batches count gives another value.
+- generate with a fixed seed prints the same samples on 1, 2 and 4 ranks with every strategy;
+  another seed gives other text; --top-k 1 is greedy (the same tokens whatever the seed).
+- Bad paths and prompts get a message naming them and exit code 2."""
+import json
+import math
+import os
+
+import harness as h
+
+args = h.parse_args()
+work = h.tmpdir()
+corpus = h.corpus(args)
+run_dir = os.path.join(work, "trained")
+deck = h.small_deck(work, "trained", corpus, run={"steps": 20, "eval_every": 10, "eval_batches": 2},
+                    checkpoint={"every": 10, "keep": 3})
+proc = h.mpirun(args, 2, ["run", deck])
+h.check(proc.returncode == 0, f"training exits 0\n{proc.stderr[-800:]}")
+logged = {r["step"]: r["val_loss"] for r in h.metrics(run_dir) if r["kind"] == "val"}
+h.check(sorted(logged) == [10, 20], f"the run validated at steps 10 and 20 ({logged})")
+ckpt10 = os.path.join(run_dir, "checkpoints", "ckpt_00000010.h5")
+
+CASES = [(1, "ddp", []), (2, "zero1", []), (2, "zero2", []), (4, "zero3", []), (4, "ddp", []),
+         (4, "hsdp", ["--set", "parallel.ranks_per_node=2"])]
+
+
+def json_out(ranks, argv):
+    proc = h.mpirun(args, ranks, argv + ["--json"])
+    h.check(proc.returncode == 0, f"{' '.join(argv)} on {ranks} rank(s) exits 0\n{proc.stderr[-800:]}")
+    return json.loads(proc.stdout)
+
+
+for ranks, strategy, extra in CASES:
+    label = f"{strategy} on {ranks} rank(s)"
+    for path, step in ((ckpt10, 10), (run_dir, 20)):
+        got = json_out(ranks, ["eval", path, "--set", f'parallel.strategy="{strategy}"'] + extra)
+        h.check(got["step"] == step and abs(got["loss"] - logged[step]) <= 1e-6 * logged[step],
+                f"eval, {label}: step {step} loss {got['loss']!r} = logged {logged[step]!r} within 1e-6")
+        h.check(abs(got["perplexity"] - math.exp(got["loss"])) <= 1e-9 * got["perplexity"],
+                f"eval, {label}: perplexity is exp(loss)")
+
+# --data: a file holding exactly the validation split's text draws the same sequences.
+got = json_out(1, ["eval", run_dir])
+first, last = [int(x) for x in got["data"].split("tokens ")[1].rstrip(")").split(" to ")]
+with open(corpus, "rb") as f:
+    text = f.read()[first:last]
+val_file = os.path.join(work, "val.txt")
+with open(val_file, "wb") as f:
+    f.write(text)
+again = json_out(1, ["eval", run_dir, "--data", val_file])
+h.check(abs(again["loss"] - logged[20]) <= 1e-6 * logged[20] and again["data"].startswith(val_file),
+        f"eval --data on the validation text alone: {again['loss']!r} = {logged[20]!r}")
+other = json_out(1, ["eval", run_dir, "--batches", "1"])
+h.check(other["batches"] == 1 and other["loss"] != logged[20], "eval --batches 1 evaluates other batches")
+
+# generate: the same samples everywhere for one seed.
+reference = None
+for ranks, strategy, extra in CASES:
+    got = json_out(ranks, ["generate", run_dir, "--prompt", "The ", "--tokens", "30", "--samples", "2",
+                           "--top-k", "20", "--seed", "7", "--set", f'parallel.strategy="{strategy}"'] + extra)
+    samples = [(s["seed"], s["tokens"], s["text"]) for s in got["samples"]]
+    h.check(len(samples) == 2 and all(len(s[1]) == 30 for s in samples), f"generate, {strategy} on {ranks}: "
+                                                                          f"2 samples of 30 tokens")
+    h.check(all(s[2].startswith("The ") for s in samples), "each sample starts with its prompt")
+    if reference is None:
+        reference = samples
+    h.check(samples == reference, f"generate, {strategy} on {ranks} rank(s): the same samples as ddp on 1")
+h.check(reference[0][1] != reference[1][1], "samples 1 and 2 (seeds 7 and 8) differ")
+greedy = [json_out(1, ["generate", run_dir, "--tokens", "20", "--top-k", "1", "--seed", str(s)])["samples"][0]["tokens"]
+          for s in (1, 2)]
+h.check(greedy[0] == greedy[1], "--top-k 1 is greedy: the same tokens for seeds 1 and 2")
+
+# Bad input.
+empty_dir = os.path.join(work, "empty")
+os.makedirs(empty_dir)
+for argv, words in ((["generate", os.path.join(work, "missing.h5")], ["missing.h5", "no such file"]),
+                    (["eval", empty_dir], [empty_dir, "without a `latest` checkpoint"]),
+                    (["generate", run_dir, "--prompt-tokens", "1 x 3"], ["'x' is not a token id"]),
+                    (["generate", run_dir, "--prompt-tokens", "300"], ["'300' is not a token id (0 to 255)"]),
+                    (["generate", val_file], [val_file])):
+    proc = h.mpirun(args, 2, argv)
+    h.check(proc.returncode == 2 and all(w in proc.stderr for w in words) and "Traceback" not in proc.stderr,
+            f"{' '.join(argv[:2])}: exit 2 naming {words} (exit {proc.returncode}: {proc.stderr[-300:]})")
+print("passed")
