@@ -19,6 +19,7 @@
 #include "train/report.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
+#include "weights/init_from.hpp"
 
 namespace st {
 namespace {
@@ -185,6 +186,14 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
 }
 
 void Trainer::start_from_initial_params() {
+  // GPT-2 weights from a file: rank 0 reads them, every rank keeps its part (as from a checkpoint,
+  // so any strategy and world size works), with fresh optimizer state.
+  if (!config_.model.init_from.empty()) {
+    const InitialWeights initial = load_initial_weights(config_.model.init_from, shape_, world_.comm());
+    strategy_->load_params(initial.params);
+    resume_notes_.push_back(initial.note);
+    return;
+  }
   // Every rank initialises the whole model from the same seed and keeps its part, so all start
   // from the same parameters without a broadcast.
   std::vector<float> full(model_->layout().total());
@@ -213,6 +222,9 @@ void Trainer::resume() {
                     static_cast<long long>(info.step), static_cast<long long>(info.world_size), info.strategy.c_str(),
                     info.precision.c_str(), clock.seconds());
       resume_notes_.push_back(line);
+      if (!config_.model.init_from.empty())
+        resume_notes_.push_back("model.init_from = \"" + config_.model.init_from +
+                                "\" is not read: the run goes on from the checkpoint");
       return;
     } catch (const Error& e) {
       // read_checkpoint agrees across ranks: every rank is here with the same message.
