@@ -40,15 +40,6 @@ void share(WeightsSource& source, MPI_Comm comm) {
   broadcast(source.description, 0, comm);
 }
 
-// MPI counts are int: a large model goes over in pieces.
-void broadcast_floats(std::vector<float>& values, MPI_Comm comm) {
-  constexpr std::size_t kPiece = std::size_t{1} << 28;
-  for (std::size_t at = 0; at < values.size(); at += kPiece) {
-    const int n = static_cast<int>(std::min(kPiece, values.size() - at));
-    ST_CHECK_MPI(MPI_Bcast(values.data() + at, n, MPI_FLOAT, 0, comm));
-  }
-}
-
 }  // namespace
 
 std::int64_t pad_to_for(std::int64_t vocab_size, std::int64_t padded) {
@@ -107,26 +98,35 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
 InitialWeights load_initial_weights(const std::string& path, const Gpt2Shape& shape, MPI_Comm comm) {
   int rank = 0;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  Stopwatch clock;
-  InitialWeights out;
-  std::string problem, description, file;
+  // Rank 0 checks the file first, so a bad file gives one message however many ranks there are.
+  WeightsSource source;
+  std::string problem;
   if (rank == 0) {
     try {
-      const WeightsSource source = probe_weights(path);
-      out.params = read_weights(source, shape);
-      description = source.description;
-      file = source.path;
+      source = probe_weights(path);
+      if (const std::string why = shape_mismatch(source, shape); !why.empty())
+        throw Error(source.path + ": holds another model: " + why);
     } catch (const Error& e) {
       problem = "model.init_from: " + std::string(e.what());
     }
   }
   agree_or_throw(comm, problem);
-  out.params.resize(make_gpt2_layout(shape).total());
-  const double read_seconds = clock.seconds();
-  broadcast_floats(out.params, comm);
-  char line[160];
-  std::snprintf(line, sizeof line, "; read in %.2f s, broadcast in %.2f s", read_seconds, clock.seconds() - read_seconds);
-  out.note = "initialised from " + file + " (" + description + "): step 0, fresh optimizer state" + line;
+  share(source, comm);
+  // Then every rank reads the whole file itself, as every rank maps data.path: the node's page
+  // cache serves the ranks after the first, and rank 0 sends no copy of the model to each rank.
+  Stopwatch clock;
+  InitialWeights out;
+  try {
+    out.params = read_weights(source, shape);
+  } catch (const Error& e) {
+    problem = "model.init_from: " + std::string(e.what());
+  }
+  agree_or_throw(comm, problem);
+  double seconds = clock.seconds();
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
+  char line[96];
+  std::snprintf(line, sizeof line, "; every rank read it, the slowest in %.2f s", seconds);
+  out.note = "initialised from " + source.path + " (" + source.description + "): step 0, fresh optimizer state" + line;
   return out;
 }
 

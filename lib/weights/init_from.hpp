@@ -1,7 +1,7 @@
 #pragma once
 // model.init_from: a run that starts from GPT-2 weights in a file instead of the random
-// initialisation. Rank 0 reads the file; every rank gets the same answers (collective calls),
-// so a bad file stops every rank with one message.
+// initialisation. Rank 0 checks the file first and every rank gets the same answers (collective
+// calls), so a bad file stops every rank with one message.
 #include <mpi.h>
 
 #include <string>
@@ -23,7 +23,8 @@ struct InitialWeights {
   std::vector<float> params;  // laid out by make_gpt2_layout(shape)
   std::string note;           // "initialised from FILE (llm.c model file, version 3 (fp32)); read in 0.41 s"
 };
-// Every parameter from the file, read by rank 0 and broadcast to every rank. Collective.
+// Every parameter from the file, after rank 0 has checked it: every rank reads the whole file.
+// Collective; a rank that cannot read it is named in the Error every rank throws.
 InitialWeights load_initial_weights(const std::string& path, const Gpt2Shape& shape, MPI_Comm comm);
 
 // The smallest vocab_pad_to that pads vocab_size to padded (a power of two where one does).
