@@ -223,6 +223,10 @@ int main_with_mpi(int argc, char** argv) {
       ->check(CLI::IsMember({"llmc", "safetensors"}));
   weights_convert->add_option("--dtype", weights_request.dtype, "fp32 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  weights_convert->add_option("--vocab-pad-to", weights_request.vocab_pad_to,
+                              "Pad the token table to a multiple of this many rows (llm.c: 128 pads 50257 to 50304); "
+                              "default: the file's own padding (none in a Hugging Face file)")
+      ->check(CLI::PositiveNumber);
 
   // A first word that is not an option must name a subcommand: say which it is not, and what
   // there is (CLI11 would only say that a subcommand is required).

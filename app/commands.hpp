@@ -50,6 +50,7 @@ struct WeightsRequest {
   std::string action;  // "inspect" or "convert"
   std::string file, out;
   std::string format, dtype = "fp32";
+  std::int64_t vocab_pad_to = 0;  // convert: pad the token table to a multiple of this (0: the file's padding)
 };
 int weights_command(const WeightsRequest& request, World& world);
 

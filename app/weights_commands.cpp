@@ -64,13 +64,16 @@ int ckpt_command(const CkptRequest& request, World& world) {
 int weights_command(const WeightsRequest& request, World& world) {
   return on_root(world, [&] {
     const WeightsSource source = probe_weights(request.file);
+    Gpt2Shape shape = source.shape;
+    if (request.vocab_pad_to > 0)
+      shape.padded_vocab = (shape.vocab_size + request.vocab_pad_to - 1) / request.vocab_pad_to * request.vocab_pad_to;
     Stopwatch clock;
-    const std::vector<float> params = read_weights(source, source.shape);
+    const std::vector<float> params = read_weights(source, shape);
     const double seconds = clock.seconds();
     if (request.action == "convert") {
       const WeightsFormat format = weights_format(request.format);
       const WeightDtype dtype = weight_dtype(request.dtype);
-      write_weights(format, request.out, source.shape, params, dtype);
+      write_weights(format, request.out, shape, params, dtype);
       std::cout << wrote(format, request.out, dtype) << " from " << source.path << "\n";
       return;
     }

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "weights/file_io.hpp"
+#include "weights/shape_limits.hpp"
 
 namespace st {
 namespace {
@@ -100,6 +101,11 @@ Gpt2Shape read_hf_gpt2_config(const std::string& path) {
   s.vocab_size = positive_integer(config, "vocab_size", path);
   s.seq_len = positive_integer(config, positions, path);
   s.padded_vocab = s.vocab_size;
+  if (const std::string why =
+          shape_outside_deck_limits(s, {"\"n_layer\"", "\"n_embd\"", "\"n_head\"", std::string("\"") + positions + "\"",
+                                        "\"vocab_size\""});
+      !why.empty())
+    throw Error(path + ": " + why);
   if (s.d_model % s.n_head != 0)
     throw Error(path + ": n_embd = " + std::to_string(s.d_model) + " is not divisible by n_head = " +
                 std::to_string(s.n_head));

@@ -6,6 +6,7 @@
 
 #include "core/bf16.hpp"
 #include "core/error.hpp"
+#include "weights/shape_limits.hpp"
 
 namespace st {
 namespace {
@@ -86,6 +87,12 @@ LlmcHeader read_llmc_header(const InputFile& file) {
   s.n_head = h[5];
   s.d_model = h[6];
   s.padded_vocab = h[7];
+  if (const std::string why = shape_outside_deck_limits(s, {names[2], names[4], names[3], names[0], names[1]}); !why.empty())
+    throw Error(path + ": bad header: " + why);
+  // The padded vocabulary is not a deck key: it may exceed the vocabulary by a few padding rows.
+  if (s.padded_vocab > 2 * s.vocab_size + 65536)
+    throw Error(path + ": bad header: padded vocabulary Vp = " + std::to_string(s.padded_vocab) +
+                " is far larger than the vocabulary V = " + std::to_string(s.vocab_size));
   if (s.padded_vocab < s.vocab_size)
     throw Error(path + ": bad header: padded vocabulary Vp = " + std::to_string(s.padded_vocab) +
                 " is smaller than the vocabulary V = " + std::to_string(s.vocab_size));

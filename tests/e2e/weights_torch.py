@@ -238,6 +238,23 @@ for label, source, ranks, model, parallel, dtype in imports:
              config["architectures"]) == (L, NH, C, T, V, ["GPT2LMHeadModel"]),
             f"{label}: config.json beside the export describes the model for transformers")
 
+# weights convert and inspect, without a run.
+os.makedirs(f"{work}/converted")
+proc = h.mpirun(args, 1, ["weights", "convert", "--format", "safetensors", files["llmc_fp32"][0],
+                          f"{work}/converted/model.safetensors"])
+h.check(proc.returncode == 0 and same_bytes(f"{work}/converted/model.safetensors", files["safetensors_f32"][0]),
+        f"weights convert llm.c -> safetensors gives the Hugging Face file byte for byte\n{proc.stderr}")
+proc = h.mpirun(args, 1, ["weights", "convert", "--format", "llmc", "--dtype", "bf16", "--vocab-pad-to", "128",
+                          f"{work}/converted", f"{work}/converted.bin"])
+h.check(proc.returncode == 0 and same_bytes(f"{work}/converted.bin", files["llmc_bf16"][0]),
+        f"weights convert safetensors -> llm.c bf16 padded to 128 gives llm.c's file byte for byte\n{proc.stderr}")
+proc = h.mpirun(args, 1, ["weights", "inspect", files["safetensors_bf16"][0]])
+norm = float(np.sqrt(sum(float((v.astype(np.float64) ** 2).sum()) for v in files["safetensors_bf16"][1].values())))
+shown = float(proc.stdout.split("L2 norm ")[1].split()[0]) if "L2 norm " in proc.stdout else -1.0
+h.check(proc.returncode == 0 and "model: n_layer 2, d_model 64, n_head 4, seq_len 32, vocab 300 (padded 300)" in proc.stdout
+        and abs(shown - norm) < 1e-5 * norm,
+        f"weights inspect shows the model and the parameters' L2 norm ({shown} against {norm:.6g})\n{proc.stdout}")
+
 # A checkpoint to resume takes precedence over model.init_from (a requeued job goes on).
 proc = run("resume over init_from", 1, f"{work}/import_llmc_fp32.toml",
            ["--set", "checkpoint.resume=latest", "--set", "run.steps=2"])

@@ -161,6 +161,9 @@ TEST_F(Weights, BadLlmcFilesAreNamedWithTheProblem) {
   EXPECT_NE(m.find("padded vocabulary Vp = 40 is smaller than the vocabulary V = 50"), std::string::npos) << m;
   m = variant("heads.bin", [&](auto& b) { set_int(b, 5, 3); });
   EXPECT_NE(m.find("C = 16 is not divisible by NH = 3"), std::string::npos) << m;
+  m = variant("huge.bin", [&](auto& b) { set_int(b, 4, 100000); });
+  EXPECT_NE(m.find(path("huge.bin") + ": bad header: L (header[4]) = 100000 is outside the deck's range for model.n_layer"),
+            std::string::npos) << m;
   m = variant("tokens.bin", [&](auto& b) { set_int(b, 0, 20240520); });
   EXPECT_NE(m.find(path("tokens.bin") + ": bad header: this is an llm.c token file"), std::string::npos) << m;
   m = variant("magic.bin", [&](auto& b) { set_int(b, 0, 1234); });
