@@ -186,8 +186,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
 }
 
 void Trainer::start_from_initial_params() {
-  // GPT-2 weights from a file: rank 0 reads them, every rank keeps its part (as from a checkpoint,
-  // so any strategy and world size works), with fresh optimizer state.
+  // GPT-2 weights from a file: every rank reads them once rank 0 has checked the file, and keeps
+  // its part (as from a checkpoint, so any strategy and world size works); fresh optimizer state.
   if (!config_.model.init_from.empty()) {
     const InitialWeights initial = load_initial_weights(config_.model.init_from, shape_, world_.comm());
     strategy_->load_params(initial.params);

@@ -74,7 +74,23 @@ std::string hf_config_path(const std::string& safetensors_path) {
   return (std::filesystem::path(safetensors_path).parent_path() / "config.json").string();
 }
 
+namespace {
+
+Gpt2Shape parse_hf_gpt2_config(const std::string& path);
+
+}  // namespace
+
 Gpt2Shape read_hf_gpt2_config(const std::string& path) {
+  try {
+    return parse_hf_gpt2_config(path);
+  } catch (const Json::exception& e) {  // a setting of the wrong JSON type
+    throw Error(path + ": " + e.what());
+  }
+}
+
+namespace {
+
+Gpt2Shape parse_hf_gpt2_config(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw Error(path + ": missing: a Hugging Face model.safetensors needs its config.json beside it (for n_head and "
                        "the context length)");
@@ -127,6 +143,8 @@ Gpt2Shape read_hf_gpt2_config(const std::string& path) {
     refuse("\"scale_attn_by_inverse_layer_idx\" is true", "no per-layer scaling of attention scores");
   return s;
 }
+
+}  // namespace
 
 std::string hf_gpt2_config_json(const Gpt2Shape& s, WeightDtype dtype) {
   nlohmann::ordered_json c;

@@ -382,6 +382,9 @@ TEST_F(Weights, BadSafetensorsFilesAreNamedWithTheProblem) {
                                         "\"vocab_size\": 50, \"activation_function\": \"relu\"}");
   EXPECT_NE(m.find("config.json: \"activation_function\" is \"relu\"; shardtrain's GPT-2 needs the tanh GELU"),
             std::string::npos) << m;
+  std::tie(file, m) = variant(good, "", "{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 16, \"n_positions\": 8, "
+                                        "\"vocab_size\": 50, \"tie_word_embeddings\": \"yes\"}");
+  EXPECT_NE(m.find("config.json: [json.exception.type_error"), std::string::npos) << m;
   std::tie(file, m) = variant(good, "", "{\"n_layer\": 2, \"n_head\": 4, \"n_embd\": 16, \"vocab_size\": 50}");
   EXPECT_NE(m.find("config.json: has neither \"n_positions\" nor \"n_ctx\""), std::string::npos) << m;
   std::tie(file, m) = variant(good, "", "{\"n_layer\": 3, \"n_head\": 4, \"n_embd\": 16, \"n_positions\": 8, \"vocab_size\": 50}");
