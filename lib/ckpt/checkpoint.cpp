@@ -502,6 +502,23 @@ std::string inspect_checkpoint(const std::string& path) {
   }
 }
 
+CheckpointParams read_checkpoint_params(const std::string& path) {
+  try {
+    if (!fs::exists(path)) throw Error("no such file");
+    h5::Handle file = h5::open_file_serial(path);
+    CheckpointParams out;
+    out.info = read_info(file.get());
+    const std::uint64_t elements = make_gpt2_layout(out.info.shape).total();
+    require_state_datasets(file.get(), elements);
+    out.params.resize(elements);
+    h5::read_ranges(h5::open_dataset(file.get(), "params").get(), {{0, elements}}, out.params.data());
+    file.close("closing " + path);
+    return out;
+  } catch (const Error& e) {
+    throw Error("checkpoint " + path + ": " + e.what(), ErrorScope::all_ranks);
+  }
+}
+
 void export_checkpoint(const std::string& path, const std::string& out) {
   try {
     if (!fs::exists(path)) throw Error("no such file");

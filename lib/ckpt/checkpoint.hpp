@@ -91,4 +91,12 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir);
 std::string inspect_checkpoint(const std::string& path);
 void export_checkpoint(const std::string& path, const std::string& out);
 
+// One process: the checkpoint's fp32 parameters (flat layout, every chunk's checksum verified by
+// HDF5 as it reads) and its metadata, for exports to other formats.
+struct CheckpointParams {
+  CheckpointInfo info;
+  std::vector<float> params;
+};
+CheckpointParams read_checkpoint_params(const std::string& path);
+
 }  // namespace st

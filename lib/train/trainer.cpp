@@ -21,6 +21,7 @@
 #include "train/report.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
+#include "weights/init_from.hpp"
 
 namespace st {
 
@@ -131,7 +132,17 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   };
 }
 
-void Trainer::start_from_initial_params() { net_->init_params(static_cast<std::uint64_t>(config_.run.seed)); }
+void Trainer::start_from_initial_params() {
+  // GPT-2 weights from a file: every rank reads them once rank 0 has checked the file, and keeps
+  // its part (as from a checkpoint, so any strategy and world size works); fresh optimizer state.
+  if (!config_.model.init_from.empty()) {
+    const InitialWeights initial = load_initial_weights(config_.model.init_from, shape_, world_.comm());
+    net_->strategy().load_params(initial.params);
+    resume_notes_.push_back(initial.note);
+    return;
+  }
+  net_->init_params(static_cast<std::uint64_t>(config_.run.seed));
+}
 
 void Trainer::resume() {
   // A resumed run reads every parameter and optimizer value it holds: it initialises the model
@@ -154,6 +165,9 @@ void Trainer::resume() {
                     static_cast<long long>(info.step), static_cast<long long>(info.world_size), info.strategy.c_str(),
                     info.precision.c_str(), clock.seconds());
       resume_notes_.push_back(line);
+      if (!config_.model.init_from.empty())
+        resume_notes_.push_back("model.init_from = \"" + config_.model.init_from +
+                                "\" is not read: the run goes on from the checkpoint");
       return;
     } catch (const Error& e) {
       // read_checkpoint agrees across ranks: every rank is here with the same message.

@@ -131,6 +131,16 @@ TEST(Deck, CombinationsAreChecked) {
   EXPECT_NE(e.find("model.d_model = 100 is not divisible by model.n_head = 3"), std::string::npos) << e;
 }
 
+TEST(Deck, FromFileNeedsAFileAndDefersTheShapeCheckToIt) {
+  EXPECT_NE(error_of(kMinimal, {"model.from_file=true"})
+                .find("model.from_file = true takes the model's shape from model.init_from's file, but model.init_from "
+                      "is empty"),
+            std::string::npos);
+  // The deck's n_head need not divide its d_model yet: the file's values replace them.
+  EXPECT_EQ(error_of(kMinimal, {"model.from_file=true", "model.init_from=gpt2.bin", "model.n_head=12"}), "");
+  EXPECT_NE(error_of(kMinimal, {"model.n_head=12"}).find("is not divisible by model.n_head = 12"), std::string::npos);
+}
+
 TEST(Deck, AutoStrategyIsAcceptedForThePlannerToResolve) {
   EXPECT_EQ(error_of(kMinimal, {"parallel.strategy=auto"}), "");
   EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=auto"}).parallel.strategy, "auto");
