@@ -58,6 +58,12 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
   return out;
 }
 
+std::string format_fixed(double x, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, x);
+  return text;
+}
+
 std::string utc_timestamp() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);

@@ -331,6 +331,12 @@ TrainSummary Trainer::run() {
     summary.steps = step + 1;
     if (world_.is_root()) run_dir_->metric(step_json(record));
     if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
+    if (record.mfu > 1.0 && !said_mfu_above_one_) {
+      said_mfu_above_one_ = true;
+      say("note: MFU above 100% means the yardstick, the sgemm rate measured before step 0 (" +
+          format_fixed(matmul_flops_ / 1e9, 1) + " GFLOP/s), was low: something else ran on these cores while it was "
+          "measured. MFU is relative to it; tokens/s is the figure to compare.");
+    }
 
     const bool last = step + 1 == config_.run.steps;
     if (last || (config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0)) {

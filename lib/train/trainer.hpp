@@ -69,6 +69,7 @@ class Trainer {
   BatchCursor train_cursor_;
   std::vector<int> tokens_, targets_;
   double matmul_flops_ = 0;
+  bool said_mfu_above_one_ = false;
   // Host memory measured: resident before the run's buffers, and whether the peak could be
   // restarted after setup (so that it measures training).
   std::uint64_t resident_before_ = 0;
