@@ -24,15 +24,31 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
   // Allow about one edit per three characters, at least two: "setps" -> "steps", "lr_" -> "lr".
-  const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+  const auto limit = [](std::string_view w) { return std::max<std::size_t>(2, w.size() / 3); };
+  const auto tail = [](std::string_view w) {  // the part after the section: "optimizer.lr" -> "lr"
+    const std::size_t dot = w.rfind('.');
+    return dot == std::string_view::npos ? w : w.substr(dot + 1);
+  };
   std::string best;
-  std::size_t best_distance = limit + 1;
+  // The section names take no part in the allowance: "optimizer.warmup" is not near "optimizer.lr".
+  std::size_t best_distance = limit(tail(word)) + 1;
   for (const auto& candidate : candidates) {
     const std::size_t d = edit_distance(word, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;
     }
+  }
+  if (!best.empty()) return best;
+  // A shortened name ("optimizer.warmup" for "optimizer.warmup_steps"), or the right name under
+  // another section ("model.lr" for "optimizer.lr"): the shortest such candidate.
+  const std::string_view word_tail = tail(word);
+  for (const auto& candidate : candidates) {
+    const std::string_view candidate_tail = tail(candidate);
+    const bool shortened = word.size() >= 3 && std::string_view(candidate).starts_with(word);
+    const bool shortened_tail = word_tail.size() >= 3 && candidate_tail.starts_with(word_tail);
+    const bool near_tail = word_tail != word && edit_distance(word_tail, candidate_tail) < limit(word_tail);
+    if ((shortened || shortened_tail || near_tail) && (best.empty() || candidate.size() < best.size())) best = candidate;
   }
   return best;
 }

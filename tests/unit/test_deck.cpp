@@ -121,6 +121,10 @@ TEST(Deck, OverridesWinAndAreTyped) {
 TEST(Deck, BadOverridesAreNamed) {
   EXPECT_NE(error_of(kMinimal, {"run.stpes=3"}).find("--set run.stpes=3: unknown key 'run.stpes'; did you mean 'run.steps'?"),
             std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optimizer.warmup=10"})
+                .find("--set optimizer.warmup=10: unknown key 'optimizer.warmup'; did you mean 'optimizer.warmup_steps'?"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.lr=1e-3"}).find("did you mean 'optimizer.lr'?"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"run.steps=many"}).find("--set run.steps=many: 'many' is not a TOML value"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"steps"}).find("expected section.key=value"), std::string::npos);
@@ -183,6 +187,14 @@ TEST(Text, ClosestMatch) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(closest_match("setps", {"steps", "seed", "log_every"}), "steps");
   EXPECT_EQ(closest_match("zzzzzz", {"steps", "seed"}), "");
+  // Shortened names, and names under the wrong section.
+  const std::vector<std::string> keys = {"optimizer.warmup_steps", "optimizer.lr", "run.steps", "model.n_layer"};
+  EXPECT_EQ(closest_match("optimizer.warmup", keys), "optimizer.warmup_steps");
+  EXPECT_EQ(closest_match("warmup", {"warmup_steps", "lr"}), "warmup_steps");
+  EXPECT_EQ(closest_match("model.lr", keys), "optimizer.lr");
+  EXPECT_EQ(closest_match("data.steps", keys), "run.steps");
+  EXPECT_EQ(closest_match("model.n_layers", keys), "model.n_layer");
+  EXPECT_EQ(closest_match("parallel.zzzzzz", keys), "");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(100), "100 B");
 }
