@@ -18,6 +18,7 @@
 #include "app/version.hpp"
 #include "exec/device_choice.hpp"
 #include "model/gpt2.hpp"
+#include "optim/schedule.hpp"
 #include "parallel/plan.hpp"
 #include "train/report.hpp"
 #include "train/run_dir.hpp"
@@ -82,6 +83,48 @@ int run_deck(const DeckRequest& request, World& world) {
   return summary.stop_signal != 0 ? kExitStopped : kExitOk;
 }
 
+// What checkpoint.resume would do, after reading each candidate's header: which checkpoint,
+// from which step, or why none. A named checkpoint that cannot be resumed is an error here, as
+// it would be for `run`. Collective.
+std::string describe_resume(const Config& config, const Gpt2Shape& shape, World& world) {
+  const std::string& resume = config.checkpoint.resume;
+  const std::string fresh = config.model.init_from.empty() ? "starts from step 0"
+                                                           : "starts from step 0 with " + config.model.init_from;
+  if (resume == "none") return "none: " + fresh;
+  const std::string dir =
+      config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
+  const bool latest = resume == "latest";
+  const std::vector<std::string> candidates = latest ? checkpoint_candidates(dir) : std::vector{resume};
+  std::vector<std::string> skipped;
+  for (const std::string& path : candidates) {
+    std::string problem;
+    CheckpointInfo info;
+    try {
+      info = read_checkpoint_info(path, world.comm());
+      const std::string diffs = model_differences(info.shape, shape);
+      if (!diffs.empty()) problem = "checkpoint " + path + ": holds a different model: " + diffs;
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    if (!problem.empty()) {
+      if (!latest) throw Error(config.deck_path + ": checkpoint.resume: " + problem, ErrorScope::all_ranks);
+      skipped.push_back(problem);
+      continue;
+    }
+    std::string what = path + " at step " + std::to_string(info.step) + " (written by " +
+                       std::to_string(info.world_size) + " rank(s) with " + info.strategy + ", " + info.precision + ")";
+    if (info.step >= config.run.steps)
+      what += ": the run has finished (run.steps = " + std::to_string(config.run.steps) +
+              "); run says so and exits 0 without training";
+    else
+      what += ": trains steps " + std::to_string(info.step + 1) + " to " + std::to_string(config.run.steps);
+    if (!skipped.empty()) what += " (skipping " + join(skipped, "; ") + ")";
+    return what;
+  }
+  return "latest: " + std::string(candidates.empty() ? "no checkpoint in " : "no valid checkpoint in ") + dir + "; " +
+         fresh + (skipped.empty() ? "" : " (" + join(skipped, "; ") + ")");
+}
+
 int check_deck(const DeckRequest& request, World& world, int ranks) {
   Config config = load_config(request, world);
   const int world_size = ranks > 0 ? ranks : world.size();
@@ -130,10 +173,14 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"memory per rank", predicted_memory_line(config, machine, group)},
       {"data", describe_data(data, splits)},
       {"run directory", resolve_out_dir(config)},
+      {"resume", describe_resume(config, shape, world)},
   };
   if (world.is_root()) {
     if (automatic) std::cout << "parallel.strategy = \"auto\": the planner's table\n" << auto_table;
-    std::cout << settings_table(config, derived) << "deck OK\n";
+    std::cout << settings_table(config, derived);
+    for (const std::string& warning : schedule_warnings(config.optimizer, config.run.steps))
+      std::cout << "warning: " << warning << "\n";
+    std::cout << "deck OK\n";
   }
   return kExitOk;
 }

@@ -77,6 +77,10 @@ void remove_files(const std::vector<std::string>& paths);
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
 CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
 
+// "" when the shapes are the same, else each difference: "model.n_layer = 4 in the checkpoint, 6
+// in the deck; ...".
+std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run);
+
 // What a checkpoint says of itself (step, strategy, the deck that wrote it, the model shape),
 // read by rank 0 and shared. Collective; on failure every rank throws the same Error naming the
 // file.

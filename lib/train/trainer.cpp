@@ -15,6 +15,7 @@
 #include "core/process_memory.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
+#include "deck/parse.hpp"
 #include "optim/schedule.hpp"
 #include "train/blas_rate.hpp"
 #include "train/evaluate.hpp"
@@ -90,7 +91,9 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   checkpointer_ = std::make_unique<Checkpointer>(world.comm(), checkpoint_dir_, static_cast<int>(config.checkpoint.keep),
                                                  config.checkpoint.timeout_s, config.checkpoint.async);
   signals_ = std::make_unique<StopSignals>();
-  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
+  // A run that has finished already writes nothing: its directory stays as it was.
+  finished_ = start_step_ > 0 && start_step_ >= config.run.steps;
+  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root() && !finished_, start_step_ > 0);
 
   // The run's buffers are in place and set: the peak from here on is training's.
   peak_restarted_ = restart_peak_resident();
@@ -144,6 +147,33 @@ void Trainer::start_from_initial_params() {
   net_->init_params(static_cast<std::uint64_t>(config_.run.seed));
 }
 
+namespace {
+// What a resumed run's deck changes in the learning-rate schedule of the deck that wrote the
+// checkpoint ("" when nothing, or when that deck no longer parses here).
+std::string schedule_change(const std::string& checkpoint_deck, const Config& now) {
+  Config before;
+  try {
+    before = parse_deck(checkpoint_deck, "the checkpoint's deck", {});
+  } catch (const Error&) {
+    return "";
+  }
+  std::vector<std::string> changes;
+  auto compare = [&](const char* key, const std::string& a, const std::string& b) {
+    if (a != b) changes.push_back(std::string(key) + " " + a + " -> " + b);
+  };
+  const auto number = [](double x) { return json_number(x); };
+  compare("run.steps", std::to_string(before.run.steps), std::to_string(now.run.steps));
+  compare("optimizer.lr", number(before.optimizer.lr), number(now.optimizer.lr));
+  compare("optimizer.min_lr", number(before.optimizer.min_lr), number(now.optimizer.min_lr));
+  compare("optimizer.warmup_steps", std::to_string(before.optimizer.warmup_steps),
+          std::to_string(now.optimizer.warmup_steps));
+  compare("optimizer.schedule", before.optimizer.schedule, now.optimizer.schedule);
+  if (changes.empty()) return "";
+  return "the learning-rate schedule differs from the checkpoint's deck (" + join(changes, ", ") +
+         "): from here on the rate follows this deck's schedule, not the one the run began with";
+}
+}  // namespace
+
 void Trainer::resume() {
   // A resumed run reads every parameter and optimizer value it holds: it initialises the model
   // only when there is nothing to resume from.
@@ -168,6 +198,8 @@ void Trainer::resume() {
       if (!config_.model.init_from.empty())
         resume_notes_.push_back("model.init_from = \"" + config_.model.init_from +
                                 "\" is not read: the run goes on from the checkpoint");
+      if (const std::string changed = schedule_change(info.deck, config_); !changed.empty())
+        resume_notes_.push_back(changed);
       return;
     } catch (const Error& e) {
       // read_checkpoint agrees across ranks: every rank is here with the same message.
@@ -283,7 +315,16 @@ void Trainer::print_sample(std::int64_t step) {
 }
 
 TrainSummary Trainer::run() {
+  if (finished_) {
+    for (const std::string& note : resume_notes_) say(note);
+    say("the run has finished: the checkpoint is at step " + std::to_string(start_step_) + " and run.steps = " +
+        std::to_string(config_.run.steps) + "; nothing to train, nothing written (raise run.steps to train further)");
+    TrainSummary summary;
+    summary.steps = start_step_;
+    return summary;
+  }
   say(settings_table(config_, derived_settings()));
+  for (const std::string& warning : schedule_warnings(config_.optimizer, config_.run.steps)) say("warning: " + warning);
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(net_->model().layout().total()) +
                      ",\"world_size\":" + std::to_string(world_.size()) + ",\"nodes\":" +
@@ -416,16 +457,20 @@ std::string Trainer::measured_host_memory() const {
 }
 
 void Trainer::write_traces() {
-  if (config_.run.trace_steps == 0) return;
-  // Every rank writes its own file; the directory's name is the same on every rank.
+  // Steps start_step_ + 1 to last were traced (run.trace_steps counts from the run's step 0).
+  const std::int64_t last = std::min(config_.run.trace_steps, config_.run.steps);
+  if (last <= start_step_) return;
+  // Every rank writes its own file; the directory's name is the same on every rank. A resumed
+  // run's timeline goes beside the first run's, named by its first step, never over it.
   const std::string& dir = run_dir_->path();
-  const std::string path = dir + "/trace.rank" + std::to_string(world_.rank()) + ".json";
+  const std::string name = start_step_ == 0 ? ".json" : ".from_step" + std::to_string(start_step_ + 1) + ".json";
+  const std::string path = dir + "/trace.rank" + std::to_string(world_.rank()) + name;
   std::ofstream out(path);
   out << timeline_.json(world_.rank());
   out.close();
   if (!out) throw Error("cannot write the timeline to " + path + ": " + std::strerror(errno));
-  say("timeline of the first " + std::to_string(std::min(config_.run.trace_steps, config_.run.steps)) +
-      " step(s): " + dir + "/trace.rank<R>.json (open in https://ui.perfetto.dev or chrome://tracing)");
+  say("timeline of steps " + std::to_string(start_step_ + 1) + " to " + std::to_string(last) + ": " + dir +
+      "/trace.rank<R>" + name + " (open in https://ui.perfetto.dev or chrome://tracing)");
 }
 
 void Trainer::save_params(const std::string& path) {
