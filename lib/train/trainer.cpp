@@ -65,7 +65,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
   // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
   // the node measure theirs, as they will compute during training. Before the run's buffers:
-  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's.
+  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's. (So before
+  // the communicators too: these two calls are the only ones the hang watchdog does not watch.)
   ST_CHECK_MPI(MPI_Barrier(world.comm()));
   const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
   const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
@@ -184,7 +185,7 @@ void Trainer::resume() {
   for (const std::string& path : candidates) {
     try {
       // The clock starts when every rank is here: start-up may end at different times on each.
-      ST_CHECK_MPI(MPI_Barrier(world_.comm()));
+      net_->comms().barrier("world (resume)");
       Stopwatch clock;
       const CheckpointInfo info = read_checkpoint(path, shape_, net_->strategy(), world_.comm());
       start_step_ = info.step;
@@ -399,7 +400,7 @@ TrainSummary Trainer::run() {
       if (auto done = checkpointer_->poll()) report_checkpoint(*done);
     // A stop signal on any rank stops every rank after this step, with a checkpoint.
     int stop = signals_->received();
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, world_.comm()));
+    stop = net_->comms().max_over_ranks(stop, "world (stop signals)");
     const std::int64_t every = config_.checkpoint.every;
     if (stop != 0 || (every > 0 && ((step + 1) % every == 0 || last))) save_checkpoint(step + 1);
     if (stop != 0) {
@@ -421,8 +422,7 @@ std::string Trainer::memory_line(const char* when) const {
   const std::uint64_t activations = net_->model().activation_bytes();
   const std::uint64_t checkpoint_copy = checkpointer_->copy_bytes();
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
-  unsigned long long largest = total;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, world_.comm()));
+  const std::uint64_t largest = net_->comms().max_over_ranks(total, "world (memory)");
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"memory\",\"when\":" + json_string(when) + ",\"params\":" + std::to_string(m.params) +
