@@ -18,10 +18,12 @@
 #include "app/version.hpp"
 #include "exec/device_choice.hpp"
 #include "model/gpt2.hpp"
+#include "optim/schedule.hpp"
 #include "parallel/plan.hpp"
 #include "train/report.hpp"
 #include "train/run_dir.hpp"
 #include "train/trainer.hpp"
+#include "weights/init_from.hpp"
 
 namespace st::app {
 namespace {
@@ -37,11 +39,6 @@ void write_plan_file(const Config& config, const std::string& table) {
   if (!out) throw Error("cannot write '" + dir + "/plan.txt'");
 }
 
-Config load_config(const DeckRequest& request, World& world) {
-  const std::string text = read_deck_text(request.deck_path, world.comm());
-  return parse_deck(text, request.deck_path, request.overrides);
-}
-
 // The planner's figure for the deck's strategy, with the limit it is checked against.
 std::string predicted_memory_line(const Config& config, const Machine& machine, int group) {
   const StrategyPrediction p = predict_strategy(config, machine, config.parallel.strategy, group);
@@ -51,6 +48,14 @@ std::string predicted_memory_line(const Config& config, const Machine& machine, 
 }
 
 }  // namespace
+
+Config load_config(const DeckRequest& request, World& world) {
+  const std::string text = read_deck_text(request.deck_path, world.comm());
+  Config config = parse_deck(text, request.deck_path, request.overrides);
+  // Before the shape is used anywhere: model.from_file takes it from the weights file.
+  resolve_init_from(config, world.comm());
+  return config;
+}
 
 int run_deck(const DeckRequest& request, World& world) {
   Config config = load_config(request, world);
@@ -76,6 +81,48 @@ int run_deck(const DeckRequest& request, World& world) {
   const TrainSummary summary = trainer.run();
   if (!request.save_params.empty()) trainer.save_params(request.save_params);
   return summary.stop_signal != 0 ? kExitStopped : kExitOk;
+}
+
+// What checkpoint.resume would do, after reading each candidate's header: which checkpoint,
+// from which step, or why none. A named checkpoint that cannot be resumed is an error here, as
+// it would be for `run`. Collective.
+std::string describe_resume(const Config& config, const Gpt2Shape& shape, World& world) {
+  const std::string& resume = config.checkpoint.resume;
+  const std::string fresh = config.model.init_from.empty() ? "starts from step 0"
+                                                           : "starts from step 0 with " + config.model.init_from;
+  if (resume == "none") return "none: " + fresh;
+  const std::string dir =
+      config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
+  const bool latest = resume == "latest";
+  const std::vector<std::string> candidates = latest ? checkpoint_candidates(dir) : std::vector{resume};
+  std::vector<std::string> skipped;
+  for (const std::string& path : candidates) {
+    std::string problem;
+    CheckpointInfo info;
+    try {
+      info = read_checkpoint_info(path, world.comm());
+      const std::string diffs = model_differences(info.shape, shape);
+      if (!diffs.empty()) problem = "checkpoint " + path + ": holds a different model: " + diffs;
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    if (!problem.empty()) {
+      if (!latest) throw Error(config.deck_path + ": checkpoint.resume: " + problem, ErrorScope::all_ranks);
+      skipped.push_back(problem);
+      continue;
+    }
+    std::string what = path + " at step " + std::to_string(info.step) + " (written by " +
+                       std::to_string(info.world_size) + " rank(s) with " + info.strategy + ", " + info.precision + ")";
+    if (info.step >= config.run.steps)
+      what += ": the run has finished (run.steps = " + std::to_string(config.run.steps) +
+              "); run says so and exits 0 without training";
+    else
+      what += ": trains steps " + std::to_string(info.step + 1) + " to " + std::to_string(config.run.steps);
+    if (!skipped.empty()) what += " (skipping " + join(skipped, "; ") + ")";
+    return what;
+  }
+  return "latest: " + std::string(candidates.empty() ? "no checkpoint in " : "no valid checkpoint in ") + dir + "; " +
+         fresh + (skipped.empty() ? "" : " (" + join(skipped, "; ") + ")");
 }
 
 int check_deck(const DeckRequest& request, World& world, int ranks) {
@@ -129,30 +176,14 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"data", describe_data(data)},
       {"tokenizer", data.tokenizer->description()},
       {"run directory", resolve_out_dir(config)},
+      {"resume", describe_resume(config, shape, world)},
   };
   if (world.is_root()) {
     if (automatic) std::cout << "parallel.strategy = \"auto\": the planner's table\n" << auto_table;
-    std::cout << settings_table(config, derived) << "deck OK\n";
-  }
-  return kExitOk;
-}
-
-int ckpt_command(const std::string& action, const std::string& file, const std::string& out, World& world) {
-  // One process does the work; the others wait for its verdict so the job ends together.
-  std::string problem;
-  if (world.is_root()) {
-    try {
-      if (action == "inspect") std::cout << inspect_checkpoint(file);
-      else export_checkpoint(file, out), std::cout << "wrote " << out << "\n";
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-  }
-  int failed = problem.empty() ? 0 : 1;
-  ST_CHECK_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()));
-  if (failed) {
-    if (world.is_root()) std::cerr << "error: " << problem << "\n";
-    return kExitUsage;
+    std::cout << settings_table(config, derived);
+    for (const std::string& warning : schedule_warnings(config.optimizer, config.run.steps))
+      std::cout << "warning: " << warning << "\n";
+    std::cout << "deck OK\n";
   }
   return kExitOk;
 }
@@ -235,12 +266,38 @@ int main_with_mpi(int argc, char** argv) {
                        "one stream, encoded as it is");
   auto* ckpt = cli.add_subcommand("ckpt", "Checkpoint tools");
   ckpt->require_subcommand(1);
-  std::string ckpt_file, ckpt_out;
+  CkptRequest ckpt_request;
   auto* inspect = ckpt->add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
-  inspect->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
-  auto* exporter = ckpt->add_subcommand("export", "Write the parameters as one HDF5 dataset per tensor, in its shape");
-  exporter->add_option("file", ckpt_file, "Checkpoint (.h5)")->required();
-  exporter->add_option("out", ckpt_out, "Output HDF5 file")->required();
+  inspect->add_option("file", ckpt_request.file, "Checkpoint (.h5)")->required();
+  auto* exporter = ckpt->add_subcommand(
+      "export", "Write a checkpoint's parameters for other tools: HDF5 (one dataset per tensor, in its shape), an "
+                "llm.c model file, or a Hugging Face GPT-2 model.safetensors with config.json beside it");
+  exporter->add_option("file", ckpt_request.file, "Checkpoint (.h5)")->required();
+  exporter->add_option("out", ckpt_request.out, "Output file")->required();
+  exporter->add_option("--format", ckpt_request.format, "hdf5 (default), llmc or safetensors")
+      ->check(CLI::IsMember({"hdf5", "llmc", "safetensors"}));
+  exporter->add_option("--dtype", ckpt_request.dtype, "fp32 (default) or bf16 (llmc: version 5; safetensors: BF16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  auto* weights = cli.add_subcommand("weights", "GPT-2 weight files of other tools (llm.c, Hugging Face safetensors)");
+  weights->require_subcommand(1);
+  WeightsRequest weights_request;
+  auto* weights_inspect =
+      weights->add_subcommand("inspect", "Check a weights file, read every value, show its model and the deck keys for it");
+  weights_inspect->add_option("file", weights_request.file, "llm.c model file, model.safetensors or its directory")
+      ->required();
+  auto* weights_convert = weights->add_subcommand("convert", "Write a weights file in another format");
+  weights_convert->add_option("file", weights_request.file, "llm.c model file, model.safetensors or its directory")
+      ->required();
+  weights_convert->add_option("out", weights_request.out, "Output file")->required();
+  weights_convert->add_option("--format", weights_request.format, "llmc or safetensors")
+      ->required()
+      ->check(CLI::IsMember({"llmc", "safetensors"}));
+  weights_convert->add_option("--dtype", weights_request.dtype, "fp32 (default) or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  weights_convert->add_option("--vocab-pad-to", weights_request.vocab_pad_to,
+                              "Pad the token table to a multiple of this many rows (llm.c: 128 pads 50257 to 50304); "
+                              "default: the file's own padding (none in a Hugging Face file)")
+      ->check(CLI::PositiveNumber);
 
   auto add_checkpoint_options = [](CLI::App* sub, std::string& checkpoint, std::vector<std::string>& overrides) {
     sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory or run directory")->required();
@@ -301,7 +358,14 @@ int main_with_mpi(int argc, char** argv) {
   if (*tokenize) return tokenize_command(tokenize_request, world);
   if (*generate) return generate_command(gen, world);
   if (*eval) return eval_command(ev, world);
-  if (*ckpt) return ckpt_command(*inspect ? "inspect" : "export", ckpt_file, ckpt_out, world);
+  if (*ckpt) {
+    ckpt_request.action = *inspect ? "inspect" : "export";
+    return ckpt_command(ckpt_request, world);
+  }
+  if (*weights) {
+    weights_request.action = *weights_inspect ? "inspect" : "convert";
+    return weights_command(weights_request, world);
+  }
   return kExitUsage;
 }
 

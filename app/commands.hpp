@@ -1,11 +1,14 @@
 #pragma once
 // The subcommands of the shardtrain executable.
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "app/planning.hpp"
 #include "comm/world.hpp"
+#include "core/error.hpp"
+#include "deck/config.hpp"
 
 namespace st::app {
 
@@ -15,6 +18,10 @@ struct DeckRequest {
   std::string save_params;             // run --save-params FILE
   MachineOptions machine;              // --node-mem-gb, and plan's machine options
 };
+
+// The deck of the request, read by rank 0 and parsed on every rank, with model.init_from's shape
+// resolved (collective).
+Config load_config(const DeckRequest& request, World& world);
 
 // `shardtrain run DECK`: train. Returns the exit code.
 int run_deck(const DeckRequest& request, World& world);
@@ -42,6 +49,41 @@ struct TokenizeRequest {
 int tokenize_command(const TokenizeRequest& request, World& world);
 // Where tools/setup.sh puts GPT-2's encoder.json and vocab.bpe in this source tree.
 std::string default_gpt2_files();
+
+// `shardtrain ckpt inspect FILE` and `shardtrain ckpt export [--format F] [--dtype D] FILE OUT`.
+struct CkptRequest {
+  std::string action;  // "inspect" or "export"
+  std::string file, out;
+  std::string format = "hdf5";  // export: hdf5, llmc or safetensors
+  std::string dtype = "fp32";   // export: fp32 or bf16 (llmc, safetensors)
+};
+int ckpt_command(const CkptRequest& request, World& world);
+// `shardtrain weights inspect FILE` and `shardtrain weights convert --format F [--dtype D] IN OUT`.
+struct WeightsRequest {
+  std::string action;  // "inspect" or "convert"
+  std::string file, out;
+  std::string format, dtype = "fp32";
+  std::int64_t vocab_pad_to = 0;  // convert: pad the token table to a multiple of this (0: the file's padding)
+};
+int weights_command(const WeightsRequest& request, World& world);
+
+// Runs `work` on rank 0 only (a one-process tool); every rank returns its verdict, so the job
+// ends together: kExitOk, or kExitUsage after rank 0 printed the Error.
+template <class Work>
+int on_root(World& world, Work work) {
+  std::string problem;
+  if (world.is_root()) {
+    try {
+      work();
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  int failed = problem.empty() ? 0 : 1;
+  ST_CHECK_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()));
+  if (failed && world.is_root()) std::cerr << "shardtrain: error: " << problem << "\n";
+  return failed ? kExitUsage : kExitOk;
+}
 
 // Parses argv and dispatches; every rank parses the same command line.
 int main_with_mpi(int argc, char** argv);

@@ -61,11 +61,7 @@ std::pair<double, double> min_max(double x, MPI_Comm comm) {
   return {lo, hi};
 }
 
-std::string fixed(double x, int digits = 1) {
-  char b[48];
-  std::snprintf(b, sizeof b, "%.*f", digits, x);
-  return b;
-}
+std::string fixed(double x, int digits = 1) { return format_fixed(x, digits); }
 
 }  // namespace
 

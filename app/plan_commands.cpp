@@ -10,26 +10,6 @@
 #include "topology/detect.hpp"
 
 namespace st::app {
-namespace {
-
-// Runs `work` on rank 0 only; every rank returns its verdict, so the job ends together.
-template <class Work>
-int on_root(World& world, Work work) {
-  std::string problem;
-  if (world.is_root()) {
-    try {
-      work();
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-  }
-  int failed = problem.empty() ? 0 : 1;
-  ST_CHECK_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()));
-  if (failed && world.is_root()) std::cerr << "shardtrain: error: " << problem << "\n";
-  return failed ? kExitUsage : kExitOk;
-}
-
-}  // namespace
 
 int topo_command(const std::string& file, World& world) {
   return on_root(world, [&] {
@@ -45,7 +25,7 @@ int topo_command(const std::string& file, World& world) {
 }
 
 int plan_command(const DeckRequest& request, const MachineOptions& options, int ranks, World& world) {
-  const Config config = parse_deck(read_deck_text(request.deck_path, world.comm()), request.deck_path, request.overrides);
+  const Config config = load_config(request, world);
   // GPUs from --topology, or found on this host; otherwise the CPU node this job runs on.
   Topology topology;
   double gpu_memory = 0;

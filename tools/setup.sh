@@ -10,7 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools             # parallel HDF5 (checkpoints), h5ls/h5dump
   libopenblas-openmp-dev                     # BLAS (OpenMP flavour)
   libtoml11-dev libcli11-dev libgtest-dev    # deck parser, command line, tests
-  nlohmann-json3-dev libicu-dev              # tokenizer: vocabulary JSON, Unicode character classes
+  nlohmann-json3-dev libicu-dev              # JSON (tokenizer vocabularies, safetensors headers, config.json); ICU (Unicode classes)
   hwloc libhwloc-dev                         # topology
   fortunes                                   # the default deck's training text
   python3 python3-numpy python3-matplotlib python3-h5py  # plots, checkpoint readers

@@ -168,18 +168,8 @@ CheckpointInfo read_info(hid_t file) {
 }
 
 void require_same_shape(const Gpt2Shape& file, const Gpt2Shape& run) {
-  std::vector<std::string> diffs;
-  auto compare = [&](const char* key, std::int64_t a, std::int64_t b) {
-    if (a != b) diffs.push_back(std::string(key) + " = " + std::to_string(a) + " in the checkpoint, " + std::to_string(b) +
-                                " in the deck");
-  };
-  compare("model.n_layer", file.n_layer, run.n_layer);
-  compare("model.d_model", file.d_model, run.d_model);
-  compare("model.n_head", file.n_head, run.n_head);
-  compare("model.seq_len", file.seq_len, run.seq_len);
-  compare("model.vocab_size", file.vocab_size, run.vocab_size);
-  compare("padded vocabulary (model.vocab_pad_to)", file.padded_vocab, run.padded_vocab);
-  if (!diffs.empty()) throw Error("holds a different model: " + join(diffs, "; "));
+  const std::string diffs = model_differences(file, run);
+  if (!diffs.empty()) throw Error("holds a different model: " + diffs);
 }
 
 void require_state_datasets(hid_t file, std::uint64_t elements) {
@@ -408,6 +398,21 @@ ReadPlan plan_on_rank0(const std::string& path, MPI_Comm comm, MakePlan make_pla
 
 }  // namespace
 
+std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run) {
+  std::vector<std::string> diffs;
+  auto compare = [&](const char* key, std::int64_t a, std::int64_t b) {
+    if (a != b) diffs.push_back(std::string(key) + " = " + std::to_string(a) + " in the checkpoint, " + std::to_string(b) +
+                                " in the deck");
+  };
+  compare("model.n_layer", file.n_layer, run.n_layer);
+  compare("model.d_model", file.d_model, run.d_model);
+  compare("model.n_head", file.n_head, run.n_head);
+  compare("model.seq_len", file.seq_len, run.seq_len);
+  compare("model.vocab_size", file.vocab_size, run.vocab_size);
+  compare("padded vocabulary (model.vocab_pad_to)", file.padded_vocab, run.padded_vocab);
+  return join(diffs, "; ");
+}
+
 CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
   ReadPlan plan = plan_on_rank0(path, comm, [&] { return plan_read(path, shape); });
   std::string problem;
@@ -515,6 +520,23 @@ std::string inspect_checkpoint(const std::string& path) {
     std::istringstream deck(info.deck);
     for (std::string line; std::getline(deck, line);) os << "    " << line << "\n";
     return os.str();
+  } catch (const Error& e) {
+    throw Error("checkpoint " + path + ": " + e.what(), ErrorScope::all_ranks);
+  }
+}
+
+CheckpointParams read_checkpoint_params(const std::string& path) {
+  try {
+    if (!fs::exists(path)) throw Error("no such file");
+    h5::Handle file = h5::open_file_serial(path);
+    CheckpointParams out;
+    out.info = read_info(file.get());
+    const std::uint64_t elements = make_gpt2_layout(out.info.shape).total();
+    require_state_datasets(file.get(), elements);
+    out.params.resize(elements);
+    h5::read_ranges(h5::open_dataset(file.get(), "params").get(), {{0, elements}}, out.params.data());
+    file.close("closing " + path);
+    return out;
   } catch (const Error& e) {
     throw Error("checkpoint " + path + ": " + e.what(), ErrorScope::all_ranks);
   }

@@ -84,6 +84,10 @@ void remove_files(const std::vector<std::string>& paths);
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
 CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
 
+// "" when the shapes are the same, else each difference: "model.n_layer = 4 in the checkpoint, 6
+// in the deck; ...".
+std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run);
+
 // What a checkpoint says of itself (step, strategy, the deck that wrote it, the model shape),
 // read by rank 0 and shared. Collective; on failure every rank throws the same Error naming the
 // file.
@@ -97,5 +101,13 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir);
 // problem), and an export to a plain HDF5 file with one dataset per tensor in its shape.
 std::string inspect_checkpoint(const std::string& path);
 void export_checkpoint(const std::string& path, const std::string& out);
+
+// One process: the checkpoint's fp32 parameters (flat layout, every chunk's checksum verified by
+// HDF5 as it reads) and its metadata, for exports to other formats.
+struct CheckpointParams {
+  CheckpointInfo info;
+  std::vector<float> params;
+};
+CheckpointParams read_checkpoint_params(const std::string& path);
 
 }  // namespace st

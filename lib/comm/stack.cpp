@@ -141,4 +141,22 @@ CommStack::Groups CommStack::groups(int group_size) {
   return {*within_->async, *across_->async};
 }
 
+int CommStack::max_over_ranks(int value, const char* what) {
+  Watchdog::Scope scope(watchdog_.get(), "all_reduce", sizeof value, what);
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, world_.comm()));
+  return value;
+}
+
+std::uint64_t CommStack::max_over_ranks(std::uint64_t value, const char* what) {
+  Watchdog::Scope scope(watchdog_.get(), "all_reduce", sizeof value, what);
+  unsigned long long v = value;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, world_.comm()));
+  return v;
+}
+
+void CommStack::barrier(const char* what) {
+  Watchdog::Scope scope(watchdog_.get(), "barrier", 0, what);
+  ST_CHECK_MPI(MPI_Barrier(world_.comm()));
+}
+
 }  // namespace st

@@ -56,6 +56,13 @@ class CommStack {
   // Record every collective of collectives() and of the groups on the timeline.
   void trace_to(Timeline* timeline);
 
+  // The job's small agreements beside the data (a stop signal on any rank, the largest rank's
+  // memory, everyone at the same point): MPI calls of a few bytes on the world, watched for
+  // hangs like every collective. `what` names them in a hang report.
+  int max_over_ranks(int value, const char* what);
+  std::uint64_t max_over_ranks(std::uint64_t value, const char* what);
+  void barrier(const char* what);
+
  private:
   // One group communicator: an MPI communicator of its own, its backend, watched and async.
   struct Lane {

@@ -24,15 +24,31 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
   // Allow about one edit per three characters, at least two: "setps" -> "steps", "lr_" -> "lr".
-  const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+  const auto limit = [](std::string_view w) { return std::max<std::size_t>(2, w.size() / 3); };
+  const auto tail = [](std::string_view w) {  // the part after the section: "optimizer.lr" -> "lr"
+    const std::size_t dot = w.rfind('.');
+    return dot == std::string_view::npos ? w : w.substr(dot + 1);
+  };
   std::string best;
-  std::size_t best_distance = limit + 1;
+  // The section names take no part in the allowance: "optimizer.warmup" is not near "optimizer.lr".
+  std::size_t best_distance = limit(tail(word)) + 1;
   for (const auto& candidate : candidates) {
     const std::size_t d = edit_distance(word, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;
     }
+  }
+  if (!best.empty()) return best;
+  // A shortened name ("optimizer.warmup" for "optimizer.warmup_steps"), or the right name under
+  // another section ("model.lr" for "optimizer.lr"): the shortest such candidate.
+  const std::string_view word_tail = tail(word);
+  for (const auto& candidate : candidates) {
+    const std::string_view candidate_tail = tail(candidate);
+    const bool shortened = word.size() >= 3 && std::string_view(candidate).starts_with(word);
+    const bool shortened_tail = word_tail.size() >= 3 && candidate_tail.starts_with(word_tail);
+    const bool near_tail = word_tail != word && edit_distance(word_tail, candidate_tail) < limit(word_tail);
+    if ((shortened || shortened_tail || near_tail) && (best.empty() || candidate.size() < best.size())) best = candidate;
   }
   return best;
 }
@@ -58,6 +74,12 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
   return out;
 }
 
+std::string format_fixed(double x, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, x);
+  return text;
+}
+
 std::string utc_timestamp() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
@@ -65,7 +87,7 @@ std::string utc_timestamp() {
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm utc{};
   gmtime_r(&seconds, &utc);
-  char text[40];
+  char text[80];  // room for any int the fields could hold, so GCC sees no truncation
   std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
                 utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(millis));
   return text;

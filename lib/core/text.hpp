@@ -14,6 +14,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 // The closest candidate within a distance that scales with the word's length, or "".
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
+// x with `digits` decimals: format_fixed(3.14159, 2) == "3.14".
+std::string format_fixed(double x, int digits);
+
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string format_bytes(double bytes);
 

@@ -31,6 +31,8 @@ struct ModelConfig {
   std::int64_t vocab_size = 0;
   std::int64_t vocab_pad_to = 0;
   std::string recompute;
+  std::string init_from;  // GPT-2 weights to start from ("": the random GPT-2 initialisation)
+  bool from_file = false;  // take the model's shape from init_from's file
 };
 
 struct DataConfig {

@@ -289,9 +289,13 @@ class DeckParser {
 
   void check_combinations() {
     const auto& m = config_.model;
-    if (m.d_model % m.n_head != 0)
+    // With model.from_file the shape is checked once the file's values are in (weights/init_from).
+    if (!m.from_file && m.d_model % m.n_head != 0)
       problems_.add(0, origin("model.d_model") + ": model.d_model = " + std::to_string(m.d_model) +
                            " is not divisible by model.n_head = " + std::to_string(m.n_head));
+    if (m.from_file && m.init_from.empty())
+      problems_.add(0, origin("model.from_file") + ": model.from_file = true takes the model's shape from "
+                                                   "model.init_from's file, but model.init_from is empty");
     if (config_.optimizer.min_lr > config_.optimizer.lr)
       problems_.add(0, origin("optimizer.min_lr") + ": optimizer.min_lr must not exceed optimizer.lr");
     if (config_.data.micro_batch > config_.data.global_batch)

@@ -115,6 +115,18 @@ std::vector<KeySpec> build_schema() {
              "cheap to recompute: a few percent more compute); full: keep only each block's input and rerun the "
              "block's forward in backward (about a third more compute). Results are the same bit for bit.",
              store(&C::model, &ModelConfig::recompute)),
+      text("model", "init_from", "\"\"",
+           "Start training (step 0, fresh optimizer state) from GPT-2 weights in this file instead of the "
+           "random initialisation: an llm.c model file (gpt2_124M.bin; versions 3, fp32, and 5, bf16) or a "
+           "Hugging Face GPT-2 model.safetensors with its config.json beside it (or their directory). The "
+           "file's model must be the deck's (the first key that differs is named) unless model.from_file is "
+           "set. A checkpoint that checkpoint.resume finds is resumed instead (docs/weights.md).",
+           store(&C::model, &ModelConfig::init_from)),
+      boolean("model", "from_file", "false",
+              "Take n_layer, n_head, d_model, seq_len and vocab_size from model.init_from's file, so the deck "
+              "need not repeat them (keys the deck does set must agree); an llm.c file's padded vocabulary "
+              "also sets model.vocab_pad_to.",
+              store(&C::model, &ModelConfig::from_file)),
       // [data]
       strings("data", "path", "",
               "Training data: a file, a glob (\"data/fineweb_train_*.bin\", its matches in name order) or a list "

@@ -149,11 +149,33 @@ void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
 
 template <class Real>
 double Gpt2<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
+  forward_to_logits(buffers, tokens, targets, B, T);
+  const int N = B * T;
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_at_ : nullptr,
+                                                              N, V, Vp);
+  return targets ? total / N : 0.0;
+}
+
+template <class Real>
+std::vector<Real> Gpt2<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
+  FlatBuffers<Real> flat(layout_, params);
+  forward_to_logits(flat, tokens, nullptr, B, T);
+  const std::size_t rows = static_cast<std::size_t>(B) * T, V = static_cast<std::size_t>(shape_.vocab_size);
+  const std::size_t Vp = static_cast<std::size_t>(shape_.padded_vocab);
+  std::vector<Real> out(rows * V);
+  for (std::size_t r = 0; r < rows; ++r) exec_.download(out.data() + r * V, logits_ + r * Vp, V * sizeof(Real));
+  return out;
+}
+
+template <class Real>
+void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B,
+                                   int T) {
   ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
   B_ = B;
   T_ = T;
   const int N = B * T, C = static_cast<int>(shape_.d_model);
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  const int Vp = static_cast<int>(shape_.padded_vocab);
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
@@ -177,9 +199,6 @@ double Gpt2<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, con
   // LM head tied to the token embedding.
   k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
   buffers.after_forward(0);
-  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_at_ : nullptr,
-                                                              N, V, Vp);
-  return targets ? total / N : 0.0;
 }
 
 template <class Real>

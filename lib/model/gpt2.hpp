@@ -57,10 +57,18 @@ class Gpt2 {
   std::vector<std::size_t> forward_order() const;
   std::vector<std::size_t> backward_order() const;
 
+  // The logits of a forward pass without targets over whole flat parameters: B x T rows of
+  // vocab_size values (the padded columns left out), on the host. For comparisons with other
+  // implementations; training never needs them after the softmax.
+  std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T);
+
   // Next-token probabilities at (b, t) of the last forward (vocab_size entries), on the host.
   std::span<const Real> probs(int b, int t) const;
 
  private:
+  // Forward up to the LM head: logits_ holds B x T rows of padded_vocab logits.
+  void forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
+
   struct BlockOffsets {
     std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };

@@ -16,12 +16,14 @@
 #include "core/process_memory.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
+#include "deck/parse.hpp"
 #include "optim/schedule.hpp"
 #include "train/blas_rate.hpp"
 #include "train/evaluate.hpp"
 #include "train/report.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
+#include "weights/init_from.hpp"
 
 namespace st {
 
@@ -40,7 +42,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
   // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
   // the node measure theirs, as they will compute during training. Before the run's buffers:
-  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's.
+  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's. (So before
+  // the communicators too: these two calls are the only ones the hang watchdog does not watch.)
   ST_CHECK_MPI(MPI_Barrier(world.comm()));
   const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
   const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
@@ -68,7 +71,9 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   checkpointer_ = std::make_unique<Checkpointer>(world.comm(), checkpoint_dir_, static_cast<int>(config.checkpoint.keep),
                                                  config.checkpoint.timeout_s, config.checkpoint.async);
   signals_ = std::make_unique<StopSignals>();
-  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root(), start_step_ > 0);
+  // A run that has finished already writes nothing: its directory stays as it was.
+  finished_ = start_step_ > 0 && start_step_ >= config.run.steps;
+  run_dir_ = std::make_unique<RunDirectory>(config, world.is_root() && !finished_, start_step_ > 0);
 
   // The run's buffers are in place and set: the peak from here on is training's.
   peak_restarted_ = restart_peak_resident();
@@ -111,7 +116,44 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   };
 }
 
-void Trainer::start_from_initial_params() { net_->init_params(static_cast<std::uint64_t>(config_.run.seed)); }
+void Trainer::start_from_initial_params() {
+  // GPT-2 weights from a file: every rank reads them once rank 0 has checked the file, and keeps
+  // its part (as from a checkpoint, so any strategy and world size works); fresh optimizer state.
+  if (!config_.model.init_from.empty()) {
+    const InitialWeights initial = load_initial_weights(config_.model.init_from, shape_, world_.comm());
+    net_->strategy().load_params(initial.params);
+    resume_notes_.push_back(initial.note);
+    return;
+  }
+  net_->init_params(static_cast<std::uint64_t>(config_.run.seed));
+}
+
+namespace {
+// What a resumed run's deck changes in the learning-rate schedule of the deck that wrote the
+// checkpoint ("" when nothing, or when that deck no longer parses here).
+std::string schedule_change(const std::string& checkpoint_deck, const Config& now) {
+  Config before;
+  try {
+    before = parse_deck(checkpoint_deck, "the checkpoint's deck", {});
+  } catch (const Error&) {
+    return "";
+  }
+  std::vector<std::string> changes;
+  auto compare = [&](const char* key, const std::string& a, const std::string& b) {
+    if (a != b) changes.push_back(std::string(key) + " " + a + " -> " + b);
+  };
+  const auto number = [](double x) { return json_number(x); };
+  compare("run.steps", std::to_string(before.run.steps), std::to_string(now.run.steps));
+  compare("optimizer.lr", number(before.optimizer.lr), number(now.optimizer.lr));
+  compare("optimizer.min_lr", number(before.optimizer.min_lr), number(now.optimizer.min_lr));
+  compare("optimizer.warmup_steps", std::to_string(before.optimizer.warmup_steps),
+          std::to_string(now.optimizer.warmup_steps));
+  compare("optimizer.schedule", before.optimizer.schedule, now.optimizer.schedule);
+  if (changes.empty()) return "";
+  return "the learning-rate schedule differs from the checkpoint's deck (" + join(changes, ", ") +
+         "): from here on the rate follows this deck's schedule, not the one the run began with";
+}
+}  // namespace
 
 void Trainer::resume() {
   // A resumed run reads every parameter and optimizer value it holds: it initialises the model
@@ -125,7 +167,7 @@ void Trainer::resume() {
   for (const std::string& path : candidates) {
     try {
       // The clock starts when every rank is here: start-up may end at different times on each.
-      ST_CHECK_MPI(MPI_Barrier(world_.comm()));
+      net_->comms().barrier("world (resume)");
       Stopwatch clock;
       info = read_checkpoint(path, shape_, net_->strategy(), world_.comm());
       start_step_ = info.step;
@@ -136,6 +178,11 @@ void Trainer::resume() {
                     static_cast<long long>(info.step), static_cast<long long>(info.world_size), info.strategy.c_str(),
                     info.precision.c_str(), clock.seconds());
       resume_notes_.push_back(line);
+      if (!config_.model.init_from.empty())
+        resume_notes_.push_back("model.init_from = \"" + config_.model.init_from +
+                                "\" is not read: the run goes on from the checkpoint");
+      if (const std::string changed = schedule_change(info.deck, config_); !changed.empty())
+        resume_notes_.push_back(changed);
       break;
     } catch (const Error& e) {
       // read_checkpoint agrees across ranks: every rank is here with the same message.
@@ -322,7 +369,16 @@ void Trainer::print_sample(std::int64_t step) {
 }
 
 TrainSummary Trainer::run() {
+  if (finished_) {
+    for (const std::string& note : resume_notes_) say(note);
+    say("the run has finished: the checkpoint is at step " + std::to_string(start_step_) + " and run.steps = " +
+        std::to_string(config_.run.steps) + "; nothing to train, nothing written (raise run.steps to train further)");
+    TrainSummary summary;
+    summary.steps = start_step_;
+    return summary;
+  }
   say(settings_table(config_, derived_settings()));
+  for (const std::string& warning : schedule_warnings(config_.optimizer, config_.run.steps)) say("warning: " + warning);
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(net_->model().layout().total()) +
                      ",\"world_size\":" + std::to_string(world_.size()) + ",\"nodes\":" +
@@ -370,6 +426,12 @@ TrainSummary Trainer::run() {
     summary.steps = step + 1;
     if (world_.is_root()) run_dir_->metric(step_json(record));
     if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
+    if (record.mfu > 1.0 && !said_mfu_above_one_) {
+      said_mfu_above_one_ = true;
+      say("note: MFU above 100% means the yardstick, the sgemm rate measured before step 0 (" +
+          format_fixed(matmul_flops_ / 1e9, 1) + " GFLOP/s), was low: something else ran on these cores while it was "
+          "measured. MFU is relative to it; tokens/s is the figure to compare.");
+    }
 
     const bool last = step + 1 == config_.run.steps;
     if (last || (config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0)) {
@@ -391,7 +453,7 @@ TrainSummary Trainer::run() {
       if (auto done = checkpointer_->poll()) report_checkpoint(*done);
     // A stop signal on any rank stops every rank after this step, with a checkpoint.
     int stop = signals_->received();
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, world_.comm()));
+    stop = net_->comms().max_over_ranks(stop, "world (stop signals)");
     const std::int64_t every = config_.checkpoint.every;
     if (stop != 0 || (every > 0 && ((step + 1) % every == 0 || last))) save_checkpoint(step + 1);
     if (stop != 0) {
@@ -413,8 +475,7 @@ std::string Trainer::memory_line(const char* when) const {
   const std::uint64_t activations = net_->model().activation_bytes();
   const std::uint64_t checkpoint_copy = checkpointer_->copy_bytes();
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
-  unsigned long long largest = total;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, world_.comm()));
+  const std::uint64_t largest = net_->comms().max_over_ranks(total, "world (memory)");
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"memory\",\"when\":" + json_string(when) + ",\"params\":" + std::to_string(m.params) +
@@ -449,16 +510,20 @@ std::string Trainer::measured_host_memory() const {
 }
 
 void Trainer::write_traces() {
-  if (config_.run.trace_steps == 0) return;
-  // Every rank writes its own file; the directory's name is the same on every rank.
+  // Steps start_step_ + 1 to last were traced (run.trace_steps counts from the run's step 0).
+  const std::int64_t last = std::min(config_.run.trace_steps, config_.run.steps);
+  if (last <= start_step_) return;
+  // Every rank writes its own file; the directory's name is the same on every rank. A resumed
+  // run's timeline goes beside the first run's, named by its first step, never over it.
   const std::string& dir = run_dir_->path();
-  const std::string path = dir + "/trace.rank" + std::to_string(world_.rank()) + ".json";
+  const std::string name = start_step_ == 0 ? ".json" : ".from_step" + std::to_string(start_step_ + 1) + ".json";
+  const std::string path = dir + "/trace.rank" + std::to_string(world_.rank()) + name;
   std::ofstream out(path);
   out << timeline_.json(world_.rank());
   out.close();
   if (!out) throw Error("cannot write the timeline to " + path + ": " + std::strerror(errno));
-  say("timeline of the first " + std::to_string(std::min(config_.run.trace_steps, config_.run.steps)) +
-      " step(s): " + dir + "/trace.rank<R>.json (open in https://ui.perfetto.dev or chrome://tracing)");
+  say("timeline of steps " + std::to_string(start_step_ + 1) + " to " + std::to_string(last) + ": " + dir +
+      "/trace.rank<R>" + name + " (open in https://ui.perfetto.dev or chrome://tracing)");
 }
 
 void Trainer::save_params(const std::string& path) {

@@ -72,6 +72,8 @@ class Trainer {
   std::unique_ptr<BatchLoader> train_loader_, val_loader_;
   std::vector<int> tokens_, targets_;
   double matmul_flops_ = 0;
+  bool said_mfu_above_one_ = false;
+  bool finished_ = false;  // resumed from a checkpoint at or past run.steps: nothing to do
   // Host memory measured: resident before the run's buffers, and whether the peak could be
   // restarted after setup (so that it measures training).
   std::uint64_t resident_before_ = 0;

@@ -165,6 +165,10 @@ TEST(Deck, DataKeysThatContradictEachOtherAreNamed) {
 TEST(Deck, BadOverridesAreNamed) {
   EXPECT_NE(error_of(kMinimal, {"run.stpes=3"}).find("--set run.stpes=3: unknown key 'run.stpes'; did you mean 'run.steps'?"),
             std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"optimizer.warmup=10"})
+                .find("--set optimizer.warmup=10: unknown key 'optimizer.warmup'; did you mean 'optimizer.warmup_steps'?"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"model.lr=1e-3"}).find("did you mean 'optimizer.lr'?"), std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"run.steps=many"}).find("--set run.steps=many: 'many' is not a TOML value"),
             std::string::npos);
   EXPECT_NE(error_of(kMinimal, {"steps"}).find("expected section.key=value"), std::string::npos);
@@ -173,6 +177,16 @@ TEST(Deck, BadOverridesAreNamed) {
 TEST(Deck, CombinationsAreChecked) {
   const std::string e = error_of(std::string(kMinimal) + "[model]\nd_model = 100\nn_head = 3\n");
   EXPECT_NE(e.find("model.d_model = 100 is not divisible by model.n_head = 3"), std::string::npos) << e;
+}
+
+TEST(Deck, FromFileNeedsAFileAndDefersTheShapeCheckToIt) {
+  EXPECT_NE(error_of(kMinimal, {"model.from_file=true"})
+                .find("model.from_file = true takes the model's shape from model.init_from's file, but model.init_from "
+                      "is empty"),
+            std::string::npos);
+  // The deck's n_head need not divide its d_model yet: the file's values replace them.
+  EXPECT_EQ(error_of(kMinimal, {"model.from_file=true", "model.init_from=gpt2.bin", "model.n_head=12"}), "");
+  EXPECT_NE(error_of(kMinimal, {"model.n_head=12"}).find("is not divisible by model.n_head = 12"), std::string::npos);
 }
 
 TEST(Deck, AutoStrategyIsAcceptedForThePlannerToResolve) {
@@ -217,6 +231,14 @@ TEST(Text, ClosestMatch) {
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(closest_match("setps", {"steps", "seed", "log_every"}), "steps");
   EXPECT_EQ(closest_match("zzzzzz", {"steps", "seed"}), "");
+  // Shortened names, and names under the wrong section.
+  const std::vector<std::string> keys = {"optimizer.warmup_steps", "optimizer.lr", "run.steps", "model.n_layer"};
+  EXPECT_EQ(closest_match("optimizer.warmup", keys), "optimizer.warmup_steps");
+  EXPECT_EQ(closest_match("warmup", {"warmup_steps", "lr"}), "warmup_steps");
+  EXPECT_EQ(closest_match("model.lr", keys), "optimizer.lr");
+  EXPECT_EQ(closest_match("data.steps", keys), "run.steps");
+  EXPECT_EQ(closest_match("model.n_layers", keys), "model.n_layer");
+  EXPECT_EQ(closest_match("parallel.zzzzzz", keys), "");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(100), "100 B");
 }

@@ -1,0 +1,105 @@
+#include "weights/gpt2_weights.hpp"
+
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "weights/file_io.hpp"
+#include "weights/hf_gpt2.hpp"
+#include "weights/llmc_file.hpp"
+#include "weights/safetensors_file.hpp"
+
+namespace st {
+namespace {
+
+std::string weights_file_of(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {
+    const std::string inside = (std::filesystem::path(path) / "model.safetensors").string();
+    if (!std::filesystem::exists(inside))
+      throw Error(path + ": is a directory without a model.safetensors (name an llm.c model file or a safetensors file)");
+    return inside;
+  }
+  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
+  return path;
+}
+
+// A safetensors file starts with its JSON header's length, which fits inside the file, and the
+// header's '{' (an llm.c file's first eight bytes, magic and version, read as a length, are far
+// larger). A file cut inside its header is still told by the '{', so it is called truncated.
+bool looks_like_safetensors(const InputFile& file) {
+  if (file.size() < 9) return false;
+  std::uint64_t header_bytes = 0;
+  char first = 0;
+  file.read(0, &header_bytes, 8, "the header length");
+  file.read(8, &first, 1, "the JSON header");
+  return header_bytes >= 2 && (header_bytes <= file.size() - 8 || (first == '{' && header_bytes <= 100'000'000));
+}
+
+std::string safetensors_dtypes(const SafetensorsReader& reader) {
+  std::string dtypes;
+  for (const auto& t : reader.tensors())
+    if (dtypes.find(t.dtype) == std::string::npos) dtypes += (dtypes.empty() ? "" : ", ") + t.dtype;
+  return dtypes;
+}
+
+}  // namespace
+
+WeightsSource probe_weights(const std::string& requested) {
+  WeightsSource source;
+  source.path = weights_file_of(requested);
+  const InputFile file(source.path);
+  if (is_llmc_file(file)) {
+    const LlmcHeader header = read_llmc_header(file);
+    source.format = WeightsFormat::llmc;
+    source.shape = header.shape;
+    source.description = "llm.c model file, version " + std::to_string(header.version) + " (" +
+                         dtype_name(header.dtype()) + ")";
+    return source;
+  }
+  if (!looks_like_safetensors(file))
+    throw Error(source.path + ": bad header: neither an llm.c model file (it starts with the int32 magic " +
+                std::to_string(kLlmcModelMagic) + ") nor a safetensors file (an 8-byte length of the JSON header that follows)");
+  const SafetensorsReader reader(source.path);
+  source.format = WeightsFormat::safetensors;
+  source.shape = read_hf_gpt2_config(hf_config_path(source.path));
+  check_hf_gpt2_tensors(reader, source.shape);
+  source.description = "Hugging Face GPT-2 safetensors (" + safetensors_dtypes(reader) + ") with " +
+                       hf_config_path(source.path);
+  return source;
+}
+
+std::string shape_mismatch(const WeightsSource& file, const Gpt2Shape& deck) {
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
+      {"model.n_layer", {file.shape.n_layer, deck.n_layer}},
+      {"model.n_head", {file.shape.n_head, deck.n_head}},
+      {"model.d_model", {file.shape.d_model, deck.d_model}},
+      {"model.seq_len", {file.shape.seq_len, deck.seq_len}},
+      {"model.vocab_size", {file.shape.vocab_size, deck.vocab_size}},
+  };
+  for (const auto& [key, values] : fields)
+    if (values.first != values.second)
+      return std::string(key) + " = " + std::to_string(values.first) + " in " + file.path + ", " +
+             std::to_string(values.second) + " in the deck";
+  return "";
+}
+
+std::vector<float> read_weights(const WeightsSource& source, const Gpt2Shape& shape) {
+  if (const std::string why = shape_mismatch(source, shape); !why.empty())
+    throw Error(source.path + ": holds another model: " + why);
+  std::vector<float> params(make_gpt2_layout(shape).total());
+  if (source.format == WeightsFormat::llmc) {
+    const InputFile file(source.path);
+    read_llmc_params(file, read_llmc_header(file), shape, params);
+  } else {
+    const SafetensorsReader reader(source.path);
+    read_hf_gpt2_params(reader, source.shape, shape, params);
+  }
+  return params;
+}
+
+void write_weights(WeightsFormat format, const std::string& path, const Gpt2Shape& shape, std::span<const float> params,
+                   WeightDtype dtype) {
+  if (format == WeightsFormat::llmc) write_llmc(path, shape, params, dtype);
+  else write_hf_gpt2(path, shape, params, dtype);
+}
+
+}  // namespace st

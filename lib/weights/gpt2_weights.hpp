@@ -1,0 +1,39 @@
+#pragma once
+// GPT-2 weights in the formats other tools use: llm.c's model file and Hugging Face's
+// model.safetensors (+ config.json). Reading fills this project's flat parameter layout;
+// writing takes it. The format of a file is told by its first bytes, not its name.
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/layout.hpp"
+#include "weights/weight_dtype.hpp"
+
+namespace st {
+
+enum class WeightsFormat { llmc, safetensors };
+
+struct WeightsSource {
+  std::string path;  // the weights file (model.safetensors when a directory was named)
+  WeightsFormat format = WeightsFormat::llmc;
+  std::string description;  // "llm.c model file, version 3 (fp32)"
+  Gpt2Shape shape;          // the file's model; padded_vocab: llm.c's Vp, else vocab_size
+};
+
+// Opens the file (or DIR/model.safetensors), reads its header(s) and checks that it is a whole,
+// consistent GPT-2 of one shape, without reading the values. Throws Error naming the file and
+// what is wrong.
+WeightsSource probe_weights(const std::string& path);
+// The first model key in which the file and the deck differ ("model.n_layer = 2 in FILE, 4 in the
+// deck"), "" if none; the padded vocabulary may differ (padding rows are never used).
+std::string shape_mismatch(const WeightsSource& file, const Gpt2Shape& deck);
+// Every parameter, laid out by make_gpt2_layout(shape); the deck's padding rows are zero. Throws
+// Error if the shapes differ (shape_mismatch) or the file cannot be read.
+std::vector<float> read_weights(const WeightsSource& source, const Gpt2Shape& shape);
+
+// Writes the parameters (laid out for `shape`) in `format`: llm.c (version 3, or 5 for bf16)
+// or model.safetensors with config.json beside it.
+void write_weights(WeightsFormat format, const std::string& path, const Gpt2Shape& shape, std::span<const float> params,
+                   WeightDtype dtype);
+
+}  // namespace st

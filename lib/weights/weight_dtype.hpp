@@ -1,0 +1,10 @@
+#pragma once
+// The element type a weights file is written in: fp32, or bf16 rounded to nearest even
+// (core/bf16.hpp). Reading widens either to fp32 exactly.
+namespace st {
+
+enum class WeightDtype { fp32, bf16 };
+
+inline const char* dtype_name(WeightDtype dtype) { return dtype == WeightDtype::bf16 ? "bf16" : "fp32"; }
+
+}  // namespace st
