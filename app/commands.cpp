@@ -141,9 +141,11 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
     throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
                     " does not divide the " + std::to_string(world_size) + " ranks",
                 ErrorScope::all_ranks);
-  const TokenDataset data = open_training_data(config, world.comm());
-  const DataSplits splits = split_data(data, config.data.val_fraction, config.model.seq_len);
+  const RunData data = open_run_data(config, world.comm());
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
+  // The loaders refuse a sequential batch that does not fit in its part of the data.
+  BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, plan.global_batch, "training");
+  BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, plan.global_batch, "validation");
   const Gpt2Shape shape = gpt2_shape(config.model);
   const ParamLayout layout = make_gpt2_layout(shape);
   const Recompute recompute = recompute_of(config.model);
@@ -171,7 +173,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"activations per rank", format_bytes(static_cast<double>(activations)) + " (model.recompute = " +
                                    recompute_name(recompute) + ")"},
       {"memory per rank", predicted_memory_line(config, machine, group)},
-      {"data", describe_data(data, splits)},
+      {"data", describe_data(data)},
+      {"tokenizer", data.tokenizer->description()},
       {"run directory", resolve_out_dir(config)},
       {"resume", describe_resume(config, shape, world)},
   };
@@ -243,6 +246,24 @@ int main_with_mpi(int argc, char** argv) {
   topo->add_option("--topology", topo_file, "Read a saved `nvidia-smi topo -m` output instead of detecting");
   auto* doctor = cli.add_subcommand("doctor", "Check the setup (MPI, launcher, threads, BLAS, topology, memory)");
   auto* doc = cli.add_subcommand("deck-doc", "Print the input deck reference (docs/deck.md)");
+  TokenizeRequest tokenize_request;
+  auto* tokenize = cli.add_subcommand(
+      "tokenize", "Encode a text with GPT-2's tokenizer into llm.c token files (uint16, 256 x int32 header); under "
+                  "mpirun the ranks share the text and write the same files as one rank");
+  tokenize->add_option("input", tokenize_request.input, "Text file")->required();
+  tokenize->add_option("output", tokenize_request.output, "Token file (with --shard-tokens: the name shards follow)")
+      ->required();
+  tokenize->add_option("--tokenizer-files", tokenize_request.tokenizer_files,
+                       "[vocab.json merges.txt] or [encoder.json vocab.bpe] or a directory holding them (default: " +
+                           default_gpt2_files() + ", which tools/setup.sh fills)")
+      ->expected(1, 2);
+  tokenize->add_option("--shard-tokens", tokenize_request.shard_tokens,
+                       "Write files of this many tokens, OUTPUT's name with _000000, _000001, ... before its extension")
+      ->check(CLI::PositiveNumber);
+  tokenize->add_option("--separator", tokenize_request.separator,
+                       "Documents are separated by lines holding exactly this text (e.g. % for fortune files); each "
+                       "document is encoded alone after <|endoftext|> (50256), as llm.c does. Default: the text is "
+                       "one stream, encoded as it is");
   auto* ckpt = cli.add_subcommand("ckpt", "Checkpoint tools");
   ckpt->require_subcommand(1);
   CkptRequest ckpt_request;
@@ -286,7 +307,7 @@ int main_with_mpi(int argc, char** argv) {
   GenerateRequest gen;
   auto* generate = cli.add_subcommand("generate", "Sample text from a checkpoint (a file, its directory, or a run directory)");
   add_checkpoint_options(generate, gen.checkpoint, gen.overrides);
-  generate->add_option("--prompt", gen.prompt, "Text to continue (byte-level models; default a newline)");
+  generate->add_option("--prompt", gen.prompt, "Text to continue, encoded by the deck's data.tokenizer (default: a newline for bytes, <|endoftext|> for gpt2)");
   generate->add_option("--prompt-tokens", gen.prompt_tokens, "Token ids to continue, \"1 2 3\" or \"1,2,3\"");
   generate->add_option("--samples", gen.samples, "Samples to draw (sample i uses seed + i)")->check(CLI::PositiveNumber);
   generate->add_option("--tokens", gen.tokens, "Tokens to generate per sample")->check(CLI::NonNegativeNumber);
@@ -334,6 +355,7 @@ int main_with_mpi(int argc, char** argv) {
   if (*topo) return topo_command(topo_file, world);
   if (*doctor) return doctor_command(world);
   if (*doc) return world.is_root() ? print_deck_doc() : kExitOk;
+  if (*tokenize) return tokenize_command(tokenize_request, world);
   if (*generate) return generate_command(gen, world);
   if (*eval) return eval_command(ev, world);
   if (*ckpt) {

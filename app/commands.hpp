@@ -1,5 +1,6 @@
 #pragma once
 // The subcommands of the shardtrain executable.
+#include <cstdint>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -36,6 +37,18 @@ int topo_command(const std::string& file, World& world);
 int plan_command(const DeckRequest& request, const MachineOptions& options, int ranks, World& world);
 // `shardtrain doctor`: checks the setup, one line per check.
 int doctor_command(World& world);
+
+// `shardtrain tokenize IN OUT`: encode a text with GPT-2's tokenizer into llm.c token files,
+// the ranks sharing the text; the files are the same on any number of ranks.
+struct TokenizeRequest {
+  std::string input, output;
+  std::vector<std::string> tokenizer_files;  // empty: the GPT-2 files tools/setup.sh installs
+  std::uint64_t shard_tokens = 0;            // 0: one file
+  std::string separator;                     // "": the text is one stream
+};
+int tokenize_command(const TokenizeRequest& request, World& world);
+// Where tools/setup.sh puts GPT-2's encoder.json and vocab.bpe in this source tree.
+std::string default_gpt2_files();
 
 // `shardtrain ckpt inspect FILE` and `shardtrain ckpt export [--format F] [--dtype D] FILE OUT`.
 struct CkptRequest {

@@ -16,13 +16,16 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
+#include "data/data_paths.hpp"
 #include "data/dataset.hpp"
 #include "deck/parse.hpp"
 #include "exec/device_choice.hpp"
 #include "train/evaluate.hpp"
 #include "train/sampler.hpp"
 #include "train/sharded_model.hpp"
+#include "train/run_data.hpp"
 #include "train/threads.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "train/trainer.hpp"
 
 namespace st::app {
@@ -36,7 +39,7 @@ std::string resolve_checkpoint(const std::string& given) {
   std::error_code ec;
   if (!fs::exists(given, ec)) throw Error("checkpoint " + given + ": no such file or directory", ErrorScope::all_ranks);
   if (!fs::is_directory(given, ec)) return given;
-  for (const std::string dir : {given, given + "/checkpoints"}) {
+  for (const std::string& dir : {given, given + "/checkpoints"}) {
     std::ifstream latest(dir + "/latest");
     std::string name;
     if (latest && std::getline(latest, name) && !name.empty()) return dir + "/" + name;
@@ -78,13 +81,41 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
   return m;
 }
 
-// Whether the deck's tokens are bytes of text (rendered as text) or token ids.
+// Whether a byte-tokenizer deck's tokens are bytes of text (rendered as text) or token ids: its
+// first data file says, or, when the data are gone, the vocabulary.
 bool bytes_are_tokens(const Config& config) {
   if (config.data.format != "auto") return config.data.format == "text";
-  std::ifstream file(config.data.path, std::ios::binary);
+  std::vector<std::string> files;
+  try {
+    files = expand_data_paths(config.data.path, "data.path");
+  } catch (const Error&) {
+  }
   std::int32_t magic = 0;
-  if (file.read(reinterpret_cast<char*>(&magic), sizeof magic)) return magic != kTokenFileMagic;
-  return config.model.vocab_size == 256;  // the data is gone: byte vocabularies are text
+  if (!files.empty()) {
+    std::ifstream file(files.front(), std::ios::binary);
+    if (file.read(reinterpret_cast<char*>(&magic), sizeof magic)) return magic != kTokenFileMagic;
+  }
+  return config.model.vocab_size == 256;
+}
+
+// How the checkpoint's deck turns text into tokens (data.tokenizer), and whether its tokens are
+// text at all (rendered as text, the prompt encoded) or token ids.
+struct TextCodec {
+  std::unique_ptr<Tokenizer> tokenizer;
+  bool text = false;
+};
+TextCodec text_codec(const LoadedModel& m, World& world) {
+  TextCodec codec;
+  std::string problem;
+  try {
+    codec.tokenizer = make_tokenizer(m.config.data.tokenizer, m.config.data.tokenizer_files);
+  } catch (const Error& e) {
+    problem = "checkpoint " + m.path + ": its deck's data.tokenizer = \"" + m.config.data.tokenizer + "\": " +
+              e.what() + " (--set data.tokenizer_files=... names them here)";
+  }
+  agree_or_throw(world.comm(), problem);
+  codec.text = m.config.data.tokenizer != "byte" || bytes_are_tokens(m.config);
+  return codec;
 }
 
 std::vector<int> parse_token_ids(const std::string& text, std::int64_t vocab) {
@@ -112,7 +143,10 @@ std::vector<int> parse_token_ids(const std::string& text, std::int64_t vocab) {
 
 std::string json_ids(const std::vector<int>& ids, std::size_t from) {
   std::string out = "[";
-  for (std::size_t i = from; i < ids.size(); ++i) out += (i > from ? "," : "") + std::to_string(ids[i]);
+  for (std::size_t i = from; i < ids.size(); ++i) {
+    if (i > from) out += ',';
+    out += std::to_string(ids[i]);
+  }
   return out + "]";
 }
 
@@ -121,12 +155,13 @@ std::string json_ids(const std::vector<int>& ids, std::size_t from) {
 int generate_command(const GenerateRequest& r, World& world) {
   if (r.temperature <= 0) throw Error("--temperature must be above 0", ErrorScope::all_ranks);
   LoadedModel m = load_model(r.checkpoint, r.overrides, world, 1);
-  const bool text = bytes_are_tokens(m.config);
+  const TextCodec codec = text_codec(m, world);
   std::vector<int> prompt;
   if (!r.prompt_tokens.empty()) {
     prompt = parse_token_ids(r.prompt_tokens, m.config.model.vocab_size);
-  } else if (text) {
-    for (unsigned char c : r.prompt.empty() ? std::string("\n") : r.prompt) prompt.push_back(c);
+  } else if (codec.text) {
+    prompt = codec.tokenizer->encode(r.prompt);
+    if (prompt.empty()) prompt.push_back(codec.tokenizer->document_start());
   } else {
     throw Error("checkpoint " + m.path + ": the model reads token ids (data.path is a token file): give the prompt "
                 "as --prompt-tokens \"id id ...\"",
@@ -140,7 +175,7 @@ int generate_command(const GenerateRequest& r, World& world) {
     const std::vector<int> tokens =
         generate(m.net->model(), m.net->strategy(), prompt, r.tokens, {r.temperature, r.top_k, seed});
     if (!world.is_root()) continue;
-    const std::string rendered = render_tokens(tokens, text);
+    const std::string rendered = codec.text ? render_text(tokens, *codec.tokenizer) : render_ids(tokens);
     if (r.json) {
       json += std::string(i > 0 ? "," : "") + "{\"seed\":" + std::to_string(seed) +
               ",\"prompt_tokens\":" + json_ids(prompt, 0) + ",\"tokens\":" + json_ids(tokens, prompt.size()) +
@@ -162,20 +197,16 @@ int eval_command(const EvalRequest& r, World& world) {
   if (!r.data.empty()) overrides.push_back("data.path=" + json_string(r.data));
   LoadedModel m = load_model(r.checkpoint, overrides, world, 0);
   const Config& c = m.config;
-  const TokenDataset data = open_training_data(c, world.comm());
-  // The deck's validation split, or all of another file.
-  const Split split = r.data.empty() ? split_data(data, c.data.val_fraction, c.model.seq_len).val
-                                     : Split{0, data.size()};
-  if (split.size() < static_cast<std::size_t>(c.model.seq_len) + 1)
-    throw Error(data.path() + ": " + std::to_string(split.size()) + " tokens, fewer than one sequence of " +
-                    std::to_string(c.model.seq_len) + " and its target",
-                ErrorScope::all_ranks);
+  // The deck's validation data (its split of data.path, or data.val_path), or all of another file.
+  const RunData data = open_run_data(c, world.comm(), !r.data.empty());
+  const Split& split = data.splits.val;
   const BatchPlan plan = plan_batches(c.data, c.model.seq_len, world.size(), c.deck_path);
   const std::int64_t batches = r.batches > 0 ? r.batches : c.run.eval_batches;
-  const SequenceSampler sampler(data, split, static_cast<std::uint64_t>(c.run.seed), kValStream, c.model.seq_len);
-  const double loss = mean_loss(*m.net, sampler, plan, world.rank(), batches);
+  BatchLoader loader(split, c.data.order, static_cast<std::uint64_t>(c.run.seed), kValStream, c.model.seq_len,
+                     plan.global_batch, "validation");
+  const double loss = mean_loss(*m.net, loader, plan, world.rank(), batches);
   if (!world.is_root()) return kExitOk;
-  const std::string source = data.path() + (r.data.empty() ? " (validation split" : " (all") + ", tokens " +
+  const std::string source = split.data->name() + (r.data.empty() ? " (validation split" : " (all") + ", tokens " +
                              std::to_string(split.begin) + " to " + std::to_string(split.end) + ")";
   if (r.json) {
     std::cout << "{\"checkpoint\":" << json_string(m.path) << ",\"step\":" << m.info.step << ",\"loss\":" << json_number(loss)

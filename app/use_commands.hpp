@@ -13,7 +13,7 @@ namespace st::app {
 struct GenerateRequest {
   std::string checkpoint;
   std::vector<std::string> overrides;  // --set section.key=value over the checkpoint's deck
-  std::string prompt;                  // text (byte-level models); default a newline
+  std::string prompt;                  // text, encoded by the deck's data.tokenizer; default its document start
   std::string prompt_tokens;           // token ids, "1 2 3" or "1,2,3"
   int samples = 1;
   int tokens = 200;

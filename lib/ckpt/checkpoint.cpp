@@ -151,6 +151,12 @@ CheckpointInfo read_info(hid_t file) {
   info.shard_group = h5::read_int_attribute(file, "shard_group");
   info.deck = h5::read_string_attribute(file, "deck");
   info.created_by = h5::read_string_attribute(file, "created_by");
+  if (h5::has_attribute(file, "data_shard")) {
+    info.data_order = h5::read_string_attribute(file, "data_order");
+    info.data_shard = h5::read_string_attribute(file, "data_shard");
+    info.data_shard_offset = h5::read_int_attribute(file, "data_shard_offset");
+    info.data_epoch = h5::read_int_attribute(file, "data_epoch");
+  }
   h5::Handle model = h5::open_group(file, "model");
   info.shape.n_layer = h5::read_int_attribute(model.get(), "n_layer");
   info.shape.d_model = h5::read_int_attribute(model.get(), "d_model");
@@ -198,6 +204,10 @@ std::vector<std::uint64_t> lay_out(const std::string& dir, const std::string& tm
   h5::write_attribute(f, "shard_group", info.shard_group);
   h5::write_attribute(f, "deck", info.deck);
   h5::write_attribute(f, "created_by", info.created_by);
+  h5::write_attribute(f, "data_order", info.data_order);
+  h5::write_attribute(f, "data_shard", info.data_shard);
+  h5::write_attribute(f, "data_shard_offset", info.data_shard_offset);
+  h5::write_attribute(f, "data_epoch", info.data_epoch);
   {
     h5::Handle model = h5::create_group(f, "model");
     h5::write_attribute(model.get(), "n_layer", info.shape.n_layer);
@@ -349,7 +359,8 @@ void share(ReadPlan& plan, MPI_Comm comm) {
   std::vector<std::uint64_t> numbers = {u(i.format_version), u(i.step), u(i.tokens_seen), u(i.data_position), u(i.seed),
                                         u(i.world_size), u(i.shard_group), u(s.n_layer), u(s.d_model), u(s.n_head),
                                         u(s.seq_len), u(s.vocab_size), u(s.padded_vocab), plan.geometry ? 1u : 0u,
-                                        plan.geometry ? plan.geometry->elements : 0, plan.geometry ? plan.geometry->chunk : 0};
+                                        plan.geometry ? plan.geometry->elements : 0, plan.geometry ? plan.geometry->chunk : 0,
+                                        u(i.data_shard_offset), u(i.data_epoch)};
   broadcast(numbers, 0, comm);
   auto v = [&](std::size_t k) { return static_cast<std::int64_t>(numbers[k]); };
   i.format_version = v(0), i.step = v(1), i.tokens_seen = v(2), i.data_position = v(3), i.seed = v(4);
@@ -358,7 +369,9 @@ void share(ReadPlan& plan, MPI_Comm comm) {
   i.shape.vocab_size = v(11), i.shape.padded_vocab = v(12);
   plan.geometry.reset();
   if (numbers[13] != 0) plan.geometry = h5::ChunkGeometry{numbers[14], numbers[15]};
-  for (std::string* text : {&i.strategy, &i.precision, &i.deck, &i.created_by}) broadcast(*text, 0, comm);
+  i.data_shard_offset = v(16), i.data_epoch = v(17);
+  for (std::string* text : {&i.strategy, &i.precision, &i.deck, &i.created_by, &i.data_order, &i.data_shard})
+    broadcast(*text, 0, comm);
   broadcast(plan.chunk_offsets, 0, comm);
 }
 
@@ -474,6 +487,11 @@ std::string inspect_checkpoint(const std::string& path) {
     os << path << "\n"
        << "  format " << info.format_version << ", step " << info.step << ", tokens seen " << info.tokens_seen
        << ", data position " << info.data_position << ", seed " << info.seed << "\n"
+       << (info.data_shard.empty() ? std::string("  data: no file position (written before it was recorded)")
+                                   : "  data: " + info.data_order + " order, next batch at token " +
+                                         std::to_string(info.data_shard_offset) + " of " + info.data_shard + ", epoch " +
+                                         std::to_string(info.data_epoch))
+       << "\n"
        << "  written by " << info.world_size << " rank(s) with strategy " << info.strategy << " ("
        << info.precision << (info.strategy == "hsdp" ? ", groups of " + std::to_string(info.shard_group) : "")
        << "), " << info.created_by << "\n"

@@ -3,7 +3,9 @@
 //
 // Layout (format 1; docs/checkpoints.md):
 //   /                   attributes: format_version, step, tokens_seen, data_position, seed,
-//                       strategy, precision, world_size, shard_group, deck (text), created_by
+//                       strategy, precision, world_size, shard_group, deck (text), created_by;
+//                       data_order, data_shard, data_shard_offset, data_epoch (where the
+//                       training data loader stands; absent from files written before them)
 //   /model              attributes: n_layer, d_model, n_head, seq_len, vocab_size, padded_vocab
 //   /layout/names       tensor names; /layout/offsets, /layout/sizes: their place in the flat
 //                       layout; /layout/shapes: "768x2304"
@@ -33,7 +35,12 @@ struct CheckpointInfo {
   std::int64_t format_version = kCheckpointFormat;
   std::int64_t step = 0;           // optimizer steps taken
   std::int64_t tokens_seen = 0;
-  std::int64_t data_position = 0;  // the training batch cursor
+  std::int64_t data_position = 0;  // training batches drawn
+  // The data file where the next training batch starts and its token offset in that file, the
+  // order the loader reads in, and the passes over the training data completed ("" and 0 in a
+  // checkpoint written before these were recorded).
+  std::string data_order, data_shard;
+  std::int64_t data_shard_offset = 0, data_epoch = 0;
   std::int64_t seed = 0;
   std::string strategy, precision, deck, created_by;
   std::int64_t world_size = 0, shard_group = 0;

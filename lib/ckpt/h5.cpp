@@ -166,6 +166,10 @@ Handle open_dataset(hid_t parent, const std::string& name) {
   return Handle(H5Dopen2(parent, name.c_str(), dapl.get()), H5Dclose, "missing dataset '" + name + "'");
 }
 
+bool has_attribute(hid_t object, const std::string& name) {
+  return check(H5Aexists(object, name.c_str()), "attribute " + name) > 0;
+}
+
 bool has_link(hid_t parent, const std::string& name) {
   return check(H5Lexists(parent, name.c_str(), H5P_DEFAULT), "link " + name) > 0;
 }

@@ -9,46 +9,148 @@
 #include "core/error.hpp"
 
 namespace st {
+namespace {
 
-TokenDataset TokenDataset::open(const std::string& path, const std::string& format) {
-  TokenDataset data{MappedFile(path)};
-  const auto& file = data.file_;
+constexpr std::size_t kHeaderBytes = kTokenFileHeaderInts * sizeof(std::int32_t);
+
+bool starts_with_magic(const MappedFile& file) {
+  std::int32_t magic = 0;
+  if (file.size() >= sizeof magic) std::memcpy(&magic, file.data(), sizeof magic);
+  return magic == kTokenFileMagic;
+}
+
+// The token count of a token file after checking its header and length.
+std::size_t checked_token_count(const MappedFile& file) {
+  const std::string& path = file.path();
   std::int32_t header[3] = {};
   if (file.size() >= sizeof header) std::memcpy(header, file.data(), sizeof header);
-  const bool has_magic = header[0] == kTokenFileMagic;
-  const bool as_tokens = format == "tokens" || (format == "auto" && has_magic);
-  if (!as_tokens) {
-    data.bytes_ = file.data();
-    data.count_ = file.size();
-    data.max_token_ = *std::max_element(file.data(), file.data() + file.size());
-    return data;
-  }
-  const std::size_t header_bytes = kTokenFileHeaderInts * sizeof(std::int32_t);
-  if (file.size() < header_bytes || header[0] != kTokenFileMagic)
+  if (file.size() < kHeaderBytes || header[0] != kTokenFileMagic)
     throw Error("data file '" + path + "' is not a token file: it does not start with the magic " +
                 std::to_string(kTokenFileMagic) + " (use data.format = \"text\" for text)");
   if (header[1] != kTokenFileVersion)
     throw Error("token file '" + path + "' has version " + std::to_string(header[1]) + "; this build reads version " +
                 std::to_string(kTokenFileVersion) + " (uint16 tokens)");
   if (header[2] <= 0) throw Error("token file '" + path + "' declares " + std::to_string(header[2]) + " tokens");
-  const std::size_t count = static_cast<std::size_t>(header[2]);
-  if (file.size() != header_bytes + count * sizeof(std::uint16_t))
+  const auto count = static_cast<std::size_t>(header[2]);
+  if (file.size() != kHeaderBytes + count * sizeof(std::uint16_t))
     throw Error("token file '" + path + "' declares " + std::to_string(count) + " tokens (" +
-                std::to_string(header_bytes + count * 2) + " bytes with the header) but has " +
+                std::to_string(kHeaderBytes + count * 2) + " bytes with the header) but has " +
                 std::to_string(file.size()) + " bytes: truncated or not a token file");
-  data.wide_ = reinterpret_cast<const std::uint16_t*>(file.data() + header_bytes);
-  data.count_ = count;
-  data.max_token_ = *std::max_element(data.wide_, data.wide_ + count);
+  return count;
+}
+
+}  // namespace
+
+TokenDataset TokenDataset::open(const std::vector<std::string>& paths, const std::string& format,
+                                const TextEncoder& encode_text) {
+  ST_REQUIRE(!paths.empty(), "a data set needs at least one file");
+  TokenDataset data;
+  data.sources_.reserve(paths.size());
+  std::optional<bool> all_text;
+  for (const std::string& path : paths) {
+    Source source;
+    source.file.emplace(path);
+    const MappedFile& file = *source.file;
+    const bool as_tokens = format == "tokens" || (format == "auto" && starts_with_magic(file));
+    if (all_text && *all_text == as_tokens)
+      throw Error("data file '" + path + "' is " + (as_tokens ? "a token file" : "text") + " but '" + paths.front() +
+                  "' is " + (as_tokens ? "text" : "a token file") + ": the files of one data set must be of one kind");
+    all_text = !as_tokens;
+    DataShard shard{path, data.size_, 0, !as_tokens};
+    if (as_tokens) {
+      shard.size = checked_token_count(file);
+      source.wide = reinterpret_cast<const std::uint16_t*>(file.data() + kHeaderBytes);
+    } else if (encode_text) {
+      source.encoded = encode_text(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path);
+      source.file.reset();  // the text is not needed once encoded
+      if (source.encoded.empty()) throw Error("data file '" + path + "' encodes to no tokens");
+      shard.size = source.encoded.size();
+      source.wide = source.encoded.data();
+    } else {
+      shard.size = file.size();
+      source.bytes = file.data();
+    }
+    data.byte_level_ = data.byte_level_ && shard.text && !encode_text;
+    data.size_ += shard.size;
+    data.shards_.push_back(shard);
+    data.sources_.push_back(std::move(source));  // the mapping and the vector's storage stay where they are
+  }
   return data;
 }
 
+std::size_t TokenDataset::shard_of(std::size_t position) const {
+  const auto after = std::upper_bound(shards_.begin(), shards_.end(), position,
+                                      [](std::size_t p, const DataShard& s) { return p < s.begin; });
+  return static_cast<std::size_t>(after - shards_.begin()) - 1;
+}
+
+template <class Fn>
+void TokenDataset::for_each_piece(std::size_t begin, std::size_t end, Fn&& fn) const {
+  if (begin >= end) return;
+  for (std::size_t k = shard_of(begin); k < shards_.size() && begin < end; ++k) {
+    const DataShard& s = shards_[k];
+    const std::size_t first = begin - s.begin, count = std::min(end, s.begin + s.size) - begin;
+    fn(k, first, count);
+    begin += count;
+  }
+}
+
+int TokenDataset::operator[](std::size_t i) const {
+  const std::size_t k = shard_of(i);
+  const Source& s = sources_[k];
+  const std::size_t at = i - shards_[k].begin;
+  return s.bytes ? s.bytes[at] : s.wide[at];
+}
+
+void TokenDataset::copy(std::size_t begin, std::size_t count, int* out) const {
+  for_each_piece(begin, begin + count, [&](std::size_t k, std::size_t first, std::size_t n) {
+    const Source& s = sources_[k];
+    if (s.bytes) std::copy(s.bytes + first, s.bytes + first + n, out);
+    else std::copy(s.wide + first, s.wide + first + n, out);
+    out += n;
+  });
+}
+
+std::string TokenDataset::name() const {
+  if (shards_.size() == 1) return shards_.front().path;
+  return std::to_string(shards_.size()) + " files " + shards_.front().path + " ... " + shards_.back().path;
+}
+
+std::optional<std::size_t> TokenDataset::first_token_at_least(int limit, std::size_t begin, std::size_t end) const {
+  std::optional<std::size_t> found;
+  for_each_piece(begin, end, [&](std::size_t k, std::size_t first, std::size_t n) {
+    if (found) return;
+    const Source& s = sources_[k];
+    auto scan = [&](const auto* tokens) {
+      const auto* hit = std::find_if(tokens + first, tokens + first + n, [&](int t) { return t >= limit; });
+      if (hit != tokens + first + n) found = shards_[k].begin + static_cast<std::size_t>(hit - tokens);
+    };
+    if (s.bytes) scan(s.bytes);
+    else scan(s.wide);
+  });
+  return found;
+}
+
+int TokenDataset::max_token(std::size_t begin, std::size_t end) const {
+  int largest = 0;
+  for_each_piece(begin, end, [&](std::size_t k, std::size_t first, std::size_t n) {
+    const Source& s = sources_[k];
+    if (s.bytes) largest = std::max<int>(largest, *std::max_element(s.bytes + first, s.bytes + first + n));
+    else largest = std::max<int>(largest, *std::max_element(s.wide + first, s.wide + first + n));
+  });
+  return largest;
+}
+
 double TokenDataset::unigram_entropy(std::size_t begin, std::size_t end) const {
-  std::vector<double> counts(static_cast<std::size_t>(max_token_) + 1, 0.0);
-  for (std::size_t i = begin; i < end; ++i) counts[static_cast<std::size_t>((*this)[i])] += 1;
-  const double n = static_cast<double>(end - begin);
+  std::vector<double> counts(static_cast<std::size_t>(max_token(begin, end)) + 1, 0.0);
+  for_each_piece(begin, end, [&](std::size_t k, std::size_t first, std::size_t n) {
+    const Source& s = sources_[k];
+    for (std::size_t i = first; i < first + n; ++i) counts[s.bytes ? s.bytes[i] : s.wide[i]] += 1;
+  });
+  const double total = static_cast<double>(end - begin);
   double h = 0;
   for (double c : counts)
-    if (c > 0) h -= c / n * std::log(c / n);
+    if (c > 0) h -= c / total * std::log(c / total);
   return h;
 }
 

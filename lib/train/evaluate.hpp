@@ -12,10 +12,10 @@ namespace st {
 // Streams of the run's seed: training batches, validation batches.
 inline constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
 
-// The mean loss per token over `batches` batches that `sampler` draws (plan.global_batch
-// sequences each; this rank forwards its share in micro-batches of plan.micro_batch). The
-// sequences do not depend on the world size, so neither does the value. Collective.
-double mean_loss(ShardedModel& net, const SequenceSampler& sampler, const BatchPlan& plan, int rank,
-                 std::int64_t batches);
+// The mean loss per token over the first `batches` batches that `loader` gives from its start
+// (plan.global_batch sequences each; this rank forwards its share in micro-batches of
+// plan.micro_batch). The sequences do not depend on the world size, so neither does the value.
+// Collective.
+double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& plan, int rank, std::int64_t batches);
 
 }  // namespace st

@@ -42,20 +42,40 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
   return context;
 }
 
-std::string render_tokens(const std::vector<int>& tokens, bool byte_level) {
+std::string render_text(const std::vector<int>& tokens, const Tokenizer& tokenizer) {
   std::string out;
-  for (int t : tokens) {
-    if (byte_level) {
-      if (t == '\n' || t == '\t' || (t >= 0x20 && t < 0x7f) || t >= 0x80) out += static_cast<char>(t);
-      else {
+  auto printable = [&out](const std::string& bytes) {
+    for (const char ch : bytes) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7f) || c >= 0x80) {
+        out += ch;
+      } else {
         char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\x%02x", t);
+        std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
         out += escaped;
       }
-    } else {
-      if (!out.empty()) out += ' ';
-      out += std::to_string(t);
     }
+  };
+  std::size_t run = 0;  // start of the current run of ids the tokenizer has
+  for (std::size_t i = 0; i <= tokens.size(); ++i) {
+    const bool known = i < tokens.size() && tokens[i] >= 0 && tokens[i] < tokenizer.vocab_size();
+    if (known) continue;
+    printable(tokenizer.decode(std::span<const int>(tokens.data() + run, i - run)));
+    if (i < tokens.size()) {
+      out += '<';
+      out += std::to_string(tokens[i]);
+      out += '>';
+    }
+    run = i + 1;
+  }
+  return out;
+}
+
+std::string render_ids(const std::vector<int>& tokens) {
+  std::string out;
+  for (const int t : tokens) {
+    if (!out.empty()) out += ' ';
+    out += std::to_string(t);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/gpt2.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace st {
 
@@ -21,7 +22,10 @@ struct Sampling {
 std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
                           const Sampling& sampling);
 
-// Byte tokens as printable text (other bytes as \xNN); wider vocabularies as token ids.
-std::string render_tokens(const std::vector<int>& tokens, bool byte_level);
+// Tokens as printable text: decoded by the tokenizer, control bytes other than newline and tab
+// as \xNN, ids the tokenizer does not have (a model vocabulary wider than it) as <id>.
+std::string render_text(const std::vector<int>& tokens, const Tokenizer& tokenizer);
+// Token ids separated by spaces (token files read with the byte tokenizer).
+std::string render_ids(const std::vector<int>& tokens);
 
 }  // namespace st

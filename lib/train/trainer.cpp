@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -26,29 +27,6 @@
 
 namespace st {
 
-TokenDataset open_training_data(const Config& config, MPI_Comm comm) {
-  // Every rank maps the file itself; all must succeed before anyone goes on.
-  std::string problem;
-  std::optional<TokenDataset> data;
-  try {
-    data.emplace(TokenDataset::open(config.data.path, config.data.format));
-    if (data->max_token() >= config.model.vocab_size)
-      problem = "data file '" + config.data.path + "' holds token id " + std::to_string(data->max_token()) +
-                " but model.vocab_size = " + std::to_string(config.model.vocab_size) +
-                "; set model.vocab_size to at least " + std::to_string(data->max_token() + 1) +
-                (data->byte_level() ? " (byte-level text: 256)" : "");
-  } catch (const Error& e) {
-    problem = e.what();
-  }
-  agree_or_throw(comm, problem);
-  return std::move(*data);
-}
-
-std::string describe_data(const TokenDataset& data, const DataSplits& splits) {
-  return data.path() + ": " + std::to_string(data.size()) + (data.byte_level() ? " bytes" : " tokens") + ", train " +
-         std::to_string(splits.train.size()) + ", val " + std::to_string(splits.val.size());
-}
-
 Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
     : config_(config),
       world_(world),
@@ -58,8 +36,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
-  data_.emplace(open_training_data(config, world.comm()));
-  splits_ = split_data(*data_, config.data.val_fraction, config.model.seq_len);
+  data_ = open_run_data(config, world.comm());
   plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
 
   // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
@@ -82,8 +59,10 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
                                         &timeline_);
 
   const auto seed = static_cast<std::uint64_t>(config.run.seed);
-  train_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.train, seed, kTrainStream, config.model.seq_len);
-  val_sampler_ = std::make_unique<SequenceSampler>(*data_, splits_.val, seed, kValStream, config.model.seq_len);
+  train_loader_ = std::make_unique<BatchLoader>(data_.splits.train, config.data.order, seed, kTrainStream,
+                                                config.model.seq_len, plan_.global_batch, "training");
+  val_loader_ = std::make_unique<BatchLoader>(data_.splits.val, config.data.order, seed, kValStream, config.model.seq_len,
+                                              plan_.global_batch, "validation");
   tokens_.resize(static_cast<std::size_t>(plan_.micro_batch * config.model.seq_len));
   targets_.resize(tokens_.size());
 
@@ -122,7 +101,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
       {"parameters", std::to_string(net_->model().layout().total()) + " (" +
                          std::to_string(net_->model().layout().segments().size()) + " segments)"},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
-      {"data", describe_data(*data_, splits_)},
+      {"data", describe_data(data_) + (config_.data.order == "sequential" ? " (sequential)" : "")},
+      {"tokenizer", data_.tokenizer->description()},
       {"strategy", net_->strategy().description()},
       {"model state per rank", format_bytes(static_cast<double>(memory.model_state())) + " (params " +
                                    format_bytes(static_cast<double>(memory.params)) + ", grads " +
@@ -182,14 +162,16 @@ void Trainer::resume() {
   if (resume == "none") return start_from_initial_params();
   const bool latest = resume == "latest";
   const std::vector<std::string> candidates = latest ? checkpoint_candidates(checkpoint_dir_) : std::vector{resume};
+  CheckpointInfo info;
+  std::string resumed_from;
   for (const std::string& path : candidates) {
     try {
       // The clock starts when every rank is here: start-up may end at different times on each.
       net_->comms().barrier("world (resume)");
       Stopwatch clock;
-      const CheckpointInfo info = read_checkpoint(path, shape_, net_->strategy(), world_.comm());
+      info = read_checkpoint(path, shape_, net_->strategy(), world_.comm());
       start_step_ = info.step;
-      train_cursor_.seek(info.data_position);
+      resumed_from = path;
       char line[512];
       std::snprintf(line, sizeof line,
                     "resumed from %s: step %lld, written by %lld rank(s) with %s (%s); read in %.2f s", path.c_str(),
@@ -201,12 +183,18 @@ void Trainer::resume() {
                                 "\" is not read: the run goes on from the checkpoint");
       if (const std::string changed = schedule_change(info.deck, config_); !changed.empty())
         resume_notes_.push_back(changed);
-      return;
+      break;
     } catch (const Error& e) {
       // read_checkpoint agrees across ranks: every rank is here with the same message.
       if (!latest) throw Error(std::string(e.what()) + " (checkpoint.resume)", ErrorScope::all_ranks);
       resume_notes_.push_back(std::string("skipping a checkpoint that cannot be resumed: ") + e.what());
     }
+  }
+  if (!resumed_from.empty()) {
+    // Outside the fallback above: a data set that does not fit the checkpoint is the deck's
+    // problem, which an older checkpoint would not solve.
+    train_loader_->seek(loader_position(info, resumed_from));
+    return;
   }
   start_from_initial_params();  // also undoes what a checkpoint that failed part-way filled in
   resume_notes_.push_back(candidates.empty() ? "checkpoint.resume = \"latest\": no checkpoint in " + checkpoint_dir_ +
@@ -215,11 +203,76 @@ void Trainer::resume() {
                                                    checkpoint_dir_ + "; starting from step 0");
 }
 
+LoaderPosition Trainer::loader_position(const CheckpointInfo& info, const std::string& path) {
+  LoaderPosition position{info.data_position, 0, 0};
+  const TokenDataset& data = *data_.splits.train.data;
+  const Split& split = data_.splits.train;
+  if (!train_loader_->sequential()) {
+    // The batch count is the whole position; the file position it recorded says whether the
+    // data are the checkpoint's.
+    if (info.data_shard.empty()) return position;
+    BatchLoader probe = *train_loader_;
+    probe.seek(position);
+    const std::size_t next = probe.next_start();
+    const DataShard& shard = data.shards()[data.shard_of(next)];
+    const bool same_file = shard.path == info.data_shard || std::filesystem::path(shard.path).filename() ==
+                                                               std::filesystem::path(info.data_shard).filename();
+    if (!same_file || static_cast<std::int64_t>(next - shard.begin) != info.data_shard_offset)
+      resume_notes_.push_back("note: the checkpoint's next batch starts at token " + std::to_string(info.data_shard_offset) +
+                              " of " + info.data_shard + ", this run's at token " + std::to_string(next - shard.begin) +
+                              " of " + shard.path + ": the training data differ from the checkpoint's");
+    return position;
+  }
+  const std::string where = "checkpoint " + path + ": ";
+  if (info.data_shard.empty() || info.data_order != "sequential")
+    throw Error(where + "data.order = \"sequential\" reads on from the data file and offset a checkpoint names, but this "
+                        "one was written " +
+                    (info.data_shard.empty() ? std::string("before checkpoints recorded them")
+                                             : "with data.order = \"" + info.data_order + "\"") +
+                    "; resume it with data.order = \"random\"",
+                ErrorScope::all_ranks);
+  // The file by its path, else by its name alone (the data moved to another directory).
+  const auto& shards = data.shards();
+  const DataShard* found = nullptr;
+  for (const DataShard& s : shards)
+    if (s.path == info.data_shard) found = &s;
+  if (!found) {
+    const std::string name = std::filesystem::path(info.data_shard).filename().string();
+    int matches = 0;
+    for (const DataShard& s : shards)
+      if (std::filesystem::path(s.path).filename().string() == name) found = &s, ++matches;
+    if (matches != 1) found = nullptr;
+  }
+  if (!found)
+    throw Error(where + "the next batch starts at token " + std::to_string(info.data_shard_offset) + " of '" +
+                    info.data_shard + "', a file data.path does not name (it names " + data.name() + ")",
+                ErrorScope::all_ranks);
+  const std::size_t at = found->begin + static_cast<std::size_t>(info.data_shard_offset);
+  if (info.data_shard_offset < 0 || static_cast<std::size_t>(info.data_shard_offset) >= found->size || at < split.begin ||
+      at >= split.end)
+    throw Error(where + "the next batch starts at token " + std::to_string(info.data_shard_offset) + " of '" +
+                    found->path + "', outside the training part of this data (" + std::to_string(found->size) +
+                    " tokens in the file; training uses positions " + std::to_string(split.begin) + " to " +
+                    std::to_string(split.end) + " of " + data.name() + ")",
+                ErrorScope::all_ranks);
+  position.offset = at - split.begin;
+  position.epoch = info.data_epoch;
+  return position;
+}
+
 void Trainer::save_checkpoint(std::int64_t steps_done) {
   CheckpointInfo info;
   info.step = steps_done;
   info.tokens_seen = steps_done * plan_.global_batch * plan_.seq_len;
-  info.data_position = train_cursor_.position();
+  const LoaderPosition position = train_loader_->position();
+  const TokenDataset& data = *data_.splits.train.data;
+  const std::size_t next = train_loader_->next_start();
+  const DataShard& shard = data.shards()[data.shard_of(next)];
+  info.data_position = position.batches;
+  info.data_order = config_.data.order;
+  info.data_shard = shard.path;
+  info.data_shard_offset = static_cast<std::int64_t>(next - shard.begin);
+  info.data_epoch = position.epoch;
   info.seed = config_.run.seed;
   info.strategy = config_.parallel.strategy;
   info.precision = config_.parallel.precision;
@@ -263,10 +316,10 @@ double Trainer::train_step(std::int64_t step) {
   const float loss_scale = 1.0f / static_cast<float>(plan_.accum_steps * plan_.ranks);
   double loss_sum = 0;
   const std::int64_t first = plan_.first_sequence(world_.rank());
-  const std::int64_t batch = train_cursor_.take();
+  train_loader_->next_batch();
   for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
     net_->strategy().begin_micro_batch(micro + 1 == plan_.accum_steps);
-    train_sampler_->fill(batch, first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
+    train_loader_->fill(first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
     loss_sum += net_->model().forward(net_->strategy(), tokens_.data(), targets_.data(),
                                       static_cast<int>(plan_.micro_batch), static_cast<int>(plan_.seq_len));
     net_->model().backward(net_->strategy(), loss_scale);
@@ -290,29 +343,29 @@ double Trainer::train_step(std::int64_t step) {
 }
 
 double Trainer::validation_loss() {
-  return mean_loss(*net_, *val_sampler_, plan_, world_.rank(), config_.run.eval_batches);
+  return mean_loss(*net_, *val_loader_, plan_, world_.rank(), config_.run.eval_batches);
 }
 
 void Trainer::print_sample(std::int64_t step) {
   // Every rank generates (a sharded strategy gathers segments collectively); rank 0 prints.
   if (config_.run.sample_tokens == 0) return;
   std::vector<int> context;
-  if (data_->byte_level()) {
-    for (unsigned char c : config_.run.sample_prompt) context.push_back(c);
-    if (context.empty()) context.push_back('\n');
+  if (data_.text_samples) {
+    context = data_.tokenizer->encode(config_.run.sample_prompt);
+    if (context.empty()) context.push_back(data_.tokenizer->document_start());
   } else {
-    context.push_back((*data_)[splits_.val.begin]);  // a token that occurs in the data
+    context.push_back((*data_.splits.val.data)[data_.splits.val.begin]);  // a token that occurs in the data
   }
   const std::size_t prompt = context.size();
   const auto tokens = generate(net_->model(), net_->strategy(), context, static_cast<int>(config_.run.sample_tokens),
                                {config_.run.sample_temperature, 0, static_cast<std::uint64_t>(config_.run.seed) + step});
   if (!world_.is_root()) return;
   say("---- sample after step " + std::to_string(step) + " ----");
-  say(render_tokens(std::vector<int>(tokens.begin(), tokens.end()), data_->byte_level()));
+  const std::string text = data_.text_samples ? render_text(tokens, *data_.tokenizer) : render_ids(tokens);
+  say(text);
   say("----");
   run_dir_->metric("{\"kind\":\"sample\",\"step\":" + std::to_string(step) + ",\"prompt_tokens\":" +
-                  std::to_string(prompt) + ",\"text\":" +
-                  json_string(render_tokens(tokens, data_->byte_level())) + "}");
+                  std::to_string(prompt) + ",\"text\":" + json_string(text) + "}");
 }
 
 TrainSummary Trainer::run() {
@@ -333,7 +386,7 @@ TrainSummary Trainer::run() {
                      ",\"precision\":" + json_string(config_.parallel.precision) + ",\"tokens_per_step\":" +
                      std::to_string(plan_.global_batch * plan_.seq_len) + "}");
   TrainSummary summary;
-  summary.val_unigram_entropy = data_->unigram_entropy(splits_.val.begin, splits_.val.end);
+  summary.val_unigram_entropy = data_.splits.val.data->unigram_entropy(data_.splits.val.begin, data_.splits.val.end);
   {
     std::ostringstream os;
     os.precision(4);

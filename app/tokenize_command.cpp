@@ -1,0 +1,72 @@
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "app/commands.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "data/mapped_file.hpp"
+#include "data/text_encoding.hpp"
+#include "data/token_writer.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace st::app {
+namespace {
+
+template <class Step>
+void agreed(MPI_Comm comm, Step&& step) {
+  std::string problem;
+  try {
+    step();
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree_or_throw(comm, problem);
+}
+
+}  // namespace
+
+std::string default_gpt2_files() { return ST_DEFAULT_GPT2_FILES; }
+
+int tokenize_command(const TokenizeRequest& request, World& world) {
+  MPI_Comm comm = world.comm();
+  const std::vector<std::string> files =
+      request.tokenizer_files.empty() ? std::vector<std::string>{default_gpt2_files()} : request.tokenizer_files;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<MappedFile> input;
+  agreed(comm, [&] {
+    tokenizer = make_tokenizer("gpt2", files);
+    input.emplace(request.input);
+  });
+  const std::string_view text(reinterpret_cast<const char*>(input->data()), input->size());
+
+  // Encoding alone is timed (the slowest rank's): the throughput a benchmark compares.
+  ST_CHECK_MPI(MPI_Barrier(comm));
+  Stopwatch clock;
+  const std::vector<std::uint16_t> tokens = encode_rank_share(text, request.separator, *tokenizer, comm);
+  double seconds = clock.seconds();
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
+  const std::vector<WrittenShard> written = write_token_shards(request.output, tokens, request.shard_tokens, comm);
+
+  if (world.is_root()) {
+    std::uint64_t total = 0;
+    for (const auto& w : written) total += w.tokens;
+    char line[512];
+    std::snprintf(line, sizeof line, "encoded %s (%zu bytes) into %llu tokens on %d rank(s) in %.3f s (%.2f MB/s)",
+                  request.input.c_str(), text.size(), static_cast<unsigned long long>(total), world.size(), seconds,
+                  static_cast<double>(text.size()) / seconds / 1e6);
+    std::cout << line << "\n"
+              << "tokenizer: " << tokenizer->description() << "\n"
+              << (request.separator.empty() ? std::string("documents: none (the text is one stream)")
+                                            : "documents: separated by lines \"" + request.separator +
+                                                  "\", each preceded by token " +
+                                                  std::to_string(tokenizer->document_start()))
+              << "\n";
+    for (const auto& w : written) std::cout << "wrote " << w.path << ": " << w.tokens << " tokens\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace st::app

@@ -1,0 +1,79 @@
+#include "data/data_paths.hpp"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <set>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+
+namespace st {
+namespace {
+
+// glob(3)'s results, freed when it goes.
+class GlobMatches {
+ public:
+  GlobMatches() = default;
+  GlobMatches(const GlobMatches&) = delete;
+  GlobMatches& operator=(const GlobMatches&) = delete;
+  ~GlobMatches() { globfree(&matches_); }
+  glob_t* get() { return &matches_; }
+
+ private:
+  glob_t matches_{};
+};
+
+}  // namespace
+
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, const std::string& key) {
+  std::vector<std::string> files;
+  for (const std::string& entry : entries) {
+    if (entry.find_first_of("*?[") == std::string::npos) {
+      files.push_back(entry);
+      continue;
+    }
+    GlobMatches matches;
+    // GLOB_MARK: directories end in '/', so a glob that reaches one is refused, not mapped.
+    const int status = glob(entry.c_str(), GLOB_MARK | GLOB_ERR, nullptr, matches.get());
+    if (status == GLOB_NOMATCH) throw Error(key + ": '" + entry + "' matches no file", ErrorScope::all_ranks);
+    if (status != 0)
+      throw Error(key + ": cannot expand '" + entry + "' (" + (status == GLOB_ABORTED ? "a directory could not be read" : "out of memory") + ")",
+                  ErrorScope::all_ranks);
+    std::vector<std::string> found(matches.get()->gl_pathv, matches.get()->gl_pathv + matches.get()->gl_pathc);
+    std::sort(found.begin(), found.end());  // byte order, whatever the locale
+    for (const std::string& f : found) {
+      if (!f.empty() && f.back() == '/')
+        throw Error(key + ": '" + entry + "' matches the directory '" + f + "'; a data set is made of files",
+                    ErrorScope::all_ranks);
+      files.push_back(f);
+    }
+  }
+  std::set<std::string> seen;
+  for (const std::string& f : files)
+    if (!seen.insert(f).second) throw Error(key + " names '" + f + "' twice", ErrorScope::all_ranks);
+  return files;
+}
+
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, const std::string& key,
+                                           MPI_Comm comm) {
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  std::vector<std::string> files;
+  std::string problem;
+  if (rank == 0) {
+    try {
+      files = expand_data_paths(entries, key);
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  agree_or_throw(comm, problem);
+  std::vector<std::uint64_t> count{files.size()};
+  broadcast(count, 0, comm);
+  files.resize(count[0]);
+  for (std::string& f : files) broadcast(f, 0, comm);
+  return files;
+}
+
+}  // namespace st

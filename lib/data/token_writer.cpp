@@ -1,0 +1,112 @@
+#include "data/token_writer.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+
+namespace st {
+namespace {
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+// An MPI-IO file opened by every rank of comm; closed (collectively) when it goes.
+class SharedFile {
+ public:
+  SharedFile(const std::string& path, MPI_Comm comm) {
+    const int code = MPI_File_open(comm, path.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &file_);
+    std::string problem;
+    if (code != MPI_SUCCESS) {
+      file_ = MPI_FILE_NULL;
+      problem = "cannot create token file '" + path + "': " + mpi_error_text(code);
+    }
+    agree_or_throw(comm, problem);
+  }
+  SharedFile(const SharedFile&) = delete;
+  SharedFile& operator=(const SharedFile&) = delete;
+  ~SharedFile() {
+    if (file_ != MPI_FILE_NULL) MPI_File_close(&file_);
+  }
+  MPI_File get() const { return file_; }
+  void close() { ST_CHECK_MPI(MPI_File_close(&file_)); }
+
+ private:
+  MPI_File file_ = MPI_FILE_NULL;
+};
+
+}  // namespace
+
+std::string token_shard_name(const std::string& path, std::size_t index) {
+  const std::filesystem::path p(path);
+  char number[16];
+  std::snprintf(number, sizeof number, "_%06zu", index);
+  return (p.parent_path() / (p.stem().string() + number + p.extension().string())).string();
+}
+
+std::vector<WrittenShard> write_token_shards(const std::string& path, const std::vector<std::uint16_t>& local,
+                                             std::uint64_t shard_tokens, MPI_Comm comm) {
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  unsigned long long mine = local.size(), before = 0, total = 0;
+  ST_CHECK_MPI(MPI_Exscan(&mine, &before, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  if (rank == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
+  ST_CHECK_MPI(MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  if (total == 0) throw Error("the text encodes to no tokens: nothing to write to '" + path + "'", ErrorScope::all_ranks);
+  const std::uint64_t per_file = shard_tokens > 0 ? shard_tokens : total;
+  if (per_file > static_cast<std::uint64_t>(INT_MAX))
+    throw Error("'" + path + "' would hold " + std::to_string(per_file) +
+                    " tokens, more than a token file's int32 header counts (2147483647): write shards "
+                    "(--shard-tokens)",
+                ErrorScope::all_ranks);
+
+  std::vector<WrittenShard> written;
+  const std::uint64_t files = (total + per_file - 1) / per_file;
+  for (std::uint64_t k = 0; k < files; ++k) {
+    const std::uint64_t first = k * per_file, last = std::min<std::uint64_t>(total, first + per_file);
+    const std::string name = shard_tokens > 0 ? token_shard_name(path, k) : path;
+    const std::string partial = name + ".partial";
+    {
+      SharedFile file(partial, comm);
+      const auto header_bytes = static_cast<MPI_Offset>(kTokenFileHeaderInts * sizeof(std::int32_t));
+      ST_CHECK_MPI(MPI_File_set_size(file.get(), header_bytes + static_cast<MPI_Offset>((last - first) * 2)));
+      if (rank == 0) {
+        std::int32_t header[kTokenFileHeaderInts] = {};
+        header[0] = kTokenFileMagic;
+        header[1] = kTokenFileVersion;
+        header[2] = static_cast<std::int32_t>(last - first);
+        ST_CHECK_MPI(MPI_File_write_at(file.get(), 0, header, static_cast<int>(kTokenFileHeaderInts), MPI_INT32_T,
+                                       MPI_STATUS_IGNORE));
+      }
+      // This rank's tokens that fall in this file, in pieces MPI's int counts can hold.
+      std::uint64_t from = std::max<std::uint64_t>(first, before);
+      const std::uint64_t to = std::min<std::uint64_t>(last, before + mine);
+      while (from < to) {
+        const std::uint64_t n = std::min<std::uint64_t>(to - from, 1u << 30);
+        const MPI_Offset at = header_bytes + static_cast<MPI_Offset>((from - first) * 2);
+        ST_CHECK_MPI(MPI_File_write_at(file.get(), at, local.data() + (from - before), static_cast<int>(n), MPI_UINT16_T,
+                                       MPI_STATUS_IGNORE));
+        from += n;
+      }
+      file.close();
+    }
+    std::string problem;
+    if (rank == 0 && std::rename(partial.c_str(), name.c_str()) != 0)
+      problem = "cannot rename '" + partial + "' to '" + name + "': " + std::strerror(errno);
+    agree_or_throw(comm, problem);
+    written.push_back({name, last - first});
+  }
+  return written;
+}
+
+}  // namespace st

