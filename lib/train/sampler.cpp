@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "core/random.hpp"
+#include "core/text.hpp"
 
 namespace st {
 
@@ -32,18 +32,15 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
 
 std::string render_tokens(const std::vector<int>& tokens, bool byte_level) {
   std::string out;
+  if (byte_level) {
+    // A model of bytes writes any bytes, valid UTF-8 or not: what reaches the terminal and
+    // train.log is valid UTF-8, with the rest escaped.
+    for (int t : tokens) out += static_cast<char>(static_cast<unsigned char>(t));
+    return printable_utf8(out);
+  }
   for (int t : tokens) {
-    if (byte_level) {
-      if (t == '\n' || t == '\t' || (t >= 0x20 && t < 0x7f) || t >= 0x80) out += static_cast<char>(t);
-      else {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\x%02x", t);
-        out += escaped;
-      }
-    } else {
-      if (!out.empty()) out += ' ';
-      out += std::to_string(t);
-    }
+    if (!out.empty()) out += ' ';
+    out += std::to_string(t);
   }
   return out;
 }

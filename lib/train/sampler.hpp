@@ -16,7 +16,8 @@ namespace st {
 std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
                           double temperature, std::uint64_t seed);
 
-// Byte tokens as printable text (other bytes as \xNN); wider vocabularies as token ids.
+// Byte tokens as text (printable_utf8: valid UTF-8, other bytes and control characters but
+// newline and tab as \xNN); wider vocabularies as token ids.
 std::string render_tokens(const std::vector<int>& tokens, bool byte_level);
 
 }  // namespace st
