@@ -77,6 +77,10 @@ void remove_files(const std::vector<std::string>& paths);
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
 CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
 
+// "" when `dir` exists or can be created and a file can be created in it; else why not, naming
+// checkpoint.dir. One process: a run checks before training, not at its first checkpoint.
+std::string checkpoint_dir_problem(const std::string& dir);
+
 // Candidates for checkpoint.resume = "latest": the file `dir`/latest names first, then every
 // ckpt_<step>.h5 in `dir`, newest first.
 std::vector<std::string> checkpoint_candidates(const std::string& dir);
