@@ -29,6 +29,7 @@ fi
 set -m
 "${launcher[@]}" "$exe" "$@" </dev/null &
 launcher_pid=$!
+# shellcheck disable=SC2317  # called by the traps below
 forward() {
   echo "launch.sh: $1: asking the ranks to checkpoint and stop (SIGUSR1; a second one aborts)" >&2
   kill -USR1 "$launcher_pid" 2>/dev/null || true
