@@ -21,8 +21,8 @@ fi
 # Neither launcher passes SIGINT or SIGTERM on to the ranks as they are. Open MPI's mpirun
 # (4.1) ends the job: it sends the ranks SIGCONT, SIGTERM a second later and SIGKILL a second
 # after that, and exits 1 whatever the ranks did, so the checkpoint is cut short and exit code 4
-# is lost. srun (22.05) kills the step on SIGTERM, and on SIGINT only prints the tasks' state
-# (a second Ctrl-C within a second sends them SIGINT, a third kills them). Both forward SIGUSR1
+# is lost. srun (22.05) kills the step on SIGTERM (exit 137), and on SIGINT prints the tasks'
+# state and goes on ("one more within 1 sec to abort"). Both forward SIGUSR1
 # to every rank and then return the ranks' exit code. So the launcher runs in a process group
 # of its own (job control, set -m: a Ctrl-C in the terminal reaches this script, not the
 # launcher), this script passes SIGINT and SIGTERM on to it as SIGUSR1, and exits with its code.

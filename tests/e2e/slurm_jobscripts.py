@@ -9,7 +9,8 @@
 - train.sbatch's extra arguments keep their spaces (EXTRA_ARGS with quotes, and arguments after
   the script's name);
 - jobscripts/train_gpu.sbatch passes `sbatch --test-only` and trains on CPU nodes with zero GPUs
-  requested, handing CUDA_DEVICE_ORDER and the NCCL_* variables to every rank.
+  requested, handing CUDA_DEVICE_ORDER and the NCCL_* variables to every rank;
+- tools/launch.sh in a batch job (srun) turns a SIGTERM into a checkpoint and exit code 4.
 Accounting is off on the local cluster (no sacct): states and exit codes come from `scontrol show
 job`, which keeps finished jobs for MinJobAge (300 s)."""
 import atexit
@@ -166,4 +167,25 @@ for rank in (0, 1):
             f"rank {rank} gets NCCL_DEBUG and CUDA_DEVICE_ORDER")
 h.check([row["step"] for row in h.metrics(gpu_dir) if row["kind"] == "train"] == list(range(1, 7)),
         "and trains its 6 steps on the CPUs")
+# ---- tools/launch.sh inside an allocation (srun): SIGTERM to it stops the run with a checkpoint ----
+long_deck = h.small_deck(work, "long", corpus, run={"steps": 5000, "log_every": 1},
+                         checkpoint={"dir": f"{work}/long/ckpt"})
+launch = os.path.join(os.path.abspath(args.source), "tools", "launch.sh")
+job = subprocess.run(["sbatch", "--parsable", "--ntasks=2", "--time=5", f"--output={work}/launch.out",
+                      f"--wrap=exec {launch} -n 2 run {long_deck}"], capture_output=True, text=True, cwd=work,
+                     env=dict(os.environ, SHARDTRAIN=os.path.abspath(args.exe))).stdout.strip()
+metrics = os.path.join(work, "long", "metrics.jsonl")
+deadline = time.time() + 120
+while time.time() < deadline and not (os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 5):
+    time.sleep(0.2)
+h.check(time.time() < deadline, "a run started with tools/launch.sh in a batch job trains under srun")
+subprocess.run(["scancel", "--batch", "--signal=TERM", job], capture_output=True)
+wait_all([job], timeout=60)
+r = records(job)[0]
+text = log("launch.out")
+stopped = re.search(r"stopped by SIGUSR1 after step (\d+) with a checkpoint", text)
+h.check(r["ExitCode"] == "4:0" and stopped is not None, f"SIGTERM to tools/launch.sh under srun: the ranks "
+                                                         f"checkpoint and the job's exit code is 4 ({r['ExitCode']})")
+with open(os.path.join(work, "long", "ckpt", "latest")) as f:
+    h.check(f.read().strip() == f"ckpt_{int(stopped.group(1)):08d}.h5", "latest names that checkpoint")
 print("passed")
