@@ -13,20 +13,6 @@
 #include "tokenizer/tokenizer.hpp"
 
 namespace st::app {
-namespace {
-
-template <class Step>
-void agreed(MPI_Comm comm, Step&& step) {
-  std::string problem;
-  try {
-    step();
-  } catch (const Error& e) {
-    problem = e.what();
-  }
-  agree_or_throw(comm, problem);
-}
-
-}  // namespace
 
 std::string default_gpt2_files() { return ST_DEFAULT_GPT2_FILES; }
 

@@ -16,22 +16,37 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def fail(message):
+    """One line on standard error and exit code 1: a user's mistake is not a traceback."""
+    sys.exit(f"plot_metrics.py: {message}")
+
+
 def load(path):
+    if not os.path.exists(path):
+        fail(f"{path}: no such run directory or metrics file")
     if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "metrics.jsonl")):
+            fail(f"{path}: no metrics.jsonl in this directory (a run directory gets one at its first step; "
+                 f"the run's run.out_dir names it)")
         path = os.path.join(path, "metrics.jsonl")
     train, val = [], []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{number}: not a JSON line ({e})")
-            if row.get("kind") == "train":
-                train.append(row)
-            elif row.get("kind") == "val":
-                val.append(row)
+    try:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    fail(f"{path}:{number}: not a JSON line ({e})")
+                if not isinstance(row, dict):
+                    fail(f"{path}:{number}: not a metrics row (a JSON object)")
+                if row.get("kind") == "train":
+                    train.append(row)
+                elif row.get("kind") == "val":
+                    val.append(row)
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}")
     if not train:
-        sys.exit(f"{path}: no training steps recorded")
+        fail(f"{path}: no training steps recorded")
     return train, val
 
 
@@ -77,7 +92,10 @@ def main():
     ax_time.grid(alpha=0.3)
     ax_time.legend()
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    try:
+        fig.savefig(args.output, dpi=110)
+    except OSError as e:
+        fail(f"cannot write {args.output}: {e.strerror or e}")
     print(f"wrote {args.output}")
 
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "ckpt/skeleton_file.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/text.hpp"
 
 namespace st {
@@ -136,6 +138,17 @@ std::vector<std::int64_t> parse_shape(const std::string& text) {
 }
 
 CheckpointInfo read_info(hid_t file) {
+  if (!h5::has_attribute(file, "format_version")) {
+    // The one other HDF5 file a user of shardtrain has at hand: an export of a checkpoint.
+    if (h5::has_attribute(file, "source") && h5::has_attribute(file, "step")) {
+      const std::string source = h5::read_string_attribute(file, "source");
+      throw Error("is a parameters file written by `shardtrain ckpt export` (step " +
+                  std::to_string(h5::read_int_attribute(file, "step")) +
+                  "), not a checkpoint: it holds the parameters only, one dataset per tensor (read it with h5py or "
+                  "h5dump); pass the checkpoint it was exported from, " + source);
+    }
+    throw Error("is an HDF5 file but not a shardtrain checkpoint (no format_version attribute at /)");
+  }
   CheckpointInfo info;
   info.format_version = h5::read_int_attribute(file, "format_version");
   if (info.format_version > kCheckpointFormat)
@@ -317,6 +330,53 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
 namespace {
 
 // What rank 0 finds in a checkpoint and every rank needs in order to read its part.
+// The checkpoint a `latest` file names ("ckpt_00000900.h5"), or "" when `path` is not one.
+std::string pointer_target(const std::string& path) {
+  if (fs::file_size(path) > 256) return "";
+  std::ifstream in(path);
+  std::string name;
+  std::getline(in, name);
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  return step_of(name) >= 0 ? name : "";
+}
+
+// Why `path` cannot be a checkpoint file, found before HDF5 opens it, with what to pass
+// instead; "" when it may be one. `resuming`: for checkpoint.resume, which also takes "latest".
+std::string checkpoint_path_problem(const std::string& path, bool resuming) {
+  const FileCheck check = check_input_file(path);
+  switch (check.problem) {
+    case FileProblem::none: break;
+    case FileProblem::missing: return "no such file";
+    case FileProblem::unreadable: return "cannot be read: " + check.reason;
+    case FileProblem::directory: {
+      // A checkpoint directory, or a run directory with its checkpoints/ inside.
+      std::string where = path;
+      std::vector<std::string> found = checkpoint_candidates(where);
+      if (found.empty() && fs::is_directory(path + "/checkpoints")) {
+        where = path + "/checkpoints";
+        found = checkpoint_candidates(where);
+      }
+      std::string text = "is a directory, not a checkpoint file: ";
+      text += found.empty() ? "it holds no checkpoint (ckpt_<step>.h5)"
+                            : "pass one of its checkpoints, e.g. " + found.front() + " (the newest)";
+      if (resuming && !found.empty())
+        text += ", or set checkpoint.resume = \"latest\" with checkpoint.dir = \"" + where + "\"";
+      return text;
+    }
+    default: return check.reason + ", not a checkpoint";
+  }
+  if (const std::string named = pointer_target(path); !named.empty()) {
+    const fs::path dir = fs::path(path).parent_path();
+    return "is the pointer to the newest checkpoint, not a checkpoint: it names " + named + "; pass " +
+           (dir / named).string() +
+           (resuming ? ", or set checkpoint.resume = \"latest\" with checkpoint.dir = \"" +
+                           (dir.empty() ? std::string(".") : dir.string()) + "\""
+                     : "");
+  }
+  if (!h5::has_hdf5_signature(path)) return "is not an HDF5 file (it lacks HDF5's signature), so not a checkpoint";
+  return "";
+}
+
 struct ReadPlan {
   CheckpointInfo info;
   // Set when all three state datasets are stored as this shardtrain writes them; then the file
@@ -327,7 +387,7 @@ struct ReadPlan {
 
 // Rank 0: opens the file, checks it against the run's model and locates the state's chunks.
 ReadPlan plan_read(const std::string& path, const Gpt2Shape& shape) {
-  if (!fs::exists(path)) throw Error("no such file");
+  if (const std::string problem = checkpoint_path_problem(path, true); !problem.empty()) throw Error(problem);
   ReadPlan plan;
   h5::Handle file = h5::open_file_serial(path);
   plan.info = read_info(file.get());
@@ -459,6 +519,37 @@ CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm) {
       .info;
 }
 
+std::string checkpoint_dir_problem(const std::string& dir) {
+  // The directories this check creates, deepest first: removed again, so that a run that never
+  // checkpoints leaves none behind.
+  std::vector<fs::path> created;
+  std::error_code ec;
+  for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    created.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  struct Tidy {
+    std::vector<fs::path>& dirs;
+    ~Tidy() {
+      std::error_code ignored;
+      for (const auto& d : dirs) fs::remove(d, ignored);  // only if still empty
+    }
+  } tidy{created};
+  fs::create_directories(dir, ec);
+  if (ec) return "cannot create checkpoint directory '" + dir + "' (checkpoint.dir): " + ec.message();
+  if (!fs::is_directory(dir)) return "checkpoint.dir '" + dir + "' is not a directory";
+  // Creating a file is what a checkpoint does first; its permission bits do not tell (root,
+  // read-only mounts, immutable directories, quotas).
+  const std::string probe = dir + "/.write_test";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return "cannot write in checkpoint directory '" + dir + "' (checkpoint.dir): " + errno_text() +
+           "; set checkpoint.dir to a directory this job can write";
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
 std::vector<std::string> checkpoint_candidates(const std::string& dir) {
   std::vector<std::string> out;
   std::ifstream latest(dir + "/latest");
@@ -478,7 +569,7 @@ std::vector<std::string> checkpoint_candidates(const std::string& dir) {
 
 std::string inspect_checkpoint(const std::string& path) {
   try {
-    if (!fs::exists(path)) throw Error("no such file");
+    if (const std::string problem = checkpoint_path_problem(path, false); !problem.empty()) throw Error(problem);
     h5::Handle file = h5::open_file_serial(path);
     const CheckpointInfo info = read_info(file.get());
     const Gpt2Shape& s = info.shape;
@@ -544,7 +635,7 @@ CheckpointParams read_checkpoint_params(const std::string& path) {
 
 void export_checkpoint(const std::string& path, const std::string& out) {
   try {
-    if (!fs::exists(path)) throw Error("no such file");
+    if (const std::string problem = checkpoint_path_problem(path, false); !problem.empty()) throw Error(problem);
     h5::Handle file = h5::open_file_serial(path);
     const CheckpointInfo info = read_info(file.get());
     const std::uint64_t elements = make_gpt2_layout(info.shape).total();

@@ -93,6 +93,10 @@ std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run);
 // file.
 CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm);
 
+// "" when `dir` exists or can be created and a file can be created in it; else why not, naming
+// checkpoint.dir. One process: a run checks before training, not at its first checkpoint.
+std::string checkpoint_dir_problem(const std::string& dir);
+
 // Candidates for checkpoint.resume = "latest": the file `dir`/latest names first, then every
 // ckpt_<step>.h5 in `dir`, newest first.
 std::vector<std::string> checkpoint_candidates(const std::string& dir);

@@ -174,6 +174,11 @@ bool has_link(hid_t parent, const std::string& name) {
   return check(H5Lexists(parent, name.c_str(), H5P_DEFAULT), "link " + name) > 0;
 }
 
+bool has_hdf5_signature(const std::string& path) {
+  quiet_errors();
+  return H5Fis_hdf5(path.c_str()) > 0;
+}
+
 std::uint64_t dataset_length(hid_t dataset) {
   Handle space(H5Dget_space(dataset), H5Sclose, "dataset space");
   const int rank = check(H5Sget_simple_extent_ndims(space.get()), "dataset rank");

@@ -55,6 +55,9 @@ Handle open_group(hid_t parent, const std::string& name);
 Handle create_float_dataset(hid_t parent, const std::string& name, std::uint64_t n, std::uint64_t chunk);
 Handle open_dataset(hid_t parent, const std::string& name);
 bool has_link(hid_t parent, const std::string& name);
+// Whether the file carries HDF5's signature (at offset 0, or after a user block): an HDF5 file,
+// whole or not.
+bool has_hdf5_signature(const std::string& path);
 std::uint64_t dataset_length(hid_t dataset);  // elements of a 1-D dataset
 
 // Elements [offset, offset + count) of a 1-D dataset, several at once.

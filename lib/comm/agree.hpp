@@ -5,12 +5,26 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace st {
 
 // Collective check after a step that can fail on some ranks only (opening a node-local file,
 // say): every rank passes its own error text ("" if fine); if any rank failed, every rank
 // throws the same Error naming the first failing rank, so none is left in a later collective.
 void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+
+// Runs `step` on every rank; if it throws an Error on any, every rank throws that rank's message.
+template <class Step>
+void agreed(MPI_Comm comm, Step&& step) {
+  std::string problem;
+  try {
+    step();
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  agree_or_throw(comm, problem);
+}
 
 // The root's value on every rank (resized to fit). Collective.
 void broadcast(std::string& text, int root, MPI_Comm comm);

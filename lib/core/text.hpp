@@ -23,7 +23,9 @@ std::string format_bytes(double bytes);
 // Joins with a separator: join({"a","b"}, ", ") == "a, b".
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
 
-// A JSON string literal, quotes included, with control and non-ASCII bytes escaped.
+// A JSON string literal, quotes included, in ASCII: control characters and every character of a
+// valid UTF-8 sequence beyond ASCII as \uXXXX (surrogate pairs above U+FFFF); a byte that is no
+// part of valid UTF-8 as the character of its value (\u00XX).
 std::string json_string(const std::string& s);
 // Now in UTC, ISO 8601 with milliseconds: "2026-12-03T13:05:25.123Z".
 std::string utc_timestamp();
@@ -32,5 +34,19 @@ std::string format_duration(double seconds);
 
 // A JSON number that reads back as the same double (17 significant digits).
 std::string json_number(double x);
+
+// The length of the valid UTF-8 sequence that starts at s[at] (1 to 4 bytes) and its code point,
+// or length 0 where none starts there: a stray continuation byte, a truncated sequence, an
+// overlong encoding, a surrogate (U+D800-U+DFFF) or a value above U+10FFFF (RFC 3629).
+struct Utf8Sequence {
+  std::size_t length = 0;
+  std::uint32_t code_point = 0;
+};
+Utf8Sequence utf8_sequence_at(std::string_view s, std::size_t at);
+
+// `bytes` as text safe for a terminal and a log, and valid UTF-8 whatever the bytes: valid UTF-8
+// sequences pass through; every other byte, and every control character but newline and tab
+// (C0, DEL, and C1 U+0080-U+009F, which terminals may act on), is written as \xNN, byte by byte.
+std::string printable_utf8(std::string_view bytes);
 
 }  // namespace st

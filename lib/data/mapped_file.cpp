@@ -10,10 +10,13 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace st {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
+  // A directory, a device or an empty file cannot be mapped: say which it is.
+  if (const std::string problem = input_file_message("data file", path); !problem.empty()) throw Error(problem);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error("cannot open data file '" + path + "': " + std::strerror(errno));
   struct stat info{};

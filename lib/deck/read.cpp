@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 
 namespace st {
 
@@ -14,14 +15,19 @@ std::string read_deck_text(const std::string& path, MPI_Comm comm) {
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   std::string text, problem;
   if (rank == 0) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    // A pipe is a deck too (`shardtrain run <(make_deck)`); a directory or an empty file is not.
+    const FileCheck check = check_input_file(path);
+    std::ifstream in;
+    if (check && check.problem != FileProblem::not_regular) problem = input_file_message("deck file", path, check);
+    else in.open(path, std::ios::binary);
+    if (problem.empty() && !in) {
       problem = "cannot open deck file '" + path + "': " + std::strerror(errno);
-    } else {
+    } else if (problem.empty()) {
       std::ostringstream buffer;
       buffer << in.rdbuf();
       text = buffer.str();
       if (in.bad()) problem = "cannot read deck file '" + path + "'";
+      else if (text.empty()) problem = "deck file '" + path + "' is empty";
     }
   }
   // Broadcast the problem (if any) first so all ranks fail together, then the text.

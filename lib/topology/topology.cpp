@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_file.hpp"
 #include "core/text.hpp"
 
 namespace st {
@@ -202,8 +205,12 @@ Topology parse_nvidia_smi_topo(const std::string& text, const std::string& name)
 }
 
 Topology read_topology_file(const std::string& path) {
+  if (const FileCheck check = check_input_file(path))
+    throw Error(input_file_message("topology file", path, check) +
+                    " (--topology takes a saved `nvidia-smi topo -m` output: nvidia-smi topo -m > FILE)",
+                ErrorScope::all_ranks);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the topology file", ErrorScope::all_ranks);
+  if (!in) throw Error("cannot open topology file '" + path + "': " + std::strerror(errno), ErrorScope::all_ranks);
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) throw Error(path + ": cannot read the topology file", ErrorScope::all_ranks);

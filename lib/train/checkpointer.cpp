@@ -9,6 +9,11 @@ namespace st {
 
 Checkpointer::Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
     : world_(world), dir_(std::move(dir)), keep_(keep), timeout_s_(timeout_s), async_(async) {
+  // A stop signal writes a checkpoint whatever checkpoint.every says: a directory that cannot
+  // take one fails the run now, in seconds, rather than losing the state at the time limit.
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(world, &rank));
+  agree_or_throw(world, rank == 0 ? checkpoint_dir_problem(dir_) : std::string());
   if (async_) {
     MPI_Comm dup = MPI_COMM_NULL;
     ST_CHECK_MPI(MPI_Comm_dup(world, &dup));

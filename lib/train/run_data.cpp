@@ -12,18 +12,6 @@
 namespace st {
 namespace {
 
-// Runs `step` on every rank; if it throws on any, every rank throws that rank's message.
-template <class Step>
-void agreed(MPI_Comm comm, Step&& step) {
-  std::string problem;
-  try {
-    step();
-  } catch (const Error& e) {
-    problem = e.what();
-  }
-  agree_or_throw(comm, problem);
-}
-
 // Every rank checks that it can map every file before any collective reading starts: a file
 // missing on one rank's node must not leave the others waiting.
 void require_readable(const std::vector<std::string>& files, MPI_Comm comm) {

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "core/random.hpp"
+#include "core/text.hpp"
 
 namespace st {
 
@@ -44,30 +44,25 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
 
 std::string render_text(const std::vector<int>& tokens, const Tokenizer& tokenizer) {
   std::string out;
-  auto printable = [&out](const std::string& bytes) {
-    for (const char ch : bytes) {
-      const auto c = static_cast<unsigned char>(ch);
-      if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7f) || c >= 0x80) {
-        out += ch;
-      } else {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-        out += escaped;
-      }
-    }
+  std::string bytes;  // the decoded text so far: shown as valid UTF-8, other bytes escaped
+  auto flush = [&] {
+    out += printable_utf8(bytes);
+    bytes.clear();
   };
   std::size_t run = 0;  // start of the current run of ids the tokenizer has
   for (std::size_t i = 0; i <= tokens.size(); ++i) {
     const bool known = i < tokens.size() && tokens[i] >= 0 && tokens[i] < tokenizer.vocab_size();
     if (known) continue;
-    printable(tokenizer.decode(std::span<const int>(tokens.data() + run, i - run)));
+    bytes += tokenizer.decode(std::span<const int>(tokens.data() + run, i - run));
     if (i < tokens.size()) {
+      flush();
       out += '<';
       out += std::to_string(tokens[i]);
       out += '>';
     }
     run = i + 1;
   }
+  flush();
   return out;
 }
 

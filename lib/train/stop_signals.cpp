@@ -33,17 +33,24 @@ StopSignals::StopSignals() {
   action.sa_flags = SA_RESTART;  // MPI and file I/O calls in progress go on
   sigaction(SIGUSR1, &action, &previous_usr1_);
   sigaction(SIGTERM, &action, &previous_term_);
+  sigaction(SIGINT, &action, &previous_int_);
 }
 
 StopSignals::~StopSignals() {
   sigaction(SIGUSR1, &previous_usr1_, nullptr);
   sigaction(SIGTERM, &previous_term_, nullptr);
+  sigaction(SIGINT, &previous_int_, nullptr);
 }
 
 int StopSignals::received() const { return g_received; }
 
 std::string StopSignals::name(int signal) {
-  return signal == SIGUSR1 ? "SIGUSR1" : signal == SIGTERM ? "SIGTERM" : "signal " + std::to_string(signal);
+  switch (signal) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "signal " + std::to_string(signal);
+  }
 }
 
 Deadline::Deadline(double seconds, std::string what) {

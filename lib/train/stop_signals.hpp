@@ -1,6 +1,8 @@
 #pragma once
-// What Slurm sends before a job's time limit (SIGTERM, or SIGUSR1 with --signal): the first one
-// asks the run to finish its step, write a checkpoint and stop; a second one aborts at once.
+// What Slurm sends before a job's time limit (SIGTERM, or SIGUSR1 with --signal), and Ctrl-C
+// (SIGINT) where it reaches the ranks: the first one asks the run to finish its step, write a
+// checkpoint and stop; a second one aborts at once. mpirun itself does not pass SIGINT or SIGTERM
+// on (it kills the ranks and exits 1); tools/launch.sh turns them into SIGUSR1, which it does.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,7 +15,7 @@ namespace st {
 
 class StopSignals {
  public:
-  StopSignals();   // installs the handlers for SIGUSR1 and SIGTERM
+  StopSignals();   // installs the handlers for SIGUSR1, SIGTERM and SIGINT
   ~StopSignals();  // restores the previous ones
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -22,7 +24,7 @@ class StopSignals {
   static std::string name(int signal);
 
  private:
-  struct sigaction previous_usr1_ {}, previous_term_ {};
+  struct sigaction previous_usr1_ {}, previous_term_ {}, previous_int_ {};
 };
 
 // Aborts the whole job (MPI_Abort, kExitAborted) unless destroyed within `seconds` (<= 0: never):
