@@ -329,10 +329,11 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
 
 namespace {
 
-// What rank 0 finds in a checkpoint and every rank needs in order to read its part.
 // The checkpoint a `latest` file names ("ckpt_00000900.h5"), or "" when `path` is not one.
 std::string pointer_target(const std::string& path) {
-  if (fs::file_size(path) > 256) return "";
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec || size > 256) return "";
   std::ifstream in(path);
   std::string name;
   std::getline(in, name);
@@ -377,6 +378,7 @@ std::string checkpoint_path_problem(const std::string& path, bool resuming) {
   return "";
 }
 
+// What rank 0 finds in a checkpoint and every rank needs in order to read its part.
 struct ReadPlan {
   CheckpointInfo info;
   // Set when all three state datasets are stored as this shardtrain writes them; then the file
@@ -540,7 +542,7 @@ std::string checkpoint_dir_problem(const std::string& dir) {
   if (!fs::is_directory(dir)) return "checkpoint.dir '" + dir + "' is not a directory";
   // Creating a file is what a checkpoint does first; its permission bits do not tell (root,
   // read-only mounts, immutable directories, quotas).
-  const std::string probe = dir + "/.write_test";
+  const std::string probe = dir + "/.write_test." + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return "cannot write in checkpoint directory '" + dir + "' (checkpoint.dir): " + errno_text() +

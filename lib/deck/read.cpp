@@ -17,12 +17,11 @@ std::string read_deck_text(const std::string& path, MPI_Comm comm) {
   if (rank == 0) {
     // A pipe is a deck too (`shardtrain run <(make_deck)`); a directory or an empty file is not.
     const FileCheck check = check_input_file(path);
-    std::ifstream in;
-    if (check && check.problem != FileProblem::not_regular) problem = input_file_message("deck file", path, check);
-    else in.open(path, std::ios::binary);
-    if (problem.empty() && !in) {
+    if (check && check.problem != FileProblem::not_regular) {
+      problem = input_file_message("deck file", path, check);
+    } else if (std::ifstream in(path, std::ios::binary); !in) {
       problem = "cannot open deck file '" + path + "': " + std::strerror(errno);
-    } else if (problem.empty()) {
+    } else {
       std::ostringstream buffer;
       buffer << in.rdbuf();
       text = buffer.str();
