@@ -250,7 +250,7 @@ std::vector<KeySpec> build_schema() {
       text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
            store(&C::checkpoint, &CheckpointConfig::dir)),
       integer("checkpoint", "every", "0", 0, kMaxInt,
-              "Write a checkpoint every this many steps and after the last step (0: only on SIGUSR1/SIGTERM).",
+              "Write a checkpoint every this many steps and after the last step (0: only on SIGUSR1, SIGTERM or SIGINT).",
               store(&C::checkpoint, &CheckpointConfig::every)),
       integer("checkpoint", "keep", "3", 1, 100000, "Checkpoints kept; older ones are deleted.",
               store(&C::checkpoint, &CheckpointConfig::keep)),
