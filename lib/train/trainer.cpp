@@ -142,10 +142,9 @@ std::string schedule_change(const std::string& checkpoint_deck, const Config& no
   auto compare = [&](const char* key, const std::string& a, const std::string& b) {
     if (a != b) changes.push_back(std::string(key) + " " + a + " -> " + b);
   };
-  const auto number = [](double x) { return json_number(x); };
   compare("run.steps", std::to_string(before.run.steps), std::to_string(now.run.steps));
-  compare("optimizer.lr", number(before.optimizer.lr), number(now.optimizer.lr));
-  compare("optimizer.min_lr", number(before.optimizer.min_lr), number(now.optimizer.min_lr));
+  compare("optimizer.lr", json_number(before.optimizer.lr), json_number(now.optimizer.lr));
+  compare("optimizer.min_lr", json_number(before.optimizer.min_lr), json_number(now.optimizer.min_lr));
   compare("optimizer.warmup_steps", std::to_string(before.optimizer.warmup_steps),
           std::to_string(now.optimizer.warmup_steps));
   compare("optimizer.schedule", before.optimizer.schedule, now.optimizer.schedule);
