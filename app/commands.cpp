@@ -76,7 +76,7 @@ int run_deck(const DeckRequest& request, World& world) {
   }
   check_memory_fits(config, machine);
   // The deck may group ranks into emulated nodes: the training world is built from it.
-  World training_world(world.comm(), deck_ranks_per_node(config));
+  World training_world(world.comm(), deck_ranks_per_node(config, world.size()));
   Trainer trainer(config, training_world, device);
   const TrainSummary summary = trainer.run();
   if (!request.save_params.empty()) trainer.save_params(request.save_params);
@@ -137,10 +137,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);
   check_memory_fits(config, machine);
-  if (config.parallel.ranks_per_node > 0 && world_size % config.parallel.ranks_per_node != 0)
-    throw Error(request.deck_path + ": parallel.ranks_per_node = " + std::to_string(config.parallel.ranks_per_node) +
-                    " does not divide the " + std::to_string(world_size) + " ranks",
-                ErrorScope::all_ranks);
+  deck_ranks_per_node(config, world_size);  // refuses emulated nodes that do not divide the ranks (GPU path too)
   const RunData data = open_run_data(config, world.comm());
   const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
   // The loaders refuse a sequential batch that does not fit in its part of the data.
@@ -153,7 +150,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const auto& p = config.parallel;
   int group = world_size;
   if (p.strategy == "hsdp") {
-    const int node = deck_ranks_per_node(config);
+    const int node = deck_ranks_per_node(config, world_size);
     group = hsdp_group_size(p, world_size, node > 0 ? node : ranks > 0 ? world_size : world.local_size(), request.deck_path);
   }
   const StrategyPlan predicted = plan_strategy(layout, p.strategy, p.precision, world_size, group, plan.accum_steps);
@@ -300,7 +297,7 @@ int main_with_mpi(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
 
   auto add_checkpoint_options = [](CLI::App* sub, std::string& checkpoint, std::vector<std::string>& overrides) {
-    sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory or run directory")->required();
+    sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory, run directory, or GPT-2 weights (llm.c model file, model.safetensors or its directory)")->required();
     sub->add_option("--set", overrides, "Override a key of the checkpoint's deck (e.g. parallel.strategy)")
         ->type_name("KEY=VALUE");
   };

@@ -17,14 +17,21 @@
 
 namespace st::app {
 
-int deck_ranks_per_node(const Config& config) {
-  if (config.parallel.ranks_per_node > 0) return static_cast<int>(config.parallel.ranks_per_node);
-  const char* env = std::getenv("SHARDTRAIN_RANKS_PER_NODE");
-  if (!env || !*env) return 0;
-  char* end = nullptr;
-  const long k = std::strtol(env, &end, 10);
-  if (*end != '\0' || k < 0 || k > 65536)
-    throw Error(std::string("SHARDTRAIN_RANKS_PER_NODE = '") + env + "' is not an integer in [0, 65536]",
+int deck_ranks_per_node(const Config& config, int world_size) {
+  std::string origin = config.deck_path + ": parallel.ranks_per_node";
+  long k = config.parallel.ranks_per_node;
+  if (k == 0) {
+    const char* env = std::getenv("SHARDTRAIN_RANKS_PER_NODE");
+    if (!env || !*env) return 0;
+    char* end = nullptr;
+    k = std::strtol(env, &end, 10);
+    if (*end != '\0' || k < 0 || k > 65536)
+      throw Error(std::string("SHARDTRAIN_RANKS_PER_NODE = '") + env + "' is not an integer in [0, 65536]",
+                  ErrorScope::all_ranks);
+    origin = "SHARDTRAIN_RANKS_PER_NODE";
+  }
+  if (k > 0 && world_size % k != 0)
+    throw Error(origin + " = " + std::to_string(k) + " does not divide the " + std::to_string(world_size) + " ranks",
                 ErrorScope::all_ranks);
   return static_cast<int>(k);
 }
@@ -32,11 +39,7 @@ int deck_ranks_per_node(const Config& config) {
 Machine job_machine(const Config& config, World& world, int world_size, const MachineOptions& o, bool job,
                     bool probe) {
   const int W = world_size;
-  int K = deck_ranks_per_node(config);
-  if (K > 0 && W % K != 0)
-    throw Error(config.deck_path + ": parallel.ranks_per_node = " + std::to_string(K) + " does not divide the " +
-                    std::to_string(W) + " ranks",
-                ErrorScope::all_ranks);
+  int K = deck_ranks_per_node(config, W);
   if (K == 0) K = o.nodes > 0 ? W / o.nodes : job ? world.local_size() : W;
   // Every rank must plan the same machine: nodes of unequal size are planned as the smallest.
   if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &K, 1, MPI_INT, MPI_MIN, world.comm()));

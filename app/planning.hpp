@@ -22,8 +22,9 @@ struct MachineOptions {
   double node_mem_gb = 0;  // memory of one node, shared by its ranks (else SHARDTRAIN_NODE_MEM_GB, else MemAvailable)
 };
 
-// parallel.ranks_per_node, or SHARDTRAIN_RANKS_PER_NODE when the deck leaves it at 0.
-int deck_ranks_per_node(const Config& config);
+// parallel.ranks_per_node, or SHARDTRAIN_RANKS_PER_NODE when the deck leaves it at 0 (0: real
+// nodes). Throws Error naming where it came from when it does not divide world_size.
+int deck_ranks_per_node(const Config& config, int world_size);
 
 // The CPU machine a deck runs on with `world_size` ranks. `job`: the ranks of `world` are the
 // job's and probe together (their slowest figures count); otherwise this process plans alone for

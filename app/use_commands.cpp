@@ -3,6 +3,7 @@
 // strategy or another given with --set, so a model too big for one rank loads on several.
 #include "app/use_commands.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +12,12 @@
 #include <memory>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "app/commands.hpp"
+#include "app/planning.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/h5.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -27,46 +33,94 @@
 #include "train/threads.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/trainer.hpp"
+#include "weights/gpt2_weights.hpp"
+#include "weights/init_from.hpp"
 
 namespace st::app {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The checkpoint file a path names: a checkpoint file itself, a checkpoint directory (the file
-// its `latest` names) or a run directory (its checkpoints/latest).
-std::string resolve_checkpoint(const std::string& given) {
+// What a path given to generate or eval names: a checkpoint (a file, its directory's `latest`, a
+// run directory's checkpoints/latest) or GPT-2 weights (an llm.c model file, a model.safetensors
+// or a directory holding one). HDF5 files are checkpoints; weights files are told by their
+// first bytes (probe_weights), which also names what is wrong with a file that is neither.
+struct ModelPath {
+  std::string path;
+  bool weights = false;
+};
+ModelPath resolve_model_path(const std::string& given) {
   std::error_code ec;
   if (!fs::exists(given, ec)) throw Error("checkpoint " + given + ": no such file or directory", ErrorScope::all_ranks);
-  if (!fs::is_directory(given, ec)) return given;
+  if (!fs::is_directory(given, ec)) {
+    if (h5::has_hdf5_signature(given)) return {given, false};
+    try {
+      probe_weights(given);  // headers only; load_model reads the values once rank 0 has checked them
+    } catch (const Error& e) {
+      throw Error("checkpoint " + given + ": not an HDF5 checkpoint, nor GPT-2 weights (" + e.what() + ")",
+                  ErrorScope::all_ranks);
+    }
+    return {given, true};
+  }
   for (const std::string& dir : {given, given + "/checkpoints"}) {
     std::ifstream latest(dir + "/latest");
     std::string name;
-    if (latest && std::getline(latest, name) && !name.empty()) return dir + "/" + name;
+    if (latest && std::getline(latest, name) && !name.empty()) return {dir + "/" + name, false};
   }
+  if (fs::exists(given + "/model.safetensors", ec)) return {given, true};
   throw Error("checkpoint " + given + ": a directory without a `latest` checkpoint (neither " + given +
-                  "/latest nor " + given + "/checkpoints/latest); give a checkpoint file (ckpt_<step>.h5), its "
-                  "directory, or a run directory",
+                  "/latest nor " + given + "/checkpoints/latest) or a model.safetensors; give a checkpoint file "
+                  "(ckpt_<step>.h5), its directory, a run directory, or GPT-2 weights",
               ErrorScope::all_ranks);
 }
 
 // A trained model on this job's ranks, and the deck it was trained with.
 struct LoadedModel {
+  std::unique_ptr<World> world;  // the job's ranks grouped into nodes as the deck says
   std::string path;
+  bool weights = false;  // from GPT-2 weights: no training step, no deck of its own
   CheckpointInfo info;
   Config config;
   std::unique_ptr<ShardedModel> net;
+  // "checkpoint PATH (step 120)" or "weights PATH": what the output names.
+  std::string origin() const {
+    return weights ? "weights " + path : "checkpoint " + path + " (step " + std::to_string(info.step) + ")";
+  }
 };
+
+// The deck a weights file runs with: every model key from the file, the rest at their defaults
+// (--set changes any). data.path is never read (eval takes --data), but a deck must name one.
+std::string weights_deck(const std::string& path) {
+  const std::string quoted = json_string(path);
+  return "[run]\nsteps = 1\n[model]\ninit_from = " + quoted + "\nfrom_file = true\n[data]\npath = " + quoted + "\n";
+}
+
+// GPT-2's vocabulary takes GPT-2's tokenizer (from the files tools/setup.sh installs) unless
+// --set says otherwise.
+void tokenizer_for_weights(Config& config) {
+  if (config.model.vocab_size != 50257 || config.origin["data.tokenizer"] != "default") return;
+  config.data.tokenizer = "gpt2";
+  if (config.data.tokenizer_files.empty()) config.data.tokenizer_files = {default_gpt2_files()};
+}
 
 // max_batch: sequences per forward pass; 0: the deck's micro-batch on this job.
 LoadedModel load_model(const std::string& given, const std::vector<std::string>& overrides, World& world,
                        int max_batch) {
   LoadedModel m;
-  m.path = resolve_checkpoint(given);
-  m.info = read_checkpoint_info(m.path, world.comm());
-  if (m.info.deck.empty())
-    throw Error("checkpoint " + m.path + ": holds no deck; it was not written by shardtrain run", ErrorScope::all_ranks);
-  m.config = parse_deck(m.info.deck, m.path + " (the deck stored in it)", overrides);
+  const ModelPath source = resolve_model_path(given);
+  m.path = source.path;
+  m.weights = source.weights;
+  if (m.weights) {
+    m.config = parse_deck(weights_deck(m.path), m.path + " (weights: the deck's defaults)", overrides);
+    resolve_init_from(m.config, world.comm());
+    tokenizer_for_weights(m.config);
+  } else {
+    m.info = read_checkpoint_info(m.path, world.comm());
+    if (m.info.deck.empty())
+      throw Error("checkpoint " + m.path + ": holds no deck; it was not written by shardtrain run",
+                  ErrorScope::all_ranks);
+    m.config = parse_deck(m.info.deck, m.path + " (the deck stored in it)", overrides);
+  }
   ParallelConfig& p = m.config.parallel;
   // `auto` chose by the training job's machine: here, shard when there are several ranks.
   if (p.strategy == "auto") p.strategy = world.size() > 1 ? "zero3" : "ddp";
@@ -75,9 +129,14 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
   if (max_batch == 0)
     max_batch = static_cast<int>(
         plan_batches(m.config.data, m.config.model.seq_len, world.size(), m.config.deck_path).micro_batch);
-  m.net = std::make_unique<ShardedModel>(m.config, world, make_execution(device, p.precision == "bf16"), max_batch,
-                                         nullptr);
-  read_checkpoint(m.path, gpt2_shape(m.config.model), m.net->strategy(), world.comm());
+  m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
+  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == "bf16"), max_batch,
+                                         nullptr, ShardedModel::Use::inference);
+  if (m.weights) {
+    m.net->strategy().load_params(load_initial_weights(m.path, gpt2_shape(m.config.model), world.comm()).params);
+  } else {
+    read_checkpoint(m.path, gpt2_shape(m.config.model), m.net->strategy(), world.comm());
+  }
   return m;
 }
 
@@ -110,11 +169,13 @@ TextCodec text_codec(const LoadedModel& m, World& world) {
   try {
     codec.tokenizer = make_tokenizer(m.config.data.tokenizer, m.config.data.tokenizer_files);
   } catch (const Error& e) {
-    problem = "checkpoint " + m.path + ": its deck's data.tokenizer = \"" + m.config.data.tokenizer + "\": " +
-              e.what() + " (--set data.tokenizer_files=... names them here)";
+    problem = m.origin() + ": " + (m.weights ? "" : "its deck's ") + "data.tokenizer = \"" + m.config.data.tokenizer +
+              "\": " + e.what() + " (--set data.tokenizer_files=... names them here)";
   }
   agree_or_throw(world.comm(), problem);
-  codec.text = m.config.data.tokenizer != "byte" || bytes_are_tokens(m.config);
+  // A weights file's tokens are bytes of text only with a vocabulary of bytes.
+  codec.text = m.config.data.tokenizer != "byte" ||
+               (m.weights ? m.config.model.vocab_size == 256 : bytes_are_tokens(m.config));
   return codec;
 }
 
@@ -141,13 +202,19 @@ std::vector<int> parse_token_ids(const std::string& text, std::int64_t vocab) {
   return ids;
 }
 
-std::string json_ids(const std::vector<int>& ids, std::size_t from) {
-  std::string out = "[";
-  for (std::size_t i = from; i < ids.size(); ++i) {
-    if (i > from) out += ',';
-    out += std::to_string(ids[i]);
-  }
-  return out + "]";
+
+// The JSON that --json prints, with what names the model: the checkpoint and its step, or the
+// weights file (step null); its parameters and what this rank holds of them (forward passes
+// only: no gradients or optimizer state).
+nlohmann::ordered_json model_json(const LoadedModel& m) {
+  nlohmann::ordered_json out;
+  out[m.weights ? "weights" : "checkpoint"] = m.path;
+  out["step"] = m.weights ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(m.info.step);
+  out["parameters"] = m.net->model().layout().total();
+  const MemoryReport memory = m.net->strategy().memory();
+  out["model_state_bytes_per_rank"] = {
+      {"params", memory.params}, {"grads", memory.grads}, {"optimizer", memory.optimizer}};
+  return out;
 }
 
 }  // namespace
@@ -163,30 +230,40 @@ int generate_command(const GenerateRequest& r, World& world) {
     prompt = codec.tokenizer->encode(r.prompt);
     if (prompt.empty()) prompt.push_back(codec.tokenizer->document_start());
   } else {
-    throw Error("checkpoint " + m.path + ": the model reads token ids (data.path is a token file): give the prompt "
-                "as --prompt-tokens \"id id ...\"",
+    throw Error(m.origin() + ": the model reads token ids (" +
+                    (m.weights ? std::string("its vocabulary is not bytes and no tokenizer was named")
+                               : std::string("data.path is a token file")) +
+                    "): give the prompt as --prompt-tokens \"id id ...\"",
                 ErrorScope::all_ranks);
   }
   if (prompt.empty()) throw Error("--prompt-tokens: no token ids given", ErrorScope::all_ranks);
-  std::string json = "{\"checkpoint\":" + json_string(m.path) + ",\"step\":" + std::to_string(m.info.step) +
-                     ",\"samples\":[";
+  nlohmann::ordered_json json = model_json(m);
+  json["samples"] = nlohmann::ordered_json::array();
   for (int i = 0; i < r.samples; ++i) {
     const std::uint64_t seed = r.seed + static_cast<std::uint64_t>(i);
+    const auto start = std::chrono::steady_clock::now();
     const std::vector<int> tokens =
         generate(m.net->model(), m.net->strategy(), prompt, r.tokens, {r.temperature, r.top_k, seed});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!world.is_root()) continue;
     const std::string rendered = codec.text ? render_text(tokens, *codec.tokenizer) : render_ids(tokens);
     if (r.json) {
-      json += std::string(i > 0 ? "," : "") + "{\"seed\":" + std::to_string(seed) +
-              ",\"prompt_tokens\":" + json_ids(prompt, 0) + ",\"tokens\":" + json_ids(tokens, prompt.size()) +
-              ",\"text\":" + json_string(rendered) + "}";
+      json["samples"].push_back({{"seed", seed},
+                                 {"prompt_tokens", prompt},
+                                 {"tokens", std::vector<int>(tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()),
+                                                             tokens.end())},
+                                 {"text", rendered},
+                                 {"seconds", seconds}});
     } else {
-      std::cout << "---- sample " << i + 1 << " of " << r.samples << " (seed " << seed << ") ----\n"
+      char rate[96];
+      std::snprintf(rate, sizeof rate, "%d tokens in %.2f s, %.1f tokens/s", r.tokens, seconds,
+                    seconds > 0 ? r.tokens / seconds : 0.0);
+      std::cout << "---- sample " << i + 1 << " of " << r.samples << " (seed " << seed << "; " << rate << ") ----\n"
                 << rendered << "\n";
     }
   }
   if (world.is_root()) {
-    if (r.json) std::cout << json << "]}" << std::endl;
+    if (r.json) std::cout << json.dump() << std::endl;
     else std::cout << "----" << std::endl;
   }
   return kExitOk;
@@ -195,6 +272,9 @@ int generate_command(const GenerateRequest& r, World& world) {
 int eval_command(const EvalRequest& r, World& world) {
   std::vector<std::string> overrides = r.overrides;
   if (!r.data.empty()) overrides.push_back("data.path=" + json_string(r.data));
+  if (r.data.empty() && resolve_model_path(r.checkpoint).weights)
+    throw Error("weights " + r.checkpoint + ": weights hold no data to evaluate on: give --data FILE",
+                ErrorScope::all_ranks);
   LoadedModel m = load_model(r.checkpoint, overrides, world, 0);
   const Config& c = m.config;
   // The deck's validation data (its split of data.path, or data.val_path), or all of another file.
@@ -209,16 +289,19 @@ int eval_command(const EvalRequest& r, World& world) {
   const std::string source = split.data->name() + (r.data.empty() ? " (validation split" : " (all") + ", tokens " +
                              std::to_string(split.begin) + " to " + std::to_string(split.end) + ")";
   if (r.json) {
-    std::cout << "{\"checkpoint\":" << json_string(m.path) << ",\"step\":" << m.info.step << ",\"loss\":" << json_number(loss)
-              << ",\"perplexity\":" << json_number(std::exp(loss)) << ",\"batches\":" << batches
-              << ",\"sequences_per_batch\":" << plan.global_batch << ",\"seq_len\":" << plan.seq_len
-              << ",\"data\":" << json_string(source) << "}" << std::endl;
+    nlohmann::ordered_json json = model_json(m);
+    json["loss"] = loss;
+    json["perplexity"] = std::exp(loss);
+    json["batches"] = batches;
+    json["sequences_per_batch"] = plan.global_batch;
+    json["seq_len"] = plan.seq_len;
+    json["data"] = source;
+    std::cout << json.dump() << std::endl;
   } else {
     char line[160];
     std::snprintf(line, sizeof line, "eval: loss %.6f, perplexity %.4f", loss, std::exp(loss));
     std::cout << line << " over " << batches << " batch(es) of " << plan.global_batch << " sequences of "
-              << plan.seq_len << " tokens from " << source << "; checkpoint " << m.path << " (step " << m.info.step
-              << ")" << std::endl;
+              << plan.seq_len << " tokens from " << source << "; " << m.origin() << std::endl;
   }
   return kExitOk;
 }

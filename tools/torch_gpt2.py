@@ -1,6 +1,7 @@
 """GPT-2 written with torch.nn.functional over a dict of named tensors that follows shardtrain's
-parameter layout (names and [out, in] matrices). Used by the PyTorch cross-check test and as the
-baseline of the step benchmark."""
+parameter layout (names and [out, in] matrices). Used by the PyTorch cross-check test, as the
+baseline of the step benchmark, and (greedy decoding with a key/value cache) as the baseline of
+the generation benchmark."""
 import torch
 import torch.nn.functional as F
 
@@ -44,3 +45,38 @@ def gpt2_init(n_layer, d_model, seq_len, padded_vocab, dtype=torch.float32):
     for t in w.values():
         t.requires_grad_(True)
     return w
+
+
+def gpt2_greedy_decode(w, prompt, count, n_layer, d_model, n_head, vocab_size):
+    """Greedy decoding with a key/value cache, the way a PyTorch user would write it: the prompt in
+    one pass, then one token per pass attending to the cached keys and values. Returns the new
+    tokens (ties: the lower id, as torch.argmax). The context must fit in the position table."""
+    C, H = d_model, n_head
+    hs = C // H
+    keys, values = [None] * n_layer, [None] * n_layer
+    out, new, pos = [], torch.tensor(prompt), 0
+    with torch.no_grad():
+        for _ in range(count):
+            T = new.shape[0]
+            x = w["wte"][new] + w["wpe"][pos:pos + T]
+            # query i (position pos + i) sees keys 0 .. pos + i
+            mask = torch.triu(torch.ones(T, pos + T, dtype=torch.bool), pos + 1)
+            for layer in range(n_layer):
+                p = f"block{layer}."
+                h = F.layer_norm(x, (C,), w[p + "ln1.w"], w[p + "ln1.b"], eps=1e-5)
+                q, k, v = (z.view(T, H, hs).transpose(0, 1)
+                           for z in F.linear(h, w[p + "attn.qkv.w"], w[p + "attn.qkv.b"]).split(C, dim=1))
+                keys[layer] = k if keys[layer] is None else torch.cat([keys[layer], k], 1)
+                values[layer] = v if values[layer] is None else torch.cat([values[layer], v], 1)
+                att = (q @ keys[layer].transpose(-2, -1)) / hs ** 0.5
+                y = att.masked_fill(mask, float("-inf")).softmax(-1) @ values[layer]
+                x = x + F.linear(y.transpose(0, 1).reshape(T, C), w[p + "attn.proj.w"], w[p + "attn.proj.b"])
+                h = F.layer_norm(x, (C,), w[p + "ln2.w"], w[p + "ln2.b"], eps=1e-5)
+                h = F.gelu(F.linear(h, w[p + "mlp.fc.w"], w[p + "mlp.fc.b"]), approximate="tanh")
+                x = x + F.linear(h, w[p + "mlp.proj.w"], w[p + "mlp.proj.b"])
+            last = F.layer_norm(x[-1], (C,), w["lnf.w"], w["lnf.b"], eps=1e-5)
+            token = int(torch.argmax(F.linear(last, w["wte"][:vocab_size])))
+            out.append(token)
+            pos += T
+            new = torch.tensor([token])
+    return out

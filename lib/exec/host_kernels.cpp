@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "exec/gemm.hpp"
@@ -116,7 +117,10 @@ void linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, 
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; ++i) std::memcpy(out + static_cast<std::size_t>(i) * OC, bias, sizeof(R) * OC);
   }
-  gemm(false, true, N, OC, C, R(1), in, C, weight, C, bias ? R(1) : R(0), out, OC);
+  // One row (decoding a token): a matrix-vector product streams the weights once, where GEMM
+  // would first pack all of them into its own layout.
+  if (N == 1) gemv(false, OC, C, R(1), weight, C, in, bias ? R(1) : R(0), out);
+  else gemm(false, true, N, OC, C, R(1), in, C, weight, C, bias ? R(1) : R(0), out, OC);
 }
 
 template <class R>
@@ -280,6 +284,47 @@ void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, 
   }
 }
 
+template <class R>
+void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C;
+  const R scale = R(1) / std::sqrt(static_cast<R>(hs));
+  // Decoding feeds one row at a time: a row is a few dot products per key, too little for a BLAS
+  // call to pay; the pairs of (head, row) spread over the threads instead.
+#pragma omp parallel
+  {
+    std::vector<R> scores(static_cast<std::size_t>(first + n));
+#pragma omp for collapse(2) schedule(static)
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < n; ++i) {
+        const int t = first + i;
+        const R* q = qkv + static_cast<std::size_t>(t) * C3 + h * hs;
+        R max = -std::numeric_limits<R>::infinity();
+        for (int j = 0; j <= t; ++j) {
+          const R* k = qkv + static_cast<std::size_t>(j) * C3 + C + h * hs;
+          R dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int d = 0; d < hs; ++d) dot += q[d] * k[d];
+          scores[j] = dot * scale;
+          max = std::max(max, scores[j]);
+        }
+        for (int j = 0; j <= t; ++j) scores[j] = softmax_exp(scores[j] - max);
+        R sum = 0;
+        for (int j = 0; j <= t; ++j) sum += scores[j];
+        R* o = out + static_cast<std::size_t>(i) * C + h * hs;
+        std::fill(o, o + hs, R(0));
+        for (int j = 0; j <= t; ++j) {
+          const R* v = qkv + static_cast<std::size_t>(j) * C3 + 2 * C + h * hs;
+          const R p = scores[j];
+#pragma omp simd
+          for (int d = 0; d < hs; ++d) o[d] += p * v[d];
+        }
+        const R inv = R(1) / sum;
+        for (int d = 0; d < hs; ++d) o[d] *= inv;
+      }
+    }
+  }
+}
+
 namespace {
 template <class R>
 constexpr R kGeluScale = static_cast<R>(0.7978845608028654);  // sqrt(2/pi)
@@ -391,6 +436,7 @@ void softmax_cross_entropy_backward(R* probs, const int* targets, int N, int V, 
   template void linear_backward<R>(R*, R*, R*, const R*, const R*, const R*, int, int, int, bool);              \
   template void attention_forward<R>(R*, const AttentionProbs<R>&, const R*, int, int, int, int);               \
   template void attention_backward<R>(R*, const AttentionProbs<R>&, const R*, const R*, int, int, int, int);    \
+  template void attention_rows<R>(R*, const R*, int, int, int, int);                                            \
   template void gelu_forward<R>(R*, const R*, std::size_t);                                                     \
   template void gelu_backward<R>(R*, const R*, const R*, std::size_t);                                          \
   template void add<R>(R*, const R*, const R*, std::size_t);                                                    \

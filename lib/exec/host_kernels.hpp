@@ -40,6 +40,10 @@ void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int
 template <class R>
 void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
                         int NH);
+// Query positions first..first+n-1 of one sequence over keys 0..their own position, from qkv rows
+// [0, first + n) (incremental decoding); out[n, C]. One (head, row) pair per iteration.
+template <class R>
+void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH);
 
 // GELU, tanh approximation (as GPT-2).
 template <class R>

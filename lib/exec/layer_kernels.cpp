@@ -48,6 +48,10 @@ void HostLayerKernels<R>::attention_backward(R* dqkv, const AttentionProbs<R>& p
   kernels::attention_backward(dqkv, probs, dout, qkv, B, T, C, NH);
 }
 template <class R>
+void HostLayerKernels<R>::attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
+  kernels::attention_rows(out, qkv, first, n, C, NH);
+}
+template <class R>
 void HostLayerKernels<R>::gelu_forward(R* out, const R* in, std::size_t n) {
   kernels::gelu_forward(out, in, n);
 }

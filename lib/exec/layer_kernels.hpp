@@ -35,6 +35,10 @@ class LayerKernels {
                                  int NH) = 0;
   virtual void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T,
                                   int C, int NH) = 0;
+  // Incremental decoding: the attention of query positions first..first+n-1 of one sequence over
+  // keys 0..their own position, from qkv rows [0, first + n) (a key/value cache filled row by
+  // row); out is n x C. Keeps nothing for backward.
+  virtual void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) = 0;
   virtual void gelu_forward(R* out, const R* in, std::size_t n) = 0;
   virtual void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) = 0;
   virtual void add(R* out, const R* a, const R* b, std::size_t n) = 0;
@@ -62,6 +66,7 @@ class HostLayerKernels final : public LayerKernels<R> {
   void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH) override;
   void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
                           int NH) override;
+  void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) override;
   void gelu_forward(R* out, const R* in, std::size_t n) override;
   void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) override;
   void add(R* out, const R* a, const R* b, std::size_t n) override;

@@ -118,6 +118,9 @@ Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec, Recompute re
 }
 
 template <class Real>
+Gpt2<Real>::~Gpt2() = default;
+
+template <class Real>
 void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
   ST_REQUIRE(params.size() == layout_.total(), "parameter buffer does not match the layout");
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(shape_.n_layer));
@@ -256,11 +259,19 @@ template <class Real>
 void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B,
                                int T) {
   const int N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
   const BlockOffsets& o = blocks_[l];
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
   k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
   k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C, NH);
+  block_after_attention(l, P, in, a, output, N);
+}
+
+template <class Real>
+void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
+                                       int N) {
+  const int C = static_cast<int>(shape_.d_model);
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const BlockOffsets& o = blocks_[l];
   k_.linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
   k_.add(a.res2, in, tmp_, NC);
   k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
@@ -269,6 +280,61 @@ void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, con
   if (!output) return;
   k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
   k_.add(a.res3, a.res2, tmp_, NC);
+}
+
+template <class Real>
+std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+  const int first = decoded_, C = static_cast<int>(shape_.d_model);
+  ST_REQUIRE(count >= 1 && first + count <= shape_.seq_len,
+             "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +
+                 " new exceed the model's " + std::to_string(shape_.seq_len));
+  const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * 3 * C;
+  if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(Real));
+  // Not a training pass: a backward after this would read activations of other positions.
+  targets_.clear();
+  B_ = 0;
+  T_ = 0;
+  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(count) * sizeof(int));
+
+  buffers.before_forward(0);
+  const Real* E = buffers.params(0);
+  // Positions first.. : the position table from row `first` on.
+  k_.encoder_forward(x0_, tokens_at_, E + wte_, E + wpe_ + static_cast<std::size_t>(first) * C, 1, count, C);
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    buffers.before_forward(l + 1);
+    block_decode(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], count);
+    buffers.after_forward(l + 1);
+  }
+  // Only the last position's next token is wanted: the final norm and the LM head on one row.
+  const std::size_t last = layout_.segments().size() - 1;
+  buffers.before_forward(last);
+  const Real* F = buffers.params(last);
+  const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C;
+  k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, 1, C);
+  buffers.after_forward(last);
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), 1, C, Vp);
+  buffers.after_forward(0);
+  k_.softmax_cross_entropy_forward(logits_, losses_, nullptr, 1, V, Vp);
+  decoded_ = first + count;
+  return row_on_host(logits_);
+}
+
+template <class Real>
+void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, const BlockActs& a, int count) {
+  const int C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const BlockOffsets& o = blocks_[l];
+  Real* cache = decode_cache_.as<Real>().data() + l * static_cast<std::size_t>(shape_.seq_len) * 3 * C;
+  k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, count, C);
+  k_.linear_forward(cache + static_cast<std::size_t>(decoded_) * 3 * C, a.ln1, P + o.qkvw, P + o.qkvb, count, C,
+                    3 * C);
+  if (decoded_ == 0) {
+    // A prompt from position 0 is a causal block like training's: its banded matmul kernel.
+    k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, C, NH);
+  } else {
+    k_.attention_rows(a.atty, cache, decoded_, count, C, NH);
+  }
+  block_after_attention(l, P, in, a, true, count);
 }
 
 template <class Real>
@@ -289,7 +355,11 @@ std::vector<std::size_t> Gpt2<Real>::backward_order() const {
 template <class Real>
 std::span<const Real> Gpt2<Real>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
-  const Real* row = logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab;
+  return row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab);
+}
+
+template <class Real>
+std::span<const Real> Gpt2<Real>::row_on_host(const Real* row) const {
   const std::size_t V = static_cast<std::size_t>(shape_.vocab_size);
   if (exec_.space() == MemorySpace::host) return {row, V};
   probs_row_.resize(V);

@@ -24,6 +24,8 @@ class Gpt2 {
   // Activations in `exec`'s memory space, kernels of that backend (double: the host only);
   // what backward recomputes rather than keeps (model/activations.hpp).
   Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
+  // Out of line: inlined into callers, GCC 12 warns falsely about freeing its vectors.
+  ~Gpt2();
 
   const Gpt2Shape& shape() const { return shape_; }
   const ParamLayout& layout() const { return layout_; }
@@ -65,6 +67,24 @@ class Gpt2 {
   // Next-token probabilities at (b, t) of the last forward (vocab_size entries), on the host.
   std::span<const Real> probs(int b, int t) const;
 
+  // ---- incremental decoding (generation) ----
+  // One sequence, fed a few tokens at a time: the keys and values of every position fed so far
+  // stay in a cache, so a new token costs one row through the model instead of a pass over the
+  // whole context. decode() feeds `count` tokens at positions decoded_length() onward (at most
+  // seq_len positions in all) and returns the next-token probabilities after the last of them
+  // (vocab_size entries, on the host). Every rank of a sharded strategy's group calls it alike:
+  // segments are gathered as in forward. The cache (n_layer x seq_len x 3 d_model values) is
+  // allocated on the first call and not counted in activation_bytes().
+  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count);
+  int decoded_length() const { return decoded_; }
+  // Forget the cached positions: the next decode starts a sequence at position 0.
+  void reset_decoding() { decoded_ = 0; }
+  // Free the cache too (a training run that samples now and then holds it only while sampling).
+  void release_decoding() {
+    decoded_ = 0;
+    decode_cache_ = Memory();
+  }
+
  private:
   // Forward up to the LM head: logits_ holds B x T rows of padded_vocab logits.
   void forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
@@ -80,6 +100,13 @@ class Gpt2 {
   // Block l's forward from its input; without `output` it stops before the MLP's projection
   // (what backward needs, recomputed).
   void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
+  // The block after attention: its projection and residual, then the MLP (N rows).
+  void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
+  // Block l's forward for `count` new positions of the decoded sequence, their q, k, v rows
+  // written into the layer's cache.
+  void block_decode(std::size_t l, const Real* P, const Real* in, const BlockActs& a, int count);
+  // A row of logits_ as probabilities on the host (a device's copied into probs_row_).
+  std::span<const Real> row_on_host(const Real* row) const;
   AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
 
   Gpt2Shape shape_;
@@ -106,6 +133,11 @@ class Gpt2 {
   int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   mutable std::vector<Real> probs_row_;  // probs() of a device run, copied to the host
   int B_ = 0, T_ = 0;
+
+  // Decoding: per layer seq_len rows of q, k, v as the qkv matmul writes them (q is kept too, so
+  // the matmul writes straight into the cache and the attention reads it with no copy).
+  Memory decode_cache_;
+  int decoded_ = 0;
 };
 
 extern template class Gpt2<float>;

@@ -50,12 +50,17 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   opt_rank_ = stage == 0 ? 0 : rank_;
   const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
   if (stage < 3) full_params_ = buffer<T>(full_params_memory_, stage == 0 ? nullptr : &group, shards_.padded_total());
-  if (stage < 2) full_grads_ = buffer<T>(full_grads_memory_, &group, shards_.padded_total());
+  const bool training = !settings_.parameters_only;
+  if (stage < 2 && training) full_grads_ = buffer<T>(full_grads_memory_, &group, shards_.padded_total());
   if (stage == 3) shard_params_ = buffer<T>(shard_params_memory_, &group, shards_.shard_total());
-  if (stage >= 2) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, shards_.shard_total());
+  if (stage >= 2 && training) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, shards_.shard_total());
+  // Mixed precision keeps the fp32 master copy even for forward passes only: a checkpoint's
+  // parameters are read into it and converted from there.
   if (kMixed) master_ = buffer<float>(master_memory_, nullptr, opt_total);
-  adam_m_ = buffer<float>(adam_m_memory_, nullptr, opt_total);
-  adam_v_ = buffer<float>(adam_v_memory_, nullptr, opt_total);
+  if (training) {
+    adam_m_ = buffer<float>(adam_m_memory_, nullptr, opt_total);
+    adam_v_ = buffer<float>(adam_v_memory_, nullptr, opt_total);
+  }
 
   const std::size_t n = shards_.segments().size();
   param_view_.assign(n, nullptr);
@@ -86,7 +91,7 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   waiting_.assign(buckets_.size(), 0);
 
   buffer<double>(norm_memory_, nullptr, 1);
-  if (kMixed) {  // the fp32 gradients of the largest slice this rank updates, for AdamW
+  if (kMixed && training) {  // the fp32 gradients of the largest slice this rank updates, for AdamW
     std::size_t largest = 0;
     for (std::size_t s = 0; s < n; ++s) largest = std::max(largest, owned(s));
     scratch_ = buffer<float>(scratch_memory_, nullptr, largest);
@@ -309,6 +314,7 @@ void ShardedStrategy<T>::after_forward(std::size_t s) {
 
 template <class T>
 void ShardedStrategy<T>::before_backward(std::size_t s) {
+  ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   acquire_params(s);
   prefetch(false, s);
 }
@@ -388,6 +394,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
 
 template <class T>
 void ShardedStrategy<T>::zero_grads() {
+  ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   exec_.zero(full_grads_.data(), full_grads_.size_bytes());
   last_micro_batch_ = true;
 }
@@ -428,6 +435,7 @@ double ShardedStrategy<T>::grad_norm_squared() {
 
 template <class T>
 void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64_t step) {
+  ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   drop_prefetched();  // gathered before the update: stale after it
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const std::size_t n = owned(s);
@@ -500,8 +508,10 @@ template <class T>
 void ShardedStrategy<T>::load_params(std::span<const float> full) {
   ST_REQUIRE(full.size() == shards_.flat_total(), "parameter buffer does not match the layout");
   place_params(full);
-  exec_.zero(adam_m_.data(), adam_m_.size_bytes());
-  exec_.zero(adam_v_.data(), adam_v_.size_bytes());
+  if (!settings_.parameters_only) {
+    exec_.zero(adam_m_.data(), adam_m_.size_bytes());
+    exec_.zero(adam_v_.data(), adam_v_.size_bytes());
+  }
   drop_prefetched();
 }
 
@@ -570,6 +580,7 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
 
 template <class T>
 std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
+  ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   // Replicas hold the same state: the first replica of each shard writes it.
   if (replicas_ && replicas_->rank() != 0) return {};
   std::size_t lo = 0, hi = shards_.flat_total();
@@ -622,7 +633,7 @@ Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
       t.param_ranges.push_back({owned_flat(s), owned(s)});
       t.params.push_back(load_target(master_slice(s).data(), owned(s)));
     }
-    if (owned(s) > 0) {
+    if (owned(s) > 0 && !settings_.parameters_only) {
       t.optimizer_ranges.push_back({owned_flat(s), owned(s)});
       t.m.push_back(load_target(adam_m_.data() + opt_offset(s), owned(s)));
       t.v.push_back(load_target(adam_v_.data() + opt_offset(s), owned(s)));

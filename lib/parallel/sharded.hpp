@@ -37,6 +37,10 @@ struct ShardingSettings {
   int stage = 0;                 // 0..3, as above
   std::size_t bucket_bytes = 0;  // stage 0: gradient bytes per all-reduce (0: one after backward)
   bool overlap = true;           // false: wait for every collective where it starts, no prefetch
+  // Forward passes only (generate, eval): the parameters as the stage shards them, and no
+  // gradients or optimizer state (a quarter of ddp's fp32 model state). Backward, the optimizer
+  // and checkpoint writes are refused.
+  bool parameters_only = false;
 };
 
 template <class T>

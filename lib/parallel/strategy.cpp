@@ -16,8 +16,9 @@ int zero_stage(const std::string& strategy) {
 
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const ParamLayout& layout,
                                         const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
-                                        Timeline* timeline, Exec& exec) {
+                                        Timeline* timeline, Exec& exec, bool parameters_only) {
   ShardingSettings settings;
+  settings.parameters_only = parameters_only;
   settings.name = parallel.strategy;
   settings.stage = zero_stage(parallel.strategy);
   settings.bucket_bytes = static_cast<std::size_t>(parallel.bucket_mb * 1024 * 1024);

@@ -98,8 +98,9 @@ struct ExecutionOrder {
 // 0 (ddp) .. 3 (zero3, fsdp, hsdp): how much of the model state is sharded.
 int zero_stage(const std::string& strategy);
 
+// parameters_only: for forward passes only (ShardingSettings::parameters_only).
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const ParamLayout& layout,
                                         const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
-                                        Timeline* timeline, Exec& exec = host_exec());
+                                        Timeline* timeline, Exec& exec = host_exec(), bool parameters_only = false);
 
 }  // namespace st

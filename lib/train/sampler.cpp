@@ -14,11 +14,18 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
   NormalStream random(sampling.seed, hash_name("sample"));
   std::vector<double> weights;
   std::vector<std::size_t> order;
+  // The model sees context[start..]; the first decoded_length() of those are in its cache.
+  std::size_t start = 0;
+  model.reset_decoding();
   for (int i = 0; i < count; ++i) {
-    const std::size_t start = context.size() > window ? context.size() - window : 0;
-    const int T = static_cast<int>(context.size() - start);
-    model.forward(buffers, context.data() + start, nullptr, 1, T);
-    const auto probs = model.probs(0, T - 1);
+    if (context.size() - start > window) {
+      // Past the last learned position: the window moves, every position changes, and the
+      // cache starts again from the window's first token.
+      start = context.size() - window;
+      model.reset_decoding();
+    }
+    const std::size_t fed = start + static_cast<std::size_t>(model.decoded_length());
+    const auto probs = model.decode(buffers, context.data() + fed, static_cast<int>(context.size() - fed));
     // p^(1/temperature), renormalised: the same as a softmax of logits / temperature.
     weights.assign(probs.size(), 0.0);
     for (std::size_t v = 0; v < probs.size(); ++v)
@@ -39,6 +46,7 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
     while (choice + 1 < weights.size() && draw >= weights[choice]) draw -= weights[choice++];
     context.push_back(static_cast<int>(choice));
   }
+  model.release_decoding();
   return context;
 }
 

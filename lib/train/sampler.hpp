@@ -17,6 +17,8 @@ struct Sampling {
 };
 
 // Appends `count` sampled tokens to `context`; the model sees at most its last seq_len tokens.
+// Decodes incrementally (Gpt2::decode): each token costs one row through the model while the
+// context fits in seq_len, and a pass over the last seq_len tokens once it no longer does.
 // With a sharded strategy as `buffers` every rank of its group must call it (the forward passes
 // gather segments); every rank computes the same probabilities and draws the same tokens.
 std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,

@@ -27,10 +27,12 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
 
 }  // namespace
 
-ShardedModel::ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline)
+ShardedModel::ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline,
+                           Use use)
     : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, execution_)) {
+  const bool inference = use == Use::inference;
   model_ = std::make_unique<Gpt2<float>>(gpt2_shape(config.model), max_batch, *execution_.exec,
-                                         recompute_of(config.model));
+                                         inference ? Recompute::full : recompute_of(config.model));
   scalar_memory_ = execution_.exec->allocate(sizeof(double));
   StrategyComms comms{comms_.collectives()};
   shard_group_ = world.size();
@@ -47,7 +49,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   }
   comms_.trace_to(timeline);
   strategy_ = make_strategy(config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
-                            adamw_settings(config.optimizer), comms, timeline, *execution_.exec);
+                            adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
 }
 
 ShardedModel::~ShardedModel() = default;

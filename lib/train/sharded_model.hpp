@@ -19,10 +19,15 @@ namespace st {
 
 class ShardedModel {
  public:
+  // training: as the deck says. inference (generate, eval): forward passes only, so no
+  // gradients or optimizer state, and the activations of model.recompute = "full", which
+  // costs nothing without a backward pass.
+  enum class Use { training, inference };
   // `execution`: this rank's backend (make_execution); forward passes of up to `max_batch`
   // sequences; collectives and compute spans go to `timeline` (may be null). Throws Error (all
   // ranks) for an hsdp group the job cannot form.
-  ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline);
+  ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline,
+               Use use = Use::training);
   ~ShardedModel();
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;

@@ -7,6 +7,9 @@ A small GPT trains 20 steps on 2 ranks, validating and writing a checkpoint ever
   text gives the same value again; another --batches count gives another value.
 - generate with a fixed seed prints the same samples on 1, 2 and 4 ranks with every strategy;
   another seed gives other text; --top-k 1 is greedy (the same tokens whatever the seed).
+- GPT-2 weights exported from the checkpoint (llm.c file, model.safetensors directory) generate
+  the same samples and evaluate (--data) to the same loss as the checkpoint itself; eval of
+  weights without --data is refused.
 - Bad paths and prompts get a message naming them and exit code 2."""
 import json
 import math
@@ -40,6 +43,12 @@ for ranks, strategy, extra in CASES:
     label = f"{strategy} on {ranks} rank(s)"
     for path, step in ((ckpt10, 10), (run_dir, 20)):
         got = json_out(ranks, ["eval", path, "--set", f'parallel.strategy="{strategy}"'] + extra)
+        # Forward passes only: the parameters as the strategy shards them, nothing else.
+        state, n = got["model_state_bytes_per_rank"], got["parameters"]
+        shards = {"ddp": 1, "zero1": 1, "zero2": 1, "zero3": ranks, "hsdp": 2}[strategy]
+        h.check(state["grads"] == 0 and state["optimizer"] == 0 and
+                4 * n / shards <= state["params"] <= 4 * n / shards * 1.05,
+                f"eval, {label}: holds {state} for {n} parameters in {shards} shard(s)")
         h.check(got["step"] == step and abs(got["loss"] - logged[step]) <= 1e-6 * logged[step],
                 f"eval, {label}: step {step} loss {got['loss']!r} = logged {logged[step]!r} within 1e-6")
         h.check(abs(got["perplexity"] - math.exp(got["loss"])) <= 1e-9 * got["perplexity"],
@@ -76,11 +85,38 @@ greedy = [json_out(1, ["generate", run_dir, "--tokens", "20", "--top-k", "1", "-
           for s in (1, 2)]
 h.check(greedy[0] == greedy[1], "--top-k 1 is greedy: the same tokens for seeds 1 and 2")
 
+# GPT-2 weights exported from the checkpoint: the same model, so the same samples and loss.
+# The weights carry no deck: the byte tokenizer is the default, as in this deck.
+from_checkpoint = json_out(1, ["generate", run_dir, "--prompt", "The ", "--tokens", "30", "--top-k", "20", "--seed", "7"])
+ckpt_loss = json_out(1, ["eval", run_dir, "--data", val_file])["loss"]
+latest = os.path.join(run_dir, "checkpoints", open(os.path.join(run_dir, "checkpoints", "latest")).read().strip())
+os.makedirs(os.path.join(work, "exported_hf"))
+for fmt, out, given in (("llmc", os.path.join(work, "exported.bin"), os.path.join(work, "exported.bin")),
+                        ("safetensors", os.path.join(work, "exported_hf", "model.safetensors"),
+                         os.path.join(work, "exported_hf"))):
+    proc = h.mpirun(args, 1, ["ckpt", "export", "--format", fmt, latest, out])
+    h.check(proc.returncode == 0, f"ckpt export --format {fmt}\n{proc.stderr[-500:]}")
+    out = given  # generate and eval take the safetensors' directory
+    for ranks, strategy in ((1, "ddp"), (2, "zero3")):
+        got = json_out(ranks, ["generate", out, "--prompt", "The ", "--tokens", "30", "--top-k", "20", "--seed", "7",
+                               "--set", f'parallel.strategy="{strategy}"'])
+        h.check(got["weights"] == out and got["step"] is None, f"generate {fmt} weights names them ({got['weights']})")
+        h.check(got["samples"][0]["tokens"] == from_checkpoint["samples"][0]["tokens"],
+                f"generate from {fmt} weights, {strategy} on {ranks}: the checkpoint's sample")
+    # The weights' deck is the defaults: the training deck's batch settings make the same batches.
+    loss = json_out(2, ["eval", out, "--data", val_file, "--set", "data.global_batch=12", "--set",
+                        "run.eval_batches=2"])["loss"]
+    h.check(abs(loss - ckpt_loss) <= 1e-6 * ckpt_loss, f"eval of {fmt} weights {loss!r} = the checkpoint's {ckpt_loss!r}")
+    proc = h.mpirun(args, 1, ["eval", out])
+    h.check(proc.returncode == 2 and "give --data FILE" in proc.stderr, f"eval of {fmt} weights without --data: "
+                                                                       f"exit 2 ({proc.returncode}: {proc.stderr[-300:]})")
+
 # Bad input.
 empty_dir = os.path.join(work, "empty")
 os.makedirs(empty_dir)
 for argv, words in ((["generate", os.path.join(work, "missing.h5")], ["missing.h5", "no such file"]),
                     (["eval", empty_dir], [empty_dir, "without a `latest` checkpoint"]),
+                    (["generate", corpus], [corpus, "not an HDF5 checkpoint, nor GPT-2 weights"]),
                     (["generate", run_dir, "--prompt-tokens", "1 x 3"], ["'x' is not a token id"]),
                     (["generate", run_dir, "--prompt-tokens", "300"], ["'300' is not a token id (0 to 255)"]),
                     (["generate", val_file], [val_file])):

@@ -3,10 +3,14 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <algorithm>
 #include <vector>
 
+#include "core/error.hpp"
 #include "model/gpt2.hpp"
 #include "model/layout.hpp"
+#include "train/sampler.hpp"
 
 namespace st {
 namespace {
@@ -196,6 +200,79 @@ TEST(Gpt2Recompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
   double sum = 0;
   for (float g : reference.second) sum += std::fabs(g);
   EXPECT_GT(sum, 0.0);
+}
+
+// Incremental decoding gives the next-token probabilities a full forward pass gives at the same
+// position: after a prompt, after each single token, after a reset, with every recompute setting
+// (the blocks' buffers are reused differently) and a model made for more than one sequence.
+TEST(Gpt2Decode, ProbabilitiesEqualAFullForwardAtEveryPosition) {
+  const Gpt2Shape shape{3, 24, 3, 20, 40, 48};
+  const int T = 20;
+  const auto tokens = tokens_for(1, T, 40, 5);
+  for (const Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+    Gpt2<float> model(shape, 2, host_exec(), recompute);
+    std::vector<float> params(model.layout().total());
+    model.init_params(params, 17);
+    // Larger than initialisation's values, so that the positions and keys matter.
+    for (float& p : params) p *= 4.0f;
+    FlatBuffers<float> flat(model.layout(), params);
+    model.forward(flat, tokens.data(), nullptr, 1, T);
+    std::vector<std::vector<float>> expected;
+    for (int t = 0; t < T; ++t) {
+      const auto p = model.probs(0, t);
+      expected.emplace_back(p.begin(), p.end());
+    }
+    auto worst_difference = [](std::span<const float> got, const std::vector<float>& want) {
+      double worst = 0;
+      for (std::size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::fabs(double(got[v]) - want[v]));
+      return worst;
+    };
+    const int prompt = 7;
+    auto got = model.decode(flat, tokens.data(), prompt);
+    EXPECT_EQ(model.decoded_length(), prompt);
+    EXPECT_LT(worst_difference(got, expected[prompt - 1]), 1e-6) << recompute_name(recompute) << ", the prompt";
+    for (int t = prompt; t < T; ++t) {
+      got = model.decode(flat, tokens.data() + t, 1);
+      EXPECT_LT(worst_difference(got, expected[t]), 1e-6) << recompute_name(recompute) << ", position " << t;
+    }
+    // The comparison can fail: the last position's probabilities differ from the first's.
+    EXPECT_GT(worst_difference(expected[T - 1], expected[0]), 1e-3);
+    // Full: no room for another position until a reset.
+    EXPECT_THROW(model.decode(flat, tokens.data(), 1), Error);
+    model.reset_decoding();
+    got = model.decode(flat, tokens.data(), 3);
+    EXPECT_LT(worst_difference(got, expected[2]), 1e-6) << recompute_name(recompute) << ", after a reset";
+    // A training pass after decoding starts from its own batch.
+    const auto targets = tokens_for(1, T, 40, 6);
+    Gpt2<float> fresh(shape, 2, host_exec(), recompute);
+    EXPECT_EQ(model.forward(flat, tokens.data(), targets.data(), 1, T),
+              fresh.forward(flat, tokens.data(), targets.data(), 1, T));
+  }
+}
+
+// generate() decodes incrementally and, past seq_len, moves its window: greedy tokens equal those
+// of full forward passes over the last seq_len tokens, before and after the window moves.
+TEST(Gpt2Generate, GreedyTokensEqualFullForwardPassesAcrossTheWindow) {
+  const Gpt2Shape shape{2, 24, 3, 12, 40, 48};
+  Gpt2<float> model(shape, 1);
+  std::vector<float> params(model.layout().total());
+  model.init_params(params, 23);
+  for (float& p : params) p *= 4.0f;
+  FlatBuffers<float> flat(model.layout(), params);
+  const std::vector<int> prompt = {3, 14, 15, 9, 26};
+  const int count = 25;  // 5 + 25 positions: the window of 12 moves 18 times
+  std::vector<int> expected = prompt;
+  for (int i = 0; i < count; ++i) {
+    const std::size_t start = expected.size() > 12 ? expected.size() - 12 : 0;
+    const int T = static_cast<int>(expected.size() - start);
+    model.forward(flat, expected.data() + start, nullptr, 1, T);
+    const auto probs = model.probs(0, T - 1);
+    expected.push_back(static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin()));
+  }
+  const std::vector<int> got = generate(model, flat, prompt, count, {1.0, 1, 7});
+  EXPECT_EQ(got, expected);
+  // The comparison can fail: the tokens vary.
+  EXPECT_GT(std::set<int>(expected.begin() + 5, expected.end()).size(), 3u);
 }
 
 // The activation bytes of each setting, written out by hand for one shape: N = B T rows,

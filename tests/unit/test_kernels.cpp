@@ -192,6 +192,30 @@ TEST(KernelGradients, AttentionIsCausal) {
   EXPECT_TRUE(last_changed);
 }
 
+TEST(KernelAttentionRows, EqualsTheCausalForwardFromAnyFirstPosition) {
+  // Decoding's attention over a cache: rows first.. of one sequence equal those rows of the full
+  // causal attention, in double (the same exponential) to rounding, whatever the split.
+  const int T = 150, C = 12, NH = 3;  // past one band of query rows
+  const Vec qkv = random_vector(T * 3 * C, 31);
+  Vec reference(static_cast<std::size_t>(T) * C);
+  AttentionBuffers buffers(1, T, NH, true, 1);
+  kernels::attention_forward(reference.data(), buffers.probs, qkv.data(), 1, T, C, NH);
+  for (const int first : {0, 1, 37, 128, T - 1}) {
+    const int n = T - first;
+    Vec out(static_cast<std::size_t>(n) * C);
+    kernels::attention_rows(out.data(), qkv.data(), first, n, C, NH);
+    double worst = 0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      worst = std::max(worst, std::fabs(out[i] - reference[static_cast<std::size_t>(first) * C + i]));
+    EXPECT_LT(worst, 1e-12) << "first " << first;
+  }
+  // Rows that see only the cache before them: the last row's output does not depend on the
+  // rows after it, which the call never reads (a shorter buffer would do).
+  Vec one(C);
+  kernels::attention_rows(one.data(), qkv.data(), 9, 1, C, NH);
+  for (int c = 0; c < C; ++c) EXPECT_NEAR(one[c], reference[9 * C + c], 1e-12);
+}
+
 TEST(KernelAccuracy, SoftmaxExpIsWithinThreeTenthsOfAMillionthRelative) {
   // Every float in [-87, 0] one step of 2^-12 apart, and the ends.
   double worst = 0;

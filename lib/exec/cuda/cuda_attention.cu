@@ -4,6 +4,9 @@
 // qkv[B, T, 3C] holds q, k, v side by side, heads of hs = C / NH channels; kept probabilities
 // are att[B, NH, T, T], zero above the diagonal (exec/attention_probs.hpp).
 #include <cmath>
+#include <string>
+
+#include "core/error.hpp"
 
 #include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/cuda_gemm.hpp"
@@ -43,6 +46,46 @@ __global__ void causal_softmax_backward_kernel(float* d, const float* att, int r
   for (int j = lane; j <= t; j += kWarp) dot += p[j] * g[j];
   dot = warp_reduce(dot, Sum{});
   for (int j = lane; j < T; j += kWarp) g[j] = j <= t ? p[j] * (g[j] - dot) : 0.0f;
+}
+
+// Incremental decoding, one block per (query row i, head h): query position t = first + i
+// attends keys 0..t of the cache qkv. The scores sit in dynamic shared memory (t + 1 floats);
+// each warp takes keys in turn, its lanes splitting the head's dot product; then the block's
+// max and sum; then the head's hs outputs, one per thread, each a sum over the keys in order.
+__global__ void attention_rows_kernel(float* out, const float* qkv, int first, int C, int NH, float scale) {
+  extern __shared__ float scores[];
+  __shared__ float reduce_space[kWarp];
+  const int i = blockIdx.x, h = blockIdx.y, t = first + i;
+  const int hs = C / NH, C3 = 3 * C;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const float* q = qkv + static_cast<std::size_t>(t) * C3 + h * hs;
+  for (int j = warp; j <= t; j += warps) {
+    const float* k = qkv + static_cast<std::size_t>(j) * C3 + C + h * hs;
+    float dot = 0;
+    for (int d = lane; d < hs; d += kWarp) dot += q[d] * k[d];
+    dot = warp_reduce(dot, Sum{});
+    if (lane == 0) scores[j] = dot * scale;
+  }
+  __syncthreads();
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) max = fmaxf(max, scores[j]);
+  max = block_reduce(max, Max{}, -INFINITY, reduce_space);
+  float sum = 0;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    const float e = expf(scores[j] - max);
+    scores[j] = e;
+    sum += e;
+  }
+  // block_reduce synchronises the block, so every exponential is in shared memory after it.
+  sum = block_reduce(sum, Sum{}, 0.0f, reduce_space);
+  const float inv = 1.0f / sum;
+  float* o = out + static_cast<std::size_t>(i) * C + h * hs;
+  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
+    const float* v = qkv + 2 * C + h * hs + d;
+    float acc = 0;
+    for (int j = 0; j <= t; ++j) acc += scores[j] * v[static_cast<std::size_t>(j) * C3];
+    o[d] = acc * inv;
+  }
 }
 
 unsigned warp_rows_grid(int rows) {
@@ -98,6 +141,27 @@ void CudaLayerKernels::attention_forward(float* out, const AttentionProbs<float>
     cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, q + 2 * C, C3, hs, a, T, tt,
                               0.0f, out + static_cast<std::size_t>(b) * T * C, C, hs, NH);
   }
+}
+
+void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, int n, int C, int NH) {
+  use_device();
+  if (n == 0) return;
+  const std::size_t shared = static_cast<std::size_t>(first + n) * sizeof(float);
+  // Above the default 48 KiB of dynamic shared memory (12288 positions) the kernel must ask for
+  // more; the device says how much it allows.
+  if (shared > 48 * 1024) {
+    int device_limit = 0;
+    ST_CHECK_CUDA(cudaDeviceGetAttribute(&device_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    ST_REQUIRE(shared + kWarp * sizeof(float) <= static_cast<std::size_t>(device_limit),
+               "decoding attention: " + std::to_string(first + n) + " positions need " + std::to_string(shared) +
+                   " bytes of shared memory per block; this device allows " + std::to_string(device_limit));
+    ST_CHECK_CUDA(cudaFuncSetAttribute(attention_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(shared)));
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
+  attention_rows_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(NH)), kBlock, shared, stream_>>>(
+      out, qkv, first, C, NH, scale);
+  ST_CHECK_LAUNCH();
 }
 
 void CudaLayerKernels::attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout,

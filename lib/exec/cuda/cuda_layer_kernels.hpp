@@ -38,6 +38,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
                          int NH) override;
   void attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout, const float* qkv, int B,
                           int T, int C, int NH) override;
+  void attention_rows(float* out, const float* qkv, int first, int n, int C, int NH) override;
   void gelu_forward(float* out, const float* in, std::size_t n) override;
   void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
