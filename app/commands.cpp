@@ -22,6 +22,7 @@
 #include "parallel/plan.hpp"
 #include "train/report.hpp"
 #include "train/run_dir.hpp"
+#include "train/run_settings.hpp"
 #include "train/trainer.hpp"
 #include "weights/init_from.hpp"
 
@@ -148,33 +149,37 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const Recompute recompute = recompute_of(config.model);
   const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
   const auto& p = config.parallel;
-  int group = world_size;
-  if (p.strategy == "hsdp") {
-    const int node = deck_ranks_per_node(config, world_size);
-    group = hsdp_group_size(p, world_size, node > 0 ? node : ranks > 0 ? world_size : world.local_size(), request.deck_path);
-  }
+  const bool hsdp = p.strategy == "hsdp";
+  // The group the run would form: the planner's machine says how the ranks split into nodes.
+  const int group = hsdp ? deck_hsdp_group(config, world_size, machine) : world_size;
   const StrategyPlan predicted = plan_strategy(layout, p.strategy, p.precision, world_size, group, plan.accum_steps);
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
-  const MemoryReport& m = predicted.memory;
-  std::string traffic = b(predicted.group_bytes) + (p.strategy == "hsdp" ? " within groups of " + std::to_string(group) : "");
-  if (p.strategy == "hsdp") traffic += ", " + b(predicted.replica_bytes) + " across groups";
-  const std::vector<std::pair<std::string, std::string>> derived = {
-      {"world size", std::to_string(world_size) + " ranks" + (ranks > 0 ? " (--ranks)" : "")},
-      {"device", device.note},
-      {"micro-batches per step", std::to_string(plan.accum_steps) + " x " + std::to_string(plan.micro_batch) +
-                                     " sequences per rank"},
-      {"parameters", std::to_string(layout.total())},
-      {"model state per rank", b(m.model_state()) + " (" + p.strategy + ", " + p.precision + ": params " + b(m.params) +
-                                   ", grads " + b(m.grads) + ", optimizer " + b(m.optimizer) + "; largest rank)"},
+  DerivedSettings predicted_settings;
+  predicted_settings.world_size = world_size;
+  predicted_settings.world_note = ranks > 0 ? " (--ranks)" : "";
+  predicted_settings.device = device.note;
+  predicted_settings.batches = plan;
+  predicted_settings.parameters = layout.total();
+  predicted_settings.segments = layout.segments().size();
+  predicted_settings.strategy = p.strategy + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") + ", " +
+                                p.precision;
+  predicted_settings.model_state = predicted.memory;
+  predicted_settings.model_state_note = "largest rank";
+  predicted_settings.activations = activations;
+  predicted_settings.recompute = recompute;
+  predicted_settings.data = describe_data(data);
+  predicted_settings.sequential_data = config.data.order == "sequential";
+  predicted_settings.tokenizer = data.tokenizer->description();
+  predicted_settings.run_directory = resolve_out_dir(config);
+  SettingsRows derived = derived_rows(predicted_settings);
+  std::string traffic = b(predicted.group_bytes) + (hsdp ? " within groups of " + std::to_string(group) : "");
+  if (hsdp) traffic += ", " + b(predicted.replica_bytes) + " across groups";
+  const SettingsRows predictions = {
       {"comm per step per rank", traffic},
-      {"activations per rank", format_bytes(static_cast<double>(activations)) + " (model.recompute = " +
-                                   recompute_name(recompute) + ")"},
       {"memory per rank", predicted_memory_line(config, machine, group)},
-      {"data", describe_data(data)},
-      {"tokenizer", data.tokenizer->description()},
-      {"run directory", resolve_out_dir(config)},
       {"resume", describe_resume(config, shape, world)},
   };
+  derived.insert(derived.end(), predictions.begin(), predictions.end());
   if (world.is_root()) {
     if (automatic) std::cout << "parallel.strategy = \"auto\": the planner's table\n" << auto_table;
     std::cout << settings_table(config, derived);

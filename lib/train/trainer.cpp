@@ -21,6 +21,7 @@
 #include "train/blas_rate.hpp"
 #include "train/evaluate.hpp"
 #include "train/report.hpp"
+#include "train/run_settings.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
 #include "weights/init_from.hpp"
@@ -88,32 +89,31 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
      << (net_->execution().choice.cuda
              ? (config_.parallel.precision == "bf16" ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)")
              : "");
-  const auto memory = net_->strategy().memory();
-  return {
-      {"world size", std::to_string(world_.size()) + " ranks"},
-      {"device", net_->execution().choice.note},
+  DerivedSettings built;
+  built.world_size = world_.size();
+  built.device = net_->execution().choice.note;
+  built.batches = plan_;
+  built.parameters = net_->model().layout().total();
+  built.segments = net_->model().layout().segments().size();
+  built.strategy = net_->strategy().description();
+  built.model_state = net_->strategy().memory();
+  built.activations = net_->model().activation_bytes();
+  built.recompute = net_->model().recompute();
+  built.data = describe_data(data_);
+  built.sequential_data = config_.data.order == "sequential";
+  built.tokenizer = data_.tokenizer->description();
+  built.run_directory = run_dir_->path();
+  SettingsRows rows = derived_rows(built);
+  const SettingsRows measured = {
       {"execution", net_->execution().exec->description()},
       {"collectives", net_->comms().description()},
       {"threads per rank", std::to_string(threads_)},
-      {"micro-batches per step",
-       std::to_string(plan_.accum_steps) + " x " + std::to_string(plan_.micro_batch) + " sequences per rank"},
-      {"tokens per step", std::to_string(plan_.global_batch * plan_.seq_len)},
-      {"parameters", std::to_string(net_->model().layout().total()) + " (" +
-                         std::to_string(net_->model().layout().segments().size()) + " segments)"},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
-      {"data", describe_data(data_) + (config_.data.order == "sequential" ? " (sequential)" : "")},
-      {"tokenizer", data_.tokenizer->description()},
-      {"strategy", net_->strategy().description()},
-      {"model state per rank", format_bytes(static_cast<double>(memory.model_state())) + " (params " +
-                                   format_bytes(static_cast<double>(memory.params)) + ", grads " +
-                                   format_bytes(static_cast<double>(memory.grads)) + ", optimizer " +
-                                   format_bytes(static_cast<double>(memory.optimizer)) + ")"},
-      {"activations per rank", format_bytes(static_cast<double>(net_->model().activation_bytes())) +
-                                   " (model.recompute = " + recompute_name(net_->model().recompute()) + ")"},
       {net_->execution().choice.cuda ? "measured GEMM rate" : "measured sgemm rate", gf.str()},
       {"BLAS", blas_description()},
-      {"run directory", run_dir_->path()},
   };
+  rows.insert(rows.end(), measured.begin(), measured.end());
+  return rows;
 }
 
 void Trainer::start_from_initial_params() {

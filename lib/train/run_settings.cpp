@@ -1,0 +1,28 @@
+#include "train/run_settings.hpp"
+
+#include "core/text.hpp"
+
+namespace st {
+
+SettingsRows derived_rows(const DerivedSettings& s) {
+  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  const MemoryReport& m = s.model_state;
+  return {
+      {"world size", std::to_string(s.world_size) + " ranks" + s.world_note},
+      {"device", s.device},
+      {"micro-batches per step", std::to_string(s.batches.accum_steps) + " x " + std::to_string(s.batches.micro_batch) +
+                                     " sequences per rank"},
+      {"tokens per step", std::to_string(s.batches.global_batch * s.batches.seq_len)},
+      {"parameters", std::to_string(s.parameters) + " (" + std::to_string(s.segments) + " segments)"},
+      {"strategy", s.strategy},
+      {"model state per rank", b(m.model_state()) + " (params " + b(m.params) + ", grads " + b(m.grads) +
+                                   ", optimizer " + b(m.optimizer) +
+                                   (s.model_state_note.empty() ? "" : "; " + s.model_state_note) + ")"},
+      {"activations per rank", b(s.activations) + " (model.recompute = " + recompute_name(s.recompute) + ")"},
+      {"data", s.data + (s.sequential_data ? " (sequential)" : "")},
+      {"tokenizer", s.tokenizer},
+      {"run directory", s.run_directory},
+  };
+}
+
+}  // namespace st

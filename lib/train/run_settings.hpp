@@ -1,0 +1,36 @@
+#pragma once
+// The settings table's rows for what a deck derives (world, batches, model state, activations,
+// data), shared by `shardtrain check`, which predicts them before anything is allocated, and
+// `shardtrain run`, which reports them as built: one source, so the two say the same things in
+// the same words. Each command adds the rows only it knows (check: predicted traffic and memory,
+// what a resume would do; run: the execution backend, measured rates).
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/batches.hpp"
+#include "model/activations.hpp"
+#include "parallel/strategy.hpp"
+
+namespace st {
+
+struct DerivedSettings {
+  int world_size = 0;
+  std::string world_note;  // e.g. " (--ranks)"
+  std::string device;      // DeviceChoice::note
+  BatchPlan batches;
+  std::size_t parameters = 0, segments = 0;
+  std::string strategy;  // what is sharded over how many ranks, and the precision
+  MemoryReport model_state;   // per rank
+  std::string model_state_note;  // e.g. "largest rank"
+  std::uint64_t activations = 0;  // per rank
+  Recompute recompute = Recompute::none;
+  std::string data, tokenizer, run_directory;
+  bool sequential_data = false;  // data.order = "sequential"
+};
+
+using SettingsRows = std::vector<std::pair<std::string, std::string>>;
+SettingsRows derived_rows(const DerivedSettings& s);
+
+}  // namespace st
