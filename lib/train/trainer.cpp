@@ -21,6 +21,7 @@
 #include "train/blas_rate.hpp"
 #include "train/evaluate.hpp"
 #include "train/report.hpp"
+#include "train/mfu.hpp"
 #include "train/run_settings.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
@@ -40,18 +41,11 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   data_ = open_run_data(config, world.comm());
   plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
 
-  // The yardstick for MFU: this rank's matmul rate on the model's widest matmul (sgemm on the
-  // host; the device's GEMM at the run's precision on a GPU), measured while the other ranks of
-  // the node measure theirs, as they will compute during training. Before the run's buffers:
-  // what it leaves resident (BLAS's own buffers) is the libraries', not the run's. (So before
-  // the communicators too: these two calls are the only ones the hang watchdog does not watch.)
-  ST_CHECK_MPI(MPI_Barrier(world.comm()));
-  const int gm = static_cast<int>(plan_.micro_batch * config.model.seq_len);
-  const int gn = static_cast<int>(4 * config.model.d_model), gk = static_cast<int>(config.model.d_model);
-  matmul_flops_ = execution.matmul_rate ? execution.matmul_rate(gm, gn, gk) : measure_sgemm_flops(gm, gn, gk);
-  double slowest = matmul_flops_;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
-  matmul_flops_ = slowest;
+  // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
+  // buffers) is the libraries', not the run's. (So before the communicators too: its two
+  // collectives are the only ones the hang watchdog does not watch.)
+  yardstick_.emplace(MfuYardstick::measure(execution, plan_, config.model, config.parallel.precision == "bf16",
+                                           world.comm()));
 
   // What this rank holds before any of the run's buffers: the measured growth starts here.
   resident_before_ = resident_bytes();
@@ -83,12 +77,6 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
 Trainer::~Trainer() = default;
 
 std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() const {
-  std::ostringstream gf;
-  gf.precision(1);
-  gf << std::fixed << matmul_flops_ / 1e9 << " GFLOP/s per rank"
-     << (net_->execution().choice.cuda
-             ? (config_.parallel.precision == "bf16" ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)")
-             : "");
   DerivedSettings built;
   built.world_size = world_.size();
   built.device = net_->execution().choice.note;
@@ -109,7 +97,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
       {"collectives", net_->comms().description()},
       {"threads per rank", std::to_string(threads_)},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
-      {net_->execution().choice.cuda ? "measured GEMM rate" : "measured sgemm rate", gf.str()},
+      {net_->execution().choice.cuda ? "measured GEMM rate" : "measured sgemm rate", yardstick_->description()},
       {"BLAS", blas_description()},
   };
   rows.insert(rows.end(), measured.begin(), measured.end());
@@ -411,7 +399,7 @@ TrainSummary Trainer::run() {
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
-                      flops_per_step / seconds / matmul_flops_, waited - waited_seen_,
+                      yardstick_->mfu(flops_per_step / seconds), waited - waited_seen_,
                       memory.model_state() + memory.workspace + net_->model().activation_bytes(),
                       traffic.intra.total() - traffic_seen_.intra.total(),
                       traffic.inter.total() - traffic_seen_.inter.total()};
@@ -425,12 +413,7 @@ TrainSummary Trainer::run() {
     summary.steps = step + 1;
     if (world_.is_root()) run_dir_->metric(step_json(record));
     if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
-    if (record.mfu > 1.0 && !said_mfu_above_one_) {
-      said_mfu_above_one_ = true;
-      say("note: MFU above 100% means the yardstick, the sgemm rate measured before step 0 (" +
-          format_fixed(matmul_flops_ / 1e9, 1) + " GFLOP/s), was low: something else ran on these cores while it was "
-          "measured. MFU is relative to it; tokens/s is the figure to compare.");
-    }
+    if (const std::string note = yardstick_->note_for(record.mfu); !note.empty()) say(note);
 
     const bool last = step + 1 == config_.run.steps;
     if (last || (config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0)) {

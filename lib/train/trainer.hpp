@@ -15,6 +15,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
+#include "train/mfu.hpp"
 #include "train/run_data.hpp"
 #include "train/run_dir.hpp"
 #include "train/sharded_model.hpp"
@@ -71,8 +72,7 @@ class Trainer {
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out
   std::unique_ptr<BatchLoader> train_loader_, val_loader_;
   std::vector<int> tokens_, targets_;
-  double matmul_flops_ = 0;
-  bool said_mfu_above_one_ = false;
+  std::optional<MfuYardstick> yardstick_;  // measured first thing, before the run's buffers
   bool finished_ = false;  // resumed from a checkpoint at or past run.steps: nothing to do
   // Host memory measured: resident before the run's buffers, and whether the peak could be
   // restarted after setup (so that it measures training).

@@ -1,0 +1,34 @@
+#include "train/mfu.hpp"
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "train/blas_rate.hpp"
+
+namespace st {
+
+MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& plan, const ModelConfig& model,
+                                   bool bf16, MPI_Comm comm) {
+  // Every rank of the node measures at once, as they will compute during training.
+  ST_CHECK_MPI(MPI_Barrier(comm));
+  const int m = static_cast<int>(plan.micro_batch * model.seq_len);
+  const int n = static_cast<int>(4 * model.d_model), k = static_cast<int>(model.d_model);
+  double rate = execution.matmul_rate ? execution.matmul_rate(m, n, k) : measure_sgemm_flops(m, n, k);
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rate, 1, MPI_DOUBLE, MPI_MIN, comm));
+  return MfuYardstick(rate, static_cast<bool>(execution.matmul_rate), bf16);
+}
+
+std::string MfuYardstick::description() const {
+  return format_fixed(rate_ / 1e9, 1) + " GFLOP/s per rank" +
+         (gpu_ ? (bf16_ ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)") : "");
+}
+
+std::string MfuYardstick::note_for(double mfu) {
+  if (mfu <= 1.0 || noted_) return "";
+  noted_ = true;
+  return "note: MFU above 100% means the yardstick, the " + std::string(gpu_ ? "GEMM" : "sgemm") +
+         " rate measured before step 0 (" + format_fixed(rate_ / 1e9, 1) +
+         " GFLOP/s), was low: something else ran on these cores while it was measured. MFU is relative to it; "
+         "tokens/s is the figure to compare.";
+}
+
+}  // namespace st
