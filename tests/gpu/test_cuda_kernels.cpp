@@ -264,6 +264,36 @@ void check_attention(CudaExec& e, bool bf16_matmuls) {
 }
 
 TEST_F(CudaKernels, AttentionFp32) { check_attention(*fp32, false); }
+
+// Decoding's attention over a cache: rows first.. of one sequence against the host's causal
+// attention in double, from several first rows (70 positions: past two warps of keys), and one
+// row past 12288 positions, where the kernel asks the device for more than 48 KiB of shared
+// memory for its scores.
+TEST_F(CudaKernels, AttentionRowsOverACacheMatchTheHost) {
+  const int positions = 70;
+  const auto qkv = random_floats(std::size_t{1} * positions * 3 * C, 41);
+  const auto qkv_d = widen(qkv);
+  std::vector<double> reference(std::size_t{1} * positions * C), att(std::size_t{1} * NH * positions * positions);
+  const AttentionProbs<double> probs{att.data(), nullptr, nullptr, NH};
+  kernels::attention_forward(reference.data(), probs, qkv_d.data(), 1, positions, C, NH);
+  auto qkv_g = to_device(*fp32, qkv);
+  for (const int first : {0, 1, 33, positions - 1}) {
+    const int n = positions - first;
+    auto out_g = to_device(*fp32, std::vector<float>(std::size_t{1} * n * C, 1e30f));
+    fp32->layer_kernels().attention_rows(out_g.data(), qkv_g.data(), first, n, C, NH);
+    const std::vector<double> want(reference.begin() + std::ptrdiff_t{first} * C, reference.end());
+    ST_EXPECT_CLOSE(to_host(*fp32, out_g), want, kFp32Tolerance);
+  }
+  const int long_cache = 13000;
+  const auto long_qkv = random_floats(std::size_t{1} * long_cache * 3 * C, 42, 0.3f);
+  const auto long_d = widen(long_qkv);
+  std::vector<double> last_row(C);
+  kernels::attention_rows(last_row.data(), long_d.data(), long_cache - 1, 1, C, NH);
+  auto long_g = to_device(*fp32, long_qkv);
+  auto row_g = to_device(*fp32, std::vector<float>(C, 1e30f));
+  fp32->layer_kernels().attention_rows(row_g.data(), long_g.data(), long_cache - 1, 1, C, NH);
+  ST_EXPECT_CLOSE(to_host(*fp32, row_g), last_row, kFp32Tolerance);
+}
 TEST_F(CudaKernels, AttentionBf16Matmuls) { check_attention(*bf16, true); }
 
 TEST_F(CudaKernels, GeluAndAdd) {
