@@ -62,7 +62,7 @@ int run_deck(const DeckRequest& request, World& world) {
   Config config = load_config(request, world);
   // Before anything is allocated: "auto" becomes the planner's choice, and a deck that cannot
   // fit in this machine's memory is refused with what would fit.
-  const bool automatic = config.parallel.strategy == "auto";
+  const bool automatic = config.parallel.strategy == StrategyKind::automatic;
   // On GPUs the plan and the memory check are the GPUs' (refused here already where the deck
   // asks for a GPU this node lacks).
   const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
@@ -129,7 +129,7 @@ std::string describe_resume(const Config& config, const Gpt2Shape& shape, World&
 int check_deck(const DeckRequest& request, World& world, int ranks) {
   Config config = load_config(request, world);
   const int world_size = ranks > 0 ? ranks : world.size();
-  const bool automatic = config.parallel.strategy == "auto";
+  const bool automatic = config.parallel.strategy == StrategyKind::automatic;
   // Where run would compute: refused here already when the deck asks for a GPU this node lacks.
   const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
   const Machine machine = device.cuda && ranks == 0
@@ -149,7 +149,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const Recompute recompute = recompute_of(config.model);
   const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
   const auto& p = config.parallel;
-  const bool hsdp = p.strategy == "hsdp";
+  const bool hsdp = p.strategy == StrategyKind::hsdp;
   // The group the run would form: the planner's machine says how the ranks split into nodes.
   const int group = hsdp ? deck_hsdp_group(config, world_size, machine) : world_size;
   const StrategyPlan predicted = plan_strategy(layout, p.strategy, p.precision, world_size, group, plan.accum_steps);
@@ -161,8 +161,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.batches = plan;
   predicted_settings.parameters = layout.total();
   predicted_settings.segments = layout.segments().size();
-  predicted_settings.strategy = p.strategy + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") + ", " +
-                                p.precision;
+  predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
+                                ", " + name_of(p.precision);
   predicted_settings.model_state = predicted.memory;
   predicted_settings.model_state_note = "largest rank";
   predicted_settings.activations = activations;

@@ -168,8 +168,8 @@ int deck_hsdp_group(const Config& config, int world_size, const Machine& machine
 }
 
 void check_memory_fits(const Config& config, const Machine& m) {
-  const std::string& strategy = config.parallel.strategy;
-  const int group = strategy == "hsdp" ? deck_hsdp_group(config, m.world(), m) : 0;
+  const StrategyKind strategy = config.parallel.strategy;
+  const int group = strategy == StrategyKind::hsdp ? deck_hsdp_group(config, m.world(), m) : 0;
   const StrategyPrediction p = predict_strategy(config, m, strategy, group);
   if (p.fits) return;
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
@@ -188,7 +188,7 @@ void check_memory_fits(const Config& config, const Machine& m) {
   }
   std::vector<std::string> fits;
   int largest_split = 0;  // the most ranks the global batch was found to split over
-  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
+  for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     for (int factor = 1; factor <= 64; factor *= 2) {
       Machine more = m;
       more.nodes = m.nodes * factor;
@@ -196,7 +196,7 @@ void check_memory_fits(const Config& config, const Machine& m) {
         const StrategyPrediction q = predict_strategy(config, more, s, 0);
         largest_split = std::max(largest_split, more.world());
         if (q.fits) {
-          fits.push_back(s + " on " + std::to_string(more.world()) + " rank(s) (" + b(q.total_bytes()) + ")");
+          fits.push_back(name_of(s) + " on " + std::to_string(more.world()) + " rank(s) (" + b(q.total_bytes()) + ")");
           break;
         }
       } catch (const Error&) {
@@ -204,7 +204,7 @@ void check_memory_fits(const Config& config, const Machine& m) {
       }
     }
   }
-  std::string message = config.deck_path + ": parallel.strategy = \"" + strategy + "\" on " +
+  std::string message = config.deck_path + ": parallel.strategy = \"" + name_of(strategy) + "\" on " +
                         std::to_string(m.world()) + " rank(s) needs " + b(p.total_bytes()) +
                         " per rank (model state " + b(p.state_bytes) + ", activations " + b(p.activation_bytes) +
                         ", workspace " + b(p.workspace_bytes) + "), more than the " +
@@ -232,9 +232,9 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
     throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + plan.reason, ErrorScope::all_ranks);
   const StrategyPrediction& chosen = plan.rows[static_cast<std::size_t>(plan.chosen)];
   config.parallel.strategy = chosen.strategy;
-  config.resolved["parallel.strategy"] = "\"" + chosen.strategy + "\"";
+  config.resolved["parallel.strategy"] = "\"" + name_of(chosen.strategy) + "\"";
   config.origin["parallel.strategy"] = "auto: chosen by the planner (plan.txt)";
-  if (chosen.strategy == "hsdp") {
+  if (chosen.strategy == StrategyKind::hsdp) {
     config.parallel.shard_group = chosen.group;
     config.resolved["parallel.shard_group"] = std::to_string(chosen.group);
     config.origin["parallel.shard_group"] = "auto: the planner's fast-link group";

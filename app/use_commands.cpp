@@ -123,14 +123,14 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
   }
   ParallelConfig& p = m.config.parallel;
   // `auto` chose by the training job's machine: here, shard when there are several ranks.
-  if (p.strategy == "auto") p.strategy = world.size() > 1 ? "zero3" : "ddp";
+  if (p.strategy == StrategyKind::automatic) p.strategy = world.size() > 1 ? StrategyKind::zero3 : StrategyKind::ddp;
   apply_thread_count(choose_thread_count(static_cast<int>(m.config.run.threads), world.host_ranks()));
   const DeviceChoice device = choose_device(p.device, world.comm(), m.path);
   if (max_batch == 0)
     max_batch = static_cast<int>(
         plan_batches(m.config.data, m.config.model.seq_len, world.size(), m.config.deck_path).micro_batch);
   m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
-  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == "bf16"), max_batch,
+  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16), max_batch,
                                          nullptr, ShardedModel::Use::inference);
   if (m.weights) {
     m.net->strategy().load_params(load_initial_weights(m.path, gpt2_shape(m.config.model), world.comm()).params);

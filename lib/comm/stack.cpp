@@ -5,8 +5,8 @@
 namespace st {
 
 CommStack::CommStack(const World& world, const Settings& settings) : world_(world), settings_(settings) {
-  const std::string& mode = settings.mode;
-  const std::string& intra_node = settings.intra_node;
+  const Collectives mode = settings.mode;
+  const IntraNode intra_node = settings.intra_node;
   // A flat ring over several nodes crosses between them: its bytes count as inter-node.
   const bool spans_nodes = world.node_count() > 1;
   const TrafficLevel flat_level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
@@ -17,7 +17,7 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
     inter_host_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter, MpiWait::polling);
     inter_ = settings.device_staging(*inter_host_);
   } else {
-    shared_memory_ = intra_node == "shm";
+    shared_memory_ = intra_node == IntraNode::shm;
     const bool single_host = world.host_ranks() == world.size();
     if (shared_memory_ && single_host)
       flat_ = std::make_unique<ShmCommunicator>(world.comm(), flat_level);
@@ -42,11 +42,11 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
                      std::to_string(settings.inter_latency_us).substr(0, 6) + " us";
   }
   two_level_ = std::make_unique<TwoLevelCommunicator>(*intra_, *inter);
-  if (mode == "two_level" && !world.uniform())
+  if (mode == Collectives::two_level && !world.uniform())
     throw Error("parallel.collectives = \"two_level\" needs nodes with equal numbers of consecutive ranks; this "
                 "job's ranks are placed unevenly (use \"flat\" or \"auto\", or place ranks by node)",
                 ErrorScope::all_ranks);
-  two_level_active_ = mode == "two_level" || (mode == "auto" && world.uniform() && world.node_count() > 1 &&
+  two_level_active_ = mode == Collectives::two_level || (mode == Collectives::automatic && world.uniform() && world.node_count() > 1 &&
                                                world.local_size() > 1);
   watchdog_ = std::make_unique<Watchdog>(world.comm(), settings.timeout_seconds);
   Communicator& chosen = two_level_active_ ? static_cast<Communicator&>(*two_level_) : *flat;
@@ -107,7 +107,7 @@ std::unique_ptr<CommStack::Lane> CommStack::make_lane(int color, const char* nam
   const TrafficLevel level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
   if (settings_.device_peers)
     lane->backend = settings_.device_peers(split, level);
-  else if (settings_.intra_node == "shm" && one_host)
+  else if (settings_.intra_node == IntraNode::shm && one_host)
     lane->backend = std::make_unique<ShmCommunicator>(split, level);
   else
     lane->backend = std::make_unique<MpiCommunicator>(split, level, MpiWait::polling);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "core/choices.hpp"
 #include "comm/async.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shm_communicator.hpp"
@@ -18,12 +19,12 @@ namespace st {
 
 class CommStack {
  public:
-  // mode: "flat", "two_level" or "auto"; intra_node: "shm" (shared-memory window among the
-  // ranks of a host) or "mpi". Throws Error (all ranks) for two_level on a job whose nodes are
+  // mode: parallel.collectives; intra_node: shm (a shared-memory window among the
+  // ranks of a host) or mpi. Throws Error (all ranks) for two_level on a job whose nodes are
   // uneven or whose ranks are not consecutive per node.
   struct Settings {
-    std::string mode = "auto";        // "flat", "two_level" or "auto"
-    std::string intra_node = "shm";   // "shm" or "mpi"
+    Collectives mode = Collectives::automatic;
+    IntraNode intra_node = IntraNode::shm;
     double timeout_seconds = 0;       // > 0: watch every collective for hangs (comm/watchdog.hpp)
     double inter_gbps = 0;            // > 0: emulate an inter-node link of this many GB/s ...
     double inter_latency_us = 0;      // ... and this latency per call

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/choices.hpp"
+
 namespace st {
 
 struct RunConfig {
@@ -62,12 +64,12 @@ struct OptimizerConfig {
 };
 
 struct ParallelConfig {
-  std::string strategy;
+  StrategyKind strategy = StrategyKind::ddp;
   std::string device;
-  std::string precision;
+  Precision precision = Precision::fp32;
   std::int64_t ranks_per_node = 0;
-  std::string collectives;
-  std::string intra_node;
+  Collectives collectives = Collectives::automatic;
+  IntraNode intra_node = IntraNode::shm;
   double collective_timeout_s = 0.0;
   double inter_node_gbps = 0.0;
   double inter_node_latency_us = 0.0;

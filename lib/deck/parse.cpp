@@ -321,9 +321,9 @@ class DeckParser {
       problems_.add(0, origin("data.tokenizer_files") + ": data.tokenizer_files applies to data.tokenizer = \"gpt2\" "
                                                         "only (this deck has \"" + d.tokenizer + "\")");
     const auto& p = config_.parallel;
-    if (p.shard_group != 0 && p.strategy != "hsdp")
+    if (p.shard_group != 0 && p.strategy != StrategyKind::hsdp)
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "
-                                                        "\"hsdp\" only (this deck has \"" + p.strategy + "\")");
+                                                        "\"hsdp\" only (this deck has \"" + name_of(p.strategy) + "\")");
   }
 
   std::string path_;

@@ -22,6 +22,14 @@ std::function<void(Config&, const DeckValue&)> store(Section Config::*section, F
   };
 }
 
+// store_choice(&Config::parallel, &ParallelConfig::strategy): the validated word as its enum.
+template <class Section, class E>
+std::function<void(Config&, const DeckValue&)> store_choice(Section Config::*section, E Section::*field) {
+  return [section, field](Config& config, const DeckValue& value) {
+    config.*section.*field = *choice_from_name<E>(std::get<std::string>(value));
+  };
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMaxInt = 9007199254740992.0;  // 2^53: integers above it do not survive a double
 
@@ -191,20 +199,20 @@ std::vector<KeySpec> build_schema() {
       real("optimizer", "grad_clip", "1.0", 0.0, 1e6, "Clip the global gradient norm to this value (0: no clipping).",
            store(&C::optimizer, &OptimizerConfig::grad_clip)),
       // [parallel]
-      choice("parallel", "strategy", "\"ddp\"", {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "auto"},
+      choice("parallel", "strategy", "\"ddp\"", choice_names<StrategyKind>(),
              "How parameters, gradients and optimizer state are spread over ranks. auto: the planner picks the "
              "fastest that fits in memory at start-up (docs/planner.md), logs its table and reason, and the run "
              "records the choice (resolved.toml, plan.txt, checkpoints).",
-             store(&C::parallel, &ParallelConfig::strategy)),
+             store_choice(&C::parallel, &ParallelConfig::strategy)),
       choice("parallel", "device", "\"auto\"", {"auto", "cpu", "cuda"},
              "Where each rank computes. cuda: one GPU per rank, chosen by the rank's place among the ranks of its "
              "node out of the visible devices (CUDA_VISIBLE_DEVICES applies); refused where no GPU is usable or "
              "a node has more ranks than GPUs. cpu: OpenMP and OpenBLAS. auto: cuda where this build has CUDA and "
              "every rank has a GPU of its own, else cpu (the settings table says which and why).",
              store(&C::parallel, &ParallelConfig::device)),
-      choice("parallel", "precision", "\"fp32\"", {"fp32", "bf16"},
+      choice("parallel", "precision", "\"fp32\"", choice_names<Precision>(),
              "fp32: everything in fp32. bf16: bf16 compute copies and communication, fp32 master weights.",
-             store(&C::parallel, &ParallelConfig::precision)),
+             store_choice(&C::parallel, &ParallelConfig::precision)),
       integer("parallel", "ranks_per_node", "0", 0, 65536,
               "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
               "(emulates several nodes on one host); the world size must be a multiple of K. When this is 0 the "
@@ -224,17 +232,17 @@ std::vector<KeySpec> build_schema() {
               "segment's gather. false: every collective is waited for where it starts (to measure what "
               "overlap hides).",
               store(&C::parallel, &ParallelConfig::overlap)),
-      choice("parallel", "collectives", "\"auto\"", {"auto", "flat", "two_level"},
+      choice("parallel", "collectives", "\"auto\"", choice_names<Collectives>(),
              "flat: one ring over all ranks. two_level: inside the node, then across nodes, then inside "
              "again (needs equal nodes of consecutive ranks). auto: two_level when there are several such "
              "nodes, else flat.",
-             store(&C::parallel, &ParallelConfig::collectives)),
-      choice("parallel", "intra_node", "\"shm\"", {"shm", "mpi"},
+             store_choice(&C::parallel, &ParallelConfig::collectives)),
+      choice("parallel", "intra_node", "\"shm\"", choice_names<IntraNode>(),
              "How ranks on one host exchange data on CPU nodes: shm, through MPI-3 shared-memory windows "
              "(bounded by memory bandwidth; gradients, and zero3's parameter shards, then live in shared memory, "
              "backed by /dev/shm, and are reduced in place; a buffer that does not fit there stays private and "
              "is copied through staging slots, with a note); mpi, through the MPI library's collectives.",
-             store(&C::parallel, &ParallelConfig::intra_node)),
+             store_choice(&C::parallel, &ParallelConfig::intra_node)),
       real("parallel", "collective_timeout_s", "300", 0.0, 1e6,
            "A collective unfinished after this many seconds makes the job print which ranks wait in "
            "which operation and which are missing, then abort with exit code 3 (0: never).",

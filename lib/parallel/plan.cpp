@@ -5,14 +5,14 @@
 
 namespace st {
 
-StrategyPlan plan_strategy(const ParamLayout& layout, const std::string& strategy, const std::string& precision,
+StrategyPlan plan_strategy(const ParamLayout& layout, StrategyKind strategy, Precision precision,
                            int world_size, int group_size, std::int64_t micro_batches) {
   const int stage = zero_stage(strategy);
-  const bool hsdp = strategy == "hsdp";
+  const bool hsdp = strategy == StrategyKind::hsdp;
   const int n = hsdp ? group_size : world_size;
   const ShardLayout shards(layout, n);
-  const std::uint64_t t = precision == "bf16" ? 2 : 4;  // bytes of a parameter or gradient
-  const bool mixed = precision == "bf16";
+  const bool mixed = precision == Precision::bf16;
+  const std::uint64_t t = mixed ? 2 : 4;  // bytes of a parameter or gradient
 
   StrategyPlan plan;
   MemoryReport& m = plan.memory;

@@ -16,7 +16,7 @@ struct StrategyPlan {
 };
 
 // world_size ranks; group_size: hsdp's sharding group (else the world); micro_batches per step.
-StrategyPlan plan_strategy(const ParamLayout& layout, const std::string& strategy, const std::string& precision,
+StrategyPlan plan_strategy(const ParamLayout& layout, StrategyKind strategy, Precision precision,
                            int world_size, int group_size, std::int64_t micro_batches);
 
 }  // namespace st

@@ -95,8 +95,6 @@ struct ExecutionOrder {
   std::vector<std::size_t> forward, backward;  // segments in the order the model uses them
 };
 
-// 0 (ddp) .. 3 (zero3, fsdp, hsdp): how much of the model state is sharded.
-int zero_stage(const std::string& strategy);
 
 // parameters_only: for forward passes only (ShardingSettings::parameters_only).
 std::unique_ptr<Strategy> make_strategy(const ParallelConfig& parallel, const ParamLayout& layout,

@@ -17,13 +17,14 @@ namespace st {
 namespace {
 
 // From least to most sharded: the order in which close predictions are preferred.
-const std::vector<std::string> kOrder = {"ddp", "zero1", "zero2", "hsdp", "zero3"};
+const std::vector<StrategyKind> kOrder = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::hsdp,
+                                          StrategyKind::zero3};
 // Predictions closer than this are a tie (the model's figures are estimates, checked to 25% in
 // docs/benchmarks.md); the less sharded strategy wins it: fewer collectives, and less of its step
 // depends on hiding traffic behind compute.
 constexpr double kTieMargin = 0.05;
 
-int order_of(const std::string& s) {
+int order_of(StrategyKind s) {
   return static_cast<int>(std::find(kOrder.begin(), kOrder.end(), s) - kOrder.begin());
 }
 
@@ -49,13 +50,13 @@ std::vector<double> ddp_buckets(const ShardLayout& shards, int bytes_per_element
 
 // Collective calls per step: ddp one per bucket, zero1/zero2 a reduce-scatter and an all-gather
 // per segment, zero3 a gather per forward and backward of every micro-batch and a reduce-scatter.
-std::int64_t calls_per_step(const std::string& strategy, const ParamLayout& layout, const ShardLayout& shards,
+std::int64_t calls_per_step(StrategyKind strategy, const ParamLayout& layout, const ShardLayout& shards,
                             int bytes_per_element, double bucket_mb, std::int64_t micro_batches) {
   const auto segments = static_cast<std::int64_t>(layout.segments().size());
   const int stage = zero_stage(strategy);
   if (stage == 0) return static_cast<std::int64_t>(ddp_buckets(shards, bytes_per_element, bucket_mb).size());
   if (stage < 3) return 2 * segments;
-  return (2 * micro_batches + 1) * segments + (strategy == "hsdp" ? 1 : 0);
+  return (2 * micro_batches + 1) * segments + (strategy == StrategyKind::hsdp ? 1 : 0);
 }
 
 // Workspace the strategy keeps: what ShardedStrategy's pools hold at their high-water mark
@@ -68,7 +69,7 @@ std::int64_t calls_per_step(const std::string& strategy, const ParamLayout& layo
 // blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
 // the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
 // bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
-std::uint64_t workspace_estimate(const std::string& strategy, const ShardLayout& shards, bool mixed,
+std::uint64_t workspace_estimate(StrategyKind strategy, const ShardLayout& shards, bool mixed,
                                  std::int64_t micro_batches) {
   const int stage = zero_stage(strategy);
   const std::size_t count = shards.segments().size();
@@ -142,14 +143,14 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
   return sizeof(float) * activation_sizes(shape, B, recompute, heads).total();
 }
 
-StrategyPrediction predict_strategy(const Config& config, const Machine& m, const std::string& strategy, int group,
+StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,
                                     std::optional<Recompute> recompute) {
   const int world = m.world();
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
   const Gpt2Shape shape = gpt2_shape(config.model);
   const ParamLayout layout = make_gpt2_layout(shape);
-  const std::string& precision = config.parallel.precision;
-  const bool hsdp = strategy == "hsdp";
+  const Precision precision = config.parallel.precision;
+  const bool hsdp = strategy == StrategyKind::hsdp;
   const int n = hsdp ? group : world;
   const std::int64_t mb = batches.accum_steps;
   auto plan = [&](int ranks, int g) { return plan_strategy(layout, strategy, precision, ranks, g, mb); };
@@ -162,7 +163,7 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, cons
   p.state_bytes = whole.memory.model_state();
   p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute);
   const ShardLayout shards(layout, zero_stage(strategy) == 0 ? 1 : n);
-  const bool mixed = precision == "bf16";
+  const bool mixed = precision == Precision::bf16;
   p.workspace_bytes = workspace_estimate(strategy, shards, mixed, mb);
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
 
@@ -182,7 +183,7 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, cons
       p.fast_bytes = whole.group_bytes;
       comm = seconds(p.fast_bytes, bw_inside(world)) + calls * m.latency_s;
       if (world > m.fast_group) p.slow_bytes = p.fast_bytes, p.fast_bytes = 0, p.slow_level = slower_in_node;
-    } else if (config.parallel.collectives == "flat") {
+    } else if (config.parallel.collectives == Collectives::flat) {
       // One ring over every rank: each step of it waits for the slowest link, the network.
       p.slow_bytes = whole.group_bytes;
       p.slow_level = "network";
@@ -250,9 +251,9 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const bool plan_hsdp = group > 0 && m.world() % group == 0;
   auto plan_all = [&](Recompute recompute) {
     std::vector<StrategyPrediction> rows;
-    for (const std::string s : {"ddp", "zero1", "zero2", "zero3"})
+    for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
       rows.push_back(predict_strategy(config, m, s, 0, recompute));
-    if (plan_hsdp) rows.push_back(predict_strategy(config, m, "hsdp", group, recompute));
+    if (plan_hsdp) rows.push_back(predict_strategy(config, m, StrategyKind::hsdp, group, recompute));
     return rows;
   };
   const Recompute asked = recompute_of(config.model);
@@ -277,7 +278,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     if (a.fits != b.fits) return a.fits;
     return a.fits ? a.step_s < b.step_s : a.total_bytes() < b.total_bytes();
   });
-  const auto find = [&](const std::string& s) -> const StrategyPrediction* {
+  const auto find = [&](StrategyKind s) -> const StrategyPrediction* {
     for (const auto& row : r.rows)
       if (row.strategy == s) return &row;
     return nullptr;
@@ -286,7 +287,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const std::string limit = format_bytes(m.memory_per_rank) + " per rank (" + m.memory_source + ")";
   if (r.rows.empty() || !r.rows.front().fits) {
     const StrategyPrediction& small = r.rows.front();
-    r.reason = "nothing fits: the smallest, " + small.strategy + ", needs " + b(small.total_bytes()) +
+    r.reason = "nothing fits: the smallest, " + name_of(small.strategy) + ", needs " + b(small.total_bytes()) +
                " per rank, more than the " + limit + ". More ranks (or nodes) shard it further; bf16 halves "
                "parameters and gradients; a smaller data.micro_batch shrinks the activations (" +
                b(small.activation_bytes) + ")" +
@@ -305,7 +306,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     const StrategyPrediction& c = r.rows[chosen];
     r.recompute = *lever;
     std::ostringstream why;
-    why << c.strategy << (c.strategy == "hsdp" ? " with groups of " + std::to_string(c.group) : "")
+    why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "")
         << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
         << recompute_name(asked) << "\" (the smallest needs " << b(smallest_without(r.rows, asked)) << " per rank, over the "
         << limit << "); recomputing " << (*lever == Recompute::selective ? "the attention probabilities and GELU outputs"
@@ -322,17 +323,17 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     return r;
   }
   const StrategyPrediction& c = r.rows[chosen];
-  const StrategyPrediction* ddp = find("ddp");
-  const StrategyPrediction* zero2 = find("zero2");
-  const StrategyPrediction* zero3 = find("zero3");
+  const StrategyPrediction* ddp = find(StrategyKind::ddp);
+  const StrategyPrediction* zero2 = find(StrategyKind::zero2);
+  const StrategyPrediction* zero3 = find(StrategyKind::zero3);
   std::ostringstream why;
-  why << c.strategy << (c.strategy == "hsdp" ? " with groups of " + std::to_string(c.group) : "") << ": ";
-  if (c.strategy == "ddp") {
+  why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "") << ": ";
+  if (c.strategy == StrategyKind::ddp) {
     why << "the whole model state (" << b(c.state_bytes) << " per rank) fits in " << limit
         << ", and ddp sends the least per step (" << b(c.fast_bytes + c.slow_bytes)
         << "), its all-reduce overlapping backward";
     if (zero3) why << "; zero3 would hold " << b(zero3->total_bytes()) << " instead of " << b(c.total_bytes()) << " but send 1.5x as much";
-  } else if (c.strategy == "hsdp") {
+  } else if (c.strategy == StrategyKind::hsdp) {
     why << "it shards inside the fast groups (" << m.fast_link << ", ~" << m.fast_gbps << " GB/s) and sends only "
         << b(c.slow_bytes) << " per step across the " << c.slow_level << " (~"
         << (c.slow_level == "network" ? m.inter_node_gbps : m.node_gbps) << " GB/s)";
@@ -340,11 +341,11 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     if (ddp && !ddp->fits) why << "; ddp does not fit (" << b(ddp->total_bytes()) << ")";
   } else {
     if (ddp && !ddp->fits) why << "ddp does not fit (it needs " << b(ddp->total_bytes()) << " per rank, over the " << limit << "); ";
-    if (c.strategy == "zero3" && zero2 && !zero2->fits) why << "neither does zero2 (" << b(zero2->total_bytes()) << "); ";
-    if (c.strategy == "zero3")
+    if (c.strategy == StrategyKind::zero3 && zero2 && !zero2->fits) why << "neither does zero2 (" << b(zero2->total_bytes()) << "); ";
+    if (c.strategy == StrategyKind::zero3)
       why << "zero3 shards everything to " << b(c.total_bytes()) << " per rank at 1.5x ddp's traffic, most of it hidden behind compute";
     else
-      why << c.strategy << " shards the optimizer state" << (c.strategy == "zero2" ? " and gradients" : "") << " to "
+      why << c.strategy << " shards the optimizer state" << (c.strategy == StrategyKind::zero2 ? " and gradients" : "") << " to "
           << b(c.total_bytes()) << " per rank at ddp's traffic";
   }
   why << ". Predicted step " << ms(c.step_s) << " ms (compute " << ms(c.compute_s) << ", exposed communication "
@@ -383,7 +384,7 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
     const auto& p = r.rows[i];
     const std::string rank = p.fits ? std::to_string(++place) : "-";
     std::snprintf(line, sizeof line, "%-5s %-8s %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
-                  rank.c_str(), p.strategy.c_str(), p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+                  rank.c_str(), name_of(p.strategy).c_str(), p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",

@@ -19,7 +19,7 @@
 namespace st {
 
 struct StrategyPrediction {
-  std::string strategy;
+  StrategyKind strategy = StrategyKind::ddp;
   int group = 0;  // ranks that shard together (hsdp: the group; others: the world)
   Recompute recompute = Recompute::none;
   std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
@@ -42,7 +42,7 @@ struct PlanResult {
 
 // One strategy on the machine. `group`: hsdp's sharding group (ignored by the others);
 // `recompute`: the activation recomputation (model.recompute when not given).
-StrategyPrediction predict_strategy(const Config& config, const Machine& machine, const std::string& strategy,
+StrategyPrediction predict_strategy(const Config& config, const Machine& machine, StrategyKind strategy,
                                     int group, std::optional<Recompute> recompute = std::nullopt);
 // Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences.
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,

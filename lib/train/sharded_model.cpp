@@ -36,7 +36,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   scalar_memory_ = execution_.exec->allocate(sizeof(double));
   StrategyComms comms{comms_.collectives()};
   shard_group_ = world.size();
-  if (config.parallel.strategy == "hsdp") {
+  if (config.parallel.strategy == StrategyKind::hsdp) {
     if (config.parallel.shard_group == 0 && !world.uniform())
       throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
                                      "different numbers of ranks (or a node's ranks are not consecutive); set "

@@ -34,7 +34,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
       world_(world),
       timeline_(config.run.trace_steps > 0) {
   // The device first: the model, the strategy and the communicators are built for it.
-  Execution execution = make_execution(device, config.parallel.precision == "bf16");
+  Execution execution = make_execution(device, config.parallel.precision == Precision::bf16);
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
@@ -44,7 +44,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
   // buffers) is the libraries', not the run's. (So before the communicators too: its two
   // collectives are the only ones the hang watchdog does not watch.)
-  yardstick_.emplace(MfuYardstick::measure(execution, plan_, config.model, config.parallel.precision == "bf16",
+  yardstick_.emplace(MfuYardstick::measure(execution, plan_, config.model, config.parallel.precision == Precision::bf16,
                                            world.comm()));
 
   // What this rank holds before any of the run's buffers: the measured growth starts here.
@@ -261,8 +261,8 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   info.data_shard_offset = static_cast<std::int64_t>(next - shard.begin);
   info.data_epoch = position.epoch;
   info.seed = config_.run.seed;
-  info.strategy = config_.parallel.strategy;
-  info.precision = config_.parallel.precision;
+  info.strategy = name_of(config_.parallel.strategy);
+  info.precision = name_of(config_.parallel.precision);
   info.world_size = world_.size();
   info.shard_group = net_->shard_group();
   info.deck = config_.deck_text;
@@ -369,8 +369,8 @@ TrainSummary Trainer::run() {
   if (world_.is_root())
     run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(net_->model().layout().total()) +
                      ",\"world_size\":" + std::to_string(world_.size()) + ",\"nodes\":" +
-                     std::to_string(world_.node_count()) + ",\"strategy\":" + json_string(config_.parallel.strategy) +
-                     ",\"precision\":" + json_string(config_.parallel.precision) + ",\"tokens_per_step\":" +
+                     std::to_string(world_.node_count()) + ",\"strategy\":" + json_string(name_of(config_.parallel.strategy)) +
+                     ",\"precision\":" + json_string(name_of(config_.parallel.precision)) + ",\"tokens_per_step\":" +
                      std::to_string(plan_.global_batch * plan_.seq_len) + "}");
   TrainSummary summary;
   summary.val_unigram_entropy = data_.splits.val.data->unigram_entropy(data_.splits.val.begin, data_.splits.val.end);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -20,10 +21,15 @@ int main(int argc, char** argv) {
   }
   const double timeout = std::stod(argv[1]);
   const int skip = std::stoi(argv[2]);
+  const std::optional<st::IntraNode> intra_node = st::choice_from_name<st::IntraNode>(argv[3]);
+  if (!intra_node) {
+    std::fprintf(stderr, "hang_probe: '%s' is not shm or mpi\n", argv[3]);
+    return 2;
+  }
   st::World world;
   st::CommStack::Settings settings;
-  settings.mode = "flat";
-  settings.intra_node = argv[3];
+  settings.mode = st::Collectives::flat;
+  settings.intra_node = *intra_node;
   settings.timeout_seconds = timeout;
   st::CommStack comms(world, settings);
   std::vector<float> buffer(1 << 18, 1.0f);

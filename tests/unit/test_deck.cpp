@@ -38,7 +38,7 @@ TEST(Deck, MinimalDeckTakesDefaults) {
   EXPECT_EQ(c.data.tokenizer, "byte");
   EXPECT_EQ(c.data.order, "random");
   EXPECT_EQ(c.model.vocab_size, 256);
-  EXPECT_EQ(c.parallel.strategy, "ddp");
+  EXPECT_EQ(c.parallel.strategy, StrategyKind::ddp);
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
   EXPECT_EQ(c.origin.at("run.steps"), "deck.toml:3");
   EXPECT_EQ(c.origin.at("model.n_layer"), "default");
@@ -191,7 +191,7 @@ TEST(Deck, FromFileNeedsAFileAndDefersTheShapeCheckToIt) {
 
 TEST(Deck, AutoStrategyIsAcceptedForThePlannerToResolve) {
   EXPECT_EQ(error_of(kMinimal, {"parallel.strategy=auto"}), "");
-  EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=auto"}).parallel.strategy, "auto");
+  EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=auto"}).parallel.strategy, StrategyKind::automatic);
 }
 
 TEST(Deck, EveryStrategyAndPrecisionIsAccepted) {
@@ -199,9 +199,28 @@ TEST(Deck, EveryStrategyAndPrecisionIsAccepted) {
     for (const char* precision : {"fp32", "bf16"}) {
       const Config c = parse_deck(kMinimal, "deck.toml",
                                   {std::string("parallel.strategy=") + strategy, std::string("parallel.precision=") + precision});
-      EXPECT_EQ(c.parallel.strategy, strategy);
-      EXPECT_EQ(c.parallel.precision, precision);
+      EXPECT_EQ(name_of(c.parallel.strategy), strategy);
+      EXPECT_EQ(name_of(c.parallel.precision), precision);
     }
+}
+
+TEST(Deck, ParallelChoicesAreParsedIntoTheirEnums) {
+  const Config c = parse_deck(kMinimal, "deck.toml",
+                              {"parallel.strategy=fsdp", "parallel.precision=bf16", "parallel.collectives=two_level",
+                               "parallel.intra_node=mpi"});
+  EXPECT_EQ(c.parallel.strategy, StrategyKind::fsdp);
+  EXPECT_EQ(zero_stage(c.parallel.strategy), 3);  // zero3 by another name
+  EXPECT_EQ(c.parallel.precision, Precision::bf16);
+  EXPECT_EQ(c.parallel.collectives, Collectives::two_level);
+  EXPECT_EQ(c.parallel.intra_node, IntraNode::mpi);
+  const Config d = parse_deck(kMinimal, "deck.toml", {});
+  EXPECT_EQ(d.parallel.collectives, Collectives::automatic);
+  EXPECT_EQ(d.parallel.intra_node, IntraNode::shm);
+  EXPECT_EQ(zero_stage(StrategyKind::zero1), 1);
+  EXPECT_EQ(zero_stage(StrategyKind::automatic), -1);
+  // The schema's allowed values are the tables' words.
+  EXPECT_EQ(choice_names<Collectives>(), (std::vector<std::string>{"auto", "flat", "two_level"}));
+  EXPECT_FALSE(choice_from_name<StrategyKind>("zero4").has_value());
 }
 
 TEST(Deck, ShardGroupBelongsToHsdp) {

@@ -44,7 +44,7 @@ const Config kConfig = parse_deck(kXl, "xl.toml", {});
 
 TEST(Planner, NvswitchWithAModelThatFitsPicksDdp) {
   const PlanResult r = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80));
-  EXPECT_EQ(chosen(r).strategy, "ddp");
+  EXPECT_EQ(chosen(r).strategy, StrategyKind::ddp);
   EXPECT_NE(r.reason.find("fits in 80.00 GiB"), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find("sends the least"), std::string::npos) << r.reason;
   for (const auto& row : r.rows) EXPECT_TRUE(row.fits) << row.strategy;
@@ -53,17 +53,17 @@ TEST(Planner, NvswitchWithAModelThatFitsPicksDdp) {
 TEST(Planner, AModelThatFitsOnlyShardedPicksZero) {
   const PlanResult r = plan_strategies(kConfig, machine_of("03_a100-sxm4-80gb-8gpu_nv12_8nic_dual-socket.txt", 24));
   const StrategyPrediction& c = chosen(r);
-  EXPECT_TRUE(c.strategy == "zero3" || c.strategy == "zero2" || c.strategy == "zero1") << c.strategy;
+  EXPECT_TRUE(c.strategy == StrategyKind::zero3 || c.strategy == StrategyKind::zero2 || c.strategy == StrategyKind::zero1) << c.strategy;
   EXPECT_NE(r.reason.find("ddp does not fit"), std::string::npos) << r.reason;
   for (const auto& row : r.rows)
-    if (row.strategy == "ddp") {
+    if (row.strategy == StrategyKind::ddp) {
       EXPECT_FALSE(row.fits);
     }
 }
 
 TEST(Planner, NvlinkPairsJoinedBySysPickHsdpInPairs) {
   const PlanResult r = plan_strategies(kConfig, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
-  EXPECT_EQ(chosen(r).strategy, "hsdp");
+  EXPECT_EQ(chosen(r).strategy, StrategyKind::hsdp);
   EXPECT_EQ(chosen(r).group, 2);
   EXPECT_NE(r.reason.find("across the SYS"), std::string::npos) << r.reason;
 }
@@ -74,14 +74,14 @@ TEST(Planner, PcieSocketsPickHsdpPerSocket) {
   const Config config = parse_deck(kXl, "xl.toml", {"data.global_batch=16", "data.micro_batch=2"});
   const PlanResult r =
       plan_strategies(config, machine_of("14_rtx-a5000-8gpu_pcie-pxb-pix_dual-socket_mlx5.txt", 48, 1, 0, 30));
-  EXPECT_EQ(chosen(r).strategy, "hsdp");
+  EXPECT_EQ(chosen(r).strategy, StrategyKind::hsdp);
   EXPECT_EQ(chosen(r).group, 4);
   EXPECT_NE(r.reason.find("inside the fast groups (PXB"), std::string::npos) << r.reason;
 }
 
 TEST(Planner, NodesOnASlowNetworkShardInsideTheNode) {
   const PlanResult r = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5));
-  EXPECT_EQ(chosen(r).strategy, "hsdp");
+  EXPECT_EQ(chosen(r).strategy, StrategyKind::hsdp);
   EXPECT_EQ(chosen(r).group, 8);
   EXPECT_NE(r.reason.find("across the network"), std::string::npos) << r.reason;
 }
@@ -98,23 +98,23 @@ TEST(Planner, MemoryIsTheStrategiesOwnArithmeticPlusActivations) {
   // A GPU rank works on the heads of one sequence at a time.
   const std::uint64_t activations =
       4 * activation_sizes(gpt2_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head)).total();
-  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"}) {
+  for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     const StrategyPrediction p = predict_strategy(kConfig, m, s, 0);
-    EXPECT_EQ(p.state_bytes, plan_strategy(layout, s, "fp32", 8, 8, 8).memory.model_state()) << s;
+    EXPECT_EQ(p.state_bytes, plan_strategy(layout, s, Precision::fp32, 8, 8, 8).memory.model_state()) << s;
     EXPECT_EQ(p.activation_bytes, activations) << s;
   }
   // ZeRO-3 on 8 ranks holds an eighth of ddp's model state (up to padding).
-  const double ratio = static_cast<double>(predict_strategy(kConfig, m, "zero3", 0).state_bytes) /
-                       static_cast<double>(predict_strategy(kConfig, m, "ddp", 0).state_bytes);
+  const double ratio = static_cast<double>(predict_strategy(kConfig, m, StrategyKind::zero3, 0).state_bytes) /
+                       static_cast<double>(predict_strategy(kConfig, m, StrategyKind::ddp, 0).state_bytes);
   EXPECT_NEAR(ratio, 1.0 / 8, 0.001);
 }
 
 TEST(Planner, StepTimeFollowsTheLinks) {
   // The same GPUs, NVSwitch against PCIe across sockets: ddp's communication scales with the
   // bandwidth of the slowest link of its ring (450 GB/s NV18 against 16 GB/s SYS).
-  const StrategyPrediction fast = predict_strategy(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80), "ddp", 0);
+  const StrategyPrediction fast = predict_strategy(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80), StrategyKind::ddp, 0);
   const StrategyPrediction slow =
-      predict_strategy(kConfig, machine_of("08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt", 80), "ddp", 0);
+      predict_strategy(kConfig, machine_of("08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt", 80), StrategyKind::ddp, 0);
   EXPECT_DOUBLE_EQ(fast.compute_s, slow.compute_s);
   EXPECT_NEAR(slow.comm_s / fast.comm_s, 450.0 / 16.0, 0.5);
 }
@@ -123,7 +123,7 @@ TEST(Planner, AutoBecomesTheChoiceWithHsdpGroupsAtTheFastLinks) {
   Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
   const std::string table =
       app::resolve_auto_strategy(config, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
-  EXPECT_EQ(config.parallel.strategy, "hsdp");
+  EXPECT_EQ(config.parallel.strategy, StrategyKind::hsdp);
   EXPECT_EQ(config.parallel.shard_group, 2);
   EXPECT_EQ(config.resolved.at("parallel.strategy"), "\"hsdp\"");
   EXPECT_EQ(config.resolved.at("parallel.shard_group"), "2");
@@ -147,7 +147,7 @@ TEST(Planner, AutoThatCannotFitIsAnErrorForEveryRank) {
 std::uint64_t smallest_need(const Config& config, Recompute recompute) {
   const Machine roomy = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 10000);
   std::uint64_t smallest = UINT64_MAX;
-  for (const std::string s : {"ddp", "zero1", "zero2", "zero3"})
+  for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
     smallest = std::min(smallest, predict_strategy(config, roomy, s, 0, recompute).total_bytes());
   return smallest;
 }

@@ -46,17 +46,17 @@ TEST(ShardLayout, PartsCoverEverySegmentOnceWithPadding) {
 TEST(StrategyPlan, ModelStateFollowsTheZeroTable) {
   const ParamLayout layout = make_gpt2_layout(Gpt2Shape{4, 64, 4, 32, 256, 256});
   const double psi = static_cast<double>(layout.total());
-  auto state = [&](const char* strategy, const char* precision, int n) {
+  auto state = [&](StrategyKind strategy, Precision precision, int n) {
     return static_cast<double>(plan_strategy(layout, strategy, precision, n, n, 1).memory.model_state());
   };
   for (int n : {1, 2, 4}) {
     // fp32: t = 4 bytes per parameter or gradient, K = 8; bf16: t = 2, K = 12.
-    EXPECT_NEAR(state("ddp", "fp32", n), 16 * psi, 0.01 * psi);
-    EXPECT_NEAR(state("zero1", "fp32", n), 8 * psi + 8 * psi / n, 0.01 * psi);
-    EXPECT_NEAR(state("zero2", "fp32", n), 4 * psi + 12 * psi / n, 0.01 * psi);
-    EXPECT_NEAR(state("zero3", "fp32", n), 16 * psi / n, 0.01 * psi);
-    EXPECT_NEAR(state("zero1", "bf16", n), 4 * psi + 12 * psi / n, 0.01 * psi);
-    EXPECT_NEAR(state("zero3", "bf16", n), 16 * psi / n, 0.01 * psi);
+    EXPECT_NEAR(state(StrategyKind::ddp, Precision::fp32, n), 16 * psi, 0.01 * psi);
+    EXPECT_NEAR(state(StrategyKind::zero1, Precision::fp32, n), 8 * psi + 8 * psi / n, 0.01 * psi);
+    EXPECT_NEAR(state(StrategyKind::zero2, Precision::fp32, n), 4 * psi + 12 * psi / n, 0.01 * psi);
+    EXPECT_NEAR(state(StrategyKind::zero3, Precision::fp32, n), 16 * psi / n, 0.01 * psi);
+    EXPECT_NEAR(state(StrategyKind::zero1, Precision::bf16, n), 4 * psi + 12 * psi / n, 0.01 * psi);
+    EXPECT_NEAR(state(StrategyKind::zero3, Precision::bf16, n), 16 * psi / n, 0.01 * psi);
   }
 }
 
@@ -64,16 +64,16 @@ TEST(StrategyPlan, TrafficFollowsTheFormulas) {
   const ParamLayout layout = make_gpt2_layout(Gpt2Shape{4, 64, 4, 32, 256, 256});
   const double psi4 = 4.0 * static_cast<double>(layout.total());
   const int n = 4;
-  EXPECT_NEAR(plan_strategy(layout, "ddp", "fp32", n, n, 1).group_bytes, 2 * psi4 * 3 / 4, 0.01 * psi4);
-  EXPECT_NEAR(plan_strategy(layout, "zero2", "fp32", n, n, 1).group_bytes, 2 * psi4 * 3 / 4, 0.01 * psi4);
-  EXPECT_NEAR(plan_strategy(layout, "zero3", "fp32", n, n, 1).group_bytes, 3 * psi4 * 3 / 4, 0.01 * psi4);
+  EXPECT_NEAR(plan_strategy(layout, StrategyKind::ddp, Precision::fp32, n, n, 1).group_bytes, 2 * psi4 * 3 / 4, 0.01 * psi4);
+  EXPECT_NEAR(plan_strategy(layout, StrategyKind::zero2, Precision::fp32, n, n, 1).group_bytes, 2 * psi4 * 3 / 4, 0.01 * psi4);
+  EXPECT_NEAR(plan_strategy(layout, StrategyKind::zero3, Precision::fp32, n, n, 1).group_bytes, 3 * psi4 * 3 / 4, 0.01 * psi4);
   // zero3 with 2 micro-batches gathers twice per micro-batch, reduces once: 5 Psi (N-1)/N.
-  EXPECT_NEAR(plan_strategy(layout, "zero3", "fp32", n, n, 2).group_bytes, 5 * psi4 * 3 / 4, 0.01 * psi4);
+  EXPECT_NEAR(plan_strategy(layout, StrategyKind::zero3, Precision::fp32, n, n, 2).group_bytes, 5 * psi4 * 3 / 4, 0.01 * psi4);
   // hsdp in groups of 2 on 4 ranks: zero3 within the group, one all-reduce of the shard across.
-  const StrategyPlan hsdp = plan_strategy(layout, "hsdp", "fp32", 4, 2, 1);
+  const StrategyPlan hsdp = plan_strategy(layout, StrategyKind::hsdp, Precision::fp32, 4, 2, 1);
   EXPECT_NEAR(hsdp.group_bytes, 3 * psi4 / 2, 0.01 * psi4);
   EXPECT_NEAR(hsdp.replica_bytes, 2 * (psi4 / 2) / 2, 0.01 * psi4);
-  EXPECT_EQ(plan_strategy(layout, "zero3", "fp32", 1, 1, 1).group_bytes, 0u);
+  EXPECT_EQ(plan_strategy(layout, StrategyKind::zero3, Precision::fp32, 1, 1, 1).group_bytes, 0u);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+#pragma once
+// The deck's parallel choices as enums, parsed once when the deck is read (deck/schema.cpp):
+// code compares enums, never strings, and a new value is one line in its table. Here in core,
+// since the communicators, the strategies and the planner all speak them. Each value keeps the word the
+// deck spells it with (name_of), for messages, checkpoints and the run's records.
+#include <array>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace st {
+
+// parallel.strategy. fsdp is zero3 by another name (kept, so messages use the user's word);
+// automatic is "auto", resolved by the planner before anything is built.
+enum class StrategyKind { ddp, zero1, zero2, zero3, fsdp, hsdp, automatic };
+// parallel.precision
+enum class Precision { fp32, bf16 };
+// parallel.collectives
+enum class Collectives { automatic, flat, two_level };
+// parallel.intra_node
+enum class IntraNode { shm, mpi };
+
+template <class E>
+struct ChoiceNames;  // static constexpr std::array<std::pair<E, const char*>, N> table
+template <>
+struct ChoiceNames<StrategyKind> {
+  static constexpr std::array<std::pair<StrategyKind, const char*>, 7> table{
+      {{StrategyKind::ddp, "ddp"},
+       {StrategyKind::zero1, "zero1"},
+       {StrategyKind::zero2, "zero2"},
+       {StrategyKind::zero3, "zero3"},
+       {StrategyKind::fsdp, "fsdp"},
+       {StrategyKind::hsdp, "hsdp"},
+       {StrategyKind::automatic, "auto"}}};
+};
+template <>
+struct ChoiceNames<Precision> {
+  static constexpr std::array<std::pair<Precision, const char*>, 2> table{
+      {{Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}}};
+};
+template <>
+struct ChoiceNames<Collectives> {
+  static constexpr std::array<std::pair<Collectives, const char*>, 3> table{
+      {{Collectives::automatic, "auto"}, {Collectives::flat, "flat"}, {Collectives::two_level, "two_level"}}};
+};
+template <>
+struct ChoiceNames<IntraNode> {
+  static constexpr std::array<std::pair<IntraNode, const char*>, 2> table{
+      {{IntraNode::shm, "shm"}, {IntraNode::mpi, "mpi"}}};
+};
+
+// The deck's word for a value.
+template <class E>
+std::string name_of(E value) {
+  for (const auto& [v, name] : ChoiceNames<E>::table)
+    if (v == value) return name;
+  return "?";
+}
+// The value a word names, or none.
+template <class E>
+std::optional<E> choice_from_name(std::string_view word) {
+  for (const auto& [v, name] : ChoiceNames<E>::table)
+    if (word == name) return v;
+  return std::nullopt;
+}
+// Every word, in the table's order (the schema's list of allowed values).
+template <class E>
+std::vector<std::string> choice_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : ChoiceNames<E>::table) names.emplace_back(entry.second);
+  return names;
+}
+
+// Writes the deck's word (for messages built with streams).
+template <class E, class = decltype(ChoiceNames<E>::table)>
+std::ostream& operator<<(std::ostream& out, E value) {
+  return out << name_of(value);
+}
+
+// How much of the model state a strategy shards: 0 (ddp) .. 3 (zero3, fsdp, hsdp).
+int zero_stage(StrategyKind strategy);
+
+}  // namespace st
