@@ -232,7 +232,11 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
     throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + plan.reason, ErrorScope::all_ranks);
   const StrategyPrediction& chosen = plan.rows[static_cast<std::size_t>(plan.chosen)];
   config.parallel.strategy = chosen.strategy;
-  config.resolved["parallel.strategy"] = "\"" + name_of(chosen.strategy) + "\"";
+  // Appended, not "\"" + name: GCC 12 warns falsely (-Wrestrict) on that inlined operator+.
+  std::string quoted = "\"";
+  quoted += name_of(chosen.strategy);
+  quoted += '"';
+  config.resolved["parallel.strategy"] = quoted;
   config.origin["parallel.strategy"] = "auto: chosen by the planner (plan.txt)";
   if (chosen.strategy == StrategyKind::hsdp) {
     config.parallel.shard_group = chosen.group;

@@ -23,6 +23,7 @@
 #include "train/report.hpp"
 #include "train/mfu.hpp"
 #include "train/run_settings.hpp"
+#include "train/run_start.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
 #include "weights/init_from.hpp"
@@ -62,7 +63,9 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   targets_.resize(tokens_.size());
 
   checkpoint_dir_ = config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
-  resume();
+  const RunStart start = start_run(config, world, *net_, data_, *train_loader_, checkpoint_dir_);
+  start_step_ = start.step;
+  resume_notes_ = start.notes;
   checkpointer_ = std::make_unique<Checkpointer>(world.comm(), checkpoint_dir_, static_cast<int>(config.checkpoint.keep),
                                                  config.checkpoint.timeout_s, config.checkpoint.async);
   signals_ = std::make_unique<StopSignals>();
@@ -102,149 +105,6 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   };
   rows.insert(rows.end(), measured.begin(), measured.end());
   return rows;
-}
-
-void Trainer::start_from_initial_params() {
-  // GPT-2 weights from a file: every rank reads them once rank 0 has checked the file, and keeps
-  // its part (as from a checkpoint, so any strategy and world size works); fresh optimizer state.
-  if (!config_.model.init_from.empty()) {
-    const InitialWeights initial = load_initial_weights(config_.model.init_from, shape_, world_.comm());
-    net_->strategy().load_params(initial.params);
-    resume_notes_.push_back(initial.note);
-    return;
-  }
-  net_->init_params(static_cast<std::uint64_t>(config_.run.seed));
-}
-
-namespace {
-// What a resumed run's deck changes in the learning-rate schedule of the deck that wrote the
-// checkpoint ("" when nothing, or when that deck no longer parses here).
-std::string schedule_change(const std::string& checkpoint_deck, const Config& now) {
-  Config before;
-  try {
-    before = parse_deck(checkpoint_deck, "the checkpoint's deck", {});
-  } catch (const Error&) {
-    return "";
-  }
-  std::vector<std::string> changes;
-  auto compare = [&](const char* key, const std::string& a, const std::string& b) {
-    if (a != b) changes.push_back(std::string(key) + " " + a + " -> " + b);
-  };
-  compare("run.steps", std::to_string(before.run.steps), std::to_string(now.run.steps));
-  compare("optimizer.lr", json_number(before.optimizer.lr), json_number(now.optimizer.lr));
-  compare("optimizer.min_lr", json_number(before.optimizer.min_lr), json_number(now.optimizer.min_lr));
-  compare("optimizer.warmup_steps", std::to_string(before.optimizer.warmup_steps),
-          std::to_string(now.optimizer.warmup_steps));
-  compare("optimizer.schedule", before.optimizer.schedule, now.optimizer.schedule);
-  if (changes.empty()) return "";
-  return "the learning-rate schedule differs from the checkpoint's deck (" + join(changes, ", ") +
-         "): from here on the rate follows this deck's schedule, not the one the run began with";
-}
-}  // namespace
-
-void Trainer::resume() {
-  // A resumed run reads every parameter and optimizer value it holds: it initialises the model
-  // only when there is nothing to resume from.
-  const std::string& resume = config_.checkpoint.resume;
-  if (resume == "none") return start_from_initial_params();
-  const bool latest = resume == "latest";
-  const std::vector<std::string> candidates = latest ? checkpoint_candidates(checkpoint_dir_) : std::vector{resume};
-  CheckpointInfo info;
-  std::string resumed_from;
-  for (const std::string& path : candidates) {
-    try {
-      // The clock starts when every rank is here: start-up may end at different times on each.
-      net_->comms().barrier("world (resume)");
-      Stopwatch clock;
-      info = read_checkpoint(path, shape_, net_->strategy(), world_.comm());
-      start_step_ = info.step;
-      resumed_from = path;
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "resumed from %s: step %lld, written by %lld rank(s) with %s (%s); read in %.2f s", path.c_str(),
-                    static_cast<long long>(info.step), static_cast<long long>(info.world_size), info.strategy.c_str(),
-                    info.precision.c_str(), clock.seconds());
-      resume_notes_.push_back(line);
-      if (!config_.model.init_from.empty())
-        resume_notes_.push_back("model.init_from = \"" + config_.model.init_from +
-                                "\" is not read: the run goes on from the checkpoint");
-      if (const std::string changed = schedule_change(info.deck, config_); !changed.empty())
-        resume_notes_.push_back(changed);
-      break;
-    } catch (const Error& e) {
-      // read_checkpoint agrees across ranks: every rank is here with the same message.
-      if (!latest) throw Error(std::string(e.what()) + " (checkpoint.resume)", ErrorScope::all_ranks);
-      resume_notes_.push_back(std::string("skipping a checkpoint that cannot be resumed: ") + e.what());
-    }
-  }
-  if (!resumed_from.empty()) {
-    // Outside the fallback above: a data set that does not fit the checkpoint is the deck's
-    // problem, which an older checkpoint would not solve.
-    train_loader_->seek(loader_position(info, resumed_from));
-    return;
-  }
-  start_from_initial_params();  // also undoes what a checkpoint that failed part-way filled in
-  resume_notes_.push_back(candidates.empty() ? "checkpoint.resume = \"latest\": no checkpoint in " + checkpoint_dir_ +
-                                                   "; starting from step 0"
-                                             : "checkpoint.resume = \"latest\": no valid checkpoint in " +
-                                                   checkpoint_dir_ + "; starting from step 0");
-}
-
-LoaderPosition Trainer::loader_position(const CheckpointInfo& info, const std::string& path) {
-  LoaderPosition position{info.data_position, 0, 0};
-  const TokenDataset& data = *data_.splits.train.data;
-  const Split& split = data_.splits.train;
-  if (!train_loader_->sequential()) {
-    // The batch count is the whole position; the file position it recorded says whether the
-    // data are the checkpoint's.
-    if (info.data_shard.empty()) return position;
-    BatchLoader probe = *train_loader_;
-    probe.seek(position);
-    const std::size_t next = probe.next_start();
-    const DataShard& shard = data.shards()[data.shard_of(next)];
-    const bool same_file = shard.path == info.data_shard || std::filesystem::path(shard.path).filename() ==
-                                                               std::filesystem::path(info.data_shard).filename();
-    if (!same_file || static_cast<std::int64_t>(next - shard.begin) != info.data_shard_offset)
-      resume_notes_.push_back("note: the checkpoint's next batch starts at token " + std::to_string(info.data_shard_offset) +
-                              " of " + info.data_shard + ", this run's at token " + std::to_string(next - shard.begin) +
-                              " of " + shard.path + ": the training data differ from the checkpoint's");
-    return position;
-  }
-  const std::string where = "checkpoint " + path + ": ";
-  if (info.data_shard.empty() || info.data_order != "sequential")
-    throw Error(where + "data.order = \"sequential\" reads on from the data file and offset a checkpoint names, but this "
-                        "one was written " +
-                    (info.data_shard.empty() ? std::string("before checkpoints recorded them")
-                                             : "with data.order = \"" + info.data_order + "\"") +
-                    "; resume it with data.order = \"random\"",
-                ErrorScope::all_ranks);
-  // The file by its path, else by its name alone (the data moved to another directory).
-  const auto& shards = data.shards();
-  const DataShard* found = nullptr;
-  for (const DataShard& s : shards)
-    if (s.path == info.data_shard) found = &s;
-  if (!found) {
-    const std::string name = std::filesystem::path(info.data_shard).filename().string();
-    int matches = 0;
-    for (const DataShard& s : shards)
-      if (std::filesystem::path(s.path).filename().string() == name) found = &s, ++matches;
-    if (matches != 1) found = nullptr;
-  }
-  if (!found)
-    throw Error(where + "the next batch starts at token " + std::to_string(info.data_shard_offset) + " of '" +
-                    info.data_shard + "', a file data.path does not name (it names " + data.name() + ")",
-                ErrorScope::all_ranks);
-  const std::size_t at = found->begin + static_cast<std::size_t>(info.data_shard_offset);
-  if (info.data_shard_offset < 0 || static_cast<std::size_t>(info.data_shard_offset) >= found->size || at < split.begin ||
-      at >= split.end)
-    throw Error(where + "the next batch starts at token " + std::to_string(info.data_shard_offset) + " of '" +
-                    found->path + "', outside the training part of this data (" + std::to_string(found->size) +
-                    " tokens in the file; training uses positions " + std::to_string(split.begin) + " to " +
-                    std::to_string(split.end) + " of " + data.name() + ")",
-                ErrorScope::all_ranks);
-  position.offset = at - split.begin;
-  position.epoch = info.data_epoch;
-  return position;
 }
 
 void Trainer::save_checkpoint(std::int64_t steps_done) {

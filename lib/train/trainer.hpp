@@ -51,12 +51,6 @@ class Trainer {
   void print_sample(std::int64_t step);
   std::string memory_line(const char* when) const;
   std::string measured_host_memory() const;
-  void start_from_initial_params();
-  void resume();
-  // The training loader's position from a checkpoint: its batch count, and for the sequential
-  // order the data file and offset it names. Throws Error (all ranks) if this data has no such
-  // place; notes where the data differ from the checkpoint's.
-  LoaderPosition loader_position(const CheckpointInfo& info, const std::string& path);
   void save_checkpoint(std::int64_t steps_done);
   void report_checkpoint(const Checkpointer::Done& done);
   void write_traces();
