@@ -20,6 +20,7 @@
 #include "ckpt/h5.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/json_text.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
 #include "data/data_paths.hpp"
@@ -91,7 +92,7 @@ struct LoadedModel {
 // The deck a weights file runs with: every model key from the file, the rest at their defaults
 // (--set changes any). data.path is never read (eval takes --data), but a deck must name one.
 std::string weights_deck(const std::string& path) {
-  const std::string quoted = json_string(path);
+  const std::string quoted = toml_string(path, "the weights file");
   return "[run]\nsteps = 1\n[model]\ninit_from = " + quoted + "\nfrom_file = true\n[data]\npath = " + quoted + "\n";
 }
 
@@ -263,7 +264,7 @@ int generate_command(const GenerateRequest& r, World& world) {
     }
   }
   if (world.is_root()) {
-    if (r.json) std::cout << json.dump() << std::endl;
+    if (r.json) std::cout << json_text(json) << std::endl;
     else std::cout << "----" << std::endl;
   }
   return kExitOk;
@@ -271,7 +272,7 @@ int generate_command(const GenerateRequest& r, World& world) {
 
 int eval_command(const EvalRequest& r, World& world) {
   std::vector<std::string> overrides = r.overrides;
-  if (!r.data.empty()) overrides.push_back("data.path=" + json_string(r.data));
+  if (!r.data.empty()) overrides.push_back("data.path=" + toml_string(r.data, "--data"));
   if (r.data.empty() && resolve_model_path(r.checkpoint).weights)
     throw Error("weights " + r.checkpoint + ": weights hold no data to evaluate on: give --data FILE",
                 ErrorScope::all_ranks);
@@ -296,7 +297,7 @@ int eval_command(const EvalRequest& r, World& world) {
     json["sequences_per_batch"] = plan.global_batch;
     json["seq_len"] = plan.seq_len;
     json["data"] = source;
-    std::cout << json.dump() << std::endl;
+    std::cout << json_text(json) << std::endl;
   } else {
     char line[160];
     std::snprintf(line, sizeof line, "eval: loss %.6f, perplexity %.4f", loss, std::exp(loss));

@@ -2,8 +2,9 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(toml11 3.7 REQUIRED CONFIG)
 find_package(CLI11 2.1 REQUIRED CONFIG)
-# JSON headers of safetensors files, Hugging Face config.json and tokenizer vocabularies (Debian:
-# nlohmann-json3-dev); Unicode character classes for GPT-2's pre-tokenizer (ICU, libicu-dev).
+# JSON headers of safetensors files, Hugging Face config.json, tokenizer vocabularies, and every
+# JSON the program writes (metrics, timelines; Debian: nlohmann-json3-dev); Unicode character
+# classes for GPT-2's pre-tokenizer (ICU, libicu-dev).
 find_package(nlohmann_json 3.10 REQUIRED CONFIG)
 find_package(ICU REQUIRED COMPONENTS uc)
 

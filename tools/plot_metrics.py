@@ -7,6 +7,7 @@ Each argument is a run directory (holding metrics.jsonl) or a metrics.jsonl file
 python3-matplotlib (run with /usr/bin/python3)."""
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -50,13 +51,18 @@ def load(path):
     return train, val
 
 
+def numbers(rows, key):
+    """The values of `key`; a number the run could not write (a diverged loss is NaN or infinite,
+    which JSON holds as null) as NaN, which leaves a gap in the plot."""
+    return [math.nan if r[key] is None else r[key] for r in rows]
+
+
 def smooth(values, window):
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
+    """The mean of the finite values among the last `window` (NaN where there are none)."""
+    out = []
+    for i in range(len(values)):
+        finite = [v for v in values[max(0, i + 1 - window):i + 1] if math.isfinite(v)]
+        out.append(sum(finite) / len(finite) if finite else math.nan)
     return out
 
 
@@ -72,14 +78,15 @@ def main():
         train, val = load(run)
         label = os.path.basename(os.path.normpath(run))
         steps = [r["step"] for r in train]
-        line, = ax_loss.plot(steps, smooth([r["loss"] for r in train], args.smooth), label=f"{label} train")
-        ax_loss.plot(steps, [r["loss"] for r in train], color=line.get_color(), alpha=0.2, linewidth=0.8)
+        loss = numbers(train, "loss")
+        line, = ax_loss.plot(steps, smooth(loss, args.smooth), label=f"{label} train")
+        ax_loss.plot(steps, loss, color=line.get_color(), alpha=0.2, linewidth=0.8)
         if val:
-            ax_loss.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o--", color=line.get_color(),
+            ax_loss.plot([r["step"] for r in val], numbers(val, "val_loss"), "o--", color=line.get_color(),
                          label=f"{label} validation")
-        ax_time.plot(steps, [r["ms"] for r in train], color=line.get_color(), label=f"{label} step", linewidth=0.8)
+        ax_time.plot(steps, numbers(train, "ms"), color=line.get_color(), label=f"{label} step", linewidth=0.8)
         if all("exposed_comm_ms" in r for r in train):  # the time of the step spent waiting for communication
-            ax_time.plot(steps, [r["exposed_comm_ms"] for r in train], ":", color=line.get_color(),
+            ax_time.plot(steps, numbers(train, "exposed_comm_ms"), ":", color=line.get_color(),
                          label=f"{label} exposed communication", linewidth=0.8)
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss (nats per token)")

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/timer.hpp"
 
 namespace st {
@@ -39,16 +41,8 @@ class PhaseLog {
     }
     return s;
   }
-  // {"layout":0.012,...}
-  std::string json() const {
-    std::string s = "{";
-    char number[32];
-    for (const auto& [name, seconds] : phases_) {
-      std::snprintf(number, sizeof number, "%.6f", seconds);
-      s += (s.size() > 1 ? ",\"" : "\"") + name + "\":" + number;
-    }
-    return s + "}";
-  }
+  // {"layout":0.012,...}: each phase's seconds under its name, in the order first marked.
+  nlohmann::ordered_json json() const;
 
  private:
   Stopwatch clock_;

@@ -1,6 +1,7 @@
 #include "core/text.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -103,10 +104,10 @@ std::string format_duration(double seconds) {
   return text;
 }
 
-std::string json_number(double x) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.17g", x);
-  return text;
+std::string format_shortest(double x) {
+  char text[32];  // the longest double, "-2.2250738585072014e-308", is 24 characters
+  const auto end = std::to_chars(text, text + sizeof text, x).ptr;
+  return std::string(text, end);
 }
 
 Utf8Sequence utf8_sequence_at(std::string_view s, std::size_t at) {
@@ -149,37 +150,6 @@ std::string printable_utf8(std::string_view bytes) {
     at += length;
   }
   return out;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  auto unicode = [&out](std::uint32_t unit) {
-    char escaped[16];
-    std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(unit));
-    out += escaped;
-  };
-  for (std::size_t at = 0; at < s.size();) {
-    const Utf8Sequence seq = utf8_sequence_at(s, at);
-    const auto c = static_cast<unsigned char>(s[at]);
-    if (seq.length == 0) {  // not UTF-8: the byte's value as a character
-      unicode(c);
-      ++at;
-      continue;
-    }
-    at += seq.length;
-    const std::uint32_t code = seq.code_point;
-    switch (code) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (code >= 0x20 && code < 0x7f) out += static_cast<char>(code);
-        else if (code < 0x10000) unicode(code);
-        else unicode(0xd800 + ((code - 0x10000) >> 10)), unicode(0xdc00 + ((code - 0x10000) & 0x3ff));
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace st

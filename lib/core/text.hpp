@@ -23,17 +23,14 @@ std::string format_bytes(double bytes);
 // Joins with a separator: join({"a","b"}, ", ") == "a, b".
 std::string join(const std::vector<std::string>& parts, std::string_view separator);
 
-// A JSON string literal, quotes included, in ASCII: control characters and every character of a
-// valid UTF-8 sequence beyond ASCII as \uXXXX (surrogate pairs above U+FFFF); a byte that is no
-// part of valid UTF-8 as the character of its value (\u00XX).
-std::string json_string(const std::string& s);
 // Now in UTC, ISO 8601 with milliseconds: "2026-12-03T13:05:25.123Z".
 std::string utc_timestamp();
 // A duration for people: "45s", "12m 05s", "3h 02m", "2d 04h".
 std::string format_duration(double seconds);
 
-// A JSON number that reads back as the same double (17 significant digits).
-std::string json_number(double x);
+// The shortest text that reads back as the same double: format_shortest(0.1) == "0.1",
+// format_shortest(6e-4) == "6e-04".
+std::string format_shortest(double x);
 
 // The length of the valid UTF-8 sequence that starts at s[at] (1 to 4 bytes) and its code point,
 // or length 0 where none starts there: a stray continuation byte, a truncated sequence, an

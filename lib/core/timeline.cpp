@@ -1,8 +1,10 @@
 #include "core/timeline.hpp"
 
-#include <cstdio>
+#include <cmath>
 
-#include "core/text.hpp"
+#include <nlohmann/json.hpp>
+
+#include "core/json_text.hpp"
 
 namespace st {
 
@@ -16,26 +18,22 @@ void Timeline::record(const std::string& track, std::string name, double start_u
 }
 
 std::string Timeline::json(int rank) const {
+  using Json = nlohmann::ordered_json;
+  // Tenths of a microsecond: finer than anything recorded here needs, and a small file.
+  const auto tenths = [](double us) { return std::round(us * 10.0) / 10.0; };
   std::lock_guard<std::mutex> lock(mutex_);
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", rank,
-                rank);
-  out += line;
-  for (std::size_t t = 0; t < tracks_.size(); ++t) {
-    std::snprintf(line, sizeof line, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%zu,\"args\":{\"name\":",
-                  rank, t);
-    out += line + json_string(tracks_[t]) + "}}";
-  }
+  // Metadata ("M") events name the process (the rank) and each thread (a track); "X" events are spans.
+  Json events = Json::array();
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  for (std::size_t t = 0; t < tracks_.size(); ++t)
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", t}, {"args", {{"name", tracks_[t]}}}});
   for (const Event& e : events_) {
-    std::snprintf(line, sizeof line, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.1f,\"dur\":%.1f,\"name\":", rank, e.track,
-                  e.start_us, e.end_us - e.start_us);
-    out += line + json_string(e.name);
-    if (e.bytes) out += ",\"args\":{\"bytes\":" + std::to_string(e.bytes) + "}";
-    out += "}";
+    Json span = {{"ph", "X"}, {"pid", rank}, {"tid", e.track}, {"ts", tenths(e.start_us)},
+                 {"dur", tenths(e.end_us - e.start_us)}, {"name", e.name}};
+    if (e.bytes) span["args"] = {{"bytes", e.bytes}};
+    events.push_back(std::move(span));
   }
-  out += "\n]}\n";
-  return out;
+  return json_text({{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}}) + "\n";
 }
 
 }  // namespace st

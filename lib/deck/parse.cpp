@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -336,6 +337,18 @@ class DeckParser {
 
 Config parse_deck(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
   return DeckParser(path).run(text, overrides);
+}
+
+std::string toml_string(const std::string& text, const std::string& what) {
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t length = utf8_sequence_at(text, at).length;
+    if (length == 0)
+      throw Error(what + " '" + printable_utf8(text) + "' is not UTF-8 text, which a deck cannot hold",
+                  ErrorScope::all_ranks);
+    at += length;
+  }
+  // An unlimited width keeps toml11 from a multi-line string: one line, escapes for the rest.
+  return toml::format(toml::value(text), std::numeric_limits<std::size_t>::max());
 }
 
 }  // namespace st

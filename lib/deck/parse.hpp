@@ -12,4 +12,9 @@ namespace st {
 // lists every problem found, each with file:line or the --set that caused it.
 Config parse_deck(const std::string& text, const std::string& path, const std::vector<std::string>& overrides);
 
+// `text` as a TOML basic string, quotes included, for a deck or a --set value the program makes
+// (a path given on the command line). Throws Error (scope: all ranks) naming `what` when `text`
+// is not valid UTF-8, which a TOML document cannot hold.
+std::string toml_string(const std::string& text, const std::string& what);
+
 }  // namespace st

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/text.hpp"
 
 namespace st {
@@ -49,20 +51,22 @@ std::string step_line(const StepRecord& r) {
   return line;
 }
 
-std::string step_json(const StepRecord& r) {
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "{\"kind\":\"train\",\"step\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"ms\":%.6g,"
-                "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"memory_bytes\":%llu,\"comm_bytes\":%llu,"
-                "\"comm_intra_bytes\":%llu,\"comm_inter_bytes\":%llu,\"exposed_comm_ms\":%.6g,\"elapsed_s\":%.6g,"
-                "\"eta_s\":%.6g}",
-                static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3, r.tokens_per_second, r.mfu,
-                static_cast<unsigned long long>(r.memory_bytes),
-                static_cast<unsigned long long>(r.comm_intra_bytes + r.comm_inter_bytes),
-                static_cast<unsigned long long>(r.comm_intra_bytes), static_cast<unsigned long long>(r.comm_inter_bytes),
-                r.exposed_comm_seconds * 1e3, r.elapsed_seconds, r.eta_seconds);
-  return line;
+nlohmann::ordered_json step_metrics(const StepRecord& r) {
+  return {{"kind", "train"},
+          {"step", r.step},
+          {"loss", r.loss},
+          {"lr", r.lr},
+          {"grad_norm", r.grad_norm},
+          {"ms", r.seconds * 1e3},
+          {"tokens_per_s", r.tokens_per_second},
+          {"mfu", r.mfu},
+          {"memory_bytes", r.memory_bytes},
+          {"comm_bytes", r.comm_intra_bytes + r.comm_inter_bytes},
+          {"comm_intra_bytes", r.comm_intra_bytes},
+          {"comm_inter_bytes", r.comm_inter_bytes},
+          {"exposed_comm_ms", r.exposed_comm_seconds * 1e3},
+          {"elapsed_s", r.elapsed_seconds},
+          {"eta_s", r.eta_seconds}};
 }
-
 
 }  // namespace st

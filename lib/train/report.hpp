@@ -1,9 +1,11 @@
 #pragma once
-// What rank 0 prints: the settings table before step 0 and the per-step line.
+// What rank 0 prints: the settings table before step 0 and the per-step line (and its metrics).
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "deck/config.hpp"
 
@@ -22,7 +24,8 @@ struct StepRecord {
   double eta_seconds = 0;      // the steps left at the pace so far
 };
 std::string step_line(const StepRecord& r);
-std::string step_json(const StepRecord& r);
+// The step's metrics.jsonl line ("kind": "train"); a number that is not finite (a diverged loss) is null.
+nlohmann::ordered_json step_metrics(const StepRecord& r);
 
 
 }  // namespace st

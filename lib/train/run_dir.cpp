@@ -2,7 +2,10 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.hpp"
+#include "core/json_text.hpp"
 #include "core/text.hpp"
 
 namespace st {
@@ -46,12 +49,13 @@ void RunDirectory::log(const std::string& line) {
   log_.flush();
 }
 
-void RunDirectory::metric(const std::string& json_object) {
+void RunDirectory::metric(const nlohmann::ordered_json& fields) {
   if (!active_) return;
+  ST_REQUIRE(fields.is_object(), "a metrics line is a JSON object");
   // Every line says when it was written: "time" (UTC, ISO 8601) first.
-  ST_REQUIRE(json_object.size() >= 2 && json_object.front() == '{', "a metrics line is a JSON object");
-  metrics_ << "{\"time\":" << json_string(utc_timestamp()) << (json_object.size() > 2 ? "," : "")
-           << json_object.substr(1) << '\n';
+  nlohmann::ordered_json line = {{"time", utc_timestamp()}};
+  line.update(fields);
+  metrics_ << json_text(line) << '\n';
   metrics_.flush();
 }
 

@@ -3,6 +3,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "deck/config.hpp"
 
 namespace st {
@@ -19,8 +21,9 @@ class RunDirectory {
   const std::string& path() const { return path_; }
   // Appends a line to train.log (and flushes: a killed job keeps what it printed).
   void log(const std::string& line);
-  // Appends one JSON object per line to metrics.jsonl.
-  void metric(const std::string& json_object);
+  // Appends `fields` (a JSON object) as one line to metrics.jsonl, after a "time" field; see
+  // json_text for what becomes of NaN and of bytes that are not UTF-8.
+  void metric(const nlohmann::ordered_json& fields);
 
  private:
   bool active_;

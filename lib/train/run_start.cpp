@@ -51,8 +51,8 @@ std::string schedule_change(const std::string& checkpoint_deck, const Config& no
     if (a != b) changes.push_back(std::string(key) + " " + a + " -> " + b);
   };
   compare("run.steps", std::to_string(before.run.steps), std::to_string(now.run.steps));
-  compare("optimizer.lr", json_number(before.optimizer.lr), json_number(now.optimizer.lr));
-  compare("optimizer.min_lr", json_number(before.optimizer.min_lr), json_number(now.optimizer.min_lr));
+  compare("optimizer.lr", format_shortest(before.optimizer.lr), format_shortest(now.optimizer.lr));
+  compare("optimizer.min_lr", format_shortest(before.optimizer.min_lr), format_shortest(now.optimizer.min_lr));
   compare("optimizer.warmup_steps", std::to_string(before.optimizer.warmup_steps),
           std::to_string(now.optimizer.warmup_steps));
   compare("optimizer.schedule", before.optimizer.schedule, now.optimizer.schedule);

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/checkpoint.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -143,11 +145,14 @@ void Trainer::report_checkpoint(const Checkpointer::Done& done) {
     say(line + done.phases.text());
   }
   if (world_.is_root())
-    run_dir_->metric("{\"kind\":\"checkpoint\",\"step\":" + std::to_string(done.step) + ",\"path\":" +
-                     json_string(done.path) + ",\"bytes\":" + std::to_string(static_cast<std::uint64_t>(bytes)) +
-                     ",\"seconds\":" + std::to_string(done.seconds) + ",\"stall_seconds\":" +
-                     std::to_string(done.stall_seconds) + ",\"copy_seconds\":" + std::to_string(done.copy_seconds) +
-                     ",\"phases\":" + done.phases.json() + "}");
+    run_dir_->metric({{"kind", "checkpoint"},
+                      {"step", done.step},
+                      {"path", done.path},
+                      {"bytes", static_cast<std::uint64_t>(bytes)},
+                      {"seconds", done.seconds},
+                      {"stall_seconds", done.stall_seconds},
+                      {"copy_seconds", done.copy_seconds},
+                      {"phases", done.phases.json()}});
 }
 
 void Trainer::say(const std::string& line) {
@@ -211,8 +216,7 @@ void Trainer::print_sample(std::int64_t step) {
   const std::string text = data_.text_samples ? render_text(tokens, *data_.tokenizer) : render_ids(tokens);
   say(text);
   say("----");
-  run_dir_->metric("{\"kind\":\"sample\",\"step\":" + std::to_string(step) + ",\"prompt_tokens\":" +
-                  std::to_string(prompt) + ",\"text\":" + json_string(text) + "}");
+  run_dir_->metric({{"kind", "sample"}, {"step", step}, {"prompt_tokens", prompt}, {"text", text}});
 }
 
 TrainSummary Trainer::run() {
@@ -227,11 +231,13 @@ TrainSummary Trainer::run() {
   say(settings_table(config_, derived_settings()));
   for (const std::string& warning : schedule_warnings(config_.optimizer, config_.run.steps)) say("warning: " + warning);
   if (world_.is_root())
-    run_dir_->metric("{\"kind\":\"run\",\"parameters\":" + std::to_string(net_->model().layout().total()) +
-                     ",\"world_size\":" + std::to_string(world_.size()) + ",\"nodes\":" +
-                     std::to_string(world_.node_count()) + ",\"strategy\":" + json_string(name_of(config_.parallel.strategy)) +
-                     ",\"precision\":" + json_string(name_of(config_.parallel.precision)) + ",\"tokens_per_step\":" +
-                     std::to_string(plan_.global_batch * plan_.seq_len) + "}");
+    run_dir_->metric({{"kind", "run"},
+                      {"parameters", net_->model().layout().total()},
+                      {"world_size", world_.size()},
+                      {"nodes", world_.node_count()},
+                      {"strategy", name_of(config_.parallel.strategy)},
+                      {"precision", name_of(config_.parallel.precision)},
+                      {"tokens_per_step", plan_.global_batch * plan_.seq_len}});
   TrainSummary summary;
   summary.val_unigram_entropy = data_.splits.val.data->unigram_entropy(data_.splits.val.begin, data_.splits.val.end);
   {
@@ -271,7 +277,7 @@ TrainSummary Trainer::run() {
     if (step == start_step_) summary.first_loss = loss;
     summary.last_loss = loss;
     summary.steps = step + 1;
-    if (world_.is_root()) run_dir_->metric(step_json(record));
+    if (world_.is_root()) run_dir_->metric(step_metrics(record));
     if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
     if (const std::string note = yardstick_->note_for(record.mfu); !note.empty()) say(note);
 
@@ -283,8 +289,7 @@ TrainSummary Trainer::run() {
                     static_cast<long long>(step + 1));
       say(line);
       if (world_.is_root())
-        run_dir_->metric("{\"kind\":\"val\",\"step\":" + std::to_string(step + 1) + ",\"val_loss\":" +
-                         json_number(summary.last_val_loss) + "}");
+        run_dir_->metric({{"kind", "val"}, {"step", step + 1}, {"val_loss", summary.last_val_loss}});
     }
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
     // Memory after the first step (the workspace has reached its size), at each evaluation, at the end.
@@ -319,16 +324,23 @@ std::string Trainer::memory_line(const char* when) const {
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
   const std::uint64_t largest = net_->comms().max_over_ranks(total, "world (memory)");
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
-  if (world_.is_root())
-    run_dir_->metric("{\"kind\":\"memory\",\"when\":" + json_string(when) + ",\"params\":" + std::to_string(m.params) +
-                     ",\"grads\":" + std::to_string(m.grads) + ",\"optimizer\":" + std::to_string(m.optimizer) +
-                     ",\"workspace\":" + std::to_string(m.workspace) + ",\"activations\":" +
-                     std::to_string(activations) + ",\"checkpoint_copy\":" + std::to_string(checkpoint_copy) +
-                     ",\"total\":" + std::to_string(total) + ",\"largest_rank_total\":" + std::to_string(largest) +
-                     (peak_restarted_ ? ",\"resident_before\":" + std::to_string(resident_before_) +
-                                            ",\"resident_peak\":" + std::to_string(peak_resident_bytes())
-                                      : std::string()) +
-                     "}");
+  if (world_.is_root()) {
+    nlohmann::ordered_json fields = {{"kind", "memory"},
+                                     {"when", when},
+                                     {"params", m.params},
+                                     {"grads", m.grads},
+                                     {"optimizer", m.optimizer},
+                                     {"workspace", m.workspace},
+                                     {"activations", activations},
+                                     {"checkpoint_copy", checkpoint_copy},
+                                     {"total", total},
+                                     {"largest_rank_total", largest}};
+    if (peak_restarted_) {
+      fields["resident_before"] = resident_before_;
+      fields["resident_peak"] = peak_resident_bytes();
+    }
+    run_dir_->metric(fields);
+  }
   const std::string where =
       net_->execution().choice.cuda
           ? " (GPU memory; shardtrain's buffers on the device " + b(net_->execution().device_bytes()) + ", at most " +

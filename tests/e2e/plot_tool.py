@@ -1,6 +1,7 @@
 """tools/plot_metrics.py answers a path that is not a run in one line on standard error, exit code
 1, never a traceback: a missing run directory, a directory without metrics.jsonl, a file that is
-not metrics, an output it cannot write. A run directory with metrics gives a PNG."""
+not metrics, an output it cannot write. A run directory with metrics gives a PNG, also when its
+losses are null (a diverged run's NaN)."""
 import json
 import os
 import subprocess
@@ -51,4 +52,17 @@ h.check(proc.returncode == 0 and proc.stdout.strip() == f"wrote {png}", f"a run'
 with open(png, "rb") as f:
     head = f.read(8)
 h.check(head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 10000, f"into a PNG ({os.path.getsize(png)} bytes)")
+
+# A run that diverged: its losses from step 11 on were NaN, which metrics.jsonl holds as null.
+diverged = os.path.join(work, "diverged")
+os.makedirs(diverged)
+with open(os.path.join(diverged, "metrics.jsonl"), "w") as f:
+    for step in range(1, 31):
+        loss = 5.5 / step ** 0.3 if step <= 10 else None
+        f.write(json.dumps({"kind": "train", "step": step, "loss": loss, "ms": 10 + step % 3}) + "\n")
+    f.write(json.dumps({"kind": "val", "step": 30, "val_loss": None}) + "\n")
+os.remove(png)
+proc = plot(run, diverged, "-o", png)
+h.check(proc.returncode == 0 and "Traceback" not in proc.stderr and os.path.getsize(png) > 10000,
+        f"a run whose losses are null (NaN) is plotted beside another\n{proc.stderr[-600:]}")
 print("passed")

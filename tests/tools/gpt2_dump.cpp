@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "core/json_text.hpp"
 #include "core/random.hpp"
 #include "model/gpt2.hpp"
 
@@ -50,19 +53,13 @@ int main(int argc, char** argv) {
   write(dir + "/grads.f32", grads);
   write(dir + "/tokens.i32", tokens);
   write(dir + "/targets.i32", targets);
-  std::ofstream meta(dir + "/meta.json");
-  meta.precision(17);
-  meta << "{\"n_layer\":" << shape.n_layer << ",\"d_model\":" << shape.d_model << ",\"n_head\":" << shape.n_head
-       << ",\"seq_len\":" << shape.seq_len << ",\"vocab_size\":" << shape.vocab_size
-       << ",\"padded_vocab\":" << shape.padded_vocab << ",\"B\":" << B << ",\"T\":" << T << ",\"loss\":" << loss
-       << ",\"tensors\":[";
-  bool first = true;
-  for (const auto* t : model.layout().all_tensors()) {
-    meta << (first ? "" : ",") << "{\"name\":\"" << t->name << "\",\"offset\":" << t->offset << ",\"shape\":[";
-    for (std::size_t i = 0; i < t->shape.size(); ++i) meta << (i ? "," : "") << t->shape[i];
-    meta << "]}";
-    first = false;
-  }
-  meta << "]}\n";
-  return meta ? 0 : 1;
+  nlohmann::ordered_json meta = {{"n_layer", shape.n_layer}, {"d_model", shape.d_model}, {"n_head", shape.n_head},
+                                 {"seq_len", shape.seq_len}, {"vocab_size", shape.vocab_size},
+                                 {"padded_vocab", shape.padded_vocab}, {"B", B}, {"T", T}, {"loss", loss},
+                                 {"tensors", nlohmann::ordered_json::array()}};
+  for (const auto* t : model.layout().all_tensors())
+    meta["tensors"].push_back({{"name", t->name}, {"offset", t->offset}, {"shape", t->shape}});
+  std::ofstream out(dir + "/meta.json");
+  out << st::json_text(meta) << '\n';
+  return out ? 0 : 1;
 }

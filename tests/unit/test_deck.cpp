@@ -231,6 +231,25 @@ TEST(Deck, ShardGroupBelongsToHsdp) {
   EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=hsdp", "parallel.shard_group=2"}).parallel.shard_group, 2);
 }
 
+TEST(Deck, TomlStringHoldsAnyUnicodeText) {
+  // A path as a --set value: quotes, backslashes, every kind of control character, and
+  // characters of two, three and four bytes (a four-byte one is no pair of \u escapes in TOML).
+  const std::string path = "a \"b\" c\\d\n\t\r\b\f\x01\x1b\x7f \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80.txt";
+  const std::string quoted = toml_string(path, "--data");
+  EXPECT_EQ(quoted.front(), '"');
+  EXPECT_EQ(quoted.find('\n'), std::string::npos) << "one line: " << quoted;
+  const Config c = parse_deck(kMinimal, "deck.toml", {"data.path=" + quoted});
+  EXPECT_EQ(c.data.path, std::vector<std::string>{path});
+  // Bytes that are not UTF-8 cannot be in a deck: a clear error, not a deck that fails to parse.
+  try {
+    toml_string("runs/x\xff.bin", "--data");
+    ADD_FAILURE() << "a path that is not UTF-8 was quoted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
+    EXPECT_STREQ(e.what(), "--data 'runs/x\\xff.bin' is not UTF-8 text, which a deck cannot hold");
+  }
+}
+
 TEST(Deck, EveryDefaultIsValid) {
   // fill_defaults raises a this-rank Error for an invalid default; the minimal deck exercises all.
   EXPECT_NO_THROW(parse_deck(kMinimal, "deck.toml", {}));
@@ -278,9 +297,12 @@ TEST(Text, DurationsTimestampsAndNumbers) {
   EXPECT_EQ(now[19], '.');
   EXPECT_EQ(now.back(), 'Z');
   EXPECT_GE(now.substr(0, 4), "2024");
-  // Numbers read back as the same double.
-  for (const double x : {0.1, 4.2151822498475155, 1e-300, -3.0})
-    EXPECT_EQ(std::stod(json_number(x)), x) << json_number(x);
+  // Numbers read back as the same double, in the fewest digits that do.
+  for (const double x : {0.1, 4.2151822498475155, 1e-300, -3.0, 6e-4, 0.1 + 0.2})
+    EXPECT_EQ(std::stod(format_shortest(x)), x) << format_shortest(x);
+  EXPECT_EQ(format_shortest(0.1), "0.1");
+  EXPECT_EQ(format_shortest(6e-4), "6e-04");
+  EXPECT_EQ(format_shortest(0.1 + 0.2), "0.30000000000000004");
 }
 
 }  // namespace

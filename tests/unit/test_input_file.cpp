@@ -1,30 +1,23 @@
 // The checks on files the program is about to read (core/input_file.hpp).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "temp_dir.hpp"
 #include "core/input_file.hpp"
 
 namespace st {
 namespace {
 
-class InputFileTest : public ::testing::Test {
+class InputFileTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("st_input_file_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(path(name)) << text;
     return path(name);
   }
-  std::filesystem::path dir_;
 };
 
 TEST_F(InputFileTest, SaysWhatIsWrong) {

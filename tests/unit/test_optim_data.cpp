@@ -1,6 +1,5 @@
 // AdamW, the learning-rate schedule, data files and shards, batch loaders and the batch plan.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -8,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "temp_dir.hpp"
 #include "core/error.hpp"
 #include "data/batches.hpp"
 #include "data/data_paths.hpp"
@@ -94,18 +94,7 @@ TEST(Schedule, WarmupThenCosineToMinimum) {
   EXPECT_DOUBLE_EQ(learning_rate(o, 50, 110), 1.0);
 }
 
-class TempDir : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("st_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
-};
-
-using Data = TempDir;
+using Data = TempDirTest;
 
 TEST_F(Data, TokenFileRoundTripAndAutoDetection) {
   std::vector<std::uint16_t> tokens(1000);
@@ -189,10 +178,10 @@ TEST_F(Data, SplitsAndSamplesAreDeterministicAndIndependentOfRanks) {
 }
 
 // Three token files, and one file holding their concatenation.
-class Shards : public TempDir {
+class Shards : public TempDirTest {
  protected:
   void SetUp() override {
-    TempDir::SetUp();
+    TempDirTest::SetUp();
     const std::size_t sizes[3] = {1000, 37, 2500};
     std::vector<std::uint16_t> all;
     for (int k = 0; k < 3; ++k) {

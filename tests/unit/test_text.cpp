@@ -1,4 +1,4 @@
-// Text for terminals and logs: printable_utf8, json_string, byte samples.
+// Text for terminals and logs: printable_utf8, byte samples.
 #include <gtest/gtest.h>
 #include <random>
 #include <string>
@@ -102,14 +102,6 @@ TEST(RenderTokens, ByteSamplesAreValidUtf8) {
   EXPECT_EQ(render_text({'a', 0xc3, 0xa9, 0xff, 0x1b, '\n'}, *bytes), "a\xc3\xa9\\xff\\x1b\n");
   EXPECT_EQ(render_text({'a', 0xc3, 300, 0xa9}, *bytes), "a\\xc3<300>\\xa9");
   EXPECT_EQ(render_ids({5, 300, 7}), "5 300 7");
-}
-
-TEST(JsonString, Utf8BecomesUnicodeEscapes) {
-  EXPECT_EQ(json_string("a\"b\\c\nd\te"), R"("a\"b\\c\nd\te")");
-  EXPECT_EQ(json_string("\xc3\xa9"), R"("\u00e9")");                   // U+00E9, not two characters
-  EXPECT_EQ(json_string("\xe2\x82\xac"), R"("\u20ac")");
-  EXPECT_EQ(json_string("\xf0\x9f\x98\x80"), R"("\ud83d\ude00")");     // a surrogate pair
-  EXPECT_EQ(json_string("\xff\x01\x7f"), R"("\u00ff\u0001\u007f")");  // not UTF-8; controls
 }
 
 }  // namespace

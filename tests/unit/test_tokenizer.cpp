@@ -1,7 +1,6 @@
 // The tokenizers: GPT-2's pre-tokenizer against its pattern, BPE against tiktoken's ids, round
 // trips of any bytes, the vocabulary files' errors, and text shares that encode like the whole.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -9,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "temp_dir.hpp"
 #include "core/error.hpp"
 #include "data/text_encoding.hpp"
 #include "tokenizer/bpe.hpp"
@@ -227,13 +227,8 @@ TEST(TextShares, CutOnlyWhereThePreTokenizerEndsAPiece) {
   EXPECT_EQ(bytes->decode(ids), "\none\n\ntwo\n") << "each document after its start token, empty ones skipped";
 }
 
-class VocabularyFiles : public ::testing::Test {
+class VocabularyFiles : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("st_vocab_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   // A token's bytes spelled in the byte alphabet, as UTF-8.
   static std::string spell(const std::string& bytes) {
     std::string out;
@@ -277,7 +272,6 @@ class VocabularyFiles : public ::testing::Test {
     }
     return "";
   }
-  std::filesystem::path dir_;
 };
 
 TEST_F(VocabularyFiles, ASmallVocabularyMergesByTheRankOfTheMergedToken) {

@@ -2,13 +2,13 @@
 // (llm.c's tensor order, Conv1D's transposed weights, padded vocabularies), and a message naming
 // the file and the problem for every kind of bad file.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "temp_dir.hpp"
 #include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/random.hpp"
@@ -59,16 +59,7 @@ std::string read_problem(const std::string& path, const Gpt2Shape& shape = kShap
   return "";
 }
 
-class Weights : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("st_weights_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+using Weights = TempDirTest;
 
 // ---- llm.c ----
 
