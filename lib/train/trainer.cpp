@@ -51,7 +51,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
                                            world.comm()));
 
   // What this rank holds before any of the run's buffers: the measured growth starts here.
-  resident_before_ = resident_bytes();
+  memory_.emplace();
   shape_ = gpt2_shape(config.model);
   net_ = std::make_unique<ShardedModel>(config, world, std::move(execution), static_cast<int>(plan_.micro_batch),
                                         &timeline_);
@@ -76,7 +76,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root() && !finished_, start_step_ > 0);
 
   // The run's buffers are in place and set: the peak from here on is training's.
-  peak_restarted_ = restart_peak_resident();
+  memory_->buffers_ready();
 }
 
 Trainer::~Trainer() = default;
@@ -294,7 +294,7 @@ TrainSummary Trainer::run() {
     if (last || (config_.run.sample_every > 0 && (step + 1) % config_.run.sample_every == 0)) print_sample(step + 1);
     // Memory after the first step (the workspace has reached its size), at each evaluation, at the end.
     const bool evaluated = config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0;
-    if (step == start_step_ || last || evaluated) say(memory_line(("after step " + std::to_string(step + 1)).c_str()));
+    if (step == start_step_ || last || evaluated) say(memory_line("after step " + std::to_string(step + 1)));
 
     if (config_.checkpoint.async)  // the same on every rank: poll() is collective
       if (auto done = checkpointer_->poll()) report_checkpoint(*done);
@@ -317,50 +317,8 @@ TrainSummary Trainer::run() {
   return summary;
 }
 
-std::string Trainer::memory_line(const char* when) const {
-  const MemoryReport m = net_->strategy().memory();
-  const std::uint64_t activations = net_->model().activation_bytes();
-  const std::uint64_t checkpoint_copy = checkpointer_->copy_bytes();
-  const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
-  const std::uint64_t largest = net_->comms().max_over_ranks(total, "world (memory)");
-  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
-  if (world_.is_root()) {
-    nlohmann::ordered_json fields = {{"kind", "memory"},
-                                     {"when", when},
-                                     {"params", m.params},
-                                     {"grads", m.grads},
-                                     {"optimizer", m.optimizer},
-                                     {"workspace", m.workspace},
-                                     {"activations", activations},
-                                     {"checkpoint_copy", checkpoint_copy},
-                                     {"total", total},
-                                     {"largest_rank_total", largest}};
-    if (peak_restarted_) {
-      fields["resident_before"] = resident_before_;
-      fields["resident_peak"] = peak_resident_bytes();
-    }
-    run_dir_->metric(fields);
-  }
-  const std::string where =
-      net_->execution().choice.cuda
-          ? " (GPU memory; shardtrain's buffers on the device " + b(net_->execution().device_bytes()) + ", at most " +
-                b(net_->execution().device_peak_bytes()) + "; the device has " +
-                b(net_->execution().device_used_bytes()) + " of " + b(net_->execution().device_total_bytes()) +
-                " in use, with the CUDA context, cuBLAS and NCCL)"
-          : std::string();
-  return std::string("memory per rank ") + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) +
-         ", optimizer " + b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
-         (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +
-         " on rank 0 (largest rank " + b(largest) + ")" + measured_host_memory();
-}
-
-std::string Trainer::measured_host_memory() const {
-  if (!peak_restarted_ || net_->execution().choice.cuda) return "";
-  const std::uint64_t peak = peak_resident_bytes();
-  const double grown = static_cast<double>(peak) - static_cast<double>(resident_before_);
-  return "; measured on rank 0: peak resident " + format_bytes(static_cast<double>(peak)) + ", " +
-         format_bytes(std::max(0.0, grown)) + " above the " + format_bytes(static_cast<double>(resident_before_)) +
-         " before the run's buffers";
+std::string Trainer::memory_line(const std::string& when) {
+  return memory_->line(when, *net_, checkpointer_->copy_bytes(), world_.is_root() ? run_dir_.get() : nullptr);
 }
 
 void Trainer::write_traces() {

@@ -15,6 +15,7 @@
 #include "model/gpt2.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
+#include "train/memory_meter.hpp"
 #include "train/mfu.hpp"
 #include "train/run_data.hpp"
 #include "train/run_dir.hpp"
@@ -49,8 +50,7 @@ class Trainer {
   double train_step(std::int64_t step);
   double validation_loss();
   void print_sample(std::int64_t step);
-  std::string memory_line(const char* when) const;
-  std::string measured_host_memory() const;
+  std::string memory_line(const std::string& when);  // collective
   void save_checkpoint(std::int64_t steps_done);
   void report_checkpoint(const Checkpointer::Done& done);
   void write_traces();
@@ -68,10 +68,7 @@ class Trainer {
   std::vector<int> tokens_, targets_;
   std::optional<MfuYardstick> yardstick_;  // measured first thing, before the run's buffers
   bool finished_ = false;  // resumed from a checkpoint at or past run.steps: nothing to do
-  // Host memory measured: resident before the run's buffers, and whether the peak could be
-  // restarted after setup (so that it measures training).
-  std::uint64_t resident_before_ = 0;
-  bool peak_restarted_ = false;
+  std::optional<MemoryMeter> memory_;  // made before the run's buffers, which it does not count
   LevelTraffic traffic_seen_;
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
   std::int64_t start_step_ = 0;
