@@ -149,35 +149,23 @@ CheckpointInfo read_info(hid_t file) {
     }
     throw Error("is an HDF5 file but not a shardtrain checkpoint (no format_version attribute at /)");
   }
+  // The version first, on its own: a newer format may lack or change the other fields.
   CheckpointInfo info;
   info.format_version = h5::read_int_attribute(file, "format_version");
   if (info.format_version > kCheckpointFormat)
     throw Error("written in checkpoint format " + std::to_string(info.format_version) + ", newer than the " +
                 std::to_string(kCheckpointFormat) + " this shardtrain reads (use the shardtrain that wrote it, or newer)");
-  info.step = h5::read_int_attribute(file, "step");
-  info.tokens_seen = h5::read_int_attribute(file, "tokens_seen");
-  info.data_position = h5::read_int_attribute(file, "data_position");
-  info.seed = h5::read_int_attribute(file, "seed");
-  info.strategy = h5::read_string_attribute(file, "strategy");
-  info.precision = h5::read_string_attribute(file, "precision");
-  info.world_size = h5::read_int_attribute(file, "world_size");
-  info.shard_group = h5::read_int_attribute(file, "shard_group");
-  info.deck = h5::read_string_attribute(file, "deck");
-  info.created_by = h5::read_string_attribute(file, "created_by");
-  if (h5::has_attribute(file, "data_shard")) {
-    info.data_order = h5::read_string_attribute(file, "data_order");
-    info.data_shard = h5::read_string_attribute(file, "data_shard");
-    info.data_shard_offset = h5::read_int_attribute(file, "data_shard_offset");
-    info.data_epoch = h5::read_int_attribute(file, "data_epoch");
-  }
   h5::Handle model = h5::open_group(file, "model");
-  info.shape.n_layer = h5::read_int_attribute(model.get(), "n_layer");
-  info.shape.d_model = h5::read_int_attribute(model.get(), "d_model");
-  info.shape.n_head = h5::read_int_attribute(model.get(), "n_head");
-  info.shape.seq_len = h5::read_int_attribute(model.get(), "seq_len");
-  info.shape.vocab_size = h5::read_int_attribute(model.get(), "vocab_size");
-  info.shape.padded_vocab = h5::read_int_attribute(model.get(), "padded_vocab");
+  for (const CheckpointField& field : kCheckpointFields) {
+    const hid_t at = field.in_model() ? model.get() : file;
+    if (field.optional && !h5::has_attribute(at, field.name)) continue;
+    visit_field(info, field, [&](auto& value) { h5::read_attribute(at, field.name, value); });
+  }
   return info;
+}
+
+void write_field(hid_t at, const CheckpointInfo& info, const CheckpointField& field) {
+  visit_field(info, field, [&](const auto& value) { h5::write_attribute(at, field.name, value); });
 }
 
 void require_same_shape(const Gpt2Shape& file, const Gpt2Shape& run) {
@@ -206,29 +194,16 @@ std::vector<std::uint64_t> lay_out(const std::string& dir, const std::string& tm
   if (ec) throw Error("cannot create checkpoint directory '" + dir + "' (checkpoint.dir): " + ec.message());
   h5::SkeletonFile file(tmp);
   const hid_t f = file.get();
-  h5::write_attribute(f, "format_version", kCheckpointFormat);
-  h5::write_attribute(f, "step", info.step);
-  h5::write_attribute(f, "tokens_seen", info.tokens_seen);
-  h5::write_attribute(f, "data_position", info.data_position);
-  h5::write_attribute(f, "seed", info.seed);
-  h5::write_attribute(f, "strategy", info.strategy);
-  h5::write_attribute(f, "precision", info.precision);
-  h5::write_attribute(f, "world_size", info.world_size);
-  h5::write_attribute(f, "shard_group", info.shard_group);
-  h5::write_attribute(f, "deck", info.deck);
-  h5::write_attribute(f, "created_by", info.created_by);
-  h5::write_attribute(f, "data_order", info.data_order);
-  h5::write_attribute(f, "data_shard", info.data_shard);
-  h5::write_attribute(f, "data_shard_offset", info.data_shard_offset);
-  h5::write_attribute(f, "data_epoch", info.data_epoch);
+  CheckpointInfo written = info;
+  written.format_version = kCheckpointFormat;  // the format this shardtrain writes, whatever `info` says
+  // The root's attributes before /model is created: in this order the file's bytes are those
+  // earlier versions of shardtrain wrote (objects' timestamps aside).
+  for (const CheckpointField& field : kCheckpointFields)
+    if (!field.in_model()) write_field(f, written, field);
   {
     h5::Handle model = h5::create_group(f, "model");
-    h5::write_attribute(model.get(), "n_layer", info.shape.n_layer);
-    h5::write_attribute(model.get(), "d_model", info.shape.d_model);
-    h5::write_attribute(model.get(), "n_head", info.shape.n_head);
-    h5::write_attribute(model.get(), "seq_len", info.shape.seq_len);
-    h5::write_attribute(model.get(), "vocab_size", info.shape.vocab_size);
-    h5::write_attribute(model.get(), "padded_vocab", info.shape.padded_vocab);
+    for (const CheckpointField& field : kCheckpointFields)
+      if (field.in_model()) write_field(model.get(), written, field);
   }
   {
     h5::Handle table = h5::create_group(f, "layout");
@@ -415,25 +390,23 @@ ReadPlan plan_read(const std::string& path, const Gpt2Shape& shape) {
 }
 
 void share(ReadPlan& plan, MPI_Comm comm) {
-  CheckpointInfo& i = plan.info;
-  const Gpt2Shape& s = i.shape;
-  auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
-  std::vector<std::uint64_t> numbers = {u(i.format_version), u(i.step), u(i.tokens_seen), u(i.data_position), u(i.seed),
-                                        u(i.world_size), u(i.shard_group), u(s.n_layer), u(s.d_model), u(s.n_head),
-                                        u(s.seq_len), u(s.vocab_size), u(s.padded_vocab), plan.geometry ? 1u : 0u,
-                                        plan.geometry ? plan.geometry->elements : 0, plan.geometry ? plan.geometry->chunk : 0,
-                                        u(i.data_shard_offset), u(i.data_epoch)};
+  // The integers (the table's, then the chunk geometry) go in one broadcast, each string in its own.
+  std::vector<std::uint64_t> numbers;
+  for (const CheckpointField& field : kCheckpointFields)
+    visit_field(plan.info, field, [&](auto& value) {
+      if constexpr (std::is_same_v<decltype(value), std::string&>) broadcast(value, 0, comm);
+      else numbers.push_back(static_cast<std::uint64_t>(value));
+    });
+  const h5::ChunkGeometry geometry = plan.geometry.value_or(h5::ChunkGeometry{0, 0});
+  numbers.insert(numbers.end(), {plan.geometry ? 1u : 0u, geometry.elements, geometry.chunk});
   broadcast(numbers, 0, comm);
-  auto v = [&](std::size_t k) { return static_cast<std::int64_t>(numbers[k]); };
-  i.format_version = v(0), i.step = v(1), i.tokens_seen = v(2), i.data_position = v(3), i.seed = v(4);
-  i.world_size = v(5), i.shard_group = v(6);
-  i.shape.n_layer = v(7), i.shape.d_model = v(8), i.shape.n_head = v(9), i.shape.seq_len = v(10);
-  i.shape.vocab_size = v(11), i.shape.padded_vocab = v(12);
+  std::size_t k = 0;
+  for (const CheckpointField& field : kCheckpointFields)
+    visit_field(plan.info, field, [&](auto& value) {
+      if constexpr (std::is_same_v<decltype(value), std::int64_t&>) value = static_cast<std::int64_t>(numbers[k++]);
+    });
   plan.geometry.reset();
-  if (numbers[13] != 0) plan.geometry = h5::ChunkGeometry{numbers[14], numbers[15]};
-  i.data_shard_offset = v(16), i.data_epoch = v(17);
-  for (std::string* text : {&i.strategy, &i.precision, &i.deck, &i.created_by, &i.data_order, &i.data_shard})
-    broadcast(*text, 0, comm);
+  if (numbers[k] != 0) plan.geometry = h5::ChunkGeometry{numbers[k + 1], numbers[k + 2]};
   broadcast(plan.chunk_offsets, 0, comm);
 }
 
@@ -652,9 +625,8 @@ void export_checkpoint(const std::string& path, const std::string& out) {
     h5::Handle target = h5::create_file_serial(out);
     h5::write_attribute(target.get(), "source", path);
     h5::write_attribute(target.get(), "step", info.step);
-    h5::Handle model = h5::open_group(file.get(), "model");
-    for (const char* key : {"n_layer", "d_model", "n_head", "seq_len", "vocab_size", "padded_vocab"})
-      h5::write_attribute(target.get(), key, h5::read_int_attribute(model.get(), key));
+    for (const CheckpointField& field : kCheckpointFields)
+      if (field.in_model()) write_field(target.get(), info, field);
     for (std::size_t i = 0; i < names.size(); ++i) {
       const auto dims = parse_shape(shapes[i]);
       std::vector<hsize_t> h5dims(dims.begin(), dims.end());

@@ -1,7 +1,7 @@
 #pragma once
 // Checkpoints: one parallel HDF5 file per checkpoint, self-describing, atomically committed.
 //
-// Layout (format 1; docs/checkpoints.md):
+// Layout (format 1; docs/checkpoints.md; the attributes are kCheckpointFields below):
 //   /                   attributes: format_version, step, tokens_seen, data_position, seed,
 //                       strategy, precision, world_size, shard_group, deck (text), created_by;
 //                       data_order, data_shard, data_shard_offset, data_epoch (where the
@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "ckpt/phase_log.hpp"
@@ -46,6 +48,54 @@ struct CheckpointInfo {
   std::int64_t world_size = 0, shard_group = 0;
   Gpt2Shape shape;
 };
+
+// One attribute of a checkpoint's metadata. Reading, writing, sharing with the other ranks and
+// exporting all loop over kCheckpointFields, so a field added there is written, read and reaches
+// every rank; listed by hand in each of those places, one could be missed in one of them.
+struct CheckpointField {
+  const char* name;  // the attribute's name: at /, or at /model for the model's shape
+  std::variant<std::int64_t CheckpointInfo::*, std::string CheckpointInfo::*, std::int64_t Gpt2Shape::*> member;
+  // Absent from checkpoints written before it was recorded: read when present, else left at its
+  // default.
+  bool optional = false;
+  bool in_model() const { return std::holds_alternative<std::int64_t Gpt2Shape::*>(member); }
+};
+
+inline constexpr CheckpointField kCheckpointFields[] = {
+    {"format_version", &CheckpointInfo::format_version},
+    {"step", &CheckpointInfo::step},
+    {"tokens_seen", &CheckpointInfo::tokens_seen},
+    {"data_position", &CheckpointInfo::data_position},
+    {"seed", &CheckpointInfo::seed},
+    {"strategy", &CheckpointInfo::strategy},
+    {"precision", &CheckpointInfo::precision},
+    {"world_size", &CheckpointInfo::world_size},
+    {"shard_group", &CheckpointInfo::shard_group},
+    {"deck", &CheckpointInfo::deck},
+    {"created_by", &CheckpointInfo::created_by},
+    {"data_order", &CheckpointInfo::data_order, true},
+    {"data_shard", &CheckpointInfo::data_shard, true},
+    {"data_shard_offset", &CheckpointInfo::data_shard_offset, true},
+    {"data_epoch", &CheckpointInfo::data_epoch, true},
+    {"n_layer", &Gpt2Shape::n_layer},
+    {"d_model", &Gpt2Shape::d_model},
+    {"n_head", &Gpt2Shape::n_head},
+    {"seq_len", &Gpt2Shape::seq_len},
+    {"vocab_size", &Gpt2Shape::vocab_size},
+    {"padded_vocab", &Gpt2Shape::padded_vocab},
+};
+
+// Calls visit with the field's value in `info`: a std::int64_t& or std::string& (const when
+// `info` is).
+template <class Info, class Visit>
+void visit_field(Info& info, const CheckpointField& field, Visit&& visit) {
+  std::visit(
+      [&](auto member) {
+        if constexpr (std::is_same_v<decltype(member), std::int64_t Gpt2Shape::*>) visit(info.shape.*member);
+        else visit(info.*member);
+      },
+      field.member);
+}
 
 // What one rank writes: pieces of the flat layout with their parameters, m and v, either where
 // the strategy keeps them (a view: nothing copied, valid until training changes them) or in

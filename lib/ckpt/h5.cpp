@@ -139,6 +139,14 @@ std::string read_string_attribute(hid_t object, const std::string& name) {
   return std::string(text.data(), strnlen(text.data(), size));
 }
 
+void read_attribute(hid_t object, const std::string& name, std::int64_t& value) {
+  value = read_int_attribute(object, name);
+}
+
+void read_attribute(hid_t object, const std::string& name, std::string& value) {
+  value = read_string_attribute(object, name);
+}
+
 Handle create_group(hid_t parent, const std::string& name) {
   return Handle(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group " + name);
 }

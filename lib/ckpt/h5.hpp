@@ -45,6 +45,9 @@ void write_attribute(hid_t object, const std::string& name, std::int64_t value);
 void write_attribute(hid_t object, const std::string& name, const std::string& value);
 std::int64_t read_int_attribute(hid_t object, const std::string& name);
 std::string read_string_attribute(hid_t object, const std::string& name);
+// Into `value`, by its type: the read_*_attribute above, overloaded as write_attribute is.
+void read_attribute(hid_t object, const std::string& name, std::int64_t& value);
+void read_attribute(hid_t object, const std::string& name, std::string& value);
 bool has_attribute(hid_t object, const std::string& name);
 
 Handle create_group(hid_t parent, const std::string& name);

@@ -18,20 +18,10 @@
 #include "ckpt/skeleton_file.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "world.hpp"
 
 namespace st {
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // Element i's value: distinct, signed, with a run of zeros (a chunk of zeros has checksum 0)
 // and negative zeros (non-zero bytes).

@@ -1,0 +1,116 @@
+// A checkpoint's metadata on 1..4 ranks: every field of kCheckpointFields, each given its own
+// value, comes back from write_checkpoint + read_checkpoint_info on every rank (rank 0 reads
+// the file, the others get what it shares); a file without the optional fields reads them as
+// their defaults and the rest as written.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/h5.hpp"
+#include "comm/agree.hpp"
+#include "core/error.hpp"
+#include "world.hpp"
+
+namespace st {
+namespace {
+
+// Field k's value: distinct across fields and from every default, so a field read into another's
+// place, or left unread or unshared, shows.
+CheckpointInfo distinct_info() {
+  CheckpointInfo info;
+  std::int64_t k = 0;
+  for (const CheckpointField& field : kCheckpointFields) {
+    ++k;
+    visit_field(info, field, [&](auto& value) {
+      if constexpr (std::is_same_v<decltype(value), std::string&>) value = std::string("value of ") + field.name;
+      else value = 1000 + 17 * k;
+    });
+  }
+  return info;
+}
+
+std::string shown(const CheckpointInfo& info, const CheckpointField& field) {
+  std::string text;
+  visit_field(info, field, [&](const auto& value) {
+    if constexpr (std::is_same_v<decltype(value), const std::string&>) text = "\"" + value + "\"";
+    else text = std::to_string(value);
+  });
+  return text;
+}
+
+// The fields where `read` differs from `expected`, as "name: read R, expected E; ...", from the
+// first rank that has any ("" when none does): only rank 0's test output is shown.
+std::string differences_on_any_rank(const CheckpointInfo& read, const CheckpointInfo& expected) {
+  std::string mine;
+  for (const CheckpointField& field : kCheckpointFields)
+    if (shown(read, field) != shown(expected, field))
+      mine += std::string(field.name) + ": read " + shown(read, field) + ", expected " + shown(expected, field) + "; ";
+  try {
+    agree_or_throw(MPI_COMM_WORLD, mine);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Writes `info` (with a small model's state, sliced across the ranks) into a directory of its
+// own; returns the file's path.
+std::string write_small_checkpoint(const std::string& label, const CheckpointInfo& info) {
+  const ParamLayout layout = make_gpt2_layout({1, 8, 2, 4, 16, 16});
+  const std::size_t n = layout.total(), ranks = static_cast<std::size_t>(world_size());
+  const std::size_t rank = static_cast<std::size_t>(world_rank());
+  const std::size_t from = n * rank / ranks, to = n * (rank + 1) / ranks;
+  std::vector<float> params(to - from, 0.5f), m(to - from, 0.25f), v(to - from, 0.125f);
+  StateSnapshot state;
+  state.pieces.push_back({from, to - from, params.data(), m.data(), v.data()});
+  const std::string dir = "ckpt_info_" + label + "_np" + std::to_string(ranks);
+  return write_checkpoint(dir, info, layout, state, 1, MPI_COMM_WORLD);
+}
+
+void remove_dir(const std::string& path) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+TEST(CheckpointInfo, EveryFieldRoundTripsToEveryRank) {
+  const CheckpointInfo written = distinct_info();
+  const std::string path = write_small_checkpoint("roundtrip", written);
+  CheckpointInfo expected = written;
+  expected.format_version = kCheckpointFormat;  // what this shardtrain writes, whatever the caller says
+  const CheckpointInfo read = read_checkpoint_info(path, MPI_COMM_WORLD);
+  EXPECT_EQ(differences_on_any_rank(read, expected), "");
+  // The shape's fields land in the shape (checked by member, not through the table).
+  EXPECT_EQ(read.shape.padded_vocab, written.shape.padded_vocab);
+  remove_dir(path);
+}
+
+TEST(CheckpointInfo, OptionalFieldsMayBeAbsent) {
+  const CheckpointInfo written = distinct_info();
+  const std::string path = write_small_checkpoint("optional", written);
+  if (world_rank() == 0) {  // as a checkpoint written before these fields were recorded
+    h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose, "opening " + path);
+    for (const CheckpointField& field : kCheckpointFields)
+      if (field.optional) h5::check(H5Adelete(file.get(), field.name), std::string("deleting ") + field.name);
+    file.close("closing " + path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointInfo expected = written;
+  expected.format_version = kCheckpointFormat;
+  int optional = 0;
+  for (const CheckpointField& field : kCheckpointFields) {
+    if (!field.optional) continue;
+    ++optional;
+    visit_field(expected, field, [](auto& value) { value = std::remove_cvref_t<decltype(value)>{}; });
+  }
+  EXPECT_EQ(optional, 4);  // data_order, data_shard, data_shard_offset, data_epoch
+  EXPECT_EQ(differences_on_any_rank(read_checkpoint_info(path, MPI_COMM_WORLD), expected), "");
+  remove_dir(path);
+}
+
+}  // namespace
+}  // namespace st
