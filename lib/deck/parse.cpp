@@ -135,10 +135,15 @@ std::string resolved_text(const DeckValue& value) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::string>) return "\"" + x + "\"";
+        // Strings through toml11's writer: quotes, backslashes and control characters escaped,
+        // so resolved.toml is TOML whatever a value holds (the deck's values are UTF-8 already).
+        const auto quoted = [](const std::string& text) {
+          return toml::format(toml::value(text), std::numeric_limits<std::size_t>::max());
+        };
+        if constexpr (std::is_same_v<T, std::string>) return quoted(x);
         else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           std::string list = "[";
-          for (std::size_t i = 0; i < x.size(); ++i) list += (i ? ", \"" : "\"") + x[i] + "\"";
+          for (std::size_t i = 0; i < x.size(); ++i) list += (i ? ", " : "") + quoted(x[i]);
           return list + "]";
         }
         else if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";

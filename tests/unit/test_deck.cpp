@@ -231,6 +231,21 @@ TEST(Deck, ShardGroupBelongsToHsdp) {
   EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=hsdp", "parallel.shard_group=2"}).parallel.shard_group, 2);
 }
 
+// The resolved values (resolved.toml, the settings table) are TOML whatever a string holds: each
+// reads back as the same value.
+TEST(Deck, ResolvedStringsReadBackAsTheSameValues) {
+  const std::string dir = "runs/a \"quoted\" b\\c\td";
+  const std::string file = "x \"y\".txt";
+  const Config c = parse_deck(kMinimal, "deck.toml",
+                              {"run.out_dir=" + toml_string(dir, "test"), "data.path=[" + toml_string(file, "test") +
+                                                                              ", \"plain.txt\"]"});
+  ASSERT_EQ(c.run.out_dir, dir);
+  const Config again = parse_deck(kMinimal, "deck.toml",
+                                  {"run.out_dir=" + c.resolved.at("run.out_dir"), "data.path=" + c.resolved.at("data.path")});
+  EXPECT_EQ(again.run.out_dir, dir) << c.resolved.at("run.out_dir");
+  EXPECT_EQ(again.data.path, (std::vector<std::string>{file, "plain.txt"})) << c.resolved.at("data.path");
+}
+
 TEST(Deck, TomlStringHoldsAnyUnicodeText) {
   // A path as a --set value: quotes, backslashes, every kind of control character, and
   // characters of two, three and four bytes (a four-byte one is no pair of \u escapes in TOML).
