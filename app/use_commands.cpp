@@ -130,6 +130,16 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
   if (max_batch == 0)
     max_batch = static_cast<int>(
         plan_batches(m.config.data, m.config.model.seq_len, world.size(), m.config.deck_path).micro_batch);
+  // The training job's emulated nodes may not fit this job's ranks: then its real nodes are used
+  // (a --set value or SHARDTRAIN_RANKS_PER_NODE is this job's own, and is refused instead).
+  const std::string& from = m.config.origin["parallel.ranks_per_node"];
+  if (p.ranks_per_node > 0 && world.size() % p.ranks_per_node != 0 && from != "--set" && from != "default") {
+    if (world.is_root())
+      std::cerr << "note: parallel.ranks_per_node = " << p.ranks_per_node << " (" << from
+                << ") does not divide this job's " << world.size() << " rank(s): the ranks are grouped by their "
+                << "real nodes\n";
+    p.ranks_per_node = 0;
+  }
   m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
   m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16), max_batch,
                                          nullptr, ShardedModel::Use::inference);

@@ -285,7 +285,8 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
 template <class Real>
 std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
   const int first = decoded_, C = static_cast<int>(shape_.d_model);
-  ST_REQUIRE(count >= 1 && first + count <= shape_.seq_len,
+  ST_REQUIRE(count >= 1, "decode: no tokens to feed");
+  ST_REQUIRE(first + count <= shape_.seq_len,
              "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +
                  " new exceed the model's " + std::to_string(shape_.seq_len));
   const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * 3 * C;

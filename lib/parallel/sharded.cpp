@@ -1,6 +1,7 @@
 #include "parallel/sharded.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "comm/shard.hpp"
 #include "core/error.hpp"
@@ -672,6 +673,9 @@ MemoryReport ShardedStrategy<T>::memory() const {
   r.params = (full_params_.size() + shard_params_.size()) * sizeof(T);
   r.grads = (full_grads_.size() + grad_shard_.size()) * sizeof(T);
   r.optimizer = (master_.size() + adam_m_.size() + adam_v_.size()) * sizeof(float);
+  // Forward passes only: the fp32 master copy is where the parameters were read into, not state
+  // an optimizer keeps.
+  if (settings_.parameters_only) r.params += std::exchange(r.optimizer, 0);
   r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.size_bytes();
   return r;
 }

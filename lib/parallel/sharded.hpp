@@ -38,8 +38,9 @@ struct ShardingSettings {
   std::size_t bucket_bytes = 0;  // stage 0: gradient bytes per all-reduce (0: one after backward)
   bool overlap = true;           // false: wait for every collective where it starts, no prefetch
   // Forward passes only (generate, eval): the parameters as the stage shards them, and no
-  // gradients or optimizer state (a quarter of ddp's fp32 model state). Backward, the optimizer
-  // and checkpoint writes are refused.
+  // gradients or Adam state (a quarter of ddp's fp32 model state; in bf16 the fp32 master copy
+  // the parameters are read into stays, reported as parameters). Backward, the optimizer and
+  // checkpoint writes are refused.
   bool parameters_only = false;
 };
 

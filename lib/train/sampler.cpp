@@ -14,7 +14,12 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
   NormalStream random(sampling.seed, hash_name("sample"));
   std::vector<double> weights;
   std::vector<std::size_t> order;
-  // The model sees context[start..]; the first decoded_length() of those are in its cache.
+  // The model sees context[start..]; the first decoded_length() of those are in its cache, which
+  // is freed however this returns.
+  struct ReleaseCache {
+    Gpt2<float>& model;
+    ~ReleaseCache() { model.release_decoding(); }
+  } release{model};
   std::size_t start = 0;
   model.reset_decoding();
   for (int i = 0; i < count; ++i) {
@@ -46,7 +51,6 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
     while (choice + 1 < weights.size() && draw >= weights[choice]) draw -= weights[choice++];
     context.push_back(static_cast<int>(choice));
   }
-  model.release_decoding();
   return context;
 }
 

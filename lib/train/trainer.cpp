@@ -211,6 +211,7 @@ void Trainer::print_sample(std::int64_t step) {
   const std::size_t prompt = context.size();
   const auto tokens = generate(net_->model(), net_->strategy(), context, static_cast<int>(config_.run.sample_tokens),
                                {config_.run.sample_temperature, 0, static_cast<std::uint64_t>(config_.run.seed) + step});
+  net_->strategy().settle();  // no group collective in flight beside the world's (hsdp on NCCL)
   if (!world_.is_root()) return;
   say("---- sample after step " + std::to_string(step) + " ----");
   const std::string text = data_.text_samples ? render_text(tokens, *data_.tokenizer) : render_ids(tokens);

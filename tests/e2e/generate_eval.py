@@ -21,8 +21,10 @@ args = h.parse_args()
 work = h.tmpdir()
 corpus = h.corpus(args)
 run_dir = os.path.join(work, "trained")
+# Trained on emulated nodes of 2 ranks: a job of 1 rank cannot group its ranks so, and uses its
+# real nodes with a note.
 deck = h.small_deck(work, "trained", corpus, run={"steps": 20, "eval_every": 10, "eval_batches": 2},
-                    checkpoint={"every": 10, "keep": 3})
+                    checkpoint={"every": 10, "keep": 3}, parallel={"ranks_per_node": 2})
 proc = h.mpirun(args, 2, ["run", deck])
 h.check(proc.returncode == 0, f"training exits 0\n{proc.stderr[-800:]}")
 logged = {r["step"]: r["val_loss"] for r in h.metrics(run_dir) if r["kind"] == "val"}
@@ -84,6 +86,13 @@ h.check(reference[0][1] != reference[1][1], "samples 1 and 2 (seeds 7 and 8) dif
 greedy = [json_out(1, ["generate", run_dir, "--tokens", "20", "--top-k", "1", "--seed", str(s)])["samples"][0]["tokens"]
           for s in (1, 2)]
 h.check(greedy[0] == greedy[1], "--top-k 1 is greedy: the same tokens for seeds 1 and 2")
+proc = h.mpirun(args, 1, ["generate", run_dir, "--tokens", "5"])
+h.check(proc.returncode == 0 and "parallel.ranks_per_node = 2" in proc.stderr and "real nodes" in proc.stderr,
+        f"generate on 1 rank of a model trained on emulated nodes of 2: a note, exit 0 ({proc.returncode}: "
+        f"{proc.stderr[-300:]})")
+proc = h.mpirun(args, 1, ["generate", run_dir, "--tokens", "5", "--set", "parallel.ranks_per_node=2"])
+h.check(proc.returncode == 2 and "parallel.ranks_per_node = 2 does not divide the 1 ranks" in proc.stderr,
+        f"--set parallel.ranks_per_node=2 on 1 rank is refused ({proc.returncode}: {proc.stderr[-300:]})")
 
 # GPT-2 weights exported from the checkpoint: the same model, so the same samples and loss.
 # The weights carry no deck: the byte tokenizer is the default, as in this deck.

@@ -147,12 +147,13 @@ void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, i
   use_device();
   if (n == 0) return;
   const std::size_t shared = static_cast<std::size_t>(first + n) * sizeof(float);
-  // Above the default 48 KiB of dynamic shared memory (12288 positions) the kernel must ask for
-  // more; the device says how much it allows.
-  if (shared > 48 * 1024) {
+  // The scores and the kernel's static reduction space together above the default 48 KiB per
+  // block (about 12250 positions): the kernel must ask for more; the device says how much it allows.
+  const std::size_t with_static = shared + kWarp * sizeof(float);
+  if (with_static > 48 * 1024) {
     int device_limit = 0;
     ST_CHECK_CUDA(cudaDeviceGetAttribute(&device_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
-    ST_REQUIRE(shared + kWarp * sizeof(float) <= static_cast<std::size_t>(device_limit),
+    ST_REQUIRE(with_static <= static_cast<std::size_t>(device_limit),
                "decoding attention: " + std::to_string(first + n) + " positions need " + std::to_string(shared) +
                    " bytes of shared memory per block; this device allows " + std::to_string(device_limit));
     ST_CHECK_CUDA(cudaFuncSetAttribute(attention_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
