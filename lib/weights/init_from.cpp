@@ -40,6 +40,27 @@ void share(WeightsSource& source, MPI_Comm comm) {
   broadcast(source.description, 0, comm);
 }
 
+// Rank 0 reads the file's headers and runs `check` on what it found, so a bad file gives one
+// message however many ranks there are; every rank gets the result. Collective.
+template <class Check>
+WeightsSource probe_on_rank0(const std::string& path, MPI_Comm comm, Check check) {
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  WeightsSource source;
+  std::string problem;
+  if (rank == 0) {
+    try {
+      source = probe_weights(path);
+      check(source);
+    } catch (const Error& e) {
+      problem = std::string("model.init_from: ") + e.what();
+    }
+  }
+  agree_or_throw(comm, problem);
+  share(source, comm);
+  return source;
+}
+
 }  // namespace
 
 std::int64_t pad_to_for(std::int64_t vocab_size, std::int64_t padded) {
@@ -52,19 +73,7 @@ std::int64_t pad_to_for(std::int64_t vocab_size, std::int64_t padded) {
 void resolve_init_from(Config& config, MPI_Comm comm) {
   ModelConfig& m = config.model;
   if (m.init_from.empty()) return;
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  WeightsSource source;
-  std::string problem;
-  if (rank == 0) {
-    try {
-      source = probe_weights(m.init_from);
-    } catch (const Error& e) {
-      problem = std::string("model.init_from: ") + e.what();
-    }
-  }
-  agree_or_throw(comm, problem);
-  share(source, comm);
+  const WeightsSource source = probe_on_rank0(m.init_from, comm, [](const WeightsSource&) {});
 
   const std::string origin = "model.from_file (" + source.path + ")";
   for (const ModelKey& key : kShapeKeys) {
@@ -96,26 +105,15 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
 }
 
 InitialWeights load_initial_weights(const std::string& path, const Gpt2Shape& shape, MPI_Comm comm) {
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  // Rank 0 checks the file first, so a bad file gives one message however many ranks there are.
-  WeightsSource source;
-  std::string problem;
-  if (rank == 0) {
-    try {
-      source = probe_weights(path);
-      if (const std::string why = shape_mismatch(source, shape); !why.empty())
-        throw Error(source.path + ": holds another model: " + why);
-    } catch (const Error& e) {
-      problem = "model.init_from: " + std::string(e.what());
-    }
-  }
-  agree_or_throw(comm, problem);
-  share(source, comm);
+  const WeightsSource source = probe_on_rank0(path, comm, [&](const WeightsSource& found) {
+    if (const std::string why = shape_mismatch(found, shape); !why.empty())
+      throw Error(found.path + ": holds another model: " + why);
+  });
   // Then every rank reads the whole file itself, as every rank maps data.path: the node's page
   // cache serves the ranks after the first, and rank 0 sends no copy of the model to each rank.
   Stopwatch clock;
   InitialWeights out;
+  std::string problem;
   try {
     out.params = read_weights(source, shape);
   } catch (const Error& e) {
