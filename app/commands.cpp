@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/locate.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
@@ -48,6 +49,21 @@ std::string predicted_memory_line(const Config& config, const Machine& machine, 
          "); limit " + format_bytes(machine.memory_per_rank) + " (" + machine.memory_source + ")";
 }
 
+// CLI11's PositiveNumber and NonNegativeNumber print their range in full (0.000000 to a number
+// of 309 digits); these say in words what a number option takes.
+CLI::Validator number_above(double bound, bool inclusive, const std::string& words) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(text, x)) return "'" + text + "' is not a number";
+        if (inclusive ? x >= bound : x > bound) return "";
+        return "must be " + words + ", got " + text;
+      },
+      words, "");
+}
+const CLI::Validator kPositive = number_above(0, false, "above 0");
+const CLI::Validator kNonNegative = number_above(0, true, "0 or more");
+
 }  // namespace
 
 Config load_config(const DeckRequest& request, World& world) {
@@ -84,46 +100,37 @@ int run_deck(const DeckRequest& request, World& world) {
   return summary.stop_signal != 0 ? kExitStopped : kExitOk;
 }
 
-// What checkpoint.resume would do, after reading each candidate's header: which checkpoint,
-// from which step, or why none. A named checkpoint that cannot be resumed is an error here, as
-// it would be for `run`. Collective.
+// What checkpoint.resume would do: the checkpoint `run` would resume (chosen by the same
+// locate_resume, each candidate's checksums verified as a resume reads them), which steps it
+// trains, what it skips, or why the resume is refused (then check fails as run would).
+// Collective.
 std::string describe_resume(const Config& config, const Gpt2Shape& shape, World& world) {
-  const std::string& resume = config.checkpoint.resume;
   const std::string fresh = config.model.init_from.empty() ? "starts from step 0"
                                                            : "starts from step 0 with " + config.model.init_from;
-  if (resume == "none") return "none: " + fresh;
-  const std::string dir =
-      config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
-  const bool latest = resume == "latest";
-  const std::vector<std::string> candidates = latest ? checkpoint_candidates(dir) : std::vector{resume};
+  if (config.checkpoint.resume == "none") return "none: " + fresh;
+  const ResumeRequest request{config.checkpoint.resume, checkpoint_dir_of(config), shape, config.deck_path};
+  const LocatedCheckpoint located =
+      locate_resume(request, world.comm(), [&](const std::string& path, const CheckpointInfo&) -> std::string {
+        try {
+          verify_checkpoint(path, world.comm());
+          return "";
+        } catch (const Error& e) {
+          return e.what();
+        }
+      });
+  if (!located.found()) return "latest: no checkpoint in " + request.dir + "; " + fresh;
+  const CheckpointInfo& info = located.info;
+  std::string what = located.path + " at step " + std::to_string(info.step) + " (written by " +
+                     std::to_string(info.world_size) + " rank(s) with " + info.strategy + ", " + info.precision + ")";
+  if (info.step >= config.run.steps)
+    what += ": the run has finished (run.steps = " + std::to_string(config.run.steps) +
+            "); run says so and exits 0 without training";
+  else
+    what += ": trains steps " + std::to_string(info.step + 1) + " to " + std::to_string(config.run.steps);
   std::vector<std::string> skipped;
-  for (const std::string& path : candidates) {
-    std::string problem;
-    CheckpointInfo info;
-    try {
-      info = read_checkpoint_info(path, world.comm());
-      const std::string diffs = model_differences(info.shape, shape);
-      if (!diffs.empty()) problem = "checkpoint " + path + ": holds a different model: " + diffs;
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-    if (!problem.empty()) {
-      if (!latest) throw Error(config.deck_path + ": checkpoint.resume: " + problem, ErrorScope::all_ranks);
-      skipped.push_back(problem);
-      continue;
-    }
-    std::string what = path + " at step " + std::to_string(info.step) + " (written by " +
-                       std::to_string(info.world_size) + " rank(s) with " + info.strategy + ", " + info.precision + ")";
-    if (info.step >= config.run.steps)
-      what += ": the run has finished (run.steps = " + std::to_string(config.run.steps) +
-              "); run says so and exits 0 without training";
-    else
-      what += ": trains steps " + std::to_string(info.step + 1) + " to " + std::to_string(config.run.steps);
-    if (!skipped.empty()) what += " (skipping " + join(skipped, "; ") + ")";
-    return what;
-  }
-  return "latest: " + std::string(candidates.empty() ? "no checkpoint in " : "no valid checkpoint in ") + dir + "; " +
-         fresh + (skipped.empty() ? "" : " (" + join(skipped, "; ") + ")");
+  for (const SkippedCheckpoint& s : located.skipped) skipped.push_back(s.reason);
+  if (!skipped.empty()) what += " (skipping " + join(skipped, "; ") + ")";
+  return what;
 }
 
 int check_deck(const DeckRequest& request, World& world, int ranks) {
@@ -179,6 +186,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
       {"memory per rank", predicted_memory_line(config, machine, group)},
       {"resume", describe_resume(config, shape, world)},
   };
+  require_run_directories(config, world.comm());  // where run would write, in run's order: refused as run refuses it
   derived.insert(derived.end(), predictions.begin(), predictions.end());
   if (world.is_root()) {
     if (automatic) std::cout << "parallel.strategy = \"auto\": the planner's table\n" << auto_table;
@@ -214,7 +222,7 @@ int main_with_mpi(int argc, char** argv) {
     sub->add_option("--node-mem-gb", request.machine.node_mem_gb,
                     "Memory of one node in GiB, shared by its ranks (default: SHARDTRAIN_NODE_MEM_GB, else "
                     "/proc/meminfo MemAvailable shared by the host's ranks)")
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
   };
   auto* run = cli.add_subcommand("run", "Train on the deck's settings");
   add_deck_options(run);
@@ -223,26 +231,26 @@ int main_with_mpi(int argc, char** argv) {
                   "After training, write the full fp32 parameters (flat layout, raw little-endian float32) here");
   auto* check = cli.add_subcommand("check", "Validate the deck and its data, print the resolved settings, exit");
   add_deck_options(check);
-  check->add_option("--ranks", ranks, "Plan for this many ranks instead of the job's size")->check(CLI::PositiveNumber);
+  check->add_option("--ranks", ranks, "Plan for this many ranks instead of the job's size")->check(kPositive);
   add_memory_option(check);
   auto* plan = cli.add_subcommand("plan", "Predict memory and step time of every strategy for the deck, recommend one");
   add_deck_options(plan);
   add_memory_option(plan);
   plan->add_option("--ranks", ranks, "CPU: plan for this many ranks instead of the job's size")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   MachineOptions& mo = request.machine;
   plan->add_option("--topology", mo.topology_file, "A saved `nvidia-smi topo -m` output: plan for those GPUs");
-  plan->add_option("--nodes", mo.nodes, "Nodes of this kind")->check(CLI::PositiveNumber);
+  plan->add_option("--nodes", mo.nodes, "Nodes of this kind")->check(kPositive);
   plan->add_option("--gpus-per-node", mo.gpus_per_node, "GPUs used per node (default: all in the topology)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--gpu-mem", mo.gpu_mem_gb, "Memory per GPU in GiB (default: NVML's figure)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--tflops", mo.tflops, "Compute rate per GPU in TFLOP/s (default 100, said in the output)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--inter-node-gbps", mo.inter_node_gbps, "Network bandwidth between nodes, GB/s per direction")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--inter-node-latency-us", mo.inter_node_latency_us, "Latency per collective across nodes (us)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   std::string topo_file;
   auto* topo = cli.add_subcommand("topo", "Show the node's wiring (GPU links, fast groups, NICs) and what it means");
   topo->add_option("--topology", topo_file, "Read a saved `nvidia-smi topo -m` output instead of detecting");
@@ -261,7 +269,7 @@ int main_with_mpi(int argc, char** argv) {
       ->expected(1, 2);
   tokenize->add_option("--shard-tokens", tokenize_request.shard_tokens,
                        "Write files of this many tokens, OUTPUT's name with _000000, _000001, ... before its extension")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   tokenize->add_option("--separator", tokenize_request.separator,
                        "Documents are separated by lines holding exactly this text (e.g. % for fortune files); each "
                        "document is encoded alone after <|endoftext|> (50256), as llm.c does. Default: the text is "
@@ -270,12 +278,17 @@ int main_with_mpi(int argc, char** argv) {
   ckpt->require_subcommand(1);
   CkptRequest ckpt_request;
   auto* inspect = ckpt->add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
-  inspect->add_option("file", ckpt_request.file, "Checkpoint (.h5)")->required();
+  inspect->add_option("file", ckpt_request.file,
+                      "Checkpoint file, its directory, a run directory or a `latest` pointer (the checkpoint a resume "
+                      "would read)")
+      ->required();
   auto* exporter = ckpt->add_subcommand(
       "export", "Write a checkpoint's parameters for other tools: HDF5 (one dataset per tensor, in its shape), an "
                 "llm.c model file, or a Hugging Face GPT-2 model.safetensors with config.json beside it");
-  exporter->add_option("file", ckpt_request.file, "Checkpoint (.h5)")->required();
-  exporter->add_option("out", ckpt_request.out, "Output file")->required();
+  exporter->add_option("file", ckpt_request.file, "Checkpoint file, its directory, a run directory or a `latest` pointer")
+      ->required();
+  exporter->add_option("out", ckpt_request.out, "Output file (its directory is created if missing)")->required();
+  exporter->add_flag("--force", ckpt_request.force, "Replace an existing output (never a checkpoint)");
   exporter->add_option("--format", ckpt_request.format, "hdf5 (default), llmc or safetensors")
       ->check(CLI::IsMember({"hdf5", "llmc", "safetensors"}));
   exporter->add_option("--dtype", ckpt_request.dtype, "fp32 (default) or bf16 (llmc: version 5; safetensors: BF16)")
@@ -290,7 +303,8 @@ int main_with_mpi(int argc, char** argv) {
   auto* weights_convert = weights->add_subcommand("convert", "Write a weights file in another format");
   weights_convert->add_option("file", weights_request.file, "llm.c model file, model.safetensors or its directory")
       ->required();
-  weights_convert->add_option("out", weights_request.out, "Output file")->required();
+  weights_convert->add_option("out", weights_request.out, "Output file (its directory is created if missing)")->required();
+  weights_convert->add_flag("--force", weights_request.force, "Replace an existing output (never a checkpoint)");
   weights_convert->add_option("--format", weights_request.format, "llmc or safetensors")
       ->required()
       ->check(CLI::IsMember({"llmc", "safetensors"}));
@@ -299,7 +313,7 @@ int main_with_mpi(int argc, char** argv) {
   weights_convert->add_option("--vocab-pad-to", weights_request.vocab_pad_to,
                               "Pad the token table to a multiple of this many rows (llm.c: 128 pads 50257 to 50304); "
                               "default: the file's own padding (none in a Hugging Face file)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 
   auto add_checkpoint_options = [](CLI::App* sub, std::string& checkpoint, std::vector<std::string>& overrides) {
     sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory, run directory, or GPT-2 weights (llm.c model file, model.safetensors or its directory)")->required();
@@ -311,11 +325,11 @@ int main_with_mpi(int argc, char** argv) {
   add_checkpoint_options(generate, gen.checkpoint, gen.overrides);
   generate->add_option("--prompt", gen.prompt, "Text to continue, encoded by the deck's data.tokenizer (default: a newline for bytes, <|endoftext|> for gpt2)");
   generate->add_option("--prompt-tokens", gen.prompt_tokens, "Token ids to continue, \"1 2 3\" or \"1,2,3\"");
-  generate->add_option("--samples", gen.samples, "Samples to draw (sample i uses seed + i)")->check(CLI::PositiveNumber);
-  generate->add_option("--tokens", gen.tokens, "Tokens to generate per sample")->check(CLI::NonNegativeNumber);
-  generate->add_option("--temperature", gen.temperature, "Softmax temperature (> 0)")->check(CLI::PositiveNumber);
+  generate->add_option("--samples", gen.samples, "Samples to draw (sample i uses seed + i)")->check(kPositive);
+  generate->add_option("--tokens", gen.tokens, "Tokens to generate per sample")->check(kNonNegative);
+  generate->add_option("--temperature", gen.temperature, "Softmax temperature (> 0)")->check(kPositive);
   generate->add_option("--top-k", gen.top_k, "Draw among the k most probable tokens (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   generate->add_option("--seed", gen.seed, "Seed of the draws");
   generate->add_flag("--json", gen.json, "One JSON object: the samples' tokens and text");
   EvalRequest ev;
@@ -323,7 +337,7 @@ int main_with_mpi(int argc, char** argv) {
   add_checkpoint_options(eval, ev.checkpoint, ev.overrides);
   eval->add_option("--data", ev.data, "Evaluate on all of this file (default: the deck's validation split)");
   eval->add_option("--batches", ev.batches, "Batches of data.global_batch sequences (default: run.eval_batches)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   eval->add_flag("--json", ev.json, "One JSON object");
 
   // A first word that is not an option must name a subcommand: say which it is not, and what
@@ -347,9 +361,13 @@ int main_with_mpi(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // Every rank parsed the same argv; only rank 0 speaks.
     // --help and --version exit 0; any other parse error is a usage error, exit 2 (the README's
-    // exit codes), not CLI11's own codes.
-    const int code = world.is_root() ? cli.exit(e) : e.get_exit_code();
-    return code == 0 ? kExitOk : kExitUsage;
+    // exit codes), not CLI11's own codes, said as every other error is.
+    if (e.get_exit_code() == 0) {
+      if (world.is_root()) cli.exit(e);
+      return kExitOk;
+    }
+    if (world.is_root()) std::cerr << "shardtrain: error: " << e.what() << " (see shardtrain --help)\n";
+    return kExitUsage;
   }
   if (*run) return run_deck(request, world);
   if (*check) return check_deck(request, world, ranks);

@@ -87,7 +87,12 @@ int doctor_command(World& world) {
   // Launcher and world size: what the launcher promised against what MPI started.
   const int slurm_tasks = env_int("SLURM_NTASKS");
   const int ompi_size = env_int("OMPI_COMM_WORLD_SIZE");
-  std::string launcher = ompi_size > 0 ? "mpirun (Open MPI)" : !env("PMIX_RANK").empty() ? "PMIx (srun --mpi=pmix)" : "none (singleton)";
+  // srun sets SLURM_STEP_ID for its tasks (a batch script has none); a process started on its own
+  // has PMIX_RANK too (Open MPI's singleton), so PMIx alone does not mean srun.
+  std::string launcher = ompi_size > 0                 ? "mpirun (Open MPI)"
+                         : env("SLURM_STEP_ID").empty() ? "none (started on its own: one rank)"
+                         : env("PMIX_RANK").empty()     ? "srun (without PMIx)"
+                                                        : "srun --mpi=pmix";
   if (!env("SLURM_JOB_ID").empty()) launcher += ", inside Slurm job " + env("SLURM_JOB_ID");
   if (slurm_tasks > 0 && slurm_tasks != size)
     r.add(Verdict::fail, "world size",

@@ -1,12 +1,14 @@
 // `shardtrain ckpt inspect/export` and `shardtrain weights inspect/convert`: one process reads and
 // writes files; the other ranks of the job wait for its verdict.
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "app/commands.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/locate.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "weights/gpt2_weights.hpp"
@@ -14,6 +16,8 @@
 
 namespace st::app {
 namespace {
+
+namespace fs = std::filesystem;
 
 WeightsFormat weights_format(const std::string& name) {
   return name == "llmc" ? WeightsFormat::llmc : WeightsFormat::safetensors;
@@ -36,28 +40,101 @@ std::string model_text(const Gpt2Shape& s) {
          std::to_string(s.vocab_size) + " (padded " + std::to_string(s.padded_vocab) + ")";
 }
 
+// A checkpoint's file name, its directory's `latest`, or any HDF5 file a checkpoint reader accepts.
+bool is_checkpoint(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  if (checkpoint_step_of(name) >= 0 || name == "latest" || !pointer_target(path).empty()) return true;
+  try {
+    read_checkpoint_header(path);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Before an export or a conversion writes `outputs` (the file and what goes beside it): an
+// existing one is replaced only with --force, a checkpoint never (its run's state would be lost);
+// a missing directory is created. The input is never an output.
+void prepare_outputs(const std::vector<std::string>& outputs, const std::string& input, bool force) {
+  std::error_code ec;
+  for (const std::string& out : outputs) {
+    if (fs::exists(out, ec) && fs::exists(input, ec) && fs::equivalent(out, input, ec))
+      throw Error(out + " is the input file; write the output elsewhere");
+    if (!fs::exists(out, ec)) continue;
+    if (fs::is_directory(out, ec)) throw Error("output " + out + " is a directory; name a file in it");
+    if (is_checkpoint(out))
+      throw Error("output " + out + " is a checkpoint (or its `latest` pointer); it is never overwritten, even with "
+                  "--force: write the output elsewhere");
+    if (!force) throw Error("output " + out + " exists; pass --force to replace it, or write the output elsewhere");
+  }
+  for (const std::string& out : outputs) {
+    const fs::path dir = fs::path(out).parent_path();
+    if (dir.empty() || fs::is_directory(dir, ec)) continue;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error("cannot create the output's directory " + dir.string() + ": " + ec.message());
+  }
+}
+
+// What an export of `format` writes: the file, and config.json beside a safetensors file.
+std::vector<std::string> outputs_of(WeightsFormat format, const std::string& out) {
+  if (format == WeightsFormat::safetensors) return {out, hf_config_path(out)};
+  return {out};
+}
+
+// The checkpoint a path names (a file, a `latest`, a checkpoint or run directory), every checksum
+// verified: a damaged newest one in a directory is skipped for the next, and said.
+std::string located_checkpoint(const std::string& given) {
+  const LocatedCheckpoint located =
+      locate_for_reading(given, MPI_COMM_SELF, [](const std::string& path, const CheckpointInfo&) -> std::string {
+        try {
+          verify_checkpoint(path, MPI_COMM_SELF);
+          return "";
+        } catch (const Error& e) {
+          return e.what();
+        }
+      });
+  for (const std::string& note : located.skip_notes("read")) std::cerr << "note: " << note << "\n";
+  if (located.path != given) std::cerr << "note: " << given << " stands for checkpoint " << located.path << "\n";
+  return located.path;
+}
+
 }  // namespace
 
 int ckpt_command(const CkptRequest& request, World& world) {
   return on_root(world, [&] {
     if (request.action == "inspect") {
-      std::cout << inspect_checkpoint(request.file);
+      // The checkpoint the path stands for, verified as a resume verifies it (inspect_checkpoint).
+      std::string text;
+      const LocatedCheckpoint located = locate_for_reading(
+          request.file, MPI_COMM_SELF, [&](const std::string& path, const CheckpointInfo&) -> std::string {
+            try {
+              text = inspect_checkpoint(path);
+              return "";
+            } catch (const Error& e) {
+              return e.what();
+            }
+          });
+      for (const std::string& note : located.skip_notes("read")) std::cout << note << "\n";
+      std::cout << text;
       return;
     }
+    if (request.format == "hdf5" && request.dtype != "fp32")
+      throw Error("ckpt export: --dtype " + request.dtype + " applies to --format llmc and safetensors; HDF5 exports "
+                                                            "are fp32");
+    const WeightsFormat format = weights_format(request.format);
+    prepare_outputs(request.format == "hdf5" ? std::vector<std::string>{request.out} : outputs_of(format, request.out),
+                    request.file, request.force);
+    const std::string source = located_checkpoint(request.file);
     if (request.format == "hdf5") {
-      if (request.dtype != "fp32")
-        throw Error("ckpt export: --dtype " + request.dtype + " applies to --format llmc and safetensors; HDF5 exports "
-                                                              "are fp32");
-      export_checkpoint(request.file, request.out);
+      export_checkpoint(source, request.out);
       std::cout << "wrote " << request.out << "\n";
       return;
     }
-    const CheckpointParams checkpoint = read_checkpoint_params(request.file);
-    const WeightsFormat format = weights_format(request.format);
+    const CheckpointParams checkpoint = read_checkpoint_params(source);
     const WeightDtype dtype = weight_dtype(request.dtype);
     write_weights(format, request.out, checkpoint.info.shape, checkpoint.params, dtype);
-    std::cout << wrote(format, request.out, dtype) << " from step " << checkpoint.info.step << " of "
-              << request.file << "\n";
+    std::cout << wrote(format, request.out, dtype) << " from step " << checkpoint.info.step << " of " << source
+              << "\n";
   });
 }
 
@@ -73,6 +150,7 @@ int weights_command(const WeightsRequest& request, World& world) {
     if (request.action == "convert") {
       const WeightsFormat format = weights_format(request.format);
       const WeightDtype dtype = weight_dtype(request.dtype);
+      prepare_outputs(outputs_of(format, request.out), source.path, request.force);
       write_weights(format, request.out, shape, params, dtype);
       std::cout << wrote(format, request.out, dtype) << " from " << source.path << "\n";
       return;

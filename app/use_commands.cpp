@@ -18,6 +18,7 @@
 #include "app/planning.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/locate.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/json_text.hpp"
@@ -42,37 +43,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// What a path given to generate or eval names: a checkpoint (a file, its directory's `latest`, a
-// run directory's checkpoints/latest) or GPT-2 weights (an llm.c model file, a model.safetensors
-// or a directory holding one). HDF5 files are checkpoints; weights files are told by their
-// first bytes (probe_weights), which also names what is wrong with a file that is neither.
-struct ModelPath {
-  std::string path;
-  bool weights = false;
-};
-ModelPath resolve_model_path(const std::string& given) {
+// Whether a path given to generate or eval names GPT-2 weights (an llm.c model file, a
+// model.safetensors or a directory holding one, and no checkpoints) rather than a checkpoint (an
+// HDF5 file, a `latest` pointer, a checkpoint or run directory: ckpt/locate.hpp decides which
+// checkpoint). Weights files are told by their first bytes (probe_weights), which also names
+// what is wrong with a file that is neither.
+bool names_weights(const std::string& given) {
   std::error_code ec;
-  if (!fs::exists(given, ec)) throw Error("checkpoint " + given + ": no such file or directory", ErrorScope::all_ranks);
-  if (!fs::is_directory(given, ec)) {
-    if (h5::has_hdf5_signature(given)) return {given, false};
-    try {
-      probe_weights(given);  // headers only; load_model reads the values once rank 0 has checked them
-    } catch (const Error& e) {
-      throw Error("checkpoint " + given + ": not an HDF5 checkpoint, nor GPT-2 weights (" + e.what() + ")",
-                  ErrorScope::all_ranks);
-    }
-    return {given, true};
+  if (!fs::exists(given, ec)) return false;  // the locator names it
+  if (fs::is_directory(given, ec))
+    return checkpoint_dir_in(given).empty() && fs::exists(given + "/model.safetensors", ec);
+  if (h5::has_hdf5_signature(given) || !pointer_target(given).empty()) return false;
+  try {
+    probe_weights(given);  // headers only; load_model reads the values once rank 0 has checked them
+  } catch (const Error& e) {
+    throw Error("checkpoint " + given + ": not an HDF5 checkpoint, nor GPT-2 weights (" + e.what() + ")",
+                ErrorScope::all_ranks);
   }
-  for (const std::string& dir : {given, given + "/checkpoints"}) {
-    std::ifstream latest(dir + "/latest");
-    std::string name;
-    if (latest && std::getline(latest, name) && !name.empty()) return {dir + "/" + name, false};
-  }
-  if (fs::exists(given + "/model.safetensors", ec)) return {given, true};
-  throw Error("checkpoint " + given + ": a directory without a `latest` checkpoint (neither " + given +
-                  "/latest nor " + given + "/checkpoints/latest) or a model.safetensors; give a checkpoint file "
-                  "(ckpt_<step>.h5), its directory, a run directory, or GPT-2 weights",
-              ErrorScope::all_ranks);
+  return true;
 }
 
 // A trained model on this job's ranks, and the deck it was trained with.
@@ -104,50 +92,84 @@ void tokenizer_for_weights(Config& config) {
   if (config.data.tokenizer_files.empty()) config.data.tokenizer_files = {default_gpt2_files()};
 }
 
-// max_batch: sequences per forward pass; 0: the deck's micro-batch on this job.
-LoadedModel load_model(const std::string& given, const std::vector<std::string>& overrides, World& world,
-                       int max_batch) {
-  LoadedModel m;
-  const ModelPath source = resolve_model_path(given);
-  m.path = source.path;
-  m.weights = source.weights;
-  if (m.weights) {
-    m.config = parse_deck(weights_deck(m.path), m.path + " (weights: the deck's defaults)", overrides);
-    resolve_init_from(m.config, world.comm());
-    tokenizer_for_weights(m.config);
-  } else {
-    m.info = read_checkpoint_info(m.path, world.comm());
-    if (m.info.deck.empty())
-      throw Error("checkpoint " + m.path + ": holds no deck; it was not written by shardtrain run",
-                  ErrorScope::all_ranks);
-    m.config = parse_deck(m.info.deck, m.path + " (the deck stored in it)", overrides);
-  }
-  ParallelConfig& p = m.config.parallel;
-  // `auto` chose by the training job's machine: here, shard when there are several ranks.
+// Parallel settings of the training job that this job's ranks cannot take: its emulated nodes
+// or its hsdp groups when they do not divide this job's ranks (then its real nodes and zero3 are
+// used, and said), and `auto`, which chose by the training job's machine (here: shard when there
+// are several ranks). A value given with --set is this job's own, and is refused instead.
+void fit_parallel_settings(Config& config, World& world) {
+  ParallelConfig& p = config.parallel;
   if (p.strategy == StrategyKind::automatic) p.strategy = world.size() > 1 ? StrategyKind::zero3 : StrategyKind::ddp;
+  auto note = [&](const std::string& text) {
+    if (world.is_root()) std::cerr << "note: " << text << "\n";
+  };
+  const std::string& nodes_from = config.origin["parallel.ranks_per_node"];
+  if (p.ranks_per_node > 0 && world.size() % p.ranks_per_node != 0 && nodes_from != "--set" &&
+      nodes_from != "default") {
+    note("parallel.ranks_per_node = " + std::to_string(p.ranks_per_node) + " (" + nodes_from +
+         ") does not divide this job's " + std::to_string(world.size()) +
+         " rank(s): the ranks are grouped by their real nodes");
+    p.ranks_per_node = 0;
+  }
+  const std::string& group_from = config.origin["parallel.shard_group"];
+  if (p.strategy == StrategyKind::hsdp && p.shard_group > 0 && world.size() % p.shard_group != 0 &&
+      group_from != "--set") {
+    note("parallel.strategy = \"hsdp\" in groups of parallel.shard_group = " + std::to_string(p.shard_group) + " (" +
+         group_from + ") does not fit this job's " + std::to_string(world.size()) + " rank(s): zero3 is used instead");
+    p.strategy = StrategyKind::zero3;
+    p.shard_group = 0;
+  }
+}
+
+// The model on this job's ranks, set up from `config`; its parameters are read by the caller.
+void build_model(LoadedModel& m, World& world, int max_batch) {
+  fit_parallel_settings(m.config, world);
+  ParallelConfig& p = m.config.parallel;
   apply_thread_count(choose_thread_count(static_cast<int>(m.config.run.threads), world.host_ranks()));
   const DeviceChoice device = choose_device(p.device, world.comm(), m.path);
   if (max_batch == 0)
     max_batch = static_cast<int>(
         plan_batches(m.config.data, m.config.model.seq_len, world.size(), m.config.deck_path).micro_batch);
-  // The training job's emulated nodes may not fit this job's ranks: then its real nodes are used
-  // (a --set value or SHARDTRAIN_RANKS_PER_NODE is this job's own, and is refused instead).
-  const std::string& from = m.config.origin["parallel.ranks_per_node"];
-  if (p.ranks_per_node > 0 && world.size() % p.ranks_per_node != 0 && from != "--set" && from != "default") {
-    if (world.is_root())
-      std::cerr << "note: parallel.ranks_per_node = " << p.ranks_per_node << " (" << from
-                << ") does not divide this job's " << world.size() << " rank(s): the ranks are grouped by their "
-                << "real nodes\n";
-    p.ranks_per_node = 0;
-  }
   m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
-  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16), max_batch,
-                                         nullptr, ShardedModel::Use::inference);
-  if (m.weights) {
+  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16),
+                                         max_batch, nullptr, ShardedModel::Use::inference);
+}
+
+// max_batch: sequences per forward pass; 0: the deck's micro-batch on this job.
+LoadedModel load_model(const std::string& given, const std::vector<std::string>& overrides, World& world,
+                       int max_batch) {
+  LoadedModel m;
+  if (names_weights(given)) {
+    m.path = given;
+    m.weights = true;
+    m.config = parse_deck(weights_deck(m.path), m.path + " (weights: the deck's defaults)", overrides);
+    resolve_init_from(m.config, world.comm());
+    tokenizer_for_weights(m.config);
+    build_model(m, world, max_batch);
     m.net->strategy().load_params(load_initial_weights(m.path, gpt2_shape(m.config.model), world.comm()).params);
-  } else {
-    read_checkpoint(m.path, gpt2_shape(m.config.model), m.net->strategy(), world.comm());
+    return m;
   }
+  // The checkpoint a run would resume from this path (ckpt/locate.hpp): a damaged one is skipped
+  // for the next. Each is tried by reading it into a model built from its own settings: the run's
+  // deck and --set values (older checkpoints: their deck file), then this command's --set.
+  const LocatedCheckpoint located =
+      locate_for_reading(given, world.comm(), [&](const std::string& path, const CheckpointInfo& info) -> std::string {
+        if (info.deck.empty())
+          throw Error("checkpoint " + path + ": holds no deck; it was not written by shardtrain run",
+                      ErrorScope::all_ranks);
+        m.path = path;
+        m.info = info;
+        const std::string what = info.settings.empty() ? " (the deck stored in it)" : " (the run's settings stored in it)";
+        m.config = parse_deck(info.settings_or_deck(), path + what, overrides);
+        build_model(m, world, max_batch);
+        try {
+          read_checkpoint(path, gpt2_shape(m.config.model), m.net->strategy(), world.comm());
+          return "";
+        } catch (const Error& e) {
+          return e.what();
+        }
+      });
+  if (world.is_root())
+    for (const std::string& note : located.skip_notes("read")) std::cerr << "note: " << note << "\n";
   return m;
 }
 
@@ -283,7 +305,7 @@ int generate_command(const GenerateRequest& r, World& world) {
 int eval_command(const EvalRequest& r, World& world) {
   std::vector<std::string> overrides = r.overrides;
   if (!r.data.empty()) overrides.push_back("data.path=" + toml_string(r.data, "--data"));
-  if (r.data.empty() && resolve_model_path(r.checkpoint).weights)
+  if (r.data.empty() && names_weights(r.checkpoint))
     throw Error("weights " + r.checkpoint + ": weights hold no data to evaluate on: give --data FILE",
                 ErrorScope::all_ranks);
   LoadedModel m = load_model(r.checkpoint, overrides, world, 0);

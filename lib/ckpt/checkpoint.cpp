@@ -16,6 +16,7 @@
 
 #include "ckpt/chunk_io.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/locate.hpp"
 #include "ckpt/skeleton_file.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -33,12 +34,6 @@ namespace fs = std::filesystem;
 // read took 0.36-0.43 s, with 1 MiB chunks 0.23-0.28 s (docs/benchmarks.md).
 constexpr std::uint64_t kChunkElements = std::uint64_t{1} << 18;
 const char* const kStateDatasets[] = {"params", "adam_m", "adam_v"};
-
-std::string checkpoint_name(std::int64_t step) {
-  char name[64];
-  std::snprintf(name, sizeof name, "ckpt_%08lld.h5", static_cast<long long>(step));
-  return name;
-}
 
 std::vector<h5::Range> to_h5(const std::vector<Strategy::StateRange>& ranges) {
   std::vector<h5::Range> out;
@@ -71,22 +66,29 @@ void remove_files(const std::vector<std::string>& paths) {
   for (const auto& path : paths) fs::remove(path, ec);
 }
 
-namespace {
+std::string checkpoint_name(std::int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "ckpt_%08lld.h5", static_cast<long long>(step));
+  return name;
+}
 
-std::int64_t step_of(const std::string& filename) {
+std::int64_t checkpoint_step_of(const std::string& filename) {
   static const std::regex pattern(R"(ckpt_(\d+)\.h5)");
   std::smatch m;
   if (!std::regex_match(filename, m, pattern)) return -1;
   return std::stoll(m[1].str());
 }
 
+namespace {
+
 // Rank 0, after every rank has closed the temporary file: make it durable, give it its name,
 // point `latest` at it, drop old ones. "" or what went wrong.
-std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, int keep, PhaseLog& log,
-                   std::vector<std::string>* deferred) {
+std::string commit(const std::string& dir, const std::string& tmp, const std::string& name, const CheckpointInfo& info,
+                   int keep, PhaseLog& log, std::vector<std::string>* deferred, WrittenCheckpoint& written) {
   const std::string final_path = dir + "/" + name;
   if (auto why = sync_path(tmp, false); !why.empty()) return why;
   log.mark("fsync");
+  if (const std::string moved = set_aside_other_run(final_path, info); !moved.empty()) written.set_aside.push_back(moved);
   if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
     return "cannot rename " + tmp + " to " + final_path + ": " + errno_text();
   if (auto why = sync_path(dir, true); !why.empty()) return why;
@@ -103,19 +105,16 @@ std::string commit(const std::string& dir, const std::string& tmp, const std::st
   if (auto why = sync_path(dir, true); !why.empty()) return why;
   log.mark("latest");
 
-  // Keep the newest `keep`; leftovers of interrupted writes go too.
-  std::vector<std::pair<std::int64_t, fs::path>> found;
-  std::vector<std::string> doomed;
+  // This run's newest `keep` stay (ckpt/locate.hpp); leftovers of interrupted writes go too.
+  const RetentionPlan plan = plan_retention(dir, final_path, info, keep);
+  std::vector<std::string> doomed = plan.remove;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string file = entry.path().filename().string();
-    if (file.ends_with(".h5.tmp")) doomed.push_back(entry.path().string());
-    else if (const std::int64_t step = step_of(file); step >= 0) found.emplace_back(step, entry.path());
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) doomed.push_back(found[i].second.string());
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().ends_with(".h5.tmp") && entry.path() != fs::path(tmp))
+      doomed.push_back(entry.path().string());
   if (deferred) deferred->insert(deferred->end(), doomed.begin(), doomed.end());
   else remove_files(doomed);
+  written.left_alone = plan.left_alone;
   log.mark("keep");
   return "";
 }
@@ -258,9 +257,9 @@ StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage) {
   return snapshot;
 }
 
-std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log,
-                             std::vector<std::string>* deferred_deletes) {
+WrittenCheckpoint write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
+                                   const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log,
+                                   std::vector<std::string>* deferred_deletes) {
   PhaseLog unused;
   PhaseLog& phases = log ? *log : unused;
   phases.skip();
@@ -296,15 +295,19 @@ std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info,
   h5::write_chunks(tmp, writes, comm, &phases);
 
   problem.clear();
-  if (rank == 0) problem = commit(dir, tmp, name, keep, phases, deferred_deletes);
+  WrittenCheckpoint written{dir + "/" + name, {}, {}};
+  if (rank == 0) {
+    try {
+      problem = commit(dir, tmp, name, info, keep, phases, deferred_deletes, written);
+    } catch (const std::exception& e) {  // a directory listing or an HDF5 header that throws
+      problem = std::string("committing ") + written.path + ": " + e.what();
+    }
+  }
   agree_or_throw(comm, problem);
   phases.mark("commit_agree");
-  return dir + "/" + name;
+  return written;
 }
 
-namespace {
-
-// The checkpoint a `latest` file names ("ckpt_00000900.h5"), or "" when `path` is not one.
 std::string pointer_target(const std::string& path) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
@@ -313,8 +316,10 @@ std::string pointer_target(const std::string& path) {
   std::string name;
   std::getline(in, name);
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  return step_of(name) >= 0 ? name : "";
+  return checkpoint_step_of(name) >= 0 ? name : "";
 }
+
+namespace {
 
 // Why `path` cannot be a checkpoint file, found before HDF5 opens it, with what to pass
 // instead; "" when it may be one. `resuming`: for checkpoint.resume, which also takes "latest".
@@ -433,18 +438,22 @@ ReadPlan plan_on_rank0(const std::string& path, MPI_Comm comm, MakePlan make_pla
 
 }  // namespace
 
+std::vector<ModelKey> model_keys(const Gpt2Shape& file, const Gpt2Shape& run) {
+  return {{"model.n_layer", file.n_layer, run.n_layer},
+          {"model.d_model", file.d_model, run.d_model},
+          {"model.n_head", file.n_head, run.n_head},
+          {"model.seq_len", file.seq_len, run.seq_len},
+          {"model.vocab_size", file.vocab_size, run.vocab_size}};
+}
+
 std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run) {
+  std::vector<ModelKey> keys = model_keys(file, run);
+  keys.push_back({"padded vocabulary (model.vocab_pad_to)", file.padded_vocab, run.padded_vocab});
   std::vector<std::string> diffs;
-  auto compare = [&](const char* key, std::int64_t a, std::int64_t b) {
-    if (a != b) diffs.push_back(std::string(key) + " = " + std::to_string(a) + " in the checkpoint, " + std::to_string(b) +
-                                " in the deck");
-  };
-  compare("model.n_layer", file.n_layer, run.n_layer);
-  compare("model.d_model", file.d_model, run.d_model);
-  compare("model.n_head", file.n_head, run.n_head);
-  compare("model.seq_len", file.seq_len, run.seq_len);
-  compare("model.vocab_size", file.vocab_size, run.vocab_size);
-  compare("padded vocabulary (model.vocab_pad_to)", file.padded_vocab, run.padded_vocab);
+  for (const ModelKey& k : keys)
+    if (k.file != k.deck)
+      diffs.push_back(std::string(k.key) + " = " + std::to_string(k.file) + " in the checkpoint, " +
+                      std::to_string(k.deck) + " in the deck");
   return join(diffs, "; ");
 }
 
@@ -477,76 +486,85 @@ CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, 
   } catch (const Error& e) {
     problem = "checkpoint " + path + ": " + e.what();
   }
-  agree_or_throw(comm, problem);
+  agree_or_throw(comm, problem, false);  // the message names the chunk, whichever rank read it
   return plan.info;
+}
+
+CheckpointInfo read_checkpoint_header(const std::string& path) {
+  if (const std::string problem = checkpoint_path_problem(path, true); !problem.empty()) throw Error(problem);
+  h5::Handle file = h5::open_file_serial(path);
+  CheckpointInfo info = read_info(file.get());
+  file.close("closing " + path);
+  return info;
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm) {
   return plan_on_rank0(path, comm, [&] {
-           if (!fs::exists(path)) throw Error("no such file");
-           if (!fs::is_regular_file(path)) throw Error("not a file");
            ReadPlan plan;
-           h5::Handle file = h5::open_file_serial(path);
-           plan.info = read_info(file.get());
-           file.close("closing " + path);
+           plan.info = read_checkpoint_header(path);
            return plan;
          })
       .info;
 }
 
-std::string checkpoint_dir_problem(const std::string& dir) {
-  // The directories this check creates, deepest first: removed again, so that a run that never
-  // checkpoints leaves none behind.
-  std::vector<fs::path> created;
-  std::error_code ec;
-  for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    created.push_back(p);
-    if (p == p.parent_path()) break;
-  }
-  struct Tidy {
-    std::vector<fs::path>& dirs;
-    ~Tidy() {
-      std::error_code ignored;
-      for (const auto& d : dirs) fs::remove(d, ignored);  // only if still empty
+VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm) {
+  // Rank 0 finds the chunks (and checks the datasets against the model the file says it holds).
+  ReadPlan plan = plan_on_rank0(path, comm, [&] { return plan_read(path, read_checkpoint_header(path).shape); });
+  int rank = 0, ranks = 1;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
+  VerifiedCheckpoint out;
+  out.info = plan.info;
+  const std::uint64_t elements = make_gpt2_layout(plan.info.shape).total();
+  std::string problem;
+  try {
+    std::vector<float> buffer;
+    if (plan.geometry) {
+      // Each rank reads a contiguous share of every dataset's chunks, a few at a time, exactly as
+      // a resume reads them (h5::read_chunks verifies each chunk it touches).
+      const h5::ChunkGeometry& g = *plan.geometry;
+      const std::uint64_t chunks = g.chunks(), per_read = 64;
+      const std::uint64_t first = chunks * static_cast<std::uint64_t>(rank) / static_cast<std::uint64_t>(ranks);
+      const std::uint64_t last = chunks * static_cast<std::uint64_t>(rank + 1) / static_cast<std::uint64_t>(ranks);
+      for (std::size_t k = 0; k < 3; ++k) {
+        const std::vector<std::uint64_t> offsets = offsets_of(plan.chunk_offsets, k, chunks);
+        for (std::uint64_t c = first; c < last; c += per_read) {
+          const std::uint64_t begin = c * g.chunk, end = g.chunk_end(std::min(last, c + per_read) - 1);
+          buffer.resize(end - begin);
+          h5::read_chunks(path, {kStateDatasets[k], g, {{begin, end - begin}}, {buffer.data()}, offsets});
+          for (float x : buffer) out.sum_squares[k] += static_cast<double>(x) * x;
+        }
+      }
+    } else if (rank == 0) {  // stored otherwise (h5repack, say): HDF5's filter verifies as it reads
+      h5::Handle file = h5::open_file_serial(path);
+      for (std::size_t k = 0; k < 3; ++k) {
+        h5::Handle d = h5::open_dataset(file.get(), kStateDatasets[k]);
+        for (std::uint64_t at = 0; at < elements; at += kChunkElements) {
+          const std::uint64_t n = std::min<std::uint64_t>(kChunkElements, elements - at);
+          buffer.resize(n);
+          try {
+            h5::read_ranges(d.get(), {{at, n}}, buffer.data());
+          } catch (const Error& e) {
+            throw Error(std::string("dataset '/") + kStateDatasets[k] + "' elements " + std::to_string(at) + "-" +
+                        std::to_string(at + n - 1) + ": " + e.what());
+          }
+          for (float x : buffer) out.sum_squares[k] += static_cast<double>(x) * x;
+        }
+      }
     }
-  } tidy{created};
-  fs::create_directories(dir, ec);
-  if (ec) return "cannot create checkpoint directory '" + dir + "' (checkpoint.dir): " + ec.message();
-  if (!fs::is_directory(dir)) return "checkpoint.dir '" + dir + "' is not a directory";
-  // Creating a file is what a checkpoint does first; its permission bits do not tell (root,
-  // read-only mounts, immutable directories, quotas).
-  const std::string probe = dir + "/.write_test." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return "cannot write in checkpoint directory '" + dir + "' (checkpoint.dir): " + errno_text() +
-           "; set checkpoint.dir to a directory this job can write";
-  ::close(fd);
-  ::unlink(probe.c_str());
-  return "";
-}
-
-std::vector<std::string> checkpoint_candidates(const std::string& dir) {
-  std::vector<std::string> out;
-  std::ifstream latest(dir + "/latest");
-  std::string name;
-  if (latest && std::getline(latest, name) && !name.empty()) out.push_back(dir + "/" + name);
-  std::vector<std::pair<std::int64_t, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string file = entry.path().filename().string();
-    if (const std::int64_t step = step_of(file); step >= 0) found.emplace_back(step, entry.path().string());
+  } catch (const Error& e) {
+    problem = "checkpoint " + path + ": " + e.what();
   }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [step, path] : found)
-    if (std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
+  agree_or_throw(comm, problem, false);  // the message names the chunk, whichever rank read it
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, out.sum_squares, 3, MPI_DOUBLE, MPI_SUM, comm));
   return out;
 }
 
 std::string inspect_checkpoint(const std::string& path) {
+  // Verified as a resume verifies it, chunk by chunk, so a damaged file is named as a resume names it.
+  const VerifiedCheckpoint verified = verify_checkpoint(path, MPI_COMM_SELF);
   try {
-    if (const std::string problem = checkpoint_path_problem(path, false); !problem.empty()) throw Error(problem);
-    h5::Handle file = h5::open_file_serial(path);
-    const CheckpointInfo info = read_info(file.get());
+    const CheckpointInfo& info = verified.info;
     const Gpt2Shape& s = info.shape;
     const std::uint64_t elements = make_gpt2_layout(s).total();
     std::ostringstream os;
@@ -560,30 +578,25 @@ std::string inspect_checkpoint(const std::string& path) {
        << "\n"
        << "  written by " << info.world_size << " rank(s) with strategy " << info.strategy << " ("
        << info.precision << (info.strategy == "hsdp" ? ", groups of " + std::to_string(info.shard_group) : "")
-       << "), " << info.created_by << "\n"
+       << "), " << info.created_by << (info.run_id.empty() ? "" : ", run " + info.run_id) << "\n"
        << "  model: n_layer " << s.n_layer << ", d_model " << s.d_model << ", n_head " << s.n_head << ", seq_len "
        << s.seq_len << ", vocab " << s.vocab_size << " (padded " << s.padded_vocab << "), " << elements
        << " parameters\n";
-    require_state_datasets(file.get(), elements);
+    h5::Handle file = h5::open_file_serial(path);
     const auto names = h5::read_strings(h5::open_group(file.get(), "layout").get(), "names");
+    file.close("closing " + path);
     os << "  " << names.size() << " tensors in /layout\n";
-    std::vector<float> buffer;
-    for (const char* name : kStateDatasets) {
-      h5::Handle d = h5::open_dataset(file.get(), name);
-      double sum_squares = 0;
-      for (std::uint64_t at = 0; at < elements; at += kChunkElements) {
-        const std::uint64_t n = std::min<std::uint64_t>(kChunkElements, elements - at);
-        buffer.resize(n);
-        h5::read_ranges(d.get(), {{at, n}}, buffer.data());
-        for (float x : buffer) sum_squares += static_cast<double>(x) * x;
-      }
+    for (std::size_t k = 0; k < 3; ++k) {
       char line[160];
-      std::snprintf(line, sizeof line, "  /%-7s %llu x float32, Fletcher32 verified, L2 norm %.6g\n", name,
-                    static_cast<unsigned long long>(elements), std::sqrt(sum_squares));
+      std::snprintf(line, sizeof line, "  /%-7s %llu x float32, Fletcher32 verified, L2 norm %.6g\n", kStateDatasets[k],
+                    static_cast<unsigned long long>(elements), std::sqrt(verified.sum_squares[k]));
       os << line;
     }
-    os << "  deck:\n";
-    std::istringstream deck(info.deck);
+    // The run's own settings where the checkpoint has them (deck and --set), else its deck file.
+    os << (info.settings.empty() ? "  deck (the file the run started with; --set values are not recorded in "
+                                   "checkpoints this old):\n"
+                                 : "  settings of the run (deck and --set; defaults commented out):\n");
+    std::istringstream deck(info.settings_or_deck());
     for (std::string line; std::getline(deck, line);) os << "    " << line << "\n";
     return os.str();
   } catch (const Error& e) {

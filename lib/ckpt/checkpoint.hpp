@@ -46,7 +46,19 @@ struct CheckpointInfo {
   std::int64_t seed = 0;
   std::string strategy, precision, deck, created_by;
   std::int64_t world_size = 0, shard_group = 0;
+  // Every setting of the run that wrote it: the deck after --set and the model's shape from a
+  // weights file, as resolved.toml holds them (deck/parse.hpp resolved_deck_text), which
+  // generate, eval and inspect read instead of `deck` ("" in a checkpoint written before these
+  // were recorded).
+  std::string settings;
+  // The run this checkpoint belongs to: made when a run starts from step 0, kept by the runs that
+  // resume it. Retention deletes only this run's checkpoints ("" in older checkpoints, and in
+  // runs that resume one of them).
+  std::string run_id;
   Gpt2Shape shape;
+  // The deck text a command that reads the checkpoint parses: its resolved settings, else (older
+  // checkpoints) the deck file it was started with.
+  const std::string& settings_or_deck() const { return settings.empty() ? deck : settings; }
 };
 
 // One attribute of a checkpoint's metadata. Reading, writing, sharing with the other ranks and
@@ -77,6 +89,8 @@ inline constexpr CheckpointField kCheckpointFields[] = {
     {"data_shard", &CheckpointInfo::data_shard, true},
     {"data_shard_offset", &CheckpointInfo::data_shard_offset, true},
     {"data_epoch", &CheckpointInfo::data_epoch, true},
+    {"settings", &CheckpointInfo::settings, true},
+    {"run_id", &CheckpointInfo::run_id, true},
     {"n_layer", &Gpt2Shape::n_layer},
     {"d_model", &Gpt2Shape::d_model},
     {"n_head", &Gpt2Shape::n_head},
@@ -116,17 +130,25 @@ StateSnapshot view_state(Strategy& strategy);
 StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage = {});
 
 // Writes `dir`/ckpt_<step>.h5 through a temporary name, flushes, renames it into place (rank 0,
-// then the directory is synced), points `dir`/latest at it and keeps the newest `keep`.
-// Collective over comm. Returns the final path. When `log` is given, the write's phases go into
+// then the directory is synced), points `dir`/latest at it and keeps this run's `keep` most
+// recently committed checkpoints (ckpt/locate.hpp plan_retention: never the one just written,
+// never another run's or model's). Collective over comm. Returns what was written. When `log` is given, the write's phases go into
 // it (rank 0's clock): layout, checksums, open, write_<round>, file_sync, close, then on rank 0
 // fsync, rename (with the directory's fsync), latest, keep, and commit_agree (the others wait).
 // When `deferred_deletes` is given, rank 0 adds the files that `keep` (and leftovers of
 // interrupted writes) let go to it instead of deleting them: deleting a 1.36 GB file took
 // 0.17-0.28 s here (ext4 mounted with `discard` waits for the device), which the caller can take
 // off the training's critical path with remove_files.
-std::string write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                             const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr,
-                             std::vector<std::string>* deferred_deletes = nullptr);
+struct WrittenCheckpoint {
+  std::string path;
+  // Rank 0: checkpoints in the directory of another run (another run_id or model, or unreadable)
+  // that retention left alone, each with why, and what the commit moved out of its way
+  // (ckpt/locate.hpp set_aside_other_run).
+  std::vector<std::string> left_alone, set_aside;
+};
+WrittenCheckpoint write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
+                                   const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr,
+                                   std::vector<std::string>* deferred_deletes = nullptr);
 // Deletes the files, ignoring those already gone.
 void remove_files(const std::vector<std::string>& paths);
 
@@ -134,27 +156,51 @@ void remove_files(const std::vector<std::string>& paths);
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
 CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
 
+// The deck keys that set a model's shape, each with the checkpoint's value and the deck's.
+struct ModelKey {
+  const char* key;
+  std::int64_t file = 0;
+  std::int64_t deck = 0;
+};
+std::vector<ModelKey> model_keys(const Gpt2Shape& file, const Gpt2Shape& run);
+
 // "" when the shapes are the same, else each difference: "model.n_layer = 4 in the checkpoint, 6
 // in the deck; ...".
 std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run);
+
+// One process: what a checkpoint says of itself (its attributes and model shape), after the
+// checks that name what a path is when it is no checkpoint. Throws Error (without the path).
+CheckpointInfo read_checkpoint_header(const std::string& path);
 
 // What a checkpoint says of itself (step, strategy, the deck that wrote it, the model shape),
 // read by rank 0 and shared. Collective; on failure every rank throws the same Error naming the
 // file.
 CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm);
 
-// "" when `dir` exists or can be created and a file can be created in it; else why not, naming
-// checkpoint.dir. One process: a run checks before training, not at its first checkpoint.
-std::string checkpoint_dir_problem(const std::string& dir);
-
-// Candidates for checkpoint.resume = "latest": the file `dir`/latest names first, then every
-// ckpt_<step>.h5 in `dir`, newest first.
-std::vector<std::string> checkpoint_candidates(const std::string& dir);
+// What verify_checkpoint read: the sum of squares of each state dataset (/params, /adam_m,
+// /adam_v, in that order) and the checkpoint's metadata.
+struct VerifiedCheckpoint {
+  CheckpointInfo info;
+  double sum_squares[3] = {0, 0, 0};
+};
+// Reads every chunk of the three state datasets and checks its Fletcher32 checksum, the ranks of
+// `comm` each taking a share of the chunks: the checks a resume makes, without a model to read
+// into (check, inspect, generate and eval use it). Collective; on the first problem every rank
+// throws the same Error, naming the file and, for damaged data, the dataset, the chunk, its
+// elements and its file offset, as a resume does.
+VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm);
 
 // One-process tools: what a checkpoint holds, with every checksum verified (throws on the first
 // problem), and an export to a plain HDF5 file with one dataset per tensor in its shape.
 std::string inspect_checkpoint(const std::string& path);
 void export_checkpoint(const std::string& path, const std::string& out);
+
+// The step of a checkpoint's file name (ckpt_00000300.h5: 300), or -1 for any other name.
+std::int64_t checkpoint_step_of(const std::string& filename);
+// The file name of a step's checkpoint: ckpt_00000300.h5.
+std::string checkpoint_name(std::int64_t step);
+// The checkpoint a `latest` file names ("ckpt_00000900.h5"), or "" when `path` is not one.
+std::string pointer_target(const std::string& path);
 
 // One process: the checkpoint's fp32 parameters (flat layout, every chunk's checksum verified by
 // HDF5 as it reads) and its metadata, for exports to other formats.

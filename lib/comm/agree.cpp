@@ -4,7 +4,7 @@
 
 namespace st {
 
-void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
+void agree_or_throw(MPI_Comm comm, const std::string& local_error, bool name_rank) {
   int rank = 0, size = 1;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   ST_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -13,7 +13,7 @@ void agree_or_throw(MPI_Comm comm, const std::string& local_error) {
   if (first_failed == size) return;
   std::string message = local_error;
   broadcast(message, first_failed, comm);
-  if (size > 1 && rank != first_failed) message = "rank " + std::to_string(first_failed) + ": " + message;
+  if (name_rank && size > 1 && rank != first_failed) message = "rank " + std::to_string(first_failed) + ": " + message;
   throw Error(message, ErrorScope::all_ranks);
 }
 

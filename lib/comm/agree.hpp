@@ -12,7 +12,9 @@ namespace st {
 // Collective check after a step that can fail on some ranks only (opening a node-local file,
 // say): every rank passes its own error text ("" if fine); if any rank failed, every rank
 // throws the same Error naming the first failing rank, so none is left in a later collective.
-void agree_or_throw(MPI_Comm comm, const std::string& local_error);
+// `name_rank`: prefix the message with "rank R: " on the other ranks (off where the message
+// names what failed by itself, a file's chunk say).
+void agree_or_throw(MPI_Comm comm, const std::string& local_error, bool name_rank = true);
 
 // Runs `step` on every rank; if it throws an Error on any, every rank throws that rank's message.
 template <class Step>

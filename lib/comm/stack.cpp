@@ -1,5 +1,6 @@
 #include "comm/stack.hpp"
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -157,6 +158,11 @@ std::uint64_t CommStack::max_over_ranks(std::uint64_t value, const char* what) {
 void CommStack::barrier(const char* what) {
   Watchdog::Scope scope(watchdog_.get(), "barrier", 0, what);
   ST_CHECK_MPI(MPI_Barrier(world_.comm()));
+}
+
+void CommStack::agree_or_throw(const std::string& local_error, const char* what) {
+  Watchdog::Scope scope(watchdog_.get(), "agree", 0, what);
+  ::st::agree_or_throw(world_.comm(), local_error);
 }
 
 }  // namespace st

@@ -63,6 +63,9 @@ class CommStack {
   int max_over_ranks(int value, const char* what);
   std::uint64_t max_over_ranks(std::uint64_t value, const char* what);
   void barrier(const char* what);
+  // agree_or_throw (comm/agree.hpp) on the world, watched: every rank throws the first failing
+  // rank's message when any rank passes one.
+  void agree_or_throw(const std::string& local_error, const char* what);
 
  private:
   // One group communicator: an MPI communicator of its own, its backend, watched and async.

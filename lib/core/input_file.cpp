@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <vector>
 
 namespace st {
 
@@ -46,6 +48,35 @@ std::string input_file_message(const std::string& what, const std::string& path,
 
 std::string input_file_message(const std::string& what, const std::string& path) {
   return input_file_message(what, path, check_input_file(path));
+}
+
+std::string writable_directory_problem(const std::string& dir) {
+  namespace fs = std::filesystem;
+  // The directories this check creates, deepest first: removed again (only if still empty).
+  std::vector<fs::path> created;
+  std::error_code ec;
+  for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    created.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  struct Tidy {
+    std::vector<fs::path>& dirs;
+    ~Tidy() {
+      std::error_code ignored;
+      for (const auto& d : dirs) fs::remove(d, ignored);
+    }
+  } tidy{created};
+  fs::create_directories(dir, ec);
+  if (ec) return ec.message();
+  if (!fs::is_directory(dir, ec)) return "is not a directory";
+  // Creating a file is what a run does first; permission bits do not tell (root, read-only
+  // mounts, immutable directories, quotas).
+  const std::string probe = dir + "/.write_test." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
 }
 
 }  // namespace st

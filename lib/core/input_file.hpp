@@ -26,4 +26,9 @@ FileCheck check_input_file(const std::string& path);
 std::string input_file_message(const std::string& what, const std::string& path, const FileCheck& check);
 std::string input_file_message(const std::string& what, const std::string& path);
 
+// "" when `dir` exists or can be created and a file can be created in it (what a run does first
+// there), else why not in the system's words, or "is not a directory". One process. Directories
+// it had to create are removed again, so that a check leaves nothing behind.
+std::string writable_directory_problem(const std::string& dir);
+
 }  // namespace st

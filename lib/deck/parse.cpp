@@ -147,11 +147,8 @@ std::string resolved_text(const DeckValue& value) {
           return list + "]";
         }
         else if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        else {
-          std::ostringstream os;
-          os << x;
-          return os.str();
-        }
+        else if constexpr (std::is_same_v<T, double>) return format_shortest(x);  // reads back as the same double
+        else return std::to_string(x);
       },
       value);
 }
@@ -219,7 +216,10 @@ class DeckParser {
         const KeySpec* key = find_key(section_name, name);
         if (key) present_.insert(key->full_name());
         if (!key) {
-          const std::string guess = closest_match(name, key_names(section_name));
+          std::string guess = key_for_other_name(name);
+          if (guess.starts_with(section_name + ".")) guess = guess.substr(section_name.size() + 1);
+          else if (!guess.empty()) guess += " under [" + guess.substr(0, guess.find('.')) + "]";
+          if (guess.empty()) guess = closest_match(name, key_names(section_name));
           problems_.add(key_line, at(key_line) + ": unknown key '" + name + "' in [" + section_name + "]" +
                                       (guess.empty() ? "" : "; did you mean '" + guess + "'?") +
                                       " Keys of [" + section_name + "]: " + join(key_names(section_name), ", "));
@@ -253,7 +253,8 @@ class DeckParser {
     if (!key) {
       std::vector<std::string> full;
       for (const auto& k : deck_schema()) full.push_back(k.full_name());
-      const std::string guess = closest_match(section + "." + name, full);
+      std::string guess = key_for_other_name(name);
+      if (guess.empty()) guess = closest_match(section + "." + name, full);
       problems_.add(0, where + ": unknown key '" + section + "." + name + "'" +
                            (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
       return;
@@ -342,6 +343,21 @@ class DeckParser {
 
 Config parse_deck(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
   return DeckParser(path).run(text, overrides);
+}
+
+std::string resolved_deck_text(const Config& config) {
+  std::ostringstream out;
+  out << "# Every key of the deck after defaults and --set overrides, with where it came from; keys at\n"
+         "# their defaults are commented out. Run it again with: shardtrain run <this file>\n";
+  std::string section;
+  for (const auto& [key, value] : config.resolved) {
+    const std::string s = key.substr(0, key.find('.'));
+    if (s != section) out << "\n[" << (section = s) << "]\n";
+    const std::string& origin = config.origin.at(key);
+    out << (origin == "default" ? "# " : "") << key.substr(key.find('.') + 1) << " = " << value << "   # " << origin
+        << "\n";
+  }
+  return out.str();
 }
 
 std::string toml_string(const std::string& text, const std::string& what) {

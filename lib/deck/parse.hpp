@@ -12,6 +12,13 @@ namespace st {
 // lists every problem found, each with file:line or the --set that caused it.
 Config parse_deck(const std::string& text, const std::string& path, const std::vector<std::string>& overrides);
 
+// The deck that gives this run again: every key after defaults, --set overrides and values taken
+// from a weights file, by section, each with where it came from; keys at their defaults are
+// commented out, so parse_deck of the text gives the same settings (a deck that names
+// data.val_path, say, would otherwise also set data.val_fraction). This is resolved.toml in the
+// run directory and the settings each checkpoint stores.
+std::string resolved_deck_text(const Config& config);
+
 // `text` as a TOML basic string, quotes included, for a deck or a --set value the program makes
 // (a path given on the command line). Throws Error (scope: all ranks) naming `what` when `text`
 // is not valid UTF-8, which a TOML document cannot hold.

@@ -354,4 +354,45 @@ std::string deck_reference_markdown() {
   return md.str();
 }
 
+std::string key_for_other_name(const std::string& name) {
+  // Names from Hugging Face's TrainingArguments, nanoGPT/llm.c, Megatron-LM and torchtitan.
+  static const std::pair<const char*, const char*> kOtherNames[] = {
+      {"learning_rate", "optimizer.lr"},        {"max_lr", "optimizer.lr"},
+      {"min_learning_rate", "optimizer.min_lr"}, {"lr_min", "optimizer.min_lr"},
+      {"warmup", "optimizer.warmup_steps"},     {"warmup_iters", "optimizer.warmup_steps"},
+      {"lr_warmup_steps", "optimizer.warmup_steps"}, {"lr_schedule", "optimizer.schedule"},
+      {"lr_scheduler_type", "optimizer.schedule"}, {"lr_decay_style", "optimizer.schedule"},
+      {"max_grad_norm", "optimizer.grad_clip"}, {"clip_grad", "optimizer.grad_clip"},
+      {"clip_grad_norm", "optimizer.grad_clip"}, {"adam_beta1", "optimizer.beta1"},
+      {"adam_beta2", "optimizer.beta2"},         {"adam_epsilon", "optimizer.eps"},
+      {"adam_eps", "optimizer.eps"},             {"epsilon", "optimizer.eps"},
+      {"max_steps", "run.steps"},                {"max_iters", "run.steps"},
+      {"train_iters", "run.steps"},              {"train_steps", "run.steps"},
+      {"num_steps", "run.steps"},                {"total_steps", "run.steps"},
+      {"iterations", "run.steps"},               {"eval_interval", "run.eval_every"},
+      {"eval_steps", "run.eval_every"},          {"eval_iters", "run.eval_batches"},
+      {"log_interval", "run.log_every"},         {"logging_steps", "run.log_every"},
+      {"output_dir", "run.out_dir"},             {"batch_size", "data.global_batch"},
+      {"global_batch_size", "data.global_batch"}, {"total_batch_size", "data.global_batch"},
+      {"micro_batch_size", "data.micro_batch"},  {"per_device_train_batch_size", "data.micro_batch"},
+      {"train_data", "data.path"},               {"dataset", "data.path"},
+      {"n_layers", "model.n_layer"},             {"num_layers", "model.n_layer"},
+      {"num_hidden_layers", "model.n_layer"},    {"n_embd", "model.d_model"},
+      {"hidden_size", "model.d_model"},          {"dim", "model.d_model"},
+      {"n_heads", "model.n_head"},               {"num_heads", "model.n_head"},
+      {"num_attention_heads", "model.n_head"},   {"block_size", "model.seq_len"},
+      {"max_seq_len", "model.seq_len"},          {"seq_length", "model.seq_len"},
+      {"sequence_length", "model.seq_len"},      {"context_length", "model.seq_len"},
+      {"max_position_embeddings", "model.seq_len"}, {"gradient_checkpointing", "model.recompute"},
+      {"activation_checkpointing", "model.recompute"}, {"zero_stage", "parallel.strategy"},
+      {"dtype", "parallel.precision"},           {"mixed_precision", "parallel.precision"},
+      {"save_steps", "checkpoint.every"},        {"save_every", "checkpoint.every"},
+      {"checkpoint_interval", "checkpoint.every"}, {"save_total_limit", "checkpoint.keep"},
+      {"resume_from_checkpoint", "checkpoint.resume"}, {"checkpoint_dir", "checkpoint.dir"},
+  };
+  for (const auto& [other, key] : kOtherNames)
+    if (name == other) return key;
+  return "";
+}
+
 }  // namespace st

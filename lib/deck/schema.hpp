@@ -36,6 +36,9 @@ struct KeySpec {
 const std::vector<KeySpec>& deck_schema();
 const std::vector<std::string>& deck_sections();
 const KeySpec* find_key(const std::string& section, const std::string& name);
+// The key that other trainers' name for a setting stands for ("learning_rate": "optimizer.lr",
+// "max_steps": "run.steps", "n_embd": "model.d_model"), or "" when the name is none of those.
+std::string key_for_other_name(const std::string& name);
 
 // docs/deck.md, generated from the table (`shardtrain deck-doc`; a test checks the file).
 std::string deck_reference_markdown();

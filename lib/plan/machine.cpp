@@ -53,7 +53,7 @@ Machine gpu_machine(const Topology& t, int nodes, int gpus_per_node, double gpu_
   std::ostringstream d;
   d << nodes << " node(s) x " << g << " GPU(s) (" << node_class_name(s.node_class) << ", " << t.source << ")";
   m.description = d.str();
-  m.assumptions.push_back("link bandwidths from the link kinds (docs/topology.md), not measured");
+  m.assumptions.push_back("link bandwidths from the link kinds (docs/planner.md, link bandwidths), not measured");
   return m;
 }
 

@@ -328,11 +328,16 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const StrategyPrediction* zero3 = find(StrategyKind::zero3);
   std::ostringstream why;
   why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "") << ": ";
-  if (c.strategy == StrategyKind::ddp) {
+  if (c.strategy == StrategyKind::ddp && c.fast_bytes + c.slow_bytes == 0) {
+    why << "the whole model state (" << b(c.state_bytes) << ") fits in " << limit
+        << "; on one rank no strategy sends anything or holds less, and ddp keeps the model in one piece";
+  } else if (c.strategy == StrategyKind::ddp) {
     why << "the whole model state (" << b(c.state_bytes) << " per rank) fits in " << limit
         << ", and ddp sends the least per step (" << b(c.fast_bytes + c.slow_bytes)
         << "), its all-reduce overlapping backward";
-    if (zero3) why << "; zero3 would hold " << b(zero3->total_bytes()) << " instead of " << b(c.total_bytes()) << " but send 1.5x as much";
+    if (zero3)
+      why << "; zero3 would hold " << b(zero3->total_bytes()) << " instead of " << b(c.total_bytes()) << " but send "
+          << b(zero3->fast_bytes + zero3->slow_bytes) << ", 1.5x as much";
   } else if (c.strategy == StrategyKind::hsdp) {
     why << "it shards inside the fast groups (" << m.fast_link << ", ~" << m.fast_gbps << " GB/s) and sends only "
         << b(c.slow_bytes) << " per step across the " << c.slow_level << " (~"

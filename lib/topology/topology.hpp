@@ -70,7 +70,7 @@ struct TopologySummary {
 };
 TopologySummary summarize(const Topology& topology);
 
-// Bandwidth of one link per direction in GB/s (docs/topology.md gives the sources): NVLink 25
+// Bandwidth of one link per direction in GB/s (docs/planner.md, "Link bandwidths", gives the sources): NVLink 25
 // GB/s per link (generations 2-4); PCIe x16 `pcie_gbps` (Gen4: 32) under switches; a path
 // through a host bridge or across sockets at half of it (peer-to-peer through host memory).
 double link_gbps(const Link& link, double pcie_gbps = 32.0);

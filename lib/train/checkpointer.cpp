@@ -1,19 +1,13 @@
 #include "train/checkpointer.hpp"
 
-#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "train/stop_signals.hpp"
 
 namespace st {
 
-Checkpointer::Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
-    : world_(world), dir_(std::move(dir)), keep_(keep), timeout_s_(timeout_s), async_(async) {
-  // A stop signal writes a checkpoint whatever checkpoint.every says: a directory that cannot
-  // take one fails the run now, in seconds, rather than losing the state at the time limit.
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(world, &rank));
-  agree_or_throw(world, rank == 0 ? checkpoint_dir_problem(dir_) : std::string());
+Checkpointer::Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
+    : comms_(comms), world_(world), dir_(std::move(dir)), keep_(keep), timeout_s_(timeout_s), async_(async) {
   if (async_) {
     MPI_Comm dup = MPI_COMM_NULL;
     ST_CHECK_MPI(MPI_Comm_dup(world, &dup));
@@ -43,7 +37,10 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
     std::vector<std::string> old;
     {
       Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
-      done.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases, &old);
+      WrittenCheckpoint written = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases, &old);
+      done.path = written.path;
+      done.left_alone = std::move(written.left_alone);
+      done.set_aside = std::move(written.set_aside);
     }
     if (!old.empty()) deleter_ = std::thread([old = std::move(old)] { remove_files(old); });
     done.step = info.step;
@@ -63,7 +60,10 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
     Stopwatch write_clock;
     try {
       Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
-      result_.path = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases);
+      WrittenCheckpoint written = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases);
+      result_.path = written.path;
+      result_.left_alone = std::move(written.left_alone);
+      result_.set_aside = std::move(written.set_aside);
     } catch (const std::exception& e) {
       error_ = e.what();
     }
@@ -77,22 +77,20 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
 
 std::optional<Checkpointer::Done> Checkpointer::join() {
   thread_.join();
-  agree_or_throw(world_, error_);
+  comms_.agree_or_throw(error_, "world (checkpoint result)");
   return result_;
 }
 
 std::optional<Checkpointer::Done> Checkpointer::poll() {
   if (!async_) return std::nullopt;
-  int all_finished = !thread_.joinable() || finished_ ? 1 : 0;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_finished, 1, MPI_INT, MPI_MIN, world_));
-  if (!all_finished || !thread_.joinable()) return std::nullopt;
+  const int busy = thread_.joinable() && !finished_ ? 1 : 0;
+  if (comms_.max_over_ranks(busy, "world (checkpoint written?)") != 0 || !thread_.joinable()) return std::nullopt;
   return join();
 }
 
 std::optional<Checkpointer::Done> Checkpointer::finish() {
-  int any_busy = thread_.joinable() ? 1 : 0;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &any_busy, 1, MPI_INT, MPI_MAX, world_));
-  if (!any_busy) return std::nullopt;
+  const int busy = thread_.joinable() ? 1 : 0;
+  if (comms_.max_over_ranks(busy, "world (checkpoint in progress?)") == 0) return std::nullopt;
   return join();
 }
 

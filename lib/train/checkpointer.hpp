@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.hpp"
+#include "comm/stack.hpp"
 #include "comm/world.hpp"
 
 namespace st {
@@ -23,9 +24,14 @@ class Checkpointer {
     double stall_seconds = 0;  // how long training waited for it
     double copy_seconds = 0;   // of the stall, copying the state (async)
     PhaseLog phases;           // the write's phases on rank 0 (write_checkpoint)
+    std::vector<std::string> left_alone, set_aside;  // rank 0: another run's checkpoints (WrittenCheckpoint)
   };
 
-  Checkpointer(MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
+  // `comms` carries the agreements between the ranks (is a background write finished?), watched
+  // for hangs like every collective of the run; the write itself runs over `world` (or a
+  // duplicate of it for a background write) under checkpoint.timeout_s. The directory was
+  // checked before training (run_directories_problem).
+  Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
   ~Checkpointer();  // waits for a write in progress
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -44,6 +50,7 @@ class Checkpointer {
 
  private:
   std::optional<Done> join();
+  CommStack& comms_;
   MPI_Comm world_;
   OwnedComm io_comm_;  // the background write's own communicator
   std::string dir_;

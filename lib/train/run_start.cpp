@@ -2,8 +2,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/locate.hpp"
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
@@ -119,56 +122,68 @@ LoaderPosition loader_position(const Context& c, const CheckpointInfo& info, con
   return position;
 }
 
+// A new run's id: 16 hex digits from the system's entropy, made on rank 0 and shared.
+std::string new_run_id(MPI_Comm comm) {
+  std::string id;
+  int rank = 0;
+  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) {
+    std::random_device entropy;
+    const std::uint64_t bits = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+    id = text;
+  }
+  broadcast(id, 0, comm);
+  return id;
+}
+
 RunStart resume(const Context& c) {
   RunStart start;
   // A resumed run reads every parameter and optimizer value it holds: it initialises the model
   // only when there is nothing to resume from.
-  const std::string& resume = c.config.checkpoint.resume;
-  if (resume == "none") {
+  const ResumeRequest request{c.config.checkpoint.resume, c.checkpoint_dir, gpt2_shape(c.config.model),
+                              c.config.deck_path};
+  double seconds = 0;
+  const LocatedCheckpoint located =
+      locate_resume(request, c.world.comm(), [&](const std::string& path, const CheckpointInfo&) -> std::string {
+        try {
+          // The clock starts when every rank is here: start-up may end at different times on each.
+          c.net.comms().barrier("world (resume)");
+          Stopwatch clock;
+          read_checkpoint(path, request.shape, c.net.strategy(), c.world.comm());
+          seconds = clock.seconds();
+          return "";
+        } catch (const Error& e) {  // read_checkpoint agrees across ranks: the same on every rank
+          return e.what();
+        }
+      });
+  start.notes = located.skip_notes();
+  if (!located.found()) {
+    // A checkpoint that failed part-way may have filled some of the state: all of it is set here.
     start_from_initial_params(c, start);
+    start.run_id = new_run_id(c.world.comm());
+    if (c.config.checkpoint.resume == "latest")
+      start.notes.push_back("checkpoint.resume = \"latest\": no checkpoint in " + c.checkpoint_dir +
+                            "; starting from step 0");
     return start;
   }
-  const bool latest = resume == "latest";
-  const std::vector<std::string> candidates = latest ? checkpoint_candidates(c.checkpoint_dir) : std::vector{resume};
-  CheckpointInfo info;
-  std::string resumed_from;
-  for (const std::string& path : candidates) {
-    try {
-      // The clock starts when every rank is here: start-up may end at different times on each.
-      c.net.comms().barrier("world (resume)");
-      Stopwatch clock;
-      info = read_checkpoint(path, gpt2_shape(c.config.model), c.net.strategy(), c.world.comm());
-      start.step = info.step;
-      resumed_from = path;
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "resumed from %s: step %lld, written by %lld rank(s) with %s (%s); read in %.2f s", path.c_str(),
-                    static_cast<long long>(info.step), static_cast<long long>(info.world_size), info.strategy.c_str(),
-                    info.precision.c_str(), clock.seconds());
-      start.notes.push_back(line);
-      if (!c.config.model.init_from.empty())
-        start.notes.push_back("model.init_from = \"" + c.config.model.init_from +
-                                "\" is not read: the run goes on from the checkpoint");
-      if (const std::string changed = schedule_change(info.deck, c.config); !changed.empty())
-        start.notes.push_back(changed);
-      break;
-    } catch (const Error& e) {
-      // read_checkpoint agrees across ranks: every rank is here with the same message.
-      if (!latest) throw Error(std::string(e.what()) + " (checkpoint.resume)", ErrorScope::all_ranks);
-      start.notes.push_back(std::string("skipping a checkpoint that cannot be resumed: ") + e.what());
-    }
-  }
-  if (!resumed_from.empty()) {
-    // Outside the fallback above: a data set that does not fit the checkpoint is the deck's
-    // problem, which an older checkpoint would not solve.
-    c.train_loader.seek(loader_position(c, info, resumed_from, start.notes));
-    return start;
-  }
-  start_from_initial_params(c, start);  // also undoes what a checkpoint that failed part-way filled in
-  start.notes.push_back(candidates.empty() ? "checkpoint.resume = \"latest\": no checkpoint in " + c.checkpoint_dir +
-                                                   "; starting from step 0"
-                                             : "checkpoint.resume = \"latest\": no valid checkpoint in " +
-                                                   c.checkpoint_dir + "; starting from step 0");
+  const CheckpointInfo& info = located.info;
+  start.step = info.step;
+  start.run_id = info.run_id;
+  char line[512];
+  std::snprintf(line, sizeof line, "resumed from %s: step %lld, written by %lld rank(s) with %s (%s); read in %.2f s",
+                located.path.c_str(), static_cast<long long>(info.step), static_cast<long long>(info.world_size),
+                info.strategy.c_str(), info.precision.c_str(), seconds);
+  start.notes.push_back(line);
+  if (!c.config.model.init_from.empty())
+    start.notes.push_back("model.init_from = \"" + c.config.model.init_from +
+                          "\" is not read: the run goes on from the checkpoint");
+  if (const std::string changed = schedule_change(info.settings_or_deck(), c.config); !changed.empty())
+    start.notes.push_back(changed);
+  // After the choice: a data set that does not fit the checkpoint is the deck's problem, which an
+  // older checkpoint would not solve.
+  c.train_loader.seek(loader_position(c, info, located.path, start.notes));
   return start;
 }
 

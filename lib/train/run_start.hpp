@@ -16,12 +16,15 @@ namespace st {
 
 struct RunStart {
   std::int64_t step = 0;           // optimizer steps already taken
+  std::string run_id;              // the resumed checkpoint's run, or a new one for a run from step 0
   std::vector<std::string> notes;  // said once the run directory is open
 };
 
 // Fills the strategy's parameters (and optimizer state, from a checkpoint) and, when resuming,
-// moves the training loader to the checkpoint's next batch. Collective. Throws Error (all ranks)
-// for a named checkpoint that cannot be resumed, or data that do not fit the checkpoint.
+// moves the training loader to the checkpoint's next batch. The checkpoint is the one
+// locate_resume (ckpt/locate.hpp) picks, as `check` predicts. Collective. Throws Error (all
+// ranks) for a named checkpoint that cannot be resumed, a checkpoint directory none of whose
+// checkpoints fits the deck, or data that do not fit the checkpoint.
 RunStart start_run(const Config& config, World& world, ShardedModel& net, const RunData& data,
                    BatchLoader& train_loader, const std::string& checkpoint_dir);
 

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -42,9 +44,22 @@ StopSignals::~StopSignals() {
   sigaction(SIGINT, &previous_int_, nullptr);
 }
 
-int StopSignals::received() const { return g_received; }
+int StopSignals::received() const {
+  const int signal = g_received;
+  if (signal != SIGUSR1) return signal;
+  // Read here, at a step's end, not in the handler: file I/O is not async-signal-safe.
+  const char* note = std::getenv("SHARDTRAIN_STOP_NOTE");
+  if (!note || !*note) return signal;
+  std::ifstream in(note);
+  std::string relayed;
+  in >> relayed;
+  if (relayed == "SIGTERM") return SIGTERM + kRelayed;
+  if (relayed == "SIGINT") return SIGINT + kRelayed;
+  return signal;
+}
 
 std::string StopSignals::name(int signal) {
+  if (signal > kRelayed) return name(signal - kRelayed) + " (passed on by tools/launch.sh as SIGUSR1)";
   switch (signal) {
     case SIGUSR1: return "SIGUSR1";
     case SIGTERM: return "SIGTERM";

@@ -19,8 +19,13 @@ class StopSignals {
   ~StopSignals();  // restores the previous ones
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
-  // The signal received on this process, or 0.
+  // The signal received on this process, or 0. A SIGUSR1 that tools/launch.sh sent in place of
+  // the SIGINT or SIGTERM it received (it names that one in the file SHARDTRAIN_STOP_NOTE gives)
+  // is that signal with kRelayed added: larger than any signal, so that a rank which could read
+  // the note (one on the launcher's host) decides the name the job reports.
   int received() const;
+  static constexpr int kRelayed = 1 << 8;
+  // "SIGTERM", or "SIGTERM (passed on by tools/launch.sh as SIGUSR1)" for a relayed one.
   static std::string name(int signal);
 
  private:

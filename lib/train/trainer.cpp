@@ -64,16 +64,24 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   tokens_.resize(static_cast<std::size_t>(plan_.micro_batch * config.model.seq_len));
   targets_.resize(tokens_.size());
 
-  checkpoint_dir_ = config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
+  checkpoint_dir_ = checkpoint_dir_of(config);
   const RunStart start = start_run(config, world, *net_, data_, *train_loader_, checkpoint_dir_);
   start_step_ = start.step;
+  run_id_ = start.run_id;
   resume_notes_ = start.notes;
-  checkpointer_ = std::make_unique<Checkpointer>(world.comm(), checkpoint_dir_, static_cast<int>(config.checkpoint.keep),
-                                                 config.checkpoint.timeout_s, config.checkpoint.async);
+  // Where the run writes, after what it reads (a bad deck, data file or checkpoint is named
+  // first) and before the first step: a stop signal writes a checkpoint whatever
+  // checkpoint.every says, so a directory that cannot take one fails the run now, in seconds,
+  // rather than losing the state at the time limit.
+  require_run_directories(config, world.comm());
+  checkpointer_ = std::make_unique<Checkpointer>(net_->comms(), world.comm(), checkpoint_dir_,
+                                                 static_cast<int>(config.checkpoint.keep), config.checkpoint.timeout_s,
+                                                 config.checkpoint.async);
   signals_ = std::make_unique<StopSignals>();
   // A run that has finished already writes nothing: its directory stays as it was.
   finished_ = start_step_ > 0 && start_step_ >= config.run.steps;
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root() && !finished_, start_step_ > 0);
+  if (!run_dir_->kept_note().empty()) resume_notes_.insert(resume_notes_.begin(), run_dir_->kept_note());
 
   // The run's buffers are in place and set: the peak from here on is training's.
   memory_->buffers_ready();
@@ -128,6 +136,8 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   info.world_size = world_.size();
   info.shard_group = net_->shard_group();
   info.deck = config_.deck_text;
+  info.settings = resolved_deck_text(config_);
+  info.run_id = run_id_;
   info.created_by = std::string("shardtrain ") + ST_VERSION + " on " + world_.host();
   info.shape = shape_;
   for (const auto& done : checkpointer_->save(info, net_->model().layout(), net_->strategy())) report_checkpoint(done);
@@ -153,6 +163,14 @@ void Trainer::report_checkpoint(const Checkpointer::Done& done) {
                       {"stall_seconds", done.stall_seconds},
                       {"copy_seconds", done.copy_seconds},
                       {"phases", done.phases.json()}});
+  // Another run's checkpoints in this directory are kept, and named once.
+  for (const std::string& moved : done.set_aside) say("checkpoint: " + moved);
+  std::vector<std::string> unseen;
+  for (const std::string& file : done.left_alone)
+    if (left_alone_said_.insert(file).second) unseen.push_back(file);
+  if (!unseen.empty())
+    say("checkpoint.keep applies to this run's checkpoints only; left alone in " + checkpoint_dir_ + ": " +
+        join(unseen, ", "));
 }
 
 void Trainer::say(const std::string& line) {

@@ -3,6 +3,7 @@
 // reduction, clipping, update), and "once in a while" blocks for logging, validation and samples.
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,8 @@ class Trainer {
   double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
   std::int64_t start_step_ = 0;
   std::string checkpoint_dir_;
+  std::string run_id_;  // kept by every checkpoint this run writes (retention deletes only this run's)
+  std::set<std::string> left_alone_said_;  // another run's checkpoints the log has named
   std::vector<std::string> resume_notes_;  // said once the run directory is open
   std::unique_ptr<StopSignals> signals_;
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -110,19 +110,12 @@ cases = [
     ("checkpoint.resume", "an exported file", run_with("checkpoint.resume", exported), exported,
      f"written by `shardtrain ckpt export` (step 2), not a checkpoint"),
     ("ckpt inspect", "missing", ["ckpt", "inspect", missing], missing, "no such file"),
-    ("ckpt inspect", "directory", ["ckpt", "inspect", directory], directory, "it holds no checkpoint"),
+    ("ckpt inspect", "directory", ["ckpt", "inspect", directory], directory, "a directory without checkpoints"),
     ("ckpt inspect", "unreadable", ["ckpt", "inspect", unreadable], unreadable, "Permission denied"),
     ("ckpt inspect", "empty", ["ckpt", "inspect", empty], empty, "is empty, not a checkpoint"),
     ("ckpt inspect", "wrong format", ["ckpt", "inspect", junk], junk, "is not an HDF5 file"),
-    ("ckpt inspect", "checkpoint directory", ["ckpt", "inspect", good_dir], good_dir,
-     f"is a directory, not a checkpoint file: pass one of its checkpoints, e.g. {good} (the newest)"),
-    ("ckpt inspect", "run directory", ["ckpt", "inspect", run_dir], run_dir, "it holds no checkpoint"),
-    ("ckpt inspect", "run directory with checkpoints/", ["ckpt", "inspect", full_run_dir], full_run_dir,
-     f"pass one of its checkpoints, e.g. {full_run_dir}/checkpoints/ckpt_00000002.h5 (the newest)"),
-    ("ckpt inspect", "the latest pointer", ["ckpt", "inspect", latest], latest, f"pass {good}"),
     ("ckpt inspect", "an exported file", ["ckpt", "inspect", exported], exported,
      f"pass the checkpoint it was exported from, {good}"),
-    ("ckpt export", "directory", ["ckpt", "export", good_dir, out], good_dir, f"e.g. {good} (the newest)"),
     ("ckpt export", "wrong format", ["ckpt", "export", text, out], text, "is not an HDF5 file"),
     ("--topology", "missing", ["topo", "--topology", missing], missing, "No such file or directory"),
     ("--topology", "directory", ["topo", "--topology", directory], directory, "is a directory, not a file"),
@@ -172,6 +165,13 @@ h.check(digest_of(good_dir) == good_digest, f"the good checkpoint and `latest` a
 proc = h.mpirun(args, 1, ["ckpt", "inspect", good])
 h.check(proc.returncode == 0 and proc.stdout.count("Fletcher32 verified") == 3, "and it still verifies")
 h.check(not os.path.exists(out), "no export file was written from a bad input")
+
+# What a user passes for "this checkpoint" is taken and said: a checkpoint directory, a run
+# directory (its checkpoints/, or the checkpoint.dir its resolved.toml names), the `latest` pointer.
+for given in (good_dir, run_dir, full_run_dir, latest):
+    proc = h.mpirun(args, 1, ["ckpt", "inspect", given])
+    h.check(proc.returncode == 0 and "step 2" in proc.stdout and proc.stdout.count("Fletcher32 verified") == 3,
+            f"ckpt inspect {given}: the newest checkpoint it stands for, verified\n{proc.stdout[-600:]}{proc.stderr[-600:]}")
 
 kinds = sorted({r[0] for r in rows})
 print(f"\n{len(rows)} cases over {len(kinds)} kinds of path ({', '.join(kinds)}); ranks: {args.ranks} "

@@ -7,7 +7,8 @@
 - Bad files: truncated, a flipped byte in the data, a missing dataset, another model's shape,
   a newer format version: a clear error naming the file and the problem; with
   resume = "latest" the run falls back to the newest valid checkpoint and says so, and a
-  checkpoint found bad after part of it was read leaves no trace in the run.
+  checkpoint found bad after part of it was read leaves no trace in the run that resumes from
+  the older one.
 - A checkpoint with a dataset rewritten by h5repack (other filters) resumes through HDF5's own reading.
 - keep = 2 leaves the newest two; every write's phases are logged, named, and add up to it.
 - ckpt inspect verifies every checksum; ckpt export writes tensors h5py reads in their shapes.
@@ -181,12 +182,7 @@ def truncate(path):
 
 
 def flip_byte(path, dataset="adam_m"):
-    offset = int(h5py(f"f = h5py.File({path!r}, 'r'); print(f[{dataset!r}].id.get_chunk_info(0).byte_offset)"))
-    with open(path, "r+b") as f:
-        f.seek(offset + 100)
-        byte = f.read(1)
-        f.seek(offset + 100)
-        f.write(bytes([byte[0] ^ 0x10]))
+    h.flip_checkpoint_byte(path, dataset)
 
 
 def drop_dataset(path):
@@ -226,20 +222,24 @@ got = losses(os.path.join(work, "fallback"))
 h.check(abs(got[5] - reference[5]) <= 1e-5 * reference[5], "and continues the same run")
 
 # A checkpoint found bad part-way through reading (its last dataset damaged, after the parameters
-# were read into place) leaves nothing behind: with no other checkpoint the run starts afresh,
-# exactly as a run that never tried to resume.
+# were read into place) leaves nothing behind: the run resumes from the older good checkpoint and
+# continues exactly as the writer's own run did.
 partial_dir = os.path.join(work, "partial_ckpt")
 os.makedirs(partial_dir)
-shutil.copy(good, os.path.join(partial_dir, "ckpt_00000004.h5"))
-flip_byte(os.path.join(partial_dir, "ckpt_00000004.h5"), "adam_v")
+older, newest = os.path.join(partial_dir, "ckpt_00000004.h5"), os.path.join(partial_dir, "ckpt_00000008.h5")
+shutil.copy(ckpt("w2_ddp", 4), older)
+shutil.copy(ckpt("w2_ddp", 8), newest)
+flip_byte(newest, "adam_v")
+with open(os.path.join(partial_dir, "latest"), "w") as f:
+    f.write("ckpt_00000008.h5\n")
 proc, partial_params = run("partial", 2, ["parallel.strategy=ddp", "checkpoint.resume=latest",
                                           f"checkpoint.dir={partial_dir}", "checkpoint.every=0"])
-h.check("Fletcher32 checksum mismatch" in proc.stdout and "no valid checkpoint" in proc.stdout
-        and "starting from step 0" in proc.stdout, f"a checkpoint bad in its last dataset is skipped\n{proc.stdout[-1500:]}")
-fresh = losses(os.path.join(work, "w2_ddp"))
+h.check("Fletcher32 checksum mismatch" in proc.stdout and newest in proc.stdout and f"resumed from {older}" in proc.stdout,
+        f"a checkpoint bad in its last dataset is skipped for the older one\n{proc.stdout[-1500:]}")
+own = losses(os.path.join(work, "w2_ddp"))
 got = losses(os.path.join(work, "partial"))
-h.check(sorted(got) == sorted(fresh) and all(got[s] == fresh[s] for s in got),
-        "the run that found no valid checkpoint has a fresh run's losses exactly")
+h.check(sorted(got) == [5, 6, 7, 8] and all(got[s] == own[s] for s in got),
+        "the run continues with the writer's own losses exactly")
 with open(partial_params, "rb") as a, open(os.path.join(work, "w2_ddp.f32"), "rb") as b:
-    h.check(a.read() == b.read(), "and its final parameters, bit for bit")
+    h.check(a.read() == b.read(), "and ends with its final parameters, bit for bit")
 print("passed")

@@ -21,9 +21,12 @@ corpus = h.corpus(args)
 
 
 def deck(label, steps, every, d_model=64):
+    # A constant learning rate, so that a run's losses do not depend on its total step count: the
+    # signalled runs are given far more steps than they will take, so that they are certainly still
+    # training when the signal arrives, however fast this machine is at the moment.
     return h.small_deck(work, label, corpus, run={"steps": steps}, model={"d_model": d_model, "seq_len": 64},
-                        data={"global_batch": 8}, optimizer={"lr": 2e-3}, parallel={"strategy": "zero2"},
-                        checkpoint={"dir": f"{work}/{label}/ckpt", "every": every})
+                        data={"global_batch": 8}, optimizer={"lr": 2e-3, "schedule": "constant"},
+                        parallel={"strategy": "zero2"}, checkpoint={"dir": f"{work}/{label}/ckpt", "every": every})
 
 
 def start(path, ranks=2, sets=()):
@@ -53,17 +56,19 @@ def wait(proc, timeout=300):
 
 
 # ---- SIGUSR1 -> checkpoint -> exit 4 -> resume continues the same run ----
-STEPS = 60
-reference = deck("reference", STEPS, 0)
-code, _, err = wait(start(reference))
-h.check(code == 0, f"the uninterrupted run exits 0\n{err[-800:]}")
-expected = {r["step"]: r["loss"] for r in train_rows("reference")}
+UNENDING = 10_000_000  # steps no run here reaches: a signalled run is still training when signalled
+MORE = 10              # steps the resumed run trains after the signalled one's checkpoint
 
-signalled = deck("signalled", STEPS, 0)
+
+def wait_for_rows(label, proc, count):
+    deadline = time.time() + 120
+    while len(train_rows(label)) < count and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+
+
+signalled = deck("signalled", UNENDING, 0)
 proc = start(signalled)
-deadline = time.time() + 120
-while len(train_rows("signalled")) < 5 and time.time() < deadline and proc.poll() is None:
-    time.sleep(0.02)
+wait_for_rows("signalled", proc, 5)
 h.check(proc.poll() is None, "the run is still going when the signal is sent")
 proc.send_signal(signal.SIGUSR1)  # mpirun forwards SIGUSR1 to every rank
 code, out, err = wait(proc)
@@ -73,24 +78,29 @@ h.check(f"stopped by SIGUSR1 after step {stopped_at} with a checkpoint" in out, 
 ckpt_dir = os.path.join(work, "signalled", "ckpt")
 with open(os.path.join(ckpt_dir, "latest")) as f:
     h.check(f.read().strip() == f"ckpt_{stopped_at:08d}.h5", f"latest names the checkpoint of step {stopped_at}")
-h.check(stopped_at < STEPS, f"it stopped early (step {stopped_at} of {STEPS})")
+before_signal = {r["step"]: r["loss"] for r in train_rows("signalled")}
 
-code, out, err = wait(start(signalled, sets=["checkpoint.resume=latest"]))
+steps = stopped_at + MORE
+code, out, err = wait(start(signalled, sets=["checkpoint.resume=latest", f"run.steps={steps}"]))
 h.check(code == 0, f"the resumed run exits 0\n{err[-800:]}")
-rows = train_rows("signalled")
-resumed = {r["step"]: r["loss"] for r in rows if r["step"] > stopped_at}
-h.check(sorted(resumed) == list(range(stopped_at + 1, STEPS + 1)), "the resumed run continues after that step")
-h.check(all(resumed[s] == expected[s] for s in resumed), "with the uninterrupted run's losses, exactly")
+resumed = {r["step"]: r["loss"] for r in train_rows("signalled") if r["step"] > stopped_at}
+h.check(sorted(resumed) == list(range(stopped_at + 1, steps + 1)), "the resumed run continues after that step")
+
+# The uninterrupted run of as many steps, afterwards: the signal and the resume changed nothing.
+reference = deck("reference", steps, 0)
+code, _, err = wait(start(reference))
+h.check(code == 0, f"the uninterrupted run exits 0\n{err[-800:]}")
+expected = {r["step"]: r["loss"] for r in train_rows("reference")}
+h.check(all(before_signal[s] == expected[s] for s in before_signal), "the signalled run's losses are the reference's")
+h.check(all(resumed[s] == expected[s] for s in resumed), "and so are the resumed run's, exactly")
 
 # ---- SIGTERM to one rank only: the ranks agree after the step, all write and stop ----
-one = deck("one_rank_signalled", STEPS, 0)
+one = deck("one_rank_signalled", UNENDING, 0)
 proc = start(one)
-deadline = time.time() + 120
-while len(train_rows("one_rank_signalled")) < 3 and time.time() < deadline and proc.poll() is None:
-    time.sleep(0.02)
+wait_for_rows("one_rank_signalled", proc, 3)
 ranks = [int(p) for p in subprocess.run(["pgrep", "-f", one], capture_output=True, text=True).stdout.split()
          if int(p) != proc.pid]
-h.check(len(ranks) == 2 and proc.poll() is None, "both ranks are running")
+h.check(len(ranks) == 2 and proc.poll() is None, f"both ranks are running (found {ranks})")
 os.kill(ranks[0], signal.SIGTERM)
 code, out, err = wait(proc)
 stopped_at = max(r["step"] for r in train_rows("one_rank_signalled"))

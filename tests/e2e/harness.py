@@ -94,6 +94,21 @@ def train(args, ranks, deck, run_dir, label, extra=(), timeout=300):
             "stdout": proc.stdout}
 
 
+def flip_checkpoint_byte(path, dataset):
+    """Damages a checkpoint as a bad disk would: one bit of the first chunk of `dataset` flipped,
+    found with Debian's h5py (the checkpoint's checksums then disagree with the data)."""
+    code = f"import h5py; f = h5py.File({path!r}, 'r'); print(f[{dataset!r}].id.get_chunk_info(0).byte_offset)"
+    proc = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        fail(f"h5py could not find {dataset} in {path}: {proc.stderr}")
+    offset = int(proc.stdout)
+    with open(path, "r+b") as f:
+        f.seek(offset + 100)
+        byte = f.read(1)
+        f.seek(offset + 100)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
 def tmpdir():
     return tempfile.mkdtemp(prefix="st_e2e_")
 

@@ -71,11 +71,21 @@ def stop_and_check(label, command, send, signal_name, says):
 
 
 err = stop_and_check("ctrl_c", [launch, "-n", "2", "run", deck("ctrl_c")],
-                     lambda p: os.killpg(p.pid, signal.SIGINT), "SIGINT", "SIGUSR1")
+                     lambda p: os.killpg(p.pid, signal.SIGINT), "SIGINT",
+                     "SIGINT (passed on by tools/launch.sh as SIGUSR1)")
 h.check("launch.sh: SIGINT: asking the ranks to checkpoint and stop" in err, "launch.sh says what it did with the Ctrl-C")
 err = stop_and_check("sigterm", [launch, "-n", "2", "run", deck("sigterm")],
-                     lambda p: p.send_signal(signal.SIGTERM), "SIGTERM", "SIGUSR1")
+                     lambda p: p.send_signal(signal.SIGTERM), "SIGTERM",
+                     "SIGTERM (passed on by tools/launch.sh as SIGUSR1)")
 h.check("launch.sh: SIGTERM: asking the ranks to checkpoint and stop" in err, "launch.sh says what it did with SIGTERM")
 stop_and_check("alone", [args.exe, "run", deck("alone")], lambda p: os.killpg(p.pid, signal.SIGINT), "SIGINT",
                "SIGINT")
+
+# An error under tools/launch.sh is the program's one line, without Open MPI's abort banner.
+bad = h.small_deck(work, "bad", corpus, run={"steps": 0})
+proc = subprocess.run([launch, "-n", "2", "run", bad], capture_output=True, text=True, env=dict(os.environ, SHARDTRAIN=args.exe))
+lines = [line for line in proc.stderr.splitlines() if line.strip()]
+h.check(proc.returncode == 2 and lines[0].startswith("shardtrain: error: deck") and bad in lines[0]
+        and len(lines) == 2 and "run.steps = 0: out of range" in lines[1],
+        f"a deck error under launch.sh is the program's message alone, without Open MPI's banner ({lines})")
 print("passed")

@@ -183,7 +183,7 @@ subprocess.run(["scancel", "--batch", "--signal=TERM", job], capture_output=True
 wait_all([job], timeout=60)
 r = records(job)[0]
 text = log("launch.out")
-stopped = re.search(r"stopped by SIGUSR1 after step (\d+) with a checkpoint", text)
+stopped = re.search(r"stopped by SIGTERM \(passed on by tools/launch.sh as SIGUSR1\) after step (\d+) with a checkpoint", text)
 h.check(r["ExitCode"] == "4:0" and stopped is not None, f"SIGTERM to tools/launch.sh under srun: the ranks "
                                                          f"checkpoint and the job's exit code is 4 ({r['ExitCode']})")
 with open(os.path.join(work, "long", "ckpt", "latest")) as f:

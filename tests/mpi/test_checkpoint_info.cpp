@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include "ckpt/h5.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "world.hpp"
 
 namespace st {
@@ -60,7 +62,7 @@ std::string differences_on_any_rank(const CheckpointInfo& read, const Checkpoint
 
 // Writes `info` (with a small model's state, sliced across the ranks) into a directory of its
 // own; returns the file's path.
-std::string write_small_checkpoint(const std::string& label, const CheckpointInfo& info) {
+std::string write_small_checkpoint(const std::string& label, const CheckpointInfo& info, int keep = 1) {
   const ParamLayout layout = make_gpt2_layout({1, 8, 2, 4, 16, 16});
   const std::size_t n = layout.total(), ranks = static_cast<std::size_t>(world_size());
   const std::size_t rank = static_cast<std::size_t>(world_rank());
@@ -69,7 +71,7 @@ std::string write_small_checkpoint(const std::string& label, const CheckpointInf
   StateSnapshot state;
   state.pieces.push_back({from, to - from, params.data(), m.data(), v.data()});
   const std::string dir = "ckpt_info_" + label + "_np" + std::to_string(ranks);
-  return write_checkpoint(dir, info, layout, state, 1, MPI_COMM_WORLD);
+  return write_checkpoint(dir, info, layout, state, keep, MPI_COMM_WORLD).path;
 }
 
 void remove_dir(const std::string& path) {
@@ -107,8 +109,57 @@ TEST(CheckpointInfo, OptionalFieldsMayBeAbsent) {
     ++optional;
     visit_field(expected, field, [](auto& value) { value = std::remove_cvref_t<decltype(value)>{}; });
   }
-  EXPECT_EQ(optional, 4);  // data_order, data_shard, data_shard_offset, data_epoch
+  EXPECT_EQ(optional, 6);  // data_order, data_shard, data_shard_offset, data_epoch, settings, run_id
   EXPECT_EQ(differences_on_any_rank(read_checkpoint_info(path, MPI_COMM_WORLD), expected), "");
+  remove_dir(path);
+}
+
+// Retention keeps the newest `keep` checkpoints of the run that writes, newest by commit, not by
+// step: a run started over from step 0 in a directory never deletes the checkpoint it has just
+// written for an older one of a higher step, and another run's checkpoints are left alone, and
+// moved aside rather than replaced when one has the name the new one takes.
+TEST(CheckpointRetention, KeepsTheNewestCommittedOfThisRunAndLeavesOtherRunsAlone) {
+  CheckpointInfo first = distinct_info();
+  first.run_id = "aaaaaaaaaaaaaaaa";
+  std::string path;
+  for (std::int64_t step : {4, 8, 12}) {
+    first.step = step;
+    path = write_small_checkpoint("retention", first, 2);
+  }
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  CheckpointInfo second = first;
+  second.run_id = "bbbbbbbbbbbbbbbb";
+  for (std::int64_t step : {2, 4, 6}) {
+    second.step = step;
+    const std::string written = write_small_checkpoint("retention", second, 2);
+    EXPECT_EQ(read_checkpoint_info(written, MPI_COMM_WORLD).run_id, second.run_id);
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  // The first run's 8 and 12 (keep 2 while it ran), left alone by the second run, whose newest
+  // two are 4 and 6: its 2 was kept while it was its newest, although the lowest step of all.
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt_00000004.h5", "ckpt_00000006.h5", "ckpt_00000008.h5",
+                                             "ckpt_00000012.h5", "latest"}))
+      << "found: " << join(names, ", ");
+  EXPECT_EQ(read_checkpoint_info((dir / "ckpt_00000012.h5").string(), MPI_COMM_WORLD).run_id, first.run_id);
+  remove_dir(path);
+}
+
+TEST(CheckpointRetention, AnotherRunsFileAtTheNewNameIsMovedAsideNotReplaced) {
+  CheckpointInfo first = distinct_info();
+  first.run_id = "aaaaaaaaaaaaaaaa";
+  first.step = 4;
+  const std::string path = write_small_checkpoint("aside", first, 3);
+  CheckpointInfo second = first;
+  second.run_id = "bbbbbbbbbbbbbbbb";
+  const std::string written = write_small_checkpoint("aside", second, 3);
+  EXPECT_EQ(written, path);
+  const std::filesystem::path aside =
+      std::filesystem::path(path).parent_path() / "ckpt_00000004.run-aaaaaaaaaaaaaaaa.h5";
+  EXPECT_TRUE(std::filesystem::exists(aside)) << aside;
+  EXPECT_EQ(read_checkpoint_header(aside.string()).run_id, first.run_id);
+  EXPECT_EQ(read_checkpoint_info(path, MPI_COMM_WORLD).run_id, second.run_id);
   remove_dir(path);
 }
 

@@ -246,6 +246,38 @@ TEST(Deck, ResolvedStringsReadBackAsTheSameValues) {
   EXPECT_EQ(again.data.path, (std::vector<std::string>{file, "plain.txt"})) << c.resolved.at("data.path");
 }
 
+// resolved.toml and a checkpoint's stored settings: the text parses back to the same values, --set
+// overrides included, and says where each came from (a default is commented out).
+TEST(Deck, ResolvedDeckTextParsesBackToTheSameSettings) {
+  const Config c = parse_deck(kMinimal, "deck.toml",
+                              {"model.n_layer=3", "data.val_fraction=0.2", "optimizer.lr=0.1", "optimizer.beta2=0.999"});
+  const std::string text = resolved_deck_text(c);
+  EXPECT_NE(text.find("n_layer = 3   # --set\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("steps = 10   # deck.toml:3"), std::string::npos) << text;
+  EXPECT_NE(text.find("# d_model = "), std::string::npos) << "defaults are commented out\n" << text;
+  const Config again = parse_deck(text, "resolved.toml", {});
+  EXPECT_EQ(again.resolved, c.resolved) << text;
+  EXPECT_EQ(again.model.n_layer, 3);
+  EXPECT_EQ(again.data.val_fraction, 0.2);  // exactly: the shortest text that reads back as the double
+  EXPECT_EQ(again.optimizer.lr, 0.1);
+  EXPECT_EQ(again.optimizer.beta2, 0.999);
+}
+
+// A key under the name another trainer gives it (Hugging Face, nanoGPT, Megatron) is pointed to
+// the deck's key, in the deck and on the command line.
+TEST(Deck, OtherTrainersNamesSuggestTheDecksKey) {
+  EXPECT_EQ(key_for_other_name("learning_rate"), "optimizer.lr");
+  EXPECT_EQ(key_for_other_name("n_embd"), "model.d_model");
+  EXPECT_EQ(key_for_other_name("max_steps"), "run.steps");
+  EXPECT_EQ(key_for_other_name("no_such_thing"), "");
+  std::string e = error_of(std::string(kMinimal) + "[optimizer]\nlearning_rate = 1e-3\n");
+  EXPECT_NE(e.find("unknown key 'learning_rate' in [optimizer]; did you mean 'lr'?"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "[optimizer]\nmax_steps = 10\n");
+  EXPECT_NE(e.find("did you mean 'run.steps under [run]'?"), std::string::npos) << e;
+  e = error_of(kMinimal, {"optimizer.learning_rate=1e-3"});
+  EXPECT_NE(e.find("unknown key 'optimizer.learning_rate'; did you mean 'optimizer.lr'?"), std::string::npos) << e;
+}
+
 TEST(Deck, TomlStringHoldsAnyUnicodeText) {
   // A path as a --set value: quotes, backslashes, every kind of control character, and
   // characters of two, three and four bytes (a four-byte one is no pair of \u escapes in TOML).
