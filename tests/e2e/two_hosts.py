@@ -62,8 +62,8 @@ class TwoHosts:
         proc = self._tool("kill", host)
         h.check(proc.returncode == 0, f"tools/two_hosts.sh kill {host}: {proc.stdout.strip()} {proc.stderr.strip()}")
 
-    def train(self, ranks, deck, run_dir, label, extra=(), timeout=300):
+    def train(self, exe, ranks, deck, run_dir, label, extra=(), timeout=300):
         """As harness.train, on the two hosts."""
         params = run_dir + ".f32"
-        proc = self.mpirun(ranks, ["run", deck, "--save-params", params] + list(extra), timeout=timeout)
+        proc = self.mpirun(ranks, [exe, "run", deck, "--save-params", params] + list(extra), timeout=timeout)
         return h.train_result(proc, run_dir, params, label)
