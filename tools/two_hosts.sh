@@ -17,6 +17,10 @@
 #   tools/two_hosts.sh exec a|b CMD...     a command inside one host
 #   tools/two_hosts.sh kill a|b            kill -9 every process of that host (a host failure)
 #   tools/two_hosts.sh down                end every process in the hosts and remove what up made
+#   tools/two_hosts.sh slurm up            a Slurm cluster of the two hosts: slurmctld and a slurmd on
+#                                          host-a, a slurmd on host-b (its own config, ports and state)
+#   tools/two_hosts.sh slurm CMD...        a Slurm command inside host-a against that cluster, e.g.
+#                                          slurm sbatch -N 2 -n 4 jobscripts/train.sbatch
 #
 # TWO_HOSTS_DIR (default /tmp/shardtrain-two-hosts) holds the state, so several pairs can exist
 # at once (each test makes its own). TWO_HOSTS_SLOTS (default 2) is the slots per host.
@@ -147,6 +151,7 @@ down() {
     rm -f "$dir/$h.pid"
   done
   rm -f "$dir/hosts" "$dir/hostfile" "$dir/rsh_agent"
+  rm -rf "$dir/slurm"  # only what `slurm up` made; its daemons and mounts ended with the hosts
   rmdir "$dir" 2>/dev/null || true
 }
 
@@ -159,6 +164,76 @@ run() {
     --mca plm_rsh_agent "$dir/rsh_agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self,vader \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" "$@"
+}
+
+# Slurm on the two hosts: a cluster of its own (config, ports, state, logs under $dir/slurm), so
+# the machine's own Slurm is left alone. Its daemons live in the hosts' namespaces and end with
+# them (`down`). Each host gets a private Slurm TmpFS: the PMIx plugin makes per-job directories
+# there whose names would collide in the /tmp the hosts share.
+slurm_conf() { echo "$dir/slurm/slurm.conf"; }
+
+slurm_up() {
+  alive a && alive b || die "the hosts are not up (tools/two_hosts.sh up)"
+  local d="$dir/slurm" h p
+  mkdir -p "$d/state" "$d/tmp" "$d/spool-$(hostname_of a)" "$d/spool-$(hostname_of b)"
+  cat > "$d/slurm.conf" <<CONF
+# Two-host cluster of tools/two_hosts.sh (not the machine's own Slurm).
+ClusterName=twohosts
+SlurmctldHost=$(hostname_of a)(${addr[a]})
+SlurmctldPort=6917
+SlurmdPort=6918
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool-%n
+TmpFS=$d/tmp
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd-%n.pid
+SlurmctldLogFile=$d/slurmctld.log
+SlurmdLogFile=$d/slurmd-%n.log
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerType=sched/backfill
+KillWait=10
+NodeName=$(hostname_of a) NodeAddr=${addr[a]} CPUs=$slots State=UNKNOWN
+NodeName=$(hostname_of b) NodeAddr=${addr[b]} CPUs=$slots State=UNKNOWN
+PartitionName=two Nodes=$(hostname_of a),$(hostname_of b) Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+  pgrep -x munged >/dev/null || die "munged is not running (tools/slurm_local.sh starts it)"
+  for h in "${hosts[@]}"; do
+    nsenter -t "$(holder "$h")" --mount mount -t tmpfs -o mode=1777 tmpfs "$d/tmp"
+  done
+  nsenter -t "$(holder a)" --net --uts --mount -- slurmctld -f "$d/slurm.conf"
+  for h in "${hosts[@]}"; do
+    nsenter -t "$(holder "$h")" --net --uts --mount -- slurmd -f "$d/slurm.conf" -N "$(hostname_of "$h")"
+  done
+  for _ in $(seq 60); do
+    if [[ $(nsenter -t "$(holder a)" --net --uts --mount -- env SLURM_CONF="$d/slurm.conf" sinfo -h -o %T 2>/dev/null |
+            grep -c -E "idle|mixed|alloc") -ge 1 ]] &&
+       nsenter -t "$(holder a)" --net --uts --mount -- env SLURM_CONF="$d/slurm.conf" sinfo -h -N -o "%N %T" 2>/dev/null |
+         awk '$2 ~ /idle|mixed|alloc/ {n++} END {exit n == 2 ? 0 : 1}'; then
+      echo "two_hosts: Slurm cluster 'twohosts' up: $(hostname_of a) (slurmctld, slurmd), $(hostname_of b) (slurmd); config $d/slurm.conf"
+      return
+    fi
+    sleep 0.5
+  done
+  die "the Slurm nodes did not come up; see $d/*.log"
+}
+
+slurm_command() {
+  [[ -f $(slurm_conf) ]] || die "no Slurm cluster on the hosts (tools/two_hosts.sh slurm up)"
+  # What `run` gives mpirun, through the environment srun passes to the tasks.
+  export SLURM_CONF
+  SLURM_CONF=$(slurm_conf)
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self,vader OMPI_MCA_btl_tcp_if_include=$subnet \
+    OMPI_MCA_oob_tcp_if_include=$subnet OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  in_host a "$@"
 }
 
 kill_host() {
@@ -178,6 +253,7 @@ case ${1:-} in
   run) shift; run "$@" ;;
   exec) shift; host_arg "${1:-}"; in_host "$@" ;;
   kill) host_arg "${2:-}"; kill_host "$2" ;;
+  slurm) shift; if [[ ${1:-} == up ]]; then slurm_up; else slurm_command "$@"; fi ;;
   check) reason=$(why_not); [[ -z $reason ]] || { echo "two_hosts: refused: $reason" >&2; exit $refused; } ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 esac

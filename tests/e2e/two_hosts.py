@@ -35,6 +35,20 @@ class TwoHosts:
             print(f"warning: tools/two_hosts.sh down failed: {proc.stderr.strip()}")
         return False
 
+    def slurm_up(self):
+        """A Slurm cluster of the two hosts (tools/two_hosts.sh slurm up); skips where Slurm's
+        daemons or munge are missing."""
+        import shutil
+        for daemon in ("slurmctld", "slurmd"):
+            if not shutil.which(daemon):
+                print(f"SKIP: {daemon} is not installed (tools/setup.sh installs Slurm)")
+                raise SystemExit(h.SKIP)
+        proc = self._tool("slurm", "up", timeout=120)
+        if proc.returncode != 0 and "munged is not running" in proc.stderr:
+            print("SKIP:", proc.stderr.strip())
+            raise SystemExit(h.SKIP)
+        h.check(proc.returncode == 0, f"tools/two_hosts.sh slurm up: {proc.stdout.strip()} {proc.stderr.strip()}")
+
     def command(self, ranks, argv, forward=()):
         """The command line of an mpirun of `ranks` ranks over both hosts (consecutive ranks per
         host), forwarding the named environment variables to the remote ranks (-x)."""
