@@ -24,12 +24,16 @@
 #
 # TWO_HOSTS_DIR (default /tmp/shardtrain-two-hosts) holds the state, so several pairs can exist
 # at once (each test makes its own). TWO_HOSTS_SLOTS (default 2) is the slots per host.
+# TWO_HOSTS_LIFETIME (seconds, default: until `down`) ends the hosts' namespaces by themselves
+# once that time has passed and their last process has ended (tests set it, so a killed test
+# leaves nothing behind for long).
 # Needs root and a kernel that permits these namespaces; where it does not, `up` prints why and
 # exits 77 (the tests then skip, saying so).
 set -euo pipefail
 
 dir=${TWO_HOSTS_DIR:-/tmp/shardtrain-two-hosts}
 slots=${TWO_HOSTS_SLOTS:-2}
+lifetime=${TWO_HOSTS_LIFETIME:-infinity}
 hosts=(a b)
 declare -A addr=([a]=10.250.0.1 [b]=10.250.0.2)
 subnet=10.250.0.0/24
@@ -80,7 +84,7 @@ up() {
   local h p
   for h in "${hosts[@]}"; do
     # The holder keeps the namespaces alive; setsid detaches it from this shell and its signals.
-    setsid unshare --net --uts --mount --propagation private sleep infinity </dev/null >/dev/null 2>&1 &
+    setsid unshare --net --uts --mount --propagation private sleep "$lifetime" </dev/null >/dev/null 2>&1 &
     echo $! > "$dir/$h.pid"
     disown
   done
@@ -156,7 +160,7 @@ down() {
 }
 
 run() {
-  alive a && alive b || die "the hosts are not up (tools/two_hosts.sh up)"
+  { alive a && alive b; } || die "the hosts are not up (tools/two_hosts.sh up)"
   # The hosts need root to exist, so mpirun runs as root too, which Open MPI refuses unless told.
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   # plm_rsh_no_tree_spawn: mpirun starts every daemon itself through the agent.
@@ -173,7 +177,7 @@ run() {
 slurm_conf() { echo "$dir/slurm/slurm.conf"; }
 
 slurm_up() {
-  alive a && alive b || die "the hosts are not up (tools/two_hosts.sh up)"
+  { alive a && alive b; } || die "the hosts are not up (tools/two_hosts.sh up)"
   local d="$dir/slurm" h p
   mkdir -p "$d/state" "$d/tmp" "$d/spool-$(hostname_of a)" "$d/spool-$(hostname_of b)"
   cat > "$d/slurm.conf" <<CONF

@@ -14,7 +14,8 @@ class TwoHosts:
     def __init__(self, source, slots=2):
         self.script = os.path.join(source, "tools", "two_hosts.sh")
         state = tempfile.mkdtemp(prefix="st_two_hosts_")
-        self.env = dict(os.environ, TWO_HOSTS_DIR=state, TWO_HOSTS_SLOTS=str(slots))
+        # A test killed before its `down` leaves hosts that end by themselves within 20 minutes.
+        self.env = dict(os.environ, TWO_HOSTS_DIR=state, TWO_HOSTS_SLOTS=str(slots), TWO_HOSTS_LIFETIME="1200")
 
     def _tool(self, *argv, timeout=60):
         return subprocess.run([self.script, *argv], capture_output=True, text=True, env=self.env, timeout=timeout)
