@@ -13,7 +13,7 @@
 # between ranks of one host, whose /dev/shm they share) on the veth's addresses.
 #
 #   tools/two_hosts.sh up                  make the hosts (prints where its files are)
-#   tools/two_hosts.sh run MPIRUN-ARGS...  mpirun on both hosts, e.g. run -n 4 build/app/shardtrain doctor
+#   tools/two_hosts.sh run MPIRUN-ARGS...  mpirun on both hosts, e.g. run -n 4 build/shardtrain doctor
 #   tools/two_hosts.sh exec a|b CMD...     a command inside one host
 #   tools/two_hosts.sh kill a|b            kill -9 every process of that host (a host failure)
 #   tools/two_hosts.sh down                end every process in the hosts and remove what up made
