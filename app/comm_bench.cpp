@@ -3,7 +3,10 @@
 // side, checks every result, and prints time, algbw and busbw (nccl-tests convention:
 // all-reduce busbw = algbw x 2(N-1)/N; reduce-scatter, all-gather, broadcast x (N-1)/N), plus
 // busbw as a fraction of one core's memcpy bandwidth measured in the same run.
-//   mpirun -n 2 build/shardtrain-comm-bench [--min-bytes 8] [--max-bytes 256M] [--ranks-per-node K]
+//   mpirun -n 2 build/shardtrain-comm-bench [--min-bytes 8] [--max-bytes 256M] [--ranks-per-node K] [--rounds R]
+// --rounds R repeats the whole sweep R times and prints every round: each round times every
+// implementation at every size in turn, so a disturbance of the machine shows as one bad row
+// rather than shifting one implementation's mean.
 #include <mpi.h>
 #include <omp.h>
 
@@ -147,11 +150,12 @@ std::size_t parse_size(const std::string& text) {
 int bench(int argc, char** argv) {
   CLI::App cli{"Collectives benchmark: MPI's own collectives against shardtrain's, checked, with algbw/busbw"};
   std::string min_text = "8", max_text = "256M";
-  int ranks_per_node = 0;
+  int ranks_per_node = 0, rounds = 1;
   std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
   cli.add_option("--min-bytes", min_text, "Smallest buffer (8, 4K, 1M, ...)");
   cli.add_option("--max-bytes", max_text, "Largest buffer");
   cli.add_option("--ranks-per-node", ranks_per_node, "Emulate nodes of K consecutive ranks (0: real nodes)");
+  cli.add_option("--rounds", rounds, "Repeat the sweep this many times, printing every round")->check(CLI::Range(1, 1000));
   cli.add_option("--ops", ops, "Operations to run")->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "broadcast"}));
   try {
     cli.parse(argc, argv);
@@ -198,13 +202,17 @@ int bench(int argc, char** argv) {
                 "implementation\n");
   }
   bool all_correct = true;
-  for (const std::string& name : ops) {
+  std::vector<std::pair<int, std::string>> sweep;  // (round, operation), in the order they run
+  for (int round = 1; round <= rounds; ++round)
+    for (const std::string& name : ops) sweep.emplace_back(round, name);
+  for (const auto& [round, name] : sweep) {
     const Collective op = name == "all_reduce" ? Collective::all_reduce
                           : name == "reduce_scatter" ? Collective::reduce_scatter
                           : name == "all_gather" ? Collective::all_gather : Collective::broadcast;
     const double bus_factor = op == Collective::all_reduce ? 2.0 * (N - 1) / N : static_cast<double>(N - 1) / N;
     if (world.is_root()) {
-      std::printf("\n## %s\n%12s", name.c_str(), "bytes");
+      if (rounds > 1) std::printf("\n## %s, round %d of %d\n%12s", name.c_str(), round, rounds, "bytes");
+      else std::printf("\n## %s\n%12s", name.c_str(), "bytes");
       for (const auto& impl : impls) std::printf(" | %9s us %8s algbw %8s busbw", impl.name.c_str(), "", "");
       std::printf(" | best/MPI | busbw/memcpy | check\n");
     }

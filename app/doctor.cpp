@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/doctor_nodes.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
@@ -109,6 +110,12 @@ int doctor_command(World& world) {
     r.add(Verdict::ok, "world size",
           std::to_string(size) + " rank(s) on " + std::to_string(world.node_count()) + " node(s) (launcher: " + launcher +
               (slurm_tasks > 0 ? ", SLURM_NTASKS = " + std::to_string(slurm_tasks) : std::string()) + ")");
+
+  // Nodes (their hosts and ranks) and what carries bytes between them.
+  const NodeReport nodes = describe_nodes(world);
+  r.add(nodes.nodes_ok ? Verdict::ok : Verdict::warn, "nodes", nodes.nodes,
+        nodes.nodes_ok ? "" : "place the same number of ranks on every node, in order (mpirun --map-by ppr:K:node)");
+  r.add(Verdict::ok, "transport", nodes.transport);
 
   // Ranks per host against its cores.
   Topology host;

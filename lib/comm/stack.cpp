@@ -58,6 +58,13 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
 std::string CommStack::description() const {
   const std::string nodes = std::to_string(world_.node_count()) + " node(s) x " + std::to_string(world_.local_size()) +
                             " ranks" + (world_.emulated() ? " (emulated nodes)" : "");
+  std::string hosts;  // real nodes: where they are
+  if (!world_.emulated() && world_.node_count() > 1)
+    for (const std::string& host : world_.node_hosts()) {
+      hosts += hosts.empty() ? " (" : ", ";
+      hosts += host;
+    }
+  if (!hosts.empty()) hosts += ")";
   const bool flat_in_shm = shared_memory_ && world_.host_ranks() == world_.size();
   const std::string in_node = !settings_.device_name.empty() ? settings_.device_name
                               : shared_memory_                ? "shared memory"
@@ -66,7 +73,7 @@ std::string CommStack::description() const {
   const std::string across = settings_.device_name.empty() ? "MPI" : "MPI through pinned host memory";
   return (two_level_active_ ? "two-level (" + in_node + " in the node, " + across + " across), "
                             : "flat (" + flat + "), ") +
-         nodes + throttle_note_;
+         nodes + hosts + throttle_note_;
 }
 
 LevelTraffic CommStack::traffic() const {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -15,6 +16,7 @@ namespace {
 constexpr int kTagRequest = 901, kTagReply = 902;
 constexpr double kPoll = 0.05;         // seconds between checks
 constexpr double kReplyGrace = 3.0;    // seconds to wait for other ranks' answers
+constexpr int kHostName = 64;          // bytes of a hostname kept for reports
 
 struct Reply {
   int active;
@@ -38,6 +40,13 @@ Watchdog::Watchdog(MPI_Comm world, double timeout_seconds) : timeout_(timeout_se
   ST_CHECK_MPI(MPI_Comm_dup(world, &comm_));
   ST_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  char host[kHostName] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<char> all(static_cast<std::size_t>(size_) * kHostName);
+  ST_CHECK_MPI(MPI_Allgather(host, kHostName, MPI_CHAR, all.data(), kHostName, MPI_CHAR, comm_));
+  for (int r = 0; r < size_; ++r) hosts_.emplace_back(all.data() + static_cast<std::size_t>(r) * kHostName);
+  if (std::all_of(hosts_.begin(), hosts_.end(), [&](const std::string& h) { return h == hosts_.front(); }))
+    hosts_.clear();
   if (can_ask_) ST_CHECK_MPI(MPI_Irecv(&request_buffer_, 1, MPI_INT, MPI_ANY_SOURCE, kTagRequest, comm_, &request_));
   thread_ = std::thread([this] { run(); });
 }
@@ -101,7 +110,7 @@ void Watchdog::answer_requests() {
 
 std::string Watchdog::describe(const State& s, int rank) const {
   std::ostringstream os;
-  os << "rank " << rank << ": ";
+  os << who(rank) << ": ";
   if (s.active)
     os << "waiting " << static_cast<int>(now() - s.started) << " s in " << s.op << " #" << s.sequence << " ("
        << format_bytes(static_cast<double>(s.bytes)) << ", communicator '" << s.comm << "')";
@@ -121,6 +130,11 @@ void Watchdog::run() {
     }
     if (snapshot.active && now() - snapshot.started > timeout_) diagnose(snapshot);
   }
+}
+
+std::string Watchdog::who(int rank) const {
+  const std::string r = "rank " + std::to_string(rank);
+  return hosts_.empty() ? r : r + " (" + hosts_[static_cast<std::size_t>(rank)] + ")";
 }
 
 void Watchdog::diagnose(const State& mine) {
@@ -163,7 +177,7 @@ void Watchdog::diagnose(const State& mine) {
       State s = mine;
       if (r != rank_) {
         if (!received[static_cast<std::size_t>(r)]) {
-          report << "    rank " << r << ": no answer within " << kReplyGrace << " s (process gone or MPI wedged)\n";
+          report << "    " << who(r) << ": no answer within " << kReplyGrace << " s (process gone or MPI wedged)\n";
           missing.push_back(r);
           continue;
         }
@@ -181,7 +195,7 @@ void Watchdog::diagnose(const State& mine) {
       if (!same) missing.push_back(r);
     }
     report << "  missing from " << mine.op << " #" << mine.sequence << ": ";
-    for (std::size_t i = 0; i < missing.size(); ++i) report << (i ? ", " : "") << "rank " << missing[i];
+    for (std::size_t i = 0; i < missing.size(); ++i) report << (i ? ", " : "") << who(missing[i]);
     if (missing.empty()) report << "none (every rank is in it: a slow link or a deadlock inside the library)";
     report << "\n";
   }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/world.hpp"
 
@@ -57,7 +58,12 @@ class Watchdog {
   [[noreturn]] void diagnose(const State& mine);
   std::string describe(const State& s, int rank) const;
 
+  std::string who(int rank) const;  // "rank 2", or "rank 2 (host-b)" in a job on several hosts
+
   MPI_Comm comm_ = MPI_COMM_NULL;  // a duplicate used only by the watchdog
+  // Every rank's hostname, learnt while all ranks are alive, so a report can say where a rank
+  // that no longer answers ran; empty when the whole job is on one host.
+  std::vector<std::string> hosts_;
   int rank_ = 0, size_ = 1;
   double timeout_ = 0;
   bool can_ask_ = false;

@@ -92,6 +92,13 @@ World::World(MPI_Comm parent, int ranks_per_node) : emulated_(ranks_per_node > 0
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   host_ = name;
+  // The node leaders' hostnames, for logs that say where the nodes are.
+  std::vector<char> names(static_cast<std::size_t>(size_) * sizeof name);
+  ST_CHECK_MPI(MPI_Allgather(name, sizeof name, MPI_CHAR, names.data(), sizeof name, MPI_CHAR, dup));
+  std::vector<int> leaders(static_cast<std::size_t>(size_));
+  ST_CHECK_MPI(MPI_Allgather(&is_leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, dup));
+  for (int r = 0; r < size_; ++r)
+    if (leaders[static_cast<std::size_t>(r)]) node_hosts_.emplace_back(names.data() + static_cast<std::size_t>(r) * sizeof name);
 }
 
 }  // namespace st

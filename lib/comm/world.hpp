@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 namespace st {
 
@@ -55,6 +56,8 @@ class World {
   // Ranks sharing this host's memory (and cores), emulated nodes or not.
   int host_ranks() const { return host_ranks_; }
   const std::string& host() const { return host_; }
+  // Each node's hostname (its first rank's), in node order; emulated nodes share one.
+  const std::vector<std::string>& node_hosts() const { return node_hosts_; }
   bool is_root() const { return rank_ == 0; }
 
  private:
@@ -64,6 +67,7 @@ class World {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, node_index_ = 0, host_ranks_ = 1;
   bool emulated_ = false, uniform_ = true;
   std::string host_;
+  std::vector<std::string> node_hosts_;
 };
 
 }  // namespace st

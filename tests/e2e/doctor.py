@@ -7,7 +7,7 @@ import subprocess
 import harness as h
 
 args = h.parse_args(extra={"--slurm": {"action": "store_true"}})
-CHECKS = ["mpi", "world size", "ranks/cores", "threads", "blas", "topology", "memory", "disk", "probe"]
+CHECKS = ["mpi", "world size", "nodes", "transport", "ranks/cores", "threads", "blas", "topology", "memory", "disk", "probe"]
 
 
 def verify(label, out, ranks):

@@ -83,6 +83,11 @@ def train(args, ranks, deck, run_dir, label, extra=(), timeout=300):
     the final fp32 parameters (array), every metrics row and the standard output."""
     params = run_dir + ".f32"
     proc = mpirun(args, ranks, ["run", deck, "--save-params", params] + list(extra), timeout=timeout)
+    return train_result(proc, run_dir, params, label)
+
+
+def train_result(proc, run_dir, params, label):
+    """What train() returns, from a finished `shardtrain run ... --save-params params`."""
     check(proc.returncode == 0, f"{label}: exits 0\n{proc.stdout[-800:]}\n{proc.stderr[-1500:]}")
     rows = metrics(run_dir)
     train_rows = [r for r in rows if r["kind"] == "train"]

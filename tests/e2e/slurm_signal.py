@@ -1,18 +1,36 @@
 """Under Slurm (a one-machine cluster that tools/setup.sh starts as root): jobscripts/train.sbatch
 runs the ranks with srun; a SIGUSR1 to the job's tasks (what --signal=USR1@120 sends before the
 time limit) makes them write a checkpoint and exit with code 4, upon which the job script
-requeues the job; resuming with srun continues the same run as an uninterrupted one."""
+requeues the job; resuming with srun continues the same run as an uninterrupted one.
+With --two-hosts the same on a Slurm cluster of two real hosts (tools/two_hosts.sh slurm up:
+a slurmd per host), 2 tasks on each."""
+import atexit
+import contextlib
 import os
 import subprocess
 import time
 
 import harness as h
+from two_hosts import TwoHosts
 
-args = h.parse_args()
-h.require_slurm("sbatch")
-
+args = h.parse_args({"--two-hosts": {"action": "store_true"}})
 work = h.tmpdir()
 corpus = h.corpus(args)
+stack = contextlib.ExitStack()
+atexit.register(stack.close)  # the hosts go down however the test ends
+if args.two_hosts:
+    hosts = stack.enter_context(TwoHosts(args.source))
+    hosts.slurm_up()
+    PREFIX, TASKS, NODES = [hosts.script, "slurm"], 4, ["--nodes=2"]
+else:
+    h.require_slurm("sbatch")
+    PREFIX, TASKS, NODES = [], 2, []
+
+
+def slurm(argv, **kw):
+    """A Slurm command against the cluster under test."""
+    env = dict(hosts.env if args.two_hosts else os.environ, **kw.pop("env", {}))
+    return subprocess.run(PREFIX + argv, capture_output=True, text=True, env=env, **kw)
 
 
 def deck(label):
@@ -26,19 +44,19 @@ def losses(label):
 
 
 def job_state(job):
-    out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+    out = slurm(["scontrol", "show", "job", job]).stdout
     fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
     return fields.get("JobState", "GONE"), int(fields.get("Restarts", "0"))
 
 
-proc = h.mpirun(args, 2, ["run", deck("reference")])
+proc = hosts.mpirun(TASKS, [args.exe, "run", deck("reference")]) if args.two_hosts else \
+    h.mpirun(args, TASKS, ["run", deck("reference")])
 h.check(proc.returncode == 0, f"the uninterrupted reference run exits 0\n{proc.stderr[-800:]}")
 reference = losses("reference")
 
 script = os.path.join(args.source, "jobscripts", "train.sbatch")
-env = dict(os.environ, DECK=deck("slurm"), SHARDTRAIN=args.exe)
-submit = subprocess.run(["sbatch", "--parsable", "--ntasks=2", "--time=10", f"--output={work}/job.out", script],
-                        capture_output=True, text=True, env=env, cwd=args.source)
+submit = slurm(["sbatch", "--parsable", f"--ntasks={TASKS}"] + NODES + ["--time=10", f"--output={work}/job.out", script],
+               env={"DECK": deck("slurm"), "SHARDTRAIN": args.exe}, cwd=args.source)
 h.check(submit.returncode == 0, f"sbatch accepts the job script\n{submit.stderr}")
 job = submit.stdout.strip().split(";")[0]
 try:
@@ -49,7 +67,7 @@ try:
             break
         time.sleep(0.05)
     h.check(time.time() < deadline, "the job trains under srun")
-    signal = subprocess.run(["scancel", "--signal=USR1", job], capture_output=True, text=True)
+    signal = slurm(["scancel", "--signal=USR1", job])
     h.check(signal.returncode == 0, f"scancel --signal=USR1 delivers the signal\n{signal.stderr}")
     deadline = time.time() + 120
     restarts = 0
@@ -63,16 +81,20 @@ try:
     h.check("requeueing job " + job in output and restarts >= 1, f"the job script requeued the job ({state}, "
                                                                    f"restarts {restarts})")
 finally:
-    subprocess.run(["scancel", job], capture_output=True)
+    slurm(["scancel", job])
 
 stopped_at = max(losses("slurm"))
 h.check(stopped_at < 40, f"it stopped before the end (step {stopped_at})")
-resume = subprocess.run(["srun", "--mpi=pmix", "-n", "2", args.exe, "run", os.path.join(work, "slurm.toml"),
-                         "--set", "checkpoint.resume=latest"], capture_output=True, text=True, cwd=args.source,
-                        timeout=300)
+resume = slurm(["srun", "--mpi=pmix", "-n", str(TASKS)] + NODES + [args.exe, "run", os.path.join(work, "slurm.toml"),
+                                                                  "--set", "checkpoint.resume=latest"],
+               cwd=args.source, timeout=300)
 h.check(resume.returncode == 0 and f"resumed from {work}/slurm/ckpt/ckpt_{stopped_at:08d}.h5" in resume.stdout,
         f"srun resumes from the checkpoint\n{resume.stdout[-1500:]}\n{resume.stderr[-1500:]}")
 got = losses("slurm")
 h.check(all(got[s] == reference[s] for s in range(stopped_at + 1, 41)),
         "the resumed run's losses equal the uninterrupted run's exactly")
+if args.two_hosts:
+    h.check("2 node(s) x 2 ranks (host-a, host-b)" in resume.stdout, "the resumed run spans both hosts")
+    output = open(os.path.join(work, "job.out")).read()
+    h.check("2 node(s) x 2 ranks (host-a, host-b)" in output, "the job ran on both hosts")
 print("passed")

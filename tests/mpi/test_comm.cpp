@@ -1,12 +1,15 @@
 // Collectives on 1..4 ranks and on emulated nodes: results against references computed
 // locally, uneven sizes through the padding rule, and bytes against what each algorithm moves.
 // ST_TEST_RANKS_PER_NODE (environment) sets the emulated node size (0: real nodes).
+// ST_TEST_HOSTS = H says the job runs on H real hosts (tools/two_hosts.sh): then the nodes must
+// be those hosts, and the world-wide shared-memory tests skip (no memory spans the hosts).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/async.hpp"
@@ -25,6 +28,11 @@ int emulated_ranks_per_node() {
   return v ? std::atoi(v) : 0;
 }
 
+int expected_hosts() {
+  const char* v = std::getenv("ST_TEST_HOSTS");
+  return v ? std::atoi(v) : 0;
+}
+
 // Rank r's value at element i: distinct per rank and element, exact in float sums.
 float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 1000 + static_cast<int>(i % 997)); }
 
@@ -37,14 +45,17 @@ struct Fixture : ::testing::Test {
     two_level = std::make_unique<TwoLevelCommunicator>(*intra, *inter);
     // The waiting mode the trainer's progress threads use: non-blocking collectives, polled.
     polled = std::make_unique<MpiCommunicator>(world.comm(), TrafficLevel::intra, MpiWait::polling);
-    // Every rank of these tests shares one host: shared memory works over any group of them.
+    // Shared memory over the world only where every rank shares one host; over a node always.
     // A small slot (64 KiB) makes the larger buffers go through in several pieces.
-    shm_world = std::make_unique<ShmCommunicator>(world.comm(), TrafficLevel::intra, 65536);
+    if (world.host_ranks() == world.size())
+      shm_world = std::make_unique<ShmCommunicator>(world.comm(), TrafficLevel::intra, 65536);
     shm_node = std::make_unique<ShmCommunicator>(world.node_comm(), TrafficLevel::intra, 65536);
     shm_two_level = std::make_unique<TwoLevelCommunicator>(*shm_node, *inter);
   }
   std::vector<Communicator*> both() {
-    return {flat.get(), two_level.get(), shm_world.get(), shm_two_level.get(), polled.get()};
+    std::vector<Communicator*> all{flat.get(), two_level.get(), shm_two_level.get(), polled.get()};
+    if (shm_world) all.push_back(shm_world.get());
+    return all;
   }
   World world;
   std::unique_ptr<MpiCommunicator> flat, intra, inter, polled;
@@ -74,6 +85,64 @@ TEST_F(Fixture, HierarchyIsConsistent) {
   EXPECT_EQ(two_level->size(), world.size());
   if (emulated_ranks_per_node() > 0) {
     EXPECT_EQ(world.local_size(), emulated_ranks_per_node());
+  }
+}
+
+// Without emulation a node is a host: the ranks of a node share a hostname, different nodes
+// have different ones, and ST_TEST_HOSTS (when set) is the number of nodes found.
+TEST_F(Fixture, NodesAreHosts) {
+  if (emulated_ranks_per_node() > 0) GTEST_SKIP() << "emulated nodes share one host";
+  constexpr int kName = 256;
+  std::vector<char> names(static_cast<std::size_t>(world.size()) * kName, '\0');
+  std::vector<char> mine(kName, '\0');
+  world.host().copy(mine.data(), kName - 1);
+  ASSERT_EQ(MPI_Allgather(mine.data(), kName, MPI_CHAR, names.data(), kName, MPI_CHAR, world.comm()), MPI_SUCCESS);
+  std::vector<int> nodes(static_cast<std::size_t>(world.size()));
+  const int node = world.node();
+  ASSERT_EQ(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, world.comm()), MPI_SUCCESS);
+  auto name = [&](int r) { return std::string(names.data() + static_cast<std::size_t>(r) * kName); };
+  for (int a = 0; a < world.size(); ++a)
+    for (int b = 0; b < world.size(); ++b)
+      EXPECT_EQ(nodes[a] == nodes[b], name(a) == name(b)) << "ranks " << a << " (" << name(a) << ", node " << nodes[a]
+                                                           << ") and " << b << " (" << name(b) << ", node " << nodes[b]
+                                                           << ")";
+  if (expected_hosts() > 0) {
+    EXPECT_EQ(world.node_count(), expected_hosts());
+    EXPECT_EQ(world.host_ranks(), world.local_size());  // the host's ranks are the node
+  }
+}
+
+// Every collective of the two-level communicator books the bytes its cross-node step moves:
+// all-reduce 2 (B/L)(M-1)/M, reduce-scatter and all-gather (B/N)(M-1) per rank, broadcast
+// B (M-1)/M on the root's local rank in every node; non-zero on every level once M > 1.
+TEST_F(Fixture, InterNodeBytesOfEveryCollective) {
+  const std::uint64_t N = static_cast<std::uint64_t>(world.size());
+  const std::uint64_t L = static_cast<std::uint64_t>(world.local_size());
+  const std::uint64_t M = static_cast<std::uint64_t>(world.node_count());
+  const std::size_t n = 3 * 4 * 5 * 1024;
+  const std::uint64_t B = n * sizeof(float);
+  std::vector<float> buffer(n, 1.0f), chunk(n / N), gathered(n);
+  auto inter_bytes = [&] { return two_level->traffic().inter.total(); };
+  std::uint64_t t = inter_bytes();
+  two_level->all_reduce(std::span<float>(buffer), ReduceOp::sum);
+  EXPECT_EQ(inter_bytes() - t, 2 * (B / L) * (M - 1) / M) << "all_reduce";
+  t = inter_bytes();
+  two_level->reduce_scatter(std::span<const float>(buffer), std::span<float>(chunk), ReduceOp::sum);
+  EXPECT_EQ(inter_bytes() - t, B / N * (M - 1)) << "reduce_scatter";
+  t = inter_bytes();
+  two_level->all_gather(std::span<const float>(chunk), std::span<float>(gathered));
+  EXPECT_EQ(inter_bytes() - t, B / N * (M - 1)) << "all_gather";
+  const int root = static_cast<int>(N) - 1;
+  t = inter_bytes();
+  two_level->broadcast(std::span<float>(buffer), root);
+  const std::uint64_t broadcast = inter_bytes() - t;
+  EXPECT_EQ(broadcast, world.local_rank() == root % static_cast<int>(L) ? B * (M - 1) / M : 0) << "broadcast";
+  if (M > 1) {
+    std::uint64_t everywhere = broadcast;
+    ASSERT_EQ(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_UINT64_T, MPI_SUM, world.comm()), MPI_SUCCESS);
+    EXPECT_GT(everywhere, 0u);
+    EXPECT_GT(2 * (B / L) * (M - 1) / M, 0u);
+    EXPECT_GT(B / N * (M - 1), 0u);
   }
 }
 
@@ -123,6 +192,7 @@ TEST_F(Fixture, ReduceScatterAndAllGather) {
 // In-place all-gather: each rank's input is its own chunk of the output, on every backend, and
 // on shared memory from allocate() (the in-place path).
 TEST_F(Fixture, AllGatherWithTheInputInsideTheOutput) {
+  if (!shm_world) GTEST_SKIP() << "the ranks are on several hosts: no shared memory spans the world";
   const int N = world.size(), me = world.rank();
   const std::size_t c = 70001;  // several shared-memory pieces
   Memory memory = shm_world->allocate(c * static_cast<std::size_t>(N) * sizeof(float));
@@ -159,6 +229,7 @@ TEST_F(Fixture, BroadcastFromEveryRoot) {
 // pieces and do not divide by the group; and a collective where only some ranks pass shared
 // memory falls back to the slots on every rank.
 TEST_F(Fixture, SharedMemoryBuffersAreReducedInPlace) {
+  if (!shm_world) GTEST_SKIP() << "the ranks are on several hosts: no shared memory spans the world";
   const int N = world.size(), me = world.rank();
   ShmCommunicator& shm = *shm_world;
   for (std::size_t n : {1ul, 7ul, 1001ul, 65537ul}) {
@@ -234,6 +305,7 @@ TEST_F(Fixture, SharedMemoryBuffersAreReducedInPlace) {
 // A buffer that does not fit in shared memory (here: over the limit per rank) stays in process
 // memory on every rank; its collectives take the slot path and still come out right.
 TEST_F(Fixture, BufferOverTheSharedLimitStaysPrivate) {
+  if (!shm_world) GTEST_SKIP() << "the ranks are on several hosts: no shared memory spans the world";
   const int N = world.size();
   ShmCommunicator shm(world.comm(), TrafficLevel::intra, 65536);
   shm.limit_shared_bytes(16384);
@@ -279,6 +351,7 @@ TEST_F(Fixture, TwoLevelAllReduceRunsTheNodeStepsInPlace) {
 
 // bf16 in place.
 TEST_F(Fixture, SharedMemoryBf16AllReduce) {
+  if (!shm_world) GTEST_SKIP() << "the ranks are on several hosts: no shared memory spans the world";
   const int N = world.size();
   const std::size_t n = 70001;
   Memory memory = shm_world->allocate(n * sizeof(Bf16));
