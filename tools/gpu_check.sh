@@ -197,7 +197,7 @@ fi
 
 if has_phase unit; then
   say "CPU unit tests of the CUDA build"
-  run_phase unit ctest --test-dir build-cuda -L unit --output-on-failure > "$out/unit_tests.log" 2>&1 || status=1
+  run_phase unit ctest --test-dir build-cuda -L unit -j "$(nproc)" --output-on-failure > "$out/unit_tests.log" 2>&1 || status=1
   grep -E "tests passed|tests failed|Total Test time" "$out/unit_tests.log"
   grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$out/unit_tests.log" | head -20
   phase_done unit
