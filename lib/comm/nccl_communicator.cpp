@@ -1,9 +1,12 @@
 #include "comm/nccl_communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "comm/cuda_check.hpp"
+#include "comm/device_wait.hpp"
 
 namespace st {
 
@@ -26,8 +29,9 @@ template class DeviceBuffer<float>;
 template class DeviceBuffer<double>;
 template class DeviceBuffer<Bf16>;
 
-NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order)
-    : device_(device), order_(std::move(order)), level_(level) {
+NcclCommunicator::NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order,
+                                   double wait_limit_seconds)
+    : wait_limit_(wait_limit_seconds), device_(device), order_(std::move(order)), level_(level) {
   ST_CHECK_MPI(MPI_Comm_rank(bootstrap, &rank_));
   ST_CHECK_MPI(MPI_Comm_size(bootstrap, &size_));
   ST_CHECK_CUDA(cudaSetDevice(device_));
@@ -44,11 +48,45 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::begin(const void* ready) {
+  ST_REQUIRE(comm_ != nullptr, "this NCCL communicator was aborted after an earlier collective failed; see above");
   ST_CHECK_CUDA(cudaSetDevice(device_));
   if (order_) order_(stream_->get(), ready);
 }
 
-void NcclCommunicator::finish() { ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get())); }
+void NcclCommunicator::finish(const char* op, std::size_t bytes) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  for (long polls = 0;; ++polls) {
+    const cudaError_t state = cudaStreamQuery(stream_->get());
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) ST_CHECK_CUDA(state);
+    // A peer that died shows here (a closed connection, a remote error) while the kernels on
+    // the stream would wait for it forever; cudaStreamSynchronize would not return.
+    ncclResult_t async = ncclSuccess;
+    ST_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+      abort_with(device_collective_failed(describe_device_collective(op, bytes, rank_, size_, level_),
+                                          ncclGetErrorString(async), ncclGetLastError(comm_)));
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (wait_limit_ > 0 && waited > wait_limit_)
+      abort_with(device_collective_timed_out(describe_device_collective(op, bytes, rank_, size_, level_), waited,
+                                             wait_limit_));
+    // Spin briefly (most collectives of a step take well under a millisecond to finish once
+    // polled), then poll every 50 us so a long wait does not hold a core.
+    if (polls < 2000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclCommunicator::abort_with(const std::string& message) {
+  // Aborting ends the communicator's kernels on the device, so the stream and its buffers can
+  // be freed; the communicator cannot be used again (begin() refuses).
+  ncclCommAbort(comm_);  // the error below is the one to report, whatever abort returns
+  comm_ = nullptr;
+  throw Error(message);
+}
 
 namespace {
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::average ? ncclAvg : ncclSum; }
@@ -65,7 +103,7 @@ ncclDataType_t nccl_type(DataType t) {
 void NcclCommunicator::run_all_reduce(Buffer b, ReduceOp op) {
   begin(b.ready);
   ST_CHECK_NCCL(ncclAllReduce(b.data, b.data, b.count, nccl_type(b.type), nccl_op(op), comm_, stream_->get()));
-  finish();
+  finish("all_reduce", b.bytes());
   traffic_.add(Collective::all_reduce, 2 * ring_share(b.bytes(), size_));
 }
 
@@ -74,7 +112,7 @@ void NcclCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp 
   begin(input.ready ? input.ready : output.ready);
   ST_CHECK_NCCL(ncclReduceScatter(input.data, output.data, output.count, nccl_type(input.type), nccl_op(op), comm_,
                                   stream_->get()));
-  finish();
+  finish("reduce_scatter", input.bytes());
   traffic_.add(Collective::reduce_scatter, ring_share(input.bytes(), size_));
 }
 
@@ -82,21 +120,21 @@ void NcclCommunicator::run_all_gather(Buffer input, Buffer output) {
   require_all_gather_shapes(input, output, size_);
   begin(input.ready ? input.ready : output.ready);
   ST_CHECK_NCCL(ncclAllGather(input.data, output.data, input.count, nccl_type(input.type), comm_, stream_->get()));
-  finish();
+  finish("all_gather", output.bytes());
   traffic_.add(Collective::all_gather, ring_share(output.bytes(), size_));
 }
 
 void NcclCommunicator::run_broadcast(Buffer b, int root) {
   begin(b.ready);
   ST_CHECK_NCCL(ncclBroadcast(b.data, b.data, b.count, nccl_type(b.type), root, comm_, stream_->get()));
-  finish();
+  finish("broadcast", b.bytes());
   traffic_.add(Collective::broadcast, ring_share(b.bytes(), size_));
 }
 
 void NcclCommunicator::run_barrier() {
   begin();
   ST_CHECK_NCCL(ncclAllReduce(token_->data(), token_->data(), 1, ncclFloat, ncclSum, comm_, stream_->get()));
-  finish();
+  finish("barrier", sizeof(float));
 }
 
 LevelTraffic NcclCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
@@ -109,7 +147,7 @@ Memory NcclCommunicator::allocate(std::size_t bytes) {
   // On this communicator's stream (plain cudaMemset runs on the legacy stream, which a
   // non-blocking stream does not wait for), and finished before the block is handed out.
   ST_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_->get()));
-  finish();
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
   return Memory(std::move(owner), p, bytes, MemorySpace::device);
 }
 
@@ -117,14 +155,14 @@ void NcclCommunicator::copy_bytes(void* to, const void* from, std::size_t bytes,
   if (bytes == 0 || to == from) return;
   begin(ready);
   ST_CHECK_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream_->get()));
-  finish();
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
 }
 
 void NcclCommunicator::zero_bytes(void* data, std::size_t bytes, const void* ready) {
   if (bytes == 0) return;
   begin(ready);
   ST_CHECK_CUDA(cudaMemsetAsync(data, 0, bytes, stream_->get()));
-  finish();
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
 }
 
 }  // namespace st

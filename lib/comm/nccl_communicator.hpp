@@ -4,7 +4,10 @@
 // rank joins with ncclCommInitRank. Buffers passed to it are device memory. Calls are enqueued
 // on the communicator's stream, after the work `order` names (the compute the buffers come
 // from), and waited for before returning; they may be made from another thread than the one
-// that built the communicator (AsyncCommunicator's progress thread).
+// that built the communicator (AsyncCommunicator's progress thread). The wait polls NCCL's
+// asynchronous error, so a dead peer ends it with NCCL's reason instead of a hang, and ends at
+// a limit (comm/device_wait.hpp); either aborts the communicator and throws, naming the
+// collective.
 #include <mpi.h>
 #include <nccl.h>
 #include <cuda_runtime.h>
@@ -60,7 +63,9 @@ class NcclCommunicator final : public Communicator {
  public:
   // Joins a NCCL communicator with the ranks of `bootstrap` on CUDA device `device`. Traffic is
   // counted at `level` (intra: NVLink inside a node).
-  NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order = {});
+  // wait_limit_seconds: the longest wait for one call (device_wait_limit(); 0: no limit).
+  NcclCommunicator(MPI_Comm bootstrap, int device, TrafficLevel level, StreamOrder order = {},
+                   double wait_limit_seconds = 0);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -84,8 +89,12 @@ class NcclCommunicator final : public Communicator {
  private:
   // On the calling thread: the device, and the stream after the compute `ready` marks.
   void begin(const void* ready = nullptr);
-  void finish();  // wait for the enqueued operation
+  // Waits for the enqueued operation (op, bytes: for the messages), polling the stream and
+  // NCCL's asynchronous error; on an error or at the limit aborts the communicator and throws.
+  void finish(const char* op, std::size_t bytes);
+  [[noreturn]] void abort_with(const std::string& message);
   ncclComm_t comm_ = nullptr;
+  double wait_limit_ = 0;
   int device_ = 0;
   StreamOrder order_;
   std::optional<CudaStream> stream_;  // created once the device is selected

@@ -13,8 +13,8 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
   const TrafficLevel flat_level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
   if (settings.device_peers) {
     // GPUs: NCCL over the world and inside the node; MPI across nodes, staged through the host.
-    flat_ = settings.device_peers(world.comm(), flat_level);
-    intra_ = settings.device_peers(world.node_comm(), TrafficLevel::intra);
+    flat_ = settings.device_peers(world.comm(), flat_level, settings.timeout_seconds);
+    intra_ = settings.device_peers(world.node_comm(), TrafficLevel::intra, settings.timeout_seconds);
     inter_host_ = std::make_unique<MpiCommunicator>(world.cross_comm(), TrafficLevel::inter, MpiWait::polling);
     inter_ = settings.device_staging(*inter_host_);
   } else {
@@ -114,7 +114,7 @@ std::unique_ptr<CommStack::Lane> CommStack::make_lane(int color, const char* nam
 
   const TrafficLevel level = spans_nodes ? TrafficLevel::inter : TrafficLevel::intra;
   if (settings_.device_peers)
-    lane->backend = settings_.device_peers(split, level);
+    lane->backend = settings_.device_peers(split, level, settings_.timeout_seconds);
   else if (settings_.intra_node == IntraNode::shm && one_host)
     lane->backend = std::make_unique<ShmCommunicator>(split, level);
   else

@@ -31,7 +31,8 @@ class CommStack {
     // A GPU run's buffers are device memory: the backend for a group of ranks on their GPUs
     // (NCCL), and the one that carries a host backend's collectives on device buffers (MPI
     // across nodes through pinned host memory). Unset: host buffers, shared memory or MPI.
-    std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel)> device_peers;
+    // device_peers gets timeout_seconds: how long its own wait may last (0: no limit).
+    std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel, double)> device_peers;
     std::function<std::unique_ptr<Communicator>(Communicator& host)> device_staging;
     std::string device_name;  // "NCCL" in the description
   };

@@ -1,7 +1,7 @@
 #pragma once
 // The execution seam: where the model, the parallel strategy's arithmetic and the optimizer
 // run. One backend per rank: the host (OpenMP and OpenBLAS; exec/host_exec.hpp) or one CUDA
-// device (kernels, cuBLAS, a compute and a communication stream; exec/cuda/cuda_exec.hpp).
+// device (kernels and cuBLAS on a compute stream; exec/cuda/cuda_exec.hpp).
 //
 // Everything the strategy does to its buffers between collectives is here, so the strategy
 // holds the schedule (when to gather, reduce, release) and the backend the maths. Pointers are
@@ -50,7 +50,8 @@ class Exec {
                      std::size_t n) = 0;
 
   // ---- ordering ----
-  // Wait for every queued kernel and copy (the host: nothing to wait for).
+  // Wait for every queued kernel and copy (the host: nothing to wait for). Not for collectives:
+  // they are the communicators' work, finished when their requests complete.
   virtual void synchronize() = 0;
   // Called before a collective starts on buffers this backend wrote: returns a marker of every
   // kernel queued so far (a device's event; null on the host), which the caller sets on the

@@ -8,6 +8,7 @@
 #include "exec/cuda/cuda_exec.hpp"
 #endif
 #if defined(ST_HAVE_NCCL)
+#include "comm/device_wait.hpp"
 #include "comm/nccl_communicator.hpp"
 #endif
 
@@ -48,6 +49,9 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls) {
   auto cuda = std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls});
   CudaExec* device = cuda.get();
   e.exec = std::move(cuda);
+  cudaDeviceProp prop{};
+  ST_CHECK_CUDA(cudaGetDeviceProperties(&prop, choice.device));
+  e.device_name = prop.name;
   e.matmul_rate = [device](int m, int n, int k) { return device->measure_gemm_flops(m, n, k); };
   e.device_bytes = [device] { return device->allocated_bytes(); };
   e.device_peak_bytes = [device] { return device->peak_allocated_bytes(); };
@@ -65,8 +69,9 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls) {
   const int index = choice.device;
   // Collectives start after the kernels queued before them, by an event: no host wait.
   StreamOrder order = [device](cudaStream_t stream, const void* ready) { device->order_after_compute(stream, ready); };
-  e.device_peers = [index, order](MPI_Comm comm, TrafficLevel level) -> std::unique_ptr<Communicator> {
-    return std::make_unique<NcclCommunicator>(comm, index, level, order);
+  e.device_peers = [index, order](MPI_Comm comm, TrafficLevel level,
+                                   double timeout_seconds) -> std::unique_ptr<Communicator> {
+    return std::make_unique<NcclCommunicator>(comm, index, level, order, device_wait_limit(timeout_seconds));
   };
   e.device_staging = [index, order](Communicator& host) -> std::unique_ptr<Communicator> {
     return std::make_unique<HostStagedCommunicator>(host, index, order);

@@ -17,10 +17,12 @@ struct Execution {
   std::unique_ptr<Exec> exec;
   DeviceChoice choice;
   // GPU runs: a group's backend on device buffers (NCCL), and a host backend carried over
-  // pinned host memory (MPI across nodes). Unset on the host.
-  std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel)> device_peers;
+  // pinned host memory (MPI across nodes). Unset on the host. device_peers' double is the
+  // job's collective timeout (parallel.collective_timeout_s; 0: none).
+  std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel, double)> device_peers;
   std::function<std::unique_ptr<Communicator>(Communicator&)> device_staging;
   std::string device_comm_name;  // "NCCL"
+  std::string device_name;       // the CUDA runtime's name of the GPU ("NVIDIA H200"); empty on the host
   // The device's matmul rate for an m x n x k GEMM at the run's precision (FLOP/s); unset on
   // the host, where the trainer measures sgemm itself.
   std::function<double(int, int, int)> matmul_rate;

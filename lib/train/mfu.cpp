@@ -14,7 +14,15 @@ MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& 
   const int n = static_cast<int>(4 * model.d_model), k = static_cast<int>(model.d_model);
   double rate = execution.matmul_rate ? execution.matmul_rate(m, n, k) : measure_sgemm_flops(m, n, k);
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rate, 1, MPI_DOUBLE, MPI_MIN, comm));
-  return MfuYardstick(rate, static_cast<bool>(execution.matmul_rate), bf16);
+  const bool gpu = static_cast<bool>(execution.matmul_rate);
+  // The datasheet peak where every rank's GPU is in the table (0 stands for "not known"), the
+  // lowest of them: MFU against the slowest device, as the measured rate is the slowest rank's.
+  std::optional<PeakFlops> peak = gpu ? datasheet_peak(execution.device_name, bf16) : std::nullopt;
+  double lowest = peak ? peak->flops : 0.0;
+  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_DOUBLE, MPI_MIN, comm));
+  if (lowest <= 0) return MfuYardstick(rate, gpu, bf16);
+  if (peak->flops != lowest) peak = PeakFlops{lowest, "the slowest rank's GPU"};
+  return MfuYardstick(rate, gpu, bf16, peak);
 }
 
 std::string MfuYardstick::description() const {
@@ -22,9 +30,18 @@ std::string MfuYardstick::description() const {
          (gpu_ ? (bf16_ ? " (GPU GEMM, bf16 inputs)" : " (GPU GEMM, fp32)") : "");
 }
 
+std::string MfuYardstick::yardstick_description() const {
+  if (peak_) return format_fixed(peak_->flops / 1e12, 1) + " TFLOP/s per GPU, the datasheet peak (" + peak_->label + ")";
+  return std::string("the measured ") + (gpu_ ? "GEMM" : "sgemm") + " rate" +
+         (gpu_ ? " (no datasheet peak is known for this GPU)" : "");
+}
+
 std::string MfuYardstick::note_for(double mfu) {
   if (mfu <= 1.0 || noted_) return "";
   noted_ = true;
+  if (peak_)
+    return "note: MFU above 100% of the datasheet peak (" + format_fixed(peak_->flops / 1e12, 1) + " TFLOP/s, " +
+           peak_->label + ") cannot be: the device is not the one the table names. tokens/s is the figure to compare.";
   return "note: MFU above 100% means the yardstick, the " + std::string(gpu_ ? "GEMM" : "sgemm") +
          " rate measured before step 0 (" + format_fixed(rate_ / 1e9, 1) +
          " GFLOP/s), was low: something else ran on these cores while it was measured. MFU is relative to it; "

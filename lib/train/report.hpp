@@ -22,6 +22,9 @@ struct StepRecord {
   std::uint64_t comm_intra_bytes = 0, comm_inter_bytes = 0;  // sent by this rank in the step
   double elapsed_seconds = 0;  // since this run's first step began (evaluations, samples, checkpoints included)
   double eta_seconds = 0;      // the steps left at the pace so far
+  // Where MFU is against a GPU's datasheet peak: the model's rate over the GEMM rate measured in
+  // the run, printed beside MFU; 0: not printed (MFU is against the measured rate itself).
+  double mfu_of_measured_gemm = 0;
 };
 std::string step_line(const StepRecord& r);
 // The step's metrics.jsonl line ("kind": "train"); a number that is not finite (a diverged loss) is null.

@@ -111,6 +111,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
       {"threads per rank", std::to_string(threads_)},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
       {net_->execution().choice.cuda ? "measured GEMM rate" : "measured sgemm rate", yardstick_->description()},
+      {"MFU against", yardstick_->yardstick_description()},
       {"BLAS", blas_description()},
   };
   rows.insert(rows.end(), measured.begin(), measured.end());
@@ -288,6 +289,7 @@ TrainSummary Trainer::run() {
                       memory.model_state() + memory.workspace + net_->model().activation_bytes(),
                       traffic.intra.total() - traffic_seen_.intra.total(),
                       traffic.inter.total() - traffic_seen_.inter.total()};
+    record.mfu_of_measured_gemm = yardstick_->of_measured(flops_per_step / seconds);
     record.elapsed_seconds = run_clock.seconds();
     record.eta_seconds = record.elapsed_seconds / static_cast<double>(step + 1 - start_step_) *
                          static_cast<double>(config_.run.steps - step - 1);

@@ -28,7 +28,7 @@ def run(label, ranks, device, sets=(), steps=50, expect=0, **sections):
     argv = ["run", deck, "--save-params", params]
     for s in sets:
         argv += ["--set", s]
-    proc = h.mpirun(args, ranks, argv, timeout=600)
+    proc = h.mpirun(args, ranks, argv, timeout=240)
     h.check(proc.returncode == expect, f"{label}: exits {expect} (got {proc.returncode})\n{proc.stdout[-1500:]}\n"
                                        f"{proc.stderr[-2000:]}")
     if expect != 0:

@@ -534,7 +534,7 @@ TEST_F(CudaKernels, MemoryIsZeroedAndCopiesRoundTrip) {
   e.upload(fresh.data(), values.data(), n * sizeof(float));
   Memory other = e.allocate(n * sizeof(float));
   e.copy(other.data(), fresh.data(), n * sizeof(float));
-  e.before_communication();  // orders the communication stream after the copy; must not fail
+  e.before_communication();  // records a marker after the copy; must not fail
   e.download(host.data(), other.data(), n * sizeof(float));
   EXPECT_EQ(0, std::memcmp(host.data(), values.data(), n * sizeof(float)));
   e.zero(other.data(), n * sizeof(float));
@@ -543,8 +543,9 @@ TEST_F(CudaKernels, MemoryIsZeroedAndCopiesRoundTrip) {
   EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](float x) { return x == 0.0f; }));
 }
 
-// A collective runs on another stream: after before_communication() (or order_after_compute for
-// a communicator's own stream), work there sees every kernel queued before, with no host wait.
+// A collective runs on its communicator's own stream: ordered after before_communication()'s
+// marker (or, without one, after everything queued), work there sees every kernel queued
+// before, with no host wait; kernels queued after the marker are not waited for.
 TEST_F(CudaKernels, CommunicationStreamsWaitForCompute) {
   CudaExec& e = *fp32;
   const std::size_t n = std::size_t{1} << 24;  // long enough that an unordered copy would overtake
@@ -555,11 +556,13 @@ TEST_F(CudaKernels, CommunicationStreamsWaitForCompute) {
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_TRUE(std::all_of(host.begin(), host.end(), [&](float x) { return x == expected; }));
   };
-  for (int i = 0; i < 8; ++i) e.accumulate(Buffer{sum.data(), n, DataType::f32}, ones.data());
-  e.before_communication();
-  check(e.comm_stream(), 9.0f);
   cudaStream_t own = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+  for (int i = 0; i < 8; ++i) e.accumulate(Buffer{sum.data(), n, DataType::f32}, ones.data());
+  const void* marker = e.before_communication();
+  e.order_after_compute(own, marker);
+  check(own, 9.0f);
+  e.synchronize();
   for (int i = 0; i < 8; ++i) e.accumulate(Buffer{sum.data(), n, DataType::f32}, ones.data());
   e.order_after_compute(own);
   check(own, 17.0f);

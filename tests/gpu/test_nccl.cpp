@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,16 +33,47 @@ std::vector<float> padded_values(int rank, std::size_t n, std::size_t padded) {
   return v;
 }
 
-template <class T>
-std::vector<T> download(const DeviceBuffer<T>& d) {
-  std::vector<T> h(d.size());
-  ST_CHECK_CUDA(cudaMemcpy(h.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-template <class T>
-void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
-  ST_CHECK_CUDA(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
+// The tests' copies, ordered as the trainer's are: an upload is queued on a stream of the test's
+// own and not waited for by the host (a copy from pageable memory returns once the runtime has
+// staged it, before it reaches the device); a communicator made with order() makes its stream
+// wait for every upload queued so far before it enqueues a collective. A plain cudaMemcpy would
+// run on the legacy stream, which the communicators' non-blocking streams do not wait for.
+class Copies {
+ public:
+  Copies() { ST_CHECK_CUDA(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming)); }
+  ~Copies() { cudaEventDestroy(uploaded_); }
+  Copies(const Copies&) = delete;
+  Copies& operator=(const Copies&) = delete;
+
+  template <class T>
+  void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
+    ST_CHECK_CUDA(cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, stream_.get()));
+    ST_CHECK_CUDA(cudaEventRecord(uploaded_, stream_.get()));
+    ++uploads_;
+  }
+  // After the collective (whose communicator has waited for its stream): on the test's stream.
+  template <class T>
+  std::vector<T> download(const DeviceBuffer<T>& d) {
+    // The stream-order assertion: every upload so far was ordered before some collective's
+    // stream. A communicator made without order() would leave this unset.
+    EXPECT_EQ(ordered_.load(), uploads_.load()) << "a collective ran without waiting for the uploads queued before it";
+    std::vector<T> h(d.size());
+    ST_CHECK_CUDA(cudaMemcpyAsync(h.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost, stream_.get()));
+    ST_CHECK_CUDA(cudaStreamSynchronize(stream_.get()));
+    return h;
+  }
+  StreamOrder order() {
+    return [this](cudaStream_t stream, const void*) {
+      ST_CHECK_CUDA(cudaStreamWaitEvent(stream, uploaded_, 0));
+      ordered_ = uploads_.load();
+    };
+  }
+
+ private:
+  CudaStream stream_;
+  cudaEvent_t uploaded_ = nullptr;
+  std::atomic<long> uploads_{0}, ordered_{0};  // the order may run on a progress thread
+};
 
 // Skips unless every rank of the world has a GPU of its own on its host.
 std::string usable_devices(int& device) {
@@ -66,10 +99,12 @@ class Nccl : public ::testing::Test {
     const std::string why = usable_devices(device);
     if (!why.empty()) GTEST_SKIP() << why;
     world = std::make_unique<World>(MPI_COMM_WORLD);
-    nccl = std::make_unique<NcclCommunicator>(world->comm(), device, TrafficLevel::intra);
+    copies.emplace();
+    nccl = std::make_unique<NcclCommunicator>(world->comm(), device, TrafficLevel::intra, copies->order());
     mpi = std::make_unique<MpiCommunicator>(world->comm(), TrafficLevel::intra);
   }
   int device = 0;
+  std::optional<Copies> copies;  // made once a device is known to be usable; before the communicator
   std::unique_ptr<World> world;
   std::unique_ptr<NcclCommunicator> nccl;
   std::unique_ptr<MpiCommunicator> mpi;
@@ -82,10 +117,10 @@ TEST_F(Nccl, AllReduceSumAndAverageEqualMpi) {
       std::vector<float> host(n);
       for (std::size_t i = 0; i < n; ++i) host[i] = value(rank, i);
       DeviceBuffer<float> d(n);
-      upload(d, host);
+      copies->upload(d, host);
       nccl->all_reduce(d.span(), op);
       mpi->all_reduce(host, op);
-      const std::vector<float> got = download(d);
+      const std::vector<float> got = copies->download(d);
       for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], host[i], 1e-6f * (1.0f + std::abs(host[i]))) << i;
     }
   // Counted as a ring moves them: 2 (N-1)/N of each buffer, for both operations.
@@ -101,26 +136,26 @@ TEST_F(Nccl, ReduceScatterAndAllGatherEqualMpiIncludingInPlace) {
   const ShardRange mine = shard_range(n, N, rank);
   const std::vector<float> padded = padded_values(rank, n, mine.padded);
   DeviceBuffer<float> in(mine.padded), out(mine.chunk), gathered(mine.padded);
-  upload(in, padded);
+  copies->upload(in, padded);
   nccl->reduce_scatter(in.span(), out.span(), ReduceOp::sum);
   std::vector<float> expected_chunk(mine.chunk);
   mpi->reduce_scatter(padded, expected_chunk, ReduceOp::sum);
-  const std::vector<float> chunk = download(out);
+  const std::vector<float> chunk = copies->download(out);
   for (std::size_t i = 0; i < mine.chunk; ++i) ASSERT_NEAR(chunk[i], expected_chunk[i], 1e-5f) << i;
 
   nccl->all_gather(out.span(), gathered.span());
   std::vector<float> expected_full(mine.padded);
   mpi->all_gather(expected_chunk, expected_full);
-  std::vector<float> full = download(gathered);
+  std::vector<float> full = copies->download(gathered);
   for (std::size_t i = 0; i < mine.padded; ++i) ASSERT_NEAR(full[i], expected_full[i], 1e-5f) << i;
 
   // In place: this rank's chunk already sits in its block of the output.
   DeviceBuffer<float> in_place(mine.padded);
   std::vector<float> start(mine.padded, -1.0f);
   std::copy(expected_chunk.begin(), expected_chunk.end(), start.begin() + static_cast<std::ptrdiff_t>(rank * mine.chunk));
-  upload(in_place, start);
+  copies->upload(in_place, start);
   nccl->all_gather(std::span<float>(in_place.data() + rank * mine.chunk, mine.chunk), in_place.span());
-  full = download(in_place);
+  full = copies->download(in_place);
   for (std::size_t i = 0; i < mine.padded; ++i) ASSERT_NEAR(full[i], expected_full[i], 1e-5f) << i;
   EXPECT_EQ(nccl->traffic().intra.of(Collective::reduce_scatter), ring_share(mine.padded * sizeof(float), N));
   EXPECT_EQ(nccl->traffic().intra.of(Collective::all_gather), 2 * ring_share(mine.padded * sizeof(float), N));
@@ -132,9 +167,9 @@ TEST_F(Nccl, BroadcastFromEveryRoot) {
     std::vector<float> host(n);
     for (std::size_t i = 0; i < n; ++i) host[i] = value(nccl->rank(), i);
     DeviceBuffer<float> d(n);
-    upload(d, host);
+    copies->upload(d, host);
     nccl->broadcast(d.span(), root);
-    const std::vector<float> got = download(d);
+    const std::vector<float> got = copies->download(d);
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], value(root, i)) << "root " << root << " at " << i;
   }
 }
@@ -144,10 +179,10 @@ TEST_F(Nccl, Bf16AllReduceEqualsMpiWithinRounding) {
   std::vector<Bf16> host(n);
   for (std::size_t i = 0; i < n; ++i) host[i] = to_bf16(value(nccl->rank(), i));
   DeviceBuffer<Bf16> d(n);
-  upload(d, host);
+  copies->upload(d, host);
   nccl->all_reduce(d.span(), ReduceOp::sum);
   mpi->all_reduce(host, ReduceOp::sum);
-  const std::vector<Bf16> got = download(d);
+  const std::vector<Bf16> got = copies->download(d);
   // NCCL may add in another order: within one bf16 rounding per rank of the sum.
   for (std::size_t i = 0; i < n; ++i) {
     const float a = to_float(got[i]), b = to_float(host[i]);
@@ -164,9 +199,10 @@ TEST(NcclTwoLevel, NcclInsideAndStagedMpiAcrossEqualFlatMpi) {
   // on the device; a length that does not divide takes the padded path; average is averaged
   // per level.
   World nodes(MPI_COMM_WORLD, 1);
-  NcclCommunicator intra(nodes.node_comm(), device, TrafficLevel::intra);
+  Copies copies;
+  NcclCommunicator intra(nodes.node_comm(), device, TrafficLevel::intra, copies.order());
   MpiCommunicator across(nodes.cross_comm(), TrafficLevel::inter);
-  HostStagedCommunicator staged(across, device);
+  HostStagedCommunicator staged(across, device, copies.order());
   TwoLevelCommunicator two(intra, staged);
   MpiCommunicator flat(nodes.comm(), TrafficLevel::intra);
   const int N = two.size(), rank = two.rank();
@@ -175,25 +211,25 @@ TEST(NcclTwoLevel, NcclInsideAndStagedMpiAcrossEqualFlatMpi) {
       std::vector<float> host(n);
       for (std::size_t i = 0; i < n; ++i) host[i] = value(rank, i);
       DeviceBuffer<float> buffer(n);
-      upload(buffer, host);
+      copies.upload(buffer, host);
       two.all_reduce(buffer.span(), op);
       flat.all_reduce(host, op);
-      const std::vector<float> got = download(buffer);
+      const std::vector<float> got = copies.download(buffer);
       for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], host[i], 1e-5f * (1.0f + std::abs(host[i]))) << i;
     }
   const std::size_t n = 10007;
   const ShardRange mine = shard_range(n, N, rank);
   const std::vector<float> padded = padded_values(rank, n, mine.padded);
   DeviceBuffer<float> in(mine.padded), out(mine.chunk), gathered(mine.padded);
-  upload(in, padded);
+  copies.upload(in, padded);
   two.reduce_scatter(in.span(), out.span(), ReduceOp::sum);
   std::vector<float> expected(mine.chunk), expected_full(mine.padded);
   flat.reduce_scatter(padded, expected, ReduceOp::sum);
-  const std::vector<float> chunk = download(out);
+  const std::vector<float> chunk = copies.download(out);
   for (std::size_t i = 0; i < mine.chunk; ++i) ASSERT_NEAR(chunk[i], expected[i], 1e-5f * (1.0f + std::abs(expected[i])));
   two.all_gather(out.span(), gathered.span());
   flat.all_gather(expected, expected_full);
-  const std::vector<float> full = download(gathered);
+  const std::vector<float> full = copies.download(gathered);
   for (std::size_t i = 0; i < mine.padded; ++i)
     ASSERT_NEAR(full[i], expected_full[i], 1e-5f * (1.0f + std::abs(expected_full[i])));
   EXPECT_GT(two.traffic().inter.total(), 0u);

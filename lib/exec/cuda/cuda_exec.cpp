@@ -34,9 +34,8 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
                "CUDA device " + std::to_string(settings.device) + " requested, but " + std::to_string(devices) +
                    " are visible");
     ST_CHECK_CUDA(cudaSetDevice(settings.device));
-    // Non-blocking: neither stream waits for work on the legacy default stream (nor it for them).
+    // Non-blocking: the stream does not wait for work on the legacy default stream (nor it for it).
     ST_CHECK_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
-    ST_CHECK_CUDA(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
     ST_CHECK_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     // Markers: more than the collectives a strategy keeps in flight (a few reductions and
     // prefetched gathers), so a marker is seldom recorded again while still awaited.
@@ -64,19 +63,17 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
 CudaExec::~CudaExec() { release(); }
 
 void CudaExec::release() noexcept {
-  // Nothing may still run on the streams when they and the buffers go.
+  // Nothing may still run on the stream when it and the buffers go.
   if (compute_) cudaStreamSynchronize(compute_);
-  if (comm_) cudaStreamSynchronize(comm_);
   state_.reset();
   if (pinned_) cudaFreeHost(pinned_);
   if (ready_) cudaEventDestroy(ready_);
   for (cudaEvent_t marker : markers_) cudaEventDestroy(marker);
   markers_.clear();
-  if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
   pinned_ = nullptr;
   ready_ = nullptr;
-  comm_ = compute_ = nullptr;
+  compute_ = nullptr;
 }
 
 std::string CudaExec::description() const {
@@ -152,15 +149,17 @@ void CudaExec::download(void* host_to, const void* from, std::size_t bytes) {
 
 void CudaExec::synchronize() {
   use_device();
+  // Collectives need no wait here: their requests complete only after their communicators'
+  // streams have finished (NcclCommunicator::finish, HostStagedCommunicator's copies).
   ST_CHECK_CUDA(cudaStreamSynchronize(compute_));
-  ST_CHECK_CUDA(cudaStreamSynchronize(comm_));
 }
 
 const void* CudaExec::before_communication() {
   use_device();
+  // Only recorded: the communicator that runs the collective makes its own stream wait for it
+  // (order_after_compute), whenever its progress thread gets there.
   cudaEvent_t marker = markers_[next_marker_++ % markers_.size()];
   ST_CHECK_CUDA(cudaEventRecord(marker, compute_));
-  ST_CHECK_CUDA(cudaStreamWaitEvent(comm_, marker, 0));
   return marker;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
-// The CUDA backend (ST_ENABLE_CUDA builds): one device per rank, a compute stream on which the
-// model's kernels, the strategy's element-wise work and AdamW are queued in order, and a
-// communication stream that collectives run on. before_communication() orders the
-// communication stream after every kernel queued so far (an event, no host wait), so NCCL
-// overlaps with the compute that follows.
+// The CUDA backend (ST_ENABLE_CUDA builds): one device per rank and a compute stream on which the
+// model's kernels, the strategy's element-wise work and AdamW are queued in order. Collectives
+// are not queued here: each device communicator (comm/nccl_communicator.hpp) runs them on a
+// stream of its own, after the marker before_communication() records (an event, no host
+// wait), so NCCL overlaps with the compute queued after it. A collective's request completes
+// only once its stream has finished, so synchronize() has no collective to wait for.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -44,7 +45,6 @@ class CudaExec final : public Exec {
 
   int device() const { return settings_.device; }
   cudaStream_t compute_stream() const { return compute_; }
-  cudaStream_t comm_stream() const { return comm_; }
   // Makes `stream` (a communicator's own) wait, without a host wait, for the work `ready` marks
   // (a marker from before_communication()), or, without one, for every kernel queued on the
   // compute stream so far.
@@ -60,7 +60,7 @@ class CudaExec final : public Exec {
  private:
   struct State;  // cuBLAS handle, workspace, kernels, byte counters: exec/cuda/cuda_exec_state.hpp
   CudaExecSettings settings_;
-  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaStream_t compute_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // order_after_compute()'s event when no marker is given
   // before_communication()'s markers, used in turn: a marker recorded again before its
   // collective waited on it only makes that collective wait for more (never for less).
