@@ -2,8 +2,8 @@
 // The planner: for a deck and a machine, what each strategy would hold per rank and how long a
 // step would take, which of them fit, and which to run and why.
 //
-// Memory is the strategies' own arithmetic (plan_strategy, the ZeRO table over the sharded
-// layout) plus the model's activations and an estimate of the workspace. Step time is compute
+// Memory is the strategies' own arithmetic (the parallel plan, parallel/plan.hpp: the ZeRO
+// table over the sharded layout) plus the model's activations and an estimate of the workspace. Step time is compute
 // (the model's training FLOPs at the machine's rate) plus what communication is not hidden
 // behind compute, each level of links (fast group, node, network) at its bandwidth with a
 // latency per collective call, plus the optimizer's sweep over what the rank updates.
