@@ -52,8 +52,9 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& ma
 // fits with the deck's model.recompute, the first stronger recomputation under which some do is
 // planned as well, and the recommendation names it and what it costs.
 PlanResult plan_strategies(const Config& config, const Machine& machine);
-// hsdp's group on this machine: the fast group, else the node, when a slower level lies above
-// it; 0 when there is none (one level only).
+// The hsdp group the planner proposes on this machine (as parallel.shard_group; make_mesh turns
+// it into the mesh): the fast group, else the node, when a slower level lies above it; 0 when
+// there is none (one level only).
 int hsdp_group_for(const Machine& machine);
 
 // The table and the recommendation, as `shardtrain plan` prints them.
