@@ -156,10 +156,10 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const Recompute recompute = recompute_of(config.model);
   const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
   const auto& p = config.parallel;
-  const bool hsdp = p.strategy == StrategyKind::hsdp;
-  // The group the run would form: the planner's machine says how the ranks split into nodes.
-  const int group = hsdp ? deck_hsdp_group(config, world_size, machine) : world_size;
-  const StrategyPlan predicted = plan_strategy(layout, p.strategy, p.precision, world_size, group, plan.accum_steps);
+  // The plan the run would make: the planner's machine says how the ranks split into nodes.
+  const ParallelPlan predicted = deck_plan(config, machine);
+  const bool hsdp = predicted.grouped();
+  const int group = predicted.mesh().shards;
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   DerivedSettings predicted_settings;
   predicted_settings.world_size = world_size;
@@ -170,7 +170,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.segments = layout.segments().size();
   predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
                                 ", " + name_of(p.precision);
-  predicted_settings.model_state = predicted.memory;
+  const ParallelPlan::ModelState& state = predicted.model_state();
+  predicted_settings.model_state = {state.params, state.grads, state.optimizer, 0};
   predicted_settings.model_state_note = "largest rank";
   predicted_settings.activations = activations;
   predicted_settings.recompute = recompute;
@@ -179,8 +180,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.tokenizer = data.tokenizer->description();
   predicted_settings.run_directory = resolve_out_dir(config);
   SettingsRows derived = derived_rows(predicted_settings);
-  std::string traffic = b(predicted.group_bytes) + (hsdp ? " within groups of " + std::to_string(group) : "");
-  if (hsdp) traffic += ", " + b(predicted.replica_bytes) + " across groups";
+  std::string traffic = b(predicted.group_bytes()) + (hsdp ? " within groups of " + std::to_string(group) : "");
+  if (hsdp) traffic += ", " + b(predicted.replica_bytes()) + " across groups";
   const SettingsRows predictions = {
       {"comm per step per rank", traffic},
       {"memory per rank", predicted_memory_line(config, machine, group)},

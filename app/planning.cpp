@@ -13,6 +13,8 @@
 #include "topology/detect.hpp"
 #include "train/blas_rate.hpp"
 #include "train/threads.hpp"
+#include "model/gpt2.hpp"
+#include "train/sharded_model.hpp"
 #include "train/trainer.hpp"
 
 namespace st::app {
@@ -163,13 +165,16 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
   return m;
 }
 
-int deck_hsdp_group(const Config& config, int world_size, const Machine& machine) {
-  return hsdp_group_size(config.parallel, world_size, machine.ranks_per_node, config.deck_path);
+ParallelPlan deck_plan(const Config& config, const Machine& machine) {
+  const BatchPlan batches = plan_batches(config.data, config.model.seq_len, machine.world(), config.deck_path);
+  return ParallelPlan(make_gpt2_layout(gpt2_shape(config.model)), config.parallel.strategy, config.parallel.precision,
+                      deck_mesh(config, machine.world(), machine.ranks_per_node), batches.accum_steps,
+                      config.parallel.bucket_mb);
 }
 
 void check_memory_fits(const Config& config, const Machine& m) {
   const StrategyKind strategy = config.parallel.strategy;
-  const int group = strategy == StrategyKind::hsdp ? deck_hsdp_group(config, m.world(), m) : 0;
+  const int group = strategy == StrategyKind::hsdp ? deck_mesh(config, m.world(), m.ranks_per_node).shards : 0;
   const StrategyPrediction p = predict_strategy(config, m, strategy, group);
   if (p.fits) return;
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };

@@ -6,6 +6,7 @@
 #include "comm/world.hpp"
 #include "deck/config.hpp"
 #include "plan/machine.hpp"
+#include "parallel/plan.hpp"
 #include "plan/planner.hpp"
 
 namespace st::app {
@@ -40,8 +41,9 @@ Machine gpu_plan_machine(const Topology& topology, double detected_gpu_memory, c
 // reports it. Collective over `world`: the smallest GPU memory counts.
 Machine gpu_job_machine(const Config& config, World& world, int cuda_device, const MachineOptions& options);
 
-// hsdp's group for the deck on this world (parallel.shard_group, else the node).
-int deck_hsdp_group(const Config& config, int world_size, const Machine& machine);
+// The parallel plan the deck's run would make on the machine's world (its nodes are the
+// machine's: hsdp's group is parallel.shard_group, else the node).
+ParallelPlan deck_plan(const Config& config, const Machine& machine);
 
 // Refuses (st::Error, every rank alike) a deck whose strategy needs more memory per rank than the
 // machine has, naming the figure, the limit and the strategies and rank counts that would fit.

@@ -28,6 +28,7 @@
 #include "data/dataset.hpp"
 #include "deck/parse.hpp"
 #include "exec/device_choice.hpp"
+#include "parallel/plan.hpp"
 #include "train/evaluate.hpp"
 #include "train/sampler.hpp"
 #include "train/sharded_model.hpp"
@@ -111,8 +112,16 @@ void fit_parallel_settings(Config& config, World& world) {
     p.ranks_per_node = 0;
   }
   const std::string& group_from = config.origin["parallel.shard_group"];
-  if (p.strategy == StrategyKind::hsdp && p.shard_group > 0 && world.size() % p.shard_group != 0 &&
-      group_from != "--set") {
+  // The mesh hsdp's group would form on this job (make_mesh refuses a group that does not divide it).
+  const auto group_fits = [&] {
+    try {
+      make_mesh(p.strategy, p.shard_group, world.size(), world.local_size(), config.deck_path);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  if (p.strategy == StrategyKind::hsdp && p.shard_group > 0 && group_from != "--set" && !group_fits()) {
     note("parallel.strategy = \"hsdp\" in groups of parallel.shard_group = " + std::to_string(p.shard_group) + " (" +
          group_from + ") does not fit this job's " + std::to_string(world.size()) + " rank(s): zero3 is used instead");
     p.strategy = StrategyKind::zero3;

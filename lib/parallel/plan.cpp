@@ -1,40 +1,191 @@
 #include "parallel/plan.hpp"
 
-#include "comm/communicator.hpp"
-#include "parallel/shard_layout.hpp"
+#include <algorithm>
+
+#include "comm/shard.hpp"
+#include "core/error.hpp"
 
 namespace st {
 
-StrategyPlan plan_strategy(const ParamLayout& layout, StrategyKind strategy, Precision precision,
-                           int world_size, int group_size, std::int64_t micro_batches) {
-  const int stage = zero_stage(strategy);
-  const bool hsdp = strategy == StrategyKind::hsdp;
-  const int n = hsdp ? group_size : world_size;
-  const ShardLayout shards(layout, n);
-  const bool mixed = precision == Precision::bf16;
-  const std::uint64_t t = mixed ? 2 : 4;  // bytes of a parameter or gradient
-
-  StrategyPlan plan;
-  MemoryReport& m = plan.memory;
-  m.params = (stage < 3 ? shards.padded_total() : shards.shard_total()) * t;
-  m.grads = (stage < 2 ? shards.padded_total() : shards.shard_total()) * t;
-  const std::uint64_t optimizer_elements = stage == 0 ? shards.flat_total() : shards.shard_total();
-  m.optimizer = optimizer_elements * 4 * (mixed ? 3 : 2);  // (master,) m, v in fp32
-
-  if (n > 1) {
-    std::uint64_t sent = 0;
-    for (std::size_t s = 0; s < shards.segments().size(); ++s) {
-      const std::uint64_t segment = shards.padded(s) * t;
-      // ddp: an all-reduce (2 x); zero1/zero2: a reduce-scatter and an all-gather; zero3: a gather
-      // for each forward and backward of every micro-batch, and one reduce-scatter.
-      const std::uint64_t passes = stage < 3 ? 2 : static_cast<std::uint64_t>(2 * micro_batches + 1);
-      sent += passes * ring_share(segment, n);
-    }
-    plan.group_bytes = sent;
+Mesh make_mesh(StrategyKind strategy, std::int64_t shard_group, int world_size, int node_size,
+               const std::string& deck_path) {
+  ST_REQUIRE(world_size >= 1, "a world has at least one rank");
+  Mesh mesh;
+  if (strategy != StrategyKind::hsdp) {
+    mesh.shards = world_size;
+    return mesh;
   }
-  const int replicas = world_size / n;
-  if (hsdp && replicas > 1) plan.replica_bytes = 2 * ring_share(shards.shard_total() * t, replicas);
-  return plan;
+  const int group = shard_group > 0 ? static_cast<int>(shard_group) : node_size;
+  if (group <= 0 || world_size % group != 0)
+    throw Error(deck_path + ": hsdp's sharding group of " + std::to_string(group) + " ranks (" +
+                    (shard_group > 0 ? "parallel.shard_group = " + std::to_string(group)
+                                     : std::string("parallel.shard_group = 0: the ranks of a node")) +
+                    ") does not divide the world of " + std::to_string(world_size) +
+                    " ranks; hsdp needs groups of equal size: set parallel.shard_group to a divisor of " +
+                    std::to_string(world_size),
+                ErrorScope::all_ranks);
+  mesh.shards = group;
+  mesh.replicas = world_size / group;
+  return mesh;
+}
+
+const char* level_name(Level level) { return level == Level::group ? "group" : "replicas"; }
+
+ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Precision precision, Mesh mesh,
+                           std::int64_t micro_batches, double bucket_mb)
+    : strategy_(strategy),
+      precision_(precision),
+      mesh_(mesh),
+      micro_batches_(micro_batches),
+      bucket_mb_(bucket_mb),
+      shards_(layout, mesh.shards) {
+  const int stage = zero_stage(strategy);
+  ST_REQUIRE(stage >= 0, "parallel.strategy = \"auto\" must be resolved before the parallel plan is made");
+  ST_REQUIRE(mesh.tensor == 1, "tensor parallelism is not implemented");
+  ST_REQUIRE(strategy == StrategyKind::hsdp || mesh.replicas == 1, "only hsdp replicates across shard groups");
+  // The stage rule, the only copy: what each ZeRO stage shards over the shard group.
+  const auto extent = [&](int from_stage) { return stage >= from_stage ? Extent::sharded : Extent::full; };
+  const std::uint64_t t = element_bytes();
+  params_.extent = extent(3);
+  params_.elements = params_sharded() ? shards_.shard_total() : shards_.padded_total();
+  params_.bytes = params_.elements * t;
+  grads_.extent = extent(2);
+  grads_.elements = grads_sharded() ? shards_.shard_total() : shards_.padded_total();
+  grads_.bytes = grads_.elements * t;
+  optimizer_.extent = extent(1);
+  optimizer_.elements = optimizer_sharded() ? shards_.shard_total() : shards_.flat_total();
+  // (master,) m, v in fp32
+  optimizer_.bytes = optimizer_.elements * 4 * (mixed() ? 3 : 2);
+  model_state_ = {params_.bytes, grads_.bytes, optimizer_.bytes};
+
+  const std::size_t segments = shards_.segments().size();
+  const int n = mesh.shards;
+  // ddp's buckets: consecutive segments in the order backward finishes them, each a contiguous
+  // range of the padded gradient buffer, until a bucket holds bucket_mb.
+  if (!optimizer_sharded()) {
+    const auto bucket_bytes = static_cast<std::size_t>(bucket_mb * 1024 * 1024);
+    const std::size_t bucket_elements =
+        bucket_bytes == 0 ? shards_.padded_total() : std::max<std::size_t>(1, bucket_bytes / t);
+    bucket_of_.assign(segments, 0);
+    for (std::size_t s = segments; s-- > 0;) {
+      const SegmentShard& seg = shards_.segment(s);
+      if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elements)
+        buckets_.push_back({seg.padded_offset, seg.padded_offset + shards_.padded(s), 0});
+      buckets_.back().begin = seg.padded_offset;
+      ++buckets_.back().segments;
+      bucket_of_[s] = buckets_.size() - 1;
+    }
+  }
+
+  // The collectives of one step, as the strategy issues them (on a group of one rank the
+  // sharding stages still call theirs, sending nothing; ddp skips its all-reduces).
+  const auto add = [&](Collective kind, Purpose purpose, std::int64_t calls, std::uint64_t bytes) {
+    collectives_.push_back({kind, Level::group, purpose, calls, bytes});
+  };
+  if (!optimizer_sharded()) {
+    if (n > 1) {
+      // ddp: one all-reduce per bucket during backward.
+      std::uint64_t sent = 0;
+      for (const GradientBucket& b : buckets_) sent += 2 * ring_share((b.end - b.begin) * t, n);
+      add(Collective::all_reduce, Purpose::gradients, static_cast<std::int64_t>(buckets_.size()), sent);
+    }
+  } else {
+    std::uint64_t segment_share = 0;  // one ring pass over every padded segment
+    for (std::size_t s = 0; s < segments; ++s) segment_share += ring_share(shards_.padded(s) * t, n);
+    const auto count = static_cast<std::int64_t>(segments);
+    // zero1/zero2/zero3: each segment's gradients reduce-scattered once.
+    add(Collective::reduce_scatter, Purpose::gradients, count, segment_share);
+    // zero1/zero2 gather the updated parameters once; zero3 gathers each segment before every
+    // micro-batch's forward and backward.
+    const std::int64_t gathers = params_sharded() ? 2 * micro_batches : 1;
+    add(Collective::all_gather, Purpose::parameters, gathers * count,
+        static_cast<std::uint64_t>(gathers) * segment_share);
+    // The gradient norm's sum over the shards.
+    if (n > 1) add(Collective::all_reduce, Purpose::norm, 1, 2 * ring_share(sizeof(double), n));
+  }
+  if (strategy == StrategyKind::hsdp && mesh.replicas > 1)
+    collectives_.push_back({Collective::all_reduce, Level::replicas, Purpose::gradients, 1,
+                            2 * ring_share(shards_.shard_total() * t, mesh.replicas)});
+}
+
+std::string ParallelPlan::sharded_what() const {
+  if (params_sharded()) return "parameters, gradients and optimizer state sharded";
+  if (grads_sharded()) return "optimizer state and gradients sharded";
+  if (optimizer_sharded()) return "optimizer state sharded";
+  return "nothing sharded: full replicas, gradient buckets all-reduced during backward";
+}
+
+std::size_t ParallelPlan::owned(std::size_t s, int part) const {
+  return optimizer_sharded() ? shards_.owned_count(s, part) : shards_.segment(s).size;
+}
+
+std::size_t ParallelPlan::owned_flat(std::size_t s, int part) const {
+  return optimizer_sharded() ? shards_.owned_flat_offset(s, part) : shards_.segment(s).offset;
+}
+
+std::size_t ParallelPlan::optimizer_offset(std::size_t s) const {
+  return optimizer_sharded() ? shards_.segment(s).shard_offset : shards_.segment(s).offset;
+}
+
+std::uint64_t ParallelPlan::group_bytes() const {
+  std::uint64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.level == Level::group && c.purpose != Purpose::norm) sum += c.bytes;
+  return sum;
+}
+
+std::uint64_t ParallelPlan::replica_bytes() const {
+  std::uint64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.level == Level::replicas) sum += c.bytes;
+  return sum;
+}
+
+std::int64_t ParallelPlan::group_calls() const {
+  std::int64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.level == Level::group && c.purpose != Purpose::norm) sum += c.calls;
+  return sum;
+}
+
+std::uint64_t ParallelPlan::bytes_of(Collective kind) const {
+  std::uint64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.kind == kind) sum += c.bytes;
+  return sum;
+}
+
+LevelBytes ParallelPlan::two_level_bytes(const ParamLayout& layout, int node_size) const {
+  ST_REQUIRE(mesh_.replicas == 1 && node_size >= 1 && mesh_.shards % node_size == 0,
+             "two-level traffic is planned for one group of whole nodes");
+  const int nodes = mesh_.shards / node_size;
+  LevelBytes bytes;
+  if (node_size > 1)
+    bytes.node = ParallelPlan(layout, strategy_, precision_, Mesh{1, node_size, 1}, micro_batches_, bucket_mb_)
+                     .group_bytes();
+  bytes.network = ParallelPlan(layout, strategy_, precision_, Mesh{1, nodes, 1}, micro_batches_, bucket_mb_)
+                      .group_bytes() /
+                  static_cast<std::uint64_t>(node_size);
+  return bytes;
+}
+
+std::vector<ParallelPlan::WrittenPiece> ParallelPlan::checkpoint_pieces(int group_rank, int replica_rank) const {
+  // Replicas hold the same state: the first replica of each shard writes it.
+  if (replica_rank != 0) return {};
+  std::size_t lo = 0, hi = shards_.flat_total();
+  if (!optimizer_sharded()) {
+    // ddp: every rank holds everything; each writes a 1/N stripe so all ranks share the I/O.
+    const ShardRange stripe = shard_range(shards_.flat_total(), mesh_.shards, group_rank);
+    lo = std::min(stripe.begin, hi);
+    hi = std::min(stripe.begin + stripe.real(), hi);
+  }
+  std::vector<WrittenPiece> pieces;
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
+    const std::size_t first = owned_flat(s, group_rank), count = owned(s, group_rank);
+    const std::size_t begin = std::max(lo, first), end = std::min(hi, first + count);
+    if (begin < end) pieces.push_back({s, begin, end});
+  }
+  return pieces;
 }
 
 }  // namespace st

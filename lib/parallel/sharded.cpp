@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "comm/shard.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 
@@ -32,29 +31,34 @@ std::vector<std::size_t> successors(const std::vector<std::size_t>& order, std::
 }  // namespace
 
 template <class T>
-ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
-                                    Communicator& group, Communicator* replicas, ShardingSettings settings,
-                                    Timeline* timeline, Exec& exec)
+ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout& layout, const ExecutionOrder& order,
+                                    const AdamWSettings& adamw, Communicator& group, Communicator* replicas,
+                                    ShardingSettings settings, Timeline* timeline, Exec& exec)
     : settings_(std::move(settings)),
+      plan_(plan),
       exec_(exec),
       adamw_(adamw, layout),
       group_(group),
       replicas_(replicas),
       timeline_(timeline),
-      shards_(layout, group.size()),
+      shards_(plan_.shards()),
       rank_(group.rank()),
       pool_(exec),
       float_pool_(exec) {
-  const int stage = settings_.stage;
-  ST_REQUIRE(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3");
-  opt_parts_ = stage == 0 ? 1 : group.size();
-  opt_rank_ = stage == 0 ? 0 : rank_;
-  const std::size_t opt_total = stage == 0 ? shards_.flat_total() : shards_.shard_total();
-  if (stage < 3) full_params_ = buffer<T>(full_params_memory_, stage == 0 ? nullptr : &group, shards_.padded_total());
+  ST_REQUIRE(layout.total() == shards_.flat_total(), "the parallel plan was made for another layout");
+  ST_REQUIRE(group.size() == plan_.mesh().shards, "the sharding group is not the plan's");
+  ST_REQUIRE((replicas ? replicas->size() : 1) == plan_.mesh().replicas, "the replicas are not the plan's");
+  // Every buffer as the plan sizes it: full (padded, so that a segment is one collective) or
+  // this rank's shard.
+  const std::size_t opt_total = plan_.optimizer().elements;
   const bool training = !settings_.parameters_only;
-  if (stage < 2 && training) full_grads_ = buffer<T>(full_grads_memory_, &group, shards_.padded_total());
-  if (stage == 3) shard_params_ = buffer<T>(shard_params_memory_, &group, shards_.shard_total());
-  if (stage >= 2 && training) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, shards_.shard_total());
+  const std::size_t param_elements = plan_.params().elements, grad_elements = plan_.grads().elements;
+  // Full parameters are gathered in place where the optimizer state is sharded (zero1/zero2).
+  if (!plan_.params_sharded())
+    full_params_ = buffer<T>(full_params_memory_, plan_.optimizer_sharded() ? &group : nullptr, param_elements);
+  if (!plan_.grads_sharded() && training) full_grads_ = buffer<T>(full_grads_memory_, &group, grad_elements);
+  if (plan_.params_sharded()) shard_params_ = buffer<T>(shard_params_memory_, &group, param_elements);
+  if (plan_.grads_sharded() && training) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, grad_elements);
   // Mixed precision keeps the fp32 master copy even for forward passes only: a checkpoint's
   // parameters are read into it and converted from there.
   if (kMixed) master_ = buffer<float>(master_memory_, nullptr, opt_total);
@@ -76,20 +80,7 @@ ShardedStrategy<T>::ShardedStrategy(const ParamLayout& layout, const ExecutionOr
   backward_first_ = order.backward.empty() ? kNone : order.backward.front();
   for (const Segment& segment : layout.segments()) segment_names_.push_back(segment.name);
 
-  // DDP buckets: consecutive segments in the order backward finishes them, each a contiguous
-  // range of the padded gradient buffer, until a bucket holds bucket_bytes.
-  bucket_of_.assign(n, 0);
-  const std::size_t bucket_elements =
-      settings_.bucket_bytes == 0 ? shards_.padded_total() : std::max<std::size_t>(1, settings_.bucket_bytes / sizeof(T));
-  for (std::size_t s = n; s-- > 0;) {
-    const SegmentShard& seg = shards_.segment(s);
-    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_elements)
-      buckets_.push_back({seg.padded_offset, seg.padded_offset + shards_.padded(s), 0});
-    buckets_.back().begin = seg.padded_offset;
-    ++buckets_.back().segments;
-    bucket_of_[s] = buckets_.size() - 1;
-  }
-  waiting_.assign(buckets_.size(), 0);
+  waiting_.assign(plan_.buckets().size(), 0);
 
   buffer<double>(norm_memory_, nullptr, 1);
   if (kMixed && training) {  // the fp32 gradients of the largest slice this rank updates, for AdamW
@@ -113,11 +104,8 @@ ShardedStrategy<T>::~ShardedStrategy() = default;
 
 template <class T>
 std::string ShardedStrategy<T>::description() const {
-  static const char* what[] = {"nothing sharded: full replicas, gradient buckets all-reduced during backward",
-                               "optimizer state sharded", "optimizer state and gradients sharded",
-                               "parameters, gradients and optimizer state sharded"};
-  std::string line = settings_.name + ": " + what[settings_.stage];
-  if (settings_.stage > 0) line += " over " + std::to_string(group_.size()) + " rank(s)";
+  std::string line = settings_.name + ": " + plan_.sharded_what();
+  if (plan_.optimizer_sharded()) line += " over " + std::to_string(group_.size()) + " rank(s)";
   if (replicas_) line += ", replicated over " + std::to_string(replicas_->size()) + " group(s)";
   line += kMixed ? "; bf16 params/grads, fp32 master weights and Adam state" : "; fp32";
   if (exec_.space() == MemorySpace::device) line += "; on the GPU";
@@ -153,17 +141,17 @@ void ShardedStrategy<T>::drain(std::size_t keep) {
 
 template <class T>
 std::size_t ShardedStrategy<T>::owned(std::size_t s) const {
-  return settings_.stage == 0 ? shards_.segment(s).size : shards_.owned_count(s, rank_);
+  return plan_.owned(s, rank_);
 }
 
 template <class T>
 std::size_t ShardedStrategy<T>::owned_flat(std::size_t s) const {
-  return settings_.stage == 0 ? shards_.segment(s).offset : shards_.owned_flat_offset(s, rank_);
+  return plan_.owned_flat(s, rank_);
 }
 
 template <class T>
 std::size_t ShardedStrategy<T>::opt_offset(std::size_t s) const {
-  return settings_.stage == 0 ? shards_.segment(s).offset : shards_.segment(s).shard_offset;
+  return plan_.optimizer_offset(s);
 }
 
 template <class T>
@@ -172,8 +160,9 @@ std::span<float> ShardedStrategy<T>::master_slice(std::size_t s) {
   if constexpr (kMixed) {
     return {master_.data() + opt_offset(s), n};
   } else {
-    if (settings_.stage == 3) return {shard_params_.data() + shards_.segment(s).shard_offset, n};
-    const std::size_t at = settings_.stage == 0 ? shards_.segment(s).padded_offset : shards_.owned_padded_offset(s, rank_);
+    if (plan_.params_sharded()) return {shard_params_.data() + shards_.segment(s).shard_offset, n};
+    const std::size_t at =
+        plan_.optimizer_sharded() ? shards_.owned_padded_offset(s, rank_) : shards_.segment(s).padded_offset;
     return {full_params_.data() + at, n};
   }
 }
@@ -181,8 +170,8 @@ std::span<float> ShardedStrategy<T>::master_slice(std::size_t s) {
 template <class T>
 std::span<T> ShardedStrategy<T>::grad_slice(std::size_t s) {
   const std::size_t n = owned(s);
-  if (settings_.stage == 0) return {full_grads_.data() + shards_.segment(s).padded_offset, n};
-  if (settings_.stage == 1) return {full_grads_.data() + shards_.owned_padded_offset(s, rank_), n};
+  if (!plan_.optimizer_sharded()) return {full_grads_.data() + shards_.segment(s).padded_offset, n};
+  if (!plan_.grads_sharded()) return {full_grads_.data() + shards_.owned_padded_offset(s, rank_), n};
   return {grad_shard_.data() + shards_.segment(s).shard_offset, n};
 }
 
@@ -195,7 +184,7 @@ const float* ShardedStrategy<T>::params(std::size_t s) {
 template <class T>
 float* ShardedStrategy<T>::grads(std::size_t s) {
   if constexpr (!kMixed)
-    if (settings_.stage < 2) return full_grads_.data() + shards_.segment(s).padded_offset;
+    if (!plan_.grads_sharded()) return full_grads_.data() + shards_.segment(s).padded_offset;
   if (!grad_buffer_[s]) {
     const std::size_t n = shards_.padded(s);
     grad_buffer_[s] = float_pool_.acquire(n);
@@ -219,7 +208,7 @@ void ShardedStrategy<T>::start_gather(std::size_t s) {
 
 template <class T>
 void ShardedStrategy<T>::prefetch(bool forward, std::size_t s) {
-  if (settings_.stage != 3 || !settings_.overlap) return;
+  if (!plan_.params_sharded() || !settings_.overlap) return;
   // Gather the next segments that are not in use, up to kPrefetchDepth ahead: the collectives
   // run in order on one progress thread, so a gather issued only one segment ahead would queue
   // behind the reduce-scatter of the segment just finished. The end of forward runs on into
@@ -258,7 +247,7 @@ void ShardedStrategy<T>::acquire_params(std::size_t s) {
   if (timeline_) compute_started_us_[s] = timeline_->now_us();
   const std::size_t n = shards_.segment(s).size;
   const T* source = nullptr;
-  if (settings_.stage == 3) {
+  if (plan_.params_sharded()) {
     if (!gathered_[s]) start_gather(s);
     wait(gather_request_[s], "gather");
     source = gathered_[s];
@@ -324,7 +313,7 @@ template <class T>
 void ShardedStrategy<T>::grad_ready(std::size_t s) {
   end_of_use(s, "backward ");
   if constexpr (kMixed) {
-    if (settings_.stage < 2) {
+    if (!plan_.grads_sharded()) {
       // Accumulate this micro-batch's fp32 gradients into the bf16 gradient buffer.
       T* into = full_grads_.data() + shards_.segment(s).padded_offset;
       exec_.accumulate(view(into, shards_.segment(s).size), grad_buffer_[s]);
@@ -339,12 +328,12 @@ template <class T>
 void ShardedStrategy<T>::start_reduction(std::size_t s) {
   const SegmentShard& seg = shards_.segment(s);
   const std::size_t padded = shards_.padded(s);
-  if (settings_.stage == 0) {
+  if (!plan_.optimizer_sharded()) {
     if (group_.size() == 1) return;
-    const std::size_t b = bucket_of_[s];
+    const std::size_t b = plan_.bucket_of()[s];
     if (--waiting_[b] > 0) return;
     // Each rank's gradients are already scaled by 1/(micro-batches x ranks): a sum gives the mean.
-    const Bucket& bucket = buckets_[b];
+    const GradientBucket& bucket = plan_.buckets()[b];
     const void* ready = exec_.before_communication();
     in_flight_.push_back(
         {group_.start_all_reduce(
@@ -353,7 +342,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     if (!settings_.overlap) drain(0);
     return;
   }
-  if (settings_.stage == 1) {
+  if (plan_.reduce_scatters_in_place()) {
     // Reduce-scatter the segment; this rank's reduced chunk replaces its slice of the buffer.
     T* chunk = pool_.acquire(seg.chunk);
     const void* ready = exec_.before_communication();
@@ -403,7 +392,7 @@ void ShardedStrategy<T>::zero_grads() {
 template <class T>
 void ShardedStrategy<T>::begin_micro_batch(bool last) {
   last_micro_batch_ = last;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].segments;
+  for (std::size_t b = 0; b < waiting_.size(); ++b) waiting_[b] = plan_.buckets()[b].segments;
 }
 
 template <class T>
@@ -424,7 +413,7 @@ double ShardedStrategy<T>::grad_norm_squared() {
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) sum += exec_.sum_squares(Buffer::of(grad_slice(s)));
   // The shards of a group partition the gradient; replicas hold the same shards. The sum goes
   // through the backend's memory: a device communicator reduces device buffers only.
-  if (settings_.stage > 0 && group_.size() > 1) {
+  if (plan_.optimizer_sharded() && group_.size() > 1) {
     double* at = norm_memory_.as<double>().data();
     exec_.upload(at, &sum, sizeof sum);
     const void* ready = exec_.before_communication();
@@ -441,8 +430,7 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const std::size_t n = owned(s);
     if (n == 0) continue;
-    const std::size_t global =
-        settings_.stage == 0 ? shards_.segment(s).offset : shards_.owned_flat_offset(s, rank_);
+    const std::size_t global = owned_flat(s);
     const float* grads = nullptr;
     if constexpr (kMixed) {
       exec_.convert(view(scratch_.data(), n), Buffer::of(grad_slice(s)));
@@ -458,14 +446,13 @@ void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64
   }
 
   // Publish the updated parameters where the model reads them.
-  const int stage = settings_.stage;
-  if (stage == 0) {
+  if (!plan_.optimizer_sharded()) {
     if constexpr (kMixed)
       for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
         const std::span<float> m = master_slice(s);
         exec_.convert(view(full_params_.data() + shards_.segment(s).padded_offset, m.size()), Buffer::of(m));
       }
-  } else if (stage == 3) {
+  } else if (plan_.params_sharded()) {
     if constexpr (kMixed)
       for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
         const std::span<float> m = master_slice(s);
@@ -530,9 +517,9 @@ void ShardedStrategy<T>::place_params(std::span<const float> full) {
       exec_.upload(staged, source, seg.size * sizeof(float));
       source = staged;
     }
-    if (settings_.stage < 3) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(source, seg.size));
+    if (!plan_.params_sharded()) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(source, seg.size));
     const std::size_t n = owned(s), local = owned_flat(s) - seg.offset;
-    if (settings_.stage == 3) exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(source + local, n));
+    if (plan_.params_sharded()) exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(source + local, n));
     if constexpr (kMixed) exec_.copy(master_slice(s).data(), source + local, n * sizeof(float));
     if (staged) float_pool_.release(staged);
   }
@@ -548,7 +535,7 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
     const std::span<float> m = master_slice(s);
-    if (settings_.stage == 0) {
+    if (!plan_.optimizer_sharded()) {  // every rank holds the whole model
       exec_.download(full.data() + seg.offset, m.data(), m.size_bytes());
       continue;
     }
@@ -582,21 +569,11 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
 template <class T>
 std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
   ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
-  // Replicas hold the same state: the first replica of each shard writes it.
-  if (replicas_ && replicas_->rank() != 0) return {};
-  std::size_t lo = 0, hi = shards_.flat_total();
-  if (settings_.stage == 0) {
-    // ddp: every rank holds everything; each writes a 1/N stripe so all ranks share the I/O.
-    const ShardRange stripe = shard_range(shards_.flat_total(), group_.size(), rank_);
-    lo = std::min(stripe.begin, hi);
-    hi = std::min(stripe.begin + stripe.real(), hi);
-  }
+  // Which part of the model this rank writes is the plan's; the strategy says where it lies.
   std::vector<StatePiece> pieces;
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-    const std::size_t begin = std::max(lo, owned_flat(s)), end = std::min(hi, owned_flat(s) + owned(s));
-    if (begin >= end) continue;
-    const std::size_t local = begin - owned_flat(s);
-    pieces.push_back({begin, end - begin, master_slice(s).data() + local, adam_m_.data() + opt_offset(s) + local,
+  for (const ParallelPlan::WrittenPiece& w : plan_.checkpoint_pieces(rank_, replicas_ ? replicas_->rank() : 0)) {
+    const std::size_t s = w.segment, local = w.begin - owned_flat(s);
+    pieces.push_back({w.begin, w.end - w.begin, master_slice(s).data() + local, adam_m_.data() + opt_offset(s) + local,
                       adam_v_.data() + opt_offset(s) + local});
   }
   if (exec_.space() == MemorySpace::device) {
@@ -621,12 +598,12 @@ Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
   const bool on_device = exec_.space() == MemorySpace::device;
   // Parameters held whole are staged on the host and placed by finish_load() where they are
   // converted (mixed precision) or live on a device.
-  const bool staged_whole = settings_.stage < 3 && (kMixed || on_device);
+  const bool staged_whole = !plan_.params_sharded() && (kMixed || on_device);
   if (staged_whole) load_staging_.assign(shards_.flat_total(), 0.0f);
   load_uploads_.clear();
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
-    if (settings_.stage < 3) {  // every rank holds the whole segment
+    if (!plan_.params_sharded()) {  // every rank holds the whole segment
       t.param_ranges.push_back({seg.offset, seg.size});
       if (staged_whole) t.params.push_back(load_staging_.data() + seg.offset);
       else t.params.push_back(reinterpret_cast<float*>(full_params_.data()) + seg.padded_offset);
@@ -657,7 +634,7 @@ void ShardedStrategy<T>::finish_load() {
   load_uploads_ = {};
   if (!load_staging_.empty()) {
     place_params(load_staging_);  // the whole model was staged
-  } else if (kMixed && settings_.stage == 3) {  // the master slices were read: their bf16 copies follow
+  } else if (kMixed && plan_.params_sharded()) {  // the master slices were read: their bf16 copies follow
     for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
       const std::span<float> master = master_slice(s);
       exec_.convert(view(shard_params_.data() + shards_.segment(s).shard_offset, master.size()), Buffer::of(master));

@@ -14,7 +14,9 @@
 // on its buffers (conversions, accumulation, norms, AdamW) runs on the execution backend
 // (exec/exec.hpp), host or device, and every buffer lives in that backend's memory space.
 //
-// Sharding is per segment with the one padding rule (ShardLayout). T is the type of parameters
+// What is sharded, the buckets and the collectives are the parallel plan's (parallel/plan.hpp):
+// the strategy follows it and decides nothing of its own. Sharding is per segment with the one
+// padding rule (ShardLayout). T is the type of parameters
 // and gradients for compute and communication: float, or Bf16 in mixed precision, where an fp32
 // master copy is what the optimizer updates and the model computes on fp32 copies of each segment.
 //
@@ -26,6 +28,7 @@
 #include <type_traits>
 
 #include "core/bf16.hpp"
+#include "parallel/plan.hpp"
 #include "parallel/shard_layout.hpp"
 #include "parallel/strategy.hpp"
 #include "parallel/workspace.hpp"
@@ -34,8 +37,6 @@ namespace st {
 
 struct ShardingSettings {
   std::string name;              // as the deck says it
-  int stage = 0;                 // 0..3, as above
-  std::size_t bucket_bytes = 0;  // stage 0: gradient bytes per all-reduce (0: one after backward)
   bool overlap = true;           // false: wait for every collective where it starts, no prefetch
   // Forward passes only (generate, eval): the parameters as the stage shards them, and no
   // gradients or Adam state (a quarter of ddp's fp32 model state; in bf16 the fp32 master copy
@@ -49,8 +50,9 @@ class ShardedStrategy final : public Strategy {
  public:
   static constexpr bool kMixed = std::is_same_v<T, Bf16>;
 
+  // plan: what to shard and send (its shard group is `group`'s size, its replicas `replicas`'s);
   // group: the sharding group (the world, or an hsdp group); replicas: across groups, or null.
-  ShardedStrategy(const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
+  ShardedStrategy(const ParallelPlan& plan, const ParamLayout& layout, const ExecutionOrder& order, const AdamWSettings& adamw,
                   Communicator& group, Communicator* replicas, ShardingSettings settings, Timeline* timeline,
                   Exec& exec = host_exec());
   ~ShardedStrategy() override;
@@ -113,14 +115,14 @@ class ShardedStrategy final : public Strategy {
   std::size_t opt_offset(std::size_t s) const;   // into master_, adam_m_, adam_v_
 
   ShardingSettings settings_;
+  ParallelPlan plan_;
   Exec& exec_;
   AdamW adamw_;
   Communicator& group_;
   Communicator* replicas_;
   Timeline* timeline_;
-  ShardLayout shards_;       // over the sharding group
-  int rank_ = 0;             // in the group
-  int opt_parts_ = 1, opt_rank_ = 0;  // how the optimizer state is split (stage 0: not at all)
+  const ShardLayout& shards_;  // the plan's, over the sharding group
+  int rank_ = 0;               // in the group
 
   std::span<T> full_params_;     // stage < 3: padded full buffer
   // The buffers the group reduces and gathers from every step come from group_.allocate():
@@ -159,14 +161,7 @@ class ShardedStrategy final : public Strategy {
   std::vector<std::string> segment_names_;
   std::vector<double> compute_started_us_;  // timeline: when the segment's forward/backward began
 
-  // stage 0 buckets: consecutive segments, in the order backward completes them
-  struct Bucket {
-    std::size_t begin = 0, end = 0;  // padded range
-    int segments = 0;
-  };
-  std::vector<Bucket> buckets_;
-  std::vector<std::size_t> bucket_of_;
-  std::vector<int> waiting_;
+  std::vector<int> waiting_;  // ddp: segments each of the plan's buckets still waits for
 
   std::deque<Pending> in_flight_;
   bool last_micro_batch_ = true;

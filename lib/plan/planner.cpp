@@ -35,29 +35,6 @@ constexpr double kOptimizerBytesPerElement = 28.0;
 
 double seconds(std::uint64_t bytes, double gbps) { return gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e9) : 0.0; }
 
-// ddp's buckets, in bytes, in the order their all-reduces start: consecutive segments in the
-// order backward finishes them (the last block first, the embeddings last), each closed once it
-// holds bucket_mb (as ShardedStrategy builds them; bucket_mb = 0: one bucket).
-std::vector<double> ddp_buckets(const ShardLayout& shards, int bytes_per_element, double bucket_mb) {
-  const double bucket = bucket_mb > 0 ? bucket_mb * 1024 * 1024 : 1e300;
-  std::vector<double> buckets;
-  for (std::size_t i = shards.segments().size(); i-- > 0;) {
-    if (buckets.empty() || buckets.back() >= bucket) buckets.push_back(0);
-    buckets.back() += static_cast<double>(shards.padded(i)) * bytes_per_element;
-  }
-  return buckets;
-}
-
-// Collective calls per step: ddp one per bucket, zero1/zero2 a reduce-scatter and an all-gather
-// per segment, zero3 a gather per forward and backward of every micro-batch and a reduce-scatter.
-std::int64_t calls_per_step(StrategyKind strategy, const ParamLayout& layout, const ShardLayout& shards,
-                            int bytes_per_element, double bucket_mb, std::int64_t micro_batches) {
-  const auto segments = static_cast<std::int64_t>(layout.segments().size());
-  const int stage = zero_stage(strategy);
-  if (stage == 0) return static_cast<std::int64_t>(ddp_buckets(shards, bytes_per_element, bucket_mb).size());
-  if (stage < 3) return 2 * segments;
-  return (2 * micro_batches + 1) * segments + (strategy == StrategyKind::hsdp ? 1 : 0);
-}
 
 // Workspace the strategy keeps: what ShardedStrategy's pools hold at their high-water mark
 // (docs/planner.md). The counts below are those of the strategy's constants (two reductions in
@@ -69,9 +46,10 @@ std::int64_t calls_per_step(StrategyKind strategy, const ParamLayout& layout, co
 // blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
 // the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
 // bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
-std::uint64_t workspace_estimate(StrategyKind strategy, const ShardLayout& shards, bool mixed,
-                                 std::int64_t micro_batches) {
-  const int stage = zero_stage(strategy);
+std::uint64_t workspace_estimate(const ParallelPlan& plan) {
+  const ShardLayout& shards = plan.shards();
+  const bool mixed = plan.mixed();
+  const std::int64_t micro_batches = plan.micro_batches();
   const std::size_t count = shards.segments().size();
   std::vector<std::uint64_t> padded, chunks, blocks;
   std::uint64_t largest_chunk = 0, largest_block = 0;
@@ -82,7 +60,8 @@ std::uint64_t workspace_estimate(StrategyKind strategy, const ShardLayout& shard
       blocks.push_back(shards.padded(s));
       largest_block = std::max<std::uint64_t>(largest_block, shards.segment(s).size);
     }
-    largest_chunk = std::max<std::uint64_t>(largest_chunk, stage == 0 ? shards.segment(s).size : shards.segment(s).chunk);
+    largest_chunk = std::max<std::uint64_t>(
+        largest_chunk, plan.optimizer_sharded() ? shards.segment(s).chunk : shards.segment(s).size);
   }
   auto sum_largest = [](std::vector<std::uint64_t> v, std::size_t k) {
     std::sort(v.rbegin(), v.rend());
@@ -97,19 +76,19 @@ std::uint64_t workspace_estimate(StrategyKind strategy, const ShardLayout& shard
   const std::uint64_t embedding = shards.padded(0), norm = count > 1 ? shards.padded(count - 1) : 0;
   const std::uint64_t t = mixed ? 2 : 4;
   std::uint64_t bytes = 0;
-  if (stage == 1) bytes += three_and_smallest(chunks) * t;
-  if (stage == 3) bytes += (embedding + sum_largest(blocks, 5) + (blocks.size() < 5 ? norm : 0)) * t;
+  if (plan.reduce_scatters_in_place()) bytes += three_and_smallest(chunks) * t;
+  if (plan.params_sharded()) bytes += (embedding + sum_largest(blocks, 5) + (blocks.size() < 5 ? norm : 0)) * t;
   if (!mixed) {
-    if (stage >= 2)
+    if (plan.grads_sharded())
       bytes += (micro_batches > 1 ? shards.padded_total() : embedding + norm + sum_largest(blocks, 3)) * 4;
     return bytes;
   }
   const std::uint64_t unpadded_embedding = shards.segment(0).size;
   const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
   std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
-  if (stage >= 2 && micro_batches > 1) fp32 += shards.padded_total();
+  if (plan.grads_sharded() && micro_batches > 1) fp32 += shards.padded_total();
   bytes += (fp32 + largest_chunk) * 4;
-  if (stage == 2) bytes += three_and_smallest(padded) * t;
+  if (plan.grads_sharded() && !plan.params_sharded()) bytes += three_and_smallest(padded) * t;
   return bytes;
 }
 
@@ -149,29 +128,28 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
   const Gpt2Shape shape = gpt2_shape(config.model);
   const ParamLayout layout = make_gpt2_layout(shape);
-  const Precision precision = config.parallel.precision;
-  const bool hsdp = strategy == StrategyKind::hsdp;
-  const int n = hsdp ? group : world;
   const std::int64_t mb = batches.accum_steps;
-  auto plan = [&](int ranks, int g) { return plan_strategy(layout, strategy, precision, ranks, g, mb); };
+  // The plan the run would make: its mesh, buffers, buckets and collectives.
+  const ParallelPlan whole(layout, strategy, config.parallel.precision,
+                           make_mesh(strategy, group, world, m.ranks_per_node, config.deck_path), mb,
+                           config.parallel.bucket_mb);
+  const bool hsdp = whole.grouped();
+  const int n = whole.mesh().shards;
+  const ShardLayout& shards = whole.shards();
 
   StrategyPrediction p;
   p.strategy = strategy;
   p.group = n;
   p.recompute = recompute.value_or(recompute_of(config.model));
-  const StrategyPlan whole = plan(world, n);
-  p.state_bytes = whole.memory.model_state();
+  p.state_bytes = whole.model_state().total();
   p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute);
-  const ShardLayout shards(layout, zero_stage(strategy) == 0 ? 1 : n);
-  const bool mixed = precision == Precision::bf16;
-  p.workspace_bytes = workspace_estimate(strategy, shards, mixed, mb);
+  p.workspace_bytes = workspace_estimate(whole);
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
 
   const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world;
   p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute) * tokens / m.flops_per_rank;
   p.compute_s = gpt2_train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
-  const std::int64_t calls =
-      calls_per_step(strategy, layout, shards, mixed ? 2 : 4, config.parallel.bucket_mb, mb);
+  const std::int64_t calls = whole.group_calls();
 
   // Communication by level. `L` ranks per node; `bw_node` the bottleneck of a ring over them.
   const int L = m.ranks_per_node;
@@ -180,28 +158,29 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   double comm = 0, replica_comm = 0;
   if (!hsdp && world > 1) {
     if (m.nodes == 1) {
-      p.fast_bytes = whole.group_bytes;
+      p.fast_bytes = whole.group_bytes();
       comm = seconds(p.fast_bytes, bw_inside(world)) + calls * m.latency_s;
       if (world > m.fast_group) p.slow_bytes = p.fast_bytes, p.fast_bytes = 0, p.slow_level = slower_in_node;
     } else if (config.parallel.collectives == Collectives::flat) {
       // One ring over every rank: each step of it waits for the slowest link, the network.
-      p.slow_bytes = whole.group_bytes;
+      p.slow_bytes = whole.group_bytes();
       p.slow_level = "network";
       comm = seconds(p.slow_bytes, m.inter_node_gbps) + calls * (m.latency_s + m.inter_latency_s);
     } else {
       // Two-level: inside the node on all the data, across nodes on 1/L of it.
-      p.fast_bytes = L > 1 ? plan(L, L).group_bytes : 0;
-      p.slow_bytes = plan(m.nodes, m.nodes).group_bytes / static_cast<std::uint64_t>(L);
+      const LevelBytes levels = whole.two_level_bytes(layout, L);
+      p.fast_bytes = levels.node;
+      p.slow_bytes = levels.network;
       p.slow_level = "network";
       comm = seconds(p.fast_bytes, bw_inside(L)) + seconds(p.slow_bytes, m.inter_node_gbps) +
              calls * (m.latency_s + m.inter_latency_s);
     }
   } else if (hsdp) {
-    p.fast_bytes = whole.group_bytes;
+    p.fast_bytes = whole.group_bytes();
     const bool group_crosses_nodes = n > L;
     comm = seconds(p.fast_bytes, group_crosses_nodes ? m.inter_node_gbps : bw_inside(n)) +
-           (calls - 1) * (m.latency_s + (group_crosses_nodes ? m.inter_latency_s : 0));
-    p.slow_bytes = whole.replica_bytes;
+           calls * (m.latency_s + (group_crosses_nodes ? m.inter_latency_s : 0));
+    p.slow_bytes = whole.replica_bytes();
     const bool replicas_cross_nodes = world > L;
     p.slow_level = replicas_cross_nodes ? "network" : slower_in_node;
     replica_comm = seconds(p.slow_bytes, replicas_cross_nodes ? m.inter_node_gbps : m.node_gbps) + m.latency_s +
@@ -219,17 +198,16 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   // Recomputation runs inside backward.
   const double last_backward =
       (kBackwardShare * (p.compute_s - p.recompute_s) + p.recompute_s) / static_cast<double>(mb);
-  const int stage = zero_stage(strategy);
   const double embeddings = static_cast<double>(shards.padded(0)) / static_cast<double>(shards.padded_total());
   if (!config.parallel.overlap) {
     p.exposed_s = p.comm_s;
-  } else if (stage == 0) {
-    const auto buckets = ddp_buckets(shards, mixed ? 2 : 4, config.parallel.bucket_mb);
+  } else if (!whole.optimizer_sharded()) {
+    // ddp's buckets start in the order backward finishes them: the last holds the embeddings.
     double total = 0;
-    for (double x : buckets) total += x;
-    const double last = comm * buckets.back() / total;
+    for (const GradientBucket& b : whole.buckets()) total += static_cast<double>(b.end - b.begin);
+    const double last = comm * static_cast<double>(whole.buckets().back().end - whole.buckets().back().begin) / total;
     p.exposed_s = last + std::max(0.0, comm - last - last_backward);
-  } else if (stage < 3) {
+  } else if (!whole.params_sharded()) {
     const double reduce = comm / 2, last = reduce * embeddings;
     p.exposed_s = last + std::max(0.0, reduce - last - last_backward) + comm / 2;
   } else {
@@ -238,7 +216,7 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   }
 
   if (m.memory_gbps > 0) {
-    const double updated = static_cast<double>(stage == 0 ? layout.total() : shards.shard_total());
+    const double updated = static_cast<double>(whole.optimizer().elements);
     p.optimizer_s = updated * kOptimizerBytesPerElement / (m.memory_gbps * 1e9);
   }
   p.step_s = p.compute_s + p.exposed_s + p.optimizer_s;

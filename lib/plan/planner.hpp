@@ -2,8 +2,8 @@
 // The planner: for a deck and a machine, what each strategy would hold per rank and how long a
 // step would take, which of them fit, and which to run and why.
 //
-// Memory is the strategies' own arithmetic (plan_strategy, the ZeRO table over the sharded
-// layout) plus the model's activations and an estimate of the workspace. Step time is compute
+// Memory is the strategies' own arithmetic (the parallel plan, parallel/plan.hpp: the ZeRO
+// table over the sharded layout) plus the model's activations and an estimate of the workspace. Step time is compute
 // (the model's training FLOPs at the machine's rate) plus what communication is not hidden
 // behind compute, each level of links (fast group, node, network) at its bandwidth with a
 // latency per collective call, plus the optimizer's sweep over what the rank updates.
@@ -52,8 +52,9 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& ma
 // fits with the deck's model.recompute, the first stronger recomputation under which some do is
 // planned as well, and the recommendation names it and what it costs.
 PlanResult plan_strategies(const Config& config, const Machine& machine);
-// hsdp's group on this machine: the fast group, else the node, when a slower level lies above
-// it; 0 when there is none (one level only).
+// The hsdp group the planner proposes on this machine (as parallel.shard_group; make_mesh turns
+// it into the mesh): the fast group, else the node, when a slower level lies above it; 0 when
+// there is none (one level only).
 int hsdp_group_for(const Machine& machine);
 
 // The table and the recommendation, as `shardtrain plan` prints them.

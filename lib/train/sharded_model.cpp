@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "data/batches.hpp"
 
 namespace st {
 namespace {
@@ -35,20 +36,24 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
                                          inference ? Recompute::full : recompute_of(config.model));
   scalar_memory_ = execution_.exec->allocate(sizeof(double));
   StrategyComms comms{comms_.collectives()};
-  shard_group_ = world.size();
-  if (config.parallel.strategy == StrategyKind::hsdp) {
-    if (config.parallel.shard_group == 0 && !world.uniform())
+  if (config.parallel.strategy == StrategyKind::hsdp && config.parallel.shard_group == 0 && !world.uniform())
       throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
                                      "different numbers of ranks (or a node's ranks are not consecutive); set "
                                      "parallel.shard_group",
                   ErrorScope::all_ranks);
-    shard_group_ = hsdp_group_size(config.parallel, world.size(), world.local_size(), config.deck_path);
-    const auto groups = comms_.groups(shard_group_);
+  // Forward passes only send nothing per step: micro-batches matter to the plan's traffic alone.
+  const std::int64_t micro_batches =
+      inference ? 1 : plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path).accum_steps;
+  plan_ = std::make_unique<ParallelPlan>(model_->layout(), config.parallel.strategy, config.parallel.precision,
+                                         deck_mesh(config, world.size(), world.local_size()), micro_batches,
+                                         config.parallel.bucket_mb);
+  if (plan_->grouped()) {
+    const auto groups = comms_.groups(plan_->mesh().shards);
     comms.group = &groups.within;
     comms.replicas = &groups.across;
   }
   comms_.trace_to(timeline);
-  strategy_ = make_strategy(config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
+  strategy_ = make_strategy(*plan_, config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
                             adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
 }
 
@@ -70,17 +75,8 @@ double ShardedModel::sum_over_ranks(double value) {
   return value;
 }
 
-int hsdp_group_size(const ParallelConfig& p, int world_size, int node_size, const std::string& deck_path) {
-  const int group = p.shard_group > 0 ? static_cast<int>(p.shard_group) : node_size;
-  if (world_size % group != 0)
-    throw Error(deck_path + ": hsdp's sharding group of " + std::to_string(group) + " ranks (" +
-                    (p.shard_group > 0 ? "parallel.shard_group = " + std::to_string(group)
-                                       : std::string("parallel.shard_group = 0: the ranks of a node")) +
-                    ") does not divide the world of " + std::to_string(world_size) +
-                    " ranks; hsdp needs groups of equal size: set parallel.shard_group to a divisor of " +
-                    std::to_string(world_size),
-                ErrorScope::all_ranks);
-  return group;
+Mesh deck_mesh(const Config& config, int world_size, int node_size) {
+  return make_mesh(config.parallel.strategy, config.parallel.shard_group, world_size, node_size, config.deck_path);
 }
 
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {

@@ -13,6 +13,7 @@
 #include "deck/config.hpp"
 #include "exec/make_exec.hpp"
 #include "model/gpt2.hpp"
+#include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
 
 namespace st {
@@ -39,8 +40,10 @@ class ShardedModel {
   const Execution& execution() const { return execution_; }
   CommStack& comms() { return comms_; }
   const CommStack& comms() const { return comms_; }
+  // What the strategy shards and sends, made once from the deck, the layout and the world.
+  const ParallelPlan& plan() const { return *plan_; }
   // Ranks the strategy splits the model over (hsdp: its group; the others: the world).
-  int shard_group() const { return shard_group_; }
+  int shard_group() const { return plan_->mesh().shards; }
 
   // Every rank initialises the whole model from the same seed and keeps its part, so all start
   // from the same parameters without a broadcast.
@@ -53,18 +56,19 @@ class ShardedModel {
   Execution execution_;
   CommStack comms_;
   std::unique_ptr<Gpt2<float>> model_;
+  std::unique_ptr<ParallelPlan> plan_;
   std::unique_ptr<Strategy> strategy_;
   Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
-  int shard_group_ = 1;
 };
 
 // The deck's model shape, vocabulary padded per model.vocab_pad_to.
 Gpt2Shape gpt2_shape(const ModelConfig& model);
 // The deck's model.recompute (validated by the deck's schema).
 Recompute recompute_of(const ModelConfig& model);
-// hsdp's sharding group: parallel.shard_group ranks, or node_size (the ranks of a node); throws
-// Error (all ranks) naming the key if it does not divide the world.
-int hsdp_group_size(const ParallelConfig& parallel, int world_size, int node_size, const std::string& deck_path);
+// The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
+// parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
+// not divide the world.
+Mesh deck_mesh(const Config& config, int world_size, int node_size);
 // Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
 

@@ -100,7 +100,7 @@ TEST(Planner, MemoryIsTheStrategiesOwnArithmeticPlusActivations) {
       4 * activation_sizes(gpt2_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head)).total();
   for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     const StrategyPrediction p = predict_strategy(kConfig, m, s, 0);
-    EXPECT_EQ(p.state_bytes, plan_strategy(layout, s, Precision::fp32, 8, 8, 8).memory.model_state()) << s;
+    EXPECT_EQ(p.state_bytes, ParallelPlan(layout, s, Precision::fp32, Mesh{1, 8, 1}, 8, 0).model_state().total()) << s;
     EXPECT_EQ(p.activation_bytes, activations) << s;
   }
   // ZeRO-3 on 8 ranks holds an eighth of ddp's model state (up to padding).

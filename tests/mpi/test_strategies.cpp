@@ -1,0 +1,195 @@
+// Every strategy driven through the parallel plan on a small GPT-2: a few steps with gradient
+// accumulation on fixed batches, the parameters and gradient norms against one rank training on
+// the whole batch, and the bytes each kind of collective moved in a step against the plan's
+// prediction. Registered on 1..4 ranks and on 2 x 2 emulated nodes (hsdp then replicates
+// across them). ST_TEST_RANKS_PER_NODE (environment) sets the emulated node size.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "comm/stack.hpp"
+#include "comm/world.hpp"
+#include "deck/config.hpp"
+#include "model/gpt2.hpp"
+#include "parallel/plan.hpp"
+#include "parallel/strategy.hpp"
+
+namespace st {
+namespace {
+
+int emulated_ranks_per_node() {
+  const char* v = std::getenv("ST_TEST_RANKS_PER_NODE");
+  return v ? std::atoi(v) : 0;
+}
+
+// Sizes that divide by none of the rank counts, so that every segment is padded.
+const Gpt2Shape kShape{2, 12, 3, 7, 11, 13};
+constexpr int kGlobalBatch = 24;  // sequences per step: 2 micro-batches on each of 1, 2, 3 or 4 ranks
+constexpr int kMicroBatches = 2;
+constexpr int kSteps = 4;
+constexpr double kLr = 1e-2;
+constexpr double kClip = 0.5;  // low enough to clip: the norm's reduction over the shards counts
+
+// Sequence `i` of step `step`: fixed tokens, the targets the next ones.
+void fill_sequence(int step, int i, int* tokens, int* targets) {
+  for (int t = 0; t < kShape.seq_len; ++t) {
+    const int x = (7 * step + 13 * i + 5 * t + (i * t) % 3) % static_cast<int>(kShape.vocab_size);
+    tokens[t] = x;
+    targets[t] = (x * 3 + 1) % static_cast<int>(kShape.vocab_size);
+  }
+}
+
+struct Trained {
+  std::vector<float> params;
+  std::vector<double> norms;
+  // Bytes per collective kind sent by this rank in steps 2..kSteps, step by step.
+  std::vector<TrafficCounters> per_step;
+};
+
+TrafficCounters total_by_kind(const LevelTraffic& t) {
+  TrafficCounters sum = t.intra;
+  sum += t.inter;
+  return sum;
+}
+
+TrafficCounters minus(const TrafficCounters& a, const TrafficCounters& b) {
+  TrafficCounters d;
+  for (std::size_t k = 0; k < kCollectiveKinds; ++k) d.bytes[k] = a.bytes[k] - b.bytes[k];
+  return d;
+}
+
+// Trains kSteps steps of `strategy` on `world`'s ranks as the trainer does: each rank its share
+// of the global batch in kMicroBatches micro-batches, clipping, AdamW.
+Trained train(World& world, StrategyKind strategy, Precision precision, double bucket_mb, const ParallelPlan** plan_out,
+              std::unique_ptr<ParallelPlan>& plan_holder) {
+  ParallelConfig parallel;
+  parallel.strategy = strategy;
+  parallel.precision = precision;
+  parallel.bucket_mb = bucket_mb;
+  parallel.collectives = Collectives::flat;  // one ring per group: the counters count what the formulas say
+  CommStack::Settings settings;
+  settings.mode = Collectives::flat;
+  CommStack comms(world, settings);
+  const int ranks = world.size();
+  const int per_rank = kGlobalBatch / ranks;
+  const int micro = per_rank / kMicroBatches;
+  Gpt2<float> model(kShape, micro);
+  plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision,
+                                               make_mesh(strategy, 0, ranks, world.local_size(), "test"), kMicroBatches,
+                                               bucket_mb);
+  const ParallelPlan& plan = *plan_holder;
+  if (plan_out) *plan_out = &plan;
+  StrategyComms strategy_comms{comms.collectives()};
+  if (plan.grouped()) {
+    const auto groups = comms.groups(plan.mesh().shards);
+    strategy_comms.group = &groups.within;
+    strategy_comms.replicas = &groups.across;
+  }
+  std::unique_ptr<Strategy> s = make_strategy(plan, parallel, model.layout(), {model.forward_order(), model.backward_order()},
+                                              AdamWSettings{}, strategy_comms, nullptr);
+  std::vector<float> init(model.layout().total());
+  model.init_params(init, 1234);
+  s->load_params(init);
+
+  Trained out;
+  std::vector<int> tokens(static_cast<std::size_t>(micro * kShape.seq_len)), targets(tokens.size());
+  TrafficCounters before = total_by_kind(comms.traffic());
+  const float loss_scale = 1.0f / static_cast<float>(kMicroBatches * ranks);
+  for (int step = 0; step < kSteps; ++step) {
+    s->zero_grads();
+    for (int m = 0; m < kMicroBatches; ++m) {
+      s->begin_micro_batch(m + 1 == kMicroBatches);
+      for (int b = 0; b < micro; ++b)
+        fill_sequence(step, world.rank() * per_rank + m * micro + b, tokens.data() + b * kShape.seq_len,
+                      targets.data() + b * kShape.seq_len);
+      model.forward(*s, tokens.data(), targets.data(), micro, static_cast<int>(kShape.seq_len));
+      model.backward(*s, loss_scale);
+    }
+    s->finish_grads();
+    const double norm = std::sqrt(s->grad_norm_squared());
+    out.norms.push_back(norm);
+    s->optimizer_step(kLr, norm > kClip ? kClip / (norm + 1e-6) : 1.0, step + 1);
+    s->settle();
+    const TrafficCounters now = total_by_kind(comms.traffic());
+    // The first step gathers what the later ones find prefetched by the step before: from the
+    // second on, every step sends the same.
+    if (step > 0) out.per_step.push_back(minus(now, before));
+    before = now;
+  }
+  out.params = s->gather_params();
+  return out;
+}
+
+// One rank training on the whole batch with ddp: the reference every strategy must meet.
+const Trained& reference() {
+  static const Trained r = [] {
+    World self(MPI_COMM_SELF);
+    std::unique_ptr<ParallelPlan> plan;
+    return train(self, StrategyKind::ddp, Precision::fp32, 0, nullptr, plan);
+  }();
+  return r;
+}
+
+void expect_matches_plan(const Trained& t, const ParallelPlan& plan, const char* what) {
+  ASSERT_EQ(t.per_step.size(), static_cast<std::size_t>(kSteps - 1));
+  for (const TrafficCounters& step : t.per_step)
+    for (const Collective kind : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+                                  Collective::broadcast})
+      EXPECT_EQ(step.of(kind), plan.bytes_of(kind)) << what << ": collective kind " << static_cast<int>(kind);
+}
+
+class Strategies : public ::testing::TestWithParam<StrategyKind> {};
+
+TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
+  World world(MPI_COMM_WORLD, emulated_ranks_per_node());
+  const ParallelPlan* plan = nullptr;
+  std::unique_ptr<ParallelPlan> holder;
+  // ddp with small buckets: several all-reduces, each padded as the plan says.
+  const double bucket_mb = GetParam() == StrategyKind::ddp ? 0.002 : 0;
+  const Trained t = train(world, GetParam(), Precision::fp32, bucket_mb, &plan, holder);
+  const Trained& ref = reference();
+  ASSERT_EQ(t.params.size(), ref.params.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < t.params.size(); ++i) worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
+  EXPECT_LT(worst, 1e-5) << name_of(GetParam()) << " on " << world.size() << " rank(s)";
+  for (int step = 0; step < kSteps; ++step)
+    EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5) << step;
+  // Clipping was exercised (the reference's first norm is above the threshold).
+  EXPECT_GT(ref.norms.front(), kClip);
+  expect_matches_plan(t, *plan, "fp32");
+  if (world.size() > 1 && GetParam() == StrategyKind::ddp) {
+    EXPECT_GT(plan->buckets().size(), 1u);
+  }
+  if (world.size() > 1 && GetParam() != StrategyKind::hsdp) {
+    EXPECT_GT(plan->group_bytes(), 0u);
+  }
+  if (world.node_count() > 1 && GetParam() == StrategyKind::hsdp) {
+    EXPECT_EQ(plan->mesh().replicas, world.node_count());
+    EXPECT_GT(plan->replica_bytes(), 0u);
+  }
+}
+
+TEST_P(Strategies, MixedPrecisionSendsWhatThePlanSays) {
+  World world(MPI_COMM_WORLD, emulated_ranks_per_node());
+  const ParallelPlan* plan = nullptr;
+  std::unique_ptr<ParallelPlan> holder;
+  const Trained t = train(world, GetParam(), Precision::bf16, 0.001, &plan, holder);
+  expect_matches_plan(t, *plan, "bf16");
+  // bf16 rounds: close to the fp32 reference, not equal.
+  double worst = 0;
+  for (std::size_t i = 0; i < t.params.size(); ++i)
+    worst = std::max(worst, std::fabs(double(t.params[i]) - reference().params[i]));
+  EXPECT_LT(worst, 0.1);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStrategy, Strategies,
+                         ::testing::Values(StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
+                                           StrategyKind::zero3, StrategyKind::hsdp),
+                         [](const auto& param_info) { return name_of(param_info.param); });
+
+}  // namespace
+}  // namespace st
