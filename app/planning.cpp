@@ -167,9 +167,8 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
 
 ParallelPlan deck_plan(const Config& config, const Machine& machine) {
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, machine.world(), config.deck_path);
-  return ParallelPlan(make_gpt2_layout(gpt2_shape(config.model)), config.parallel.strategy, config.parallel.precision,
-                      deck_mesh(config, machine.world(), machine.ranks_per_node), batches.accum_steps,
-                      config.parallel.bucket_mb);
+  return st::deck_plan(config, make_gpt2_layout(gpt2_shape(config.model)), machine.world(), machine.ranks_per_node,
+                       batches.accum_steps);
 }
 
 void check_memory_fits(const Config& config, const Machine& m) {

@@ -29,8 +29,6 @@ Mesh make_mesh(StrategyKind strategy, std::int64_t shard_group, int world_size, 
   return mesh;
 }
 
-const char* level_name(Level level) { return level == Level::group ? "group" : "replicas"; }
-
 ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Precision precision, Mesh mesh,
                            std::int64_t micro_batches, double bucket_mb)
     : strategy_(strategy),

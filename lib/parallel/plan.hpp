@@ -49,7 +49,6 @@ struct BufferPlan {
 };
 
 enum class Level { group, replicas };  // within the shard group, across the groups
-const char* level_name(Level level);
 
 // What a collective is for: the gradients' reduction, the parameters' gather, the gradient norm.
 enum class Purpose { gradients, parameters, norm };

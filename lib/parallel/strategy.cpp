@@ -7,15 +7,13 @@
 namespace st {
 
 
-std::unique_ptr<Strategy> make_strategy(const ParallelPlan& plan, const ParallelConfig& parallel, const ParamLayout& layout,
+std::unique_ptr<Strategy> make_strategy(const ParallelPlan& plan, bool overlap, const ParamLayout& layout,
                                         const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
                                         Timeline* timeline, Exec& exec, bool parameters_only) {
   ShardingSettings settings;
   settings.parameters_only = parameters_only;
-  settings.name = name_of(parallel.strategy);
-  settings.overlap = parallel.overlap;
-  ST_REQUIRE(plan.strategy() == parallel.strategy && plan.precision() == parallel.precision,
-             "the parallel plan was made for another strategy");
+  settings.name = name_of(plan.strategy());
+  settings.overlap = overlap;
   const bool groups = plan.grouped();
   ST_REQUIRE(!groups || (comms.group && comms.replicas), "a plan sharding within groups needs its group communicators");
   Communicator& group = groups ? *comms.group : comms.world;

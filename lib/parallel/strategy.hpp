@@ -99,9 +99,9 @@ struct ExecutionOrder {
 class ParallelPlan;
 
 // The strategy the plan describes (what is sharded, the buckets, the collectives), over the
-// communicators of the plan's mesh; parallel: the deck's name for it, precision and overlap.
+// communicators of the plan's mesh; overlap: parallel.overlap.
 // parameters_only: for forward passes only (ShardingSettings::parameters_only).
-std::unique_ptr<Strategy> make_strategy(const ParallelPlan& plan, const ParallelConfig& parallel, const ParamLayout& layout,
+std::unique_ptr<Strategy> make_strategy(const ParallelPlan& plan, bool overlap, const ParamLayout& layout,
                                         const ExecutionOrder& order, const AdamWSettings& adamw, StrategyComms comms,
                                         Timeline* timeline, Exec& exec = host_exec(), bool parameters_only = false);
 

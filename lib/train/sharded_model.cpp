@@ -44,16 +44,15 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   // Forward passes only send nothing per step: micro-batches matter to the plan's traffic alone.
   const std::int64_t micro_batches =
       inference ? 1 : plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path).accum_steps;
-  plan_ = std::make_unique<ParallelPlan>(model_->layout(), config.parallel.strategy, config.parallel.precision,
-                                         deck_mesh(config, world.size(), world.local_size()), micro_batches,
-                                         config.parallel.bucket_mb);
+  plan_ = std::make_unique<ParallelPlan>(
+      deck_plan(config, model_->layout(), world.size(), world.local_size(), micro_batches));
   if (plan_->grouped()) {
     const auto groups = comms_.groups(plan_->mesh().shards);
     comms.group = &groups.within;
     comms.replicas = &groups.across;
   }
   comms_.trace_to(timeline);
-  strategy_ = make_strategy(*plan_, config.parallel, model_->layout(), {model_->forward_order(), model_->backward_order()},
+  strategy_ = make_strategy(*plan_, config.parallel.overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
                             adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
 }
 
@@ -77,6 +76,12 @@ double ShardedModel::sum_over_ranks(double value) {
 
 Mesh deck_mesh(const Config& config, int world_size, int node_size) {
   return make_mesh(config.parallel.strategy, config.parallel.shard_group, world_size, node_size, config.deck_path);
+}
+
+ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
+                       std::int64_t micro_batches) {
+  return ParallelPlan(layout, config.parallel.strategy, config.parallel.precision,
+                      deck_mesh(config, world_size, node_size), micro_batches, config.parallel.bucket_mb);
 }
 
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {

@@ -69,6 +69,10 @@ Recompute recompute_of(const ModelConfig& model);
 // parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
 // not divide the world.
 Mesh deck_mesh(const Config& config, int world_size, int node_size);
+// The deck's parallel plan for `layout` on that mesh, with micro_batches per optimizer step: what
+// the run makes and what check and the planner predict from.
+ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
+                       std::int64_t micro_batches);
 // Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
 std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
 

@@ -48,6 +48,7 @@ struct Trained {
   std::vector<double> norms;
   // Bytes per collective kind sent by this rank in steps 2..kSteps, step by step.
   std::vector<TrafficCounters> per_step;
+  std::unique_ptr<ParallelPlan> plan;  // the plan it trained by
 };
 
 TrafficCounters total_by_kind(const LevelTraffic& t) {
@@ -64,8 +65,7 @@ TrafficCounters minus(const TrafficCounters& a, const TrafficCounters& b) {
 
 // Trains kSteps steps of `strategy` on `world`'s ranks as the trainer does: each rank its share
 // of the global batch in kMicroBatches micro-batches, clipping, AdamW.
-Trained train(World& world, StrategyKind strategy, Precision precision, double bucket_mb, const ParallelPlan** plan_out,
-              std::unique_ptr<ParallelPlan>& plan_holder) {
+Trained train(World& world, StrategyKind strategy, Precision precision, double bucket_mb) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -78,18 +78,17 @@ Trained train(World& world, StrategyKind strategy, Precision precision, double b
   const int per_rank = kGlobalBatch / ranks;
   const int micro = per_rank / kMicroBatches;
   Gpt2<float> model(kShape, micro);
-  plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision,
+  auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision,
                                                make_mesh(strategy, 0, ranks, world.local_size(), "test"), kMicroBatches,
                                                bucket_mb);
   const ParallelPlan& plan = *plan_holder;
-  if (plan_out) *plan_out = &plan;
   StrategyComms strategy_comms{comms.collectives()};
   if (plan.grouped()) {
     const auto groups = comms.groups(plan.mesh().shards);
     strategy_comms.group = &groups.within;
     strategy_comms.replicas = &groups.across;
   }
-  std::unique_ptr<Strategy> s = make_strategy(plan, parallel, model.layout(), {model.forward_order(), model.backward_order()},
+  std::unique_ptr<Strategy> s = make_strategy(plan, parallel.overlap, model.layout(), {model.forward_order(), model.backward_order()},
                                               AdamWSettings{}, strategy_comms, nullptr);
   std::vector<float> init(model.layout().total());
   model.init_params(init, 1234);
@@ -121,6 +120,7 @@ Trained train(World& world, StrategyKind strategy, Precision precision, double b
     before = now;
   }
   out.params = s->gather_params();
+  out.plan = std::move(plan_holder);
   return out;
 }
 
@@ -128,8 +128,7 @@ Trained train(World& world, StrategyKind strategy, Precision precision, double b
 const Trained& reference() {
   static const Trained r = [] {
     World self(MPI_COMM_SELF);
-    std::unique_ptr<ParallelPlan> plan;
-    return train(self, StrategyKind::ddp, Precision::fp32, 0, nullptr, plan);
+    return train(self, StrategyKind::ddp, Precision::fp32, 0);
   }();
   return r;
 }
@@ -146,11 +145,10 @@ class Strategies : public ::testing::TestWithParam<StrategyKind> {};
 
 TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
-  const ParallelPlan* plan = nullptr;
-  std::unique_ptr<ParallelPlan> holder;
   // ddp with small buckets: several all-reduces, each padded as the plan says.
   const double bucket_mb = GetParam() == StrategyKind::ddp ? 0.002 : 0;
-  const Trained t = train(world, GetParam(), Precision::fp32, bucket_mb, &plan, holder);
+  const Trained t = train(world, GetParam(), Precision::fp32, bucket_mb);
+  const ParallelPlan* plan = t.plan.get();
   const Trained& ref = reference();
   ASSERT_EQ(t.params.size(), ref.params.size());
   double worst = 0;
@@ -175,10 +173,8 @@ TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
 
 TEST_P(Strategies, MixedPrecisionSendsWhatThePlanSays) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
-  const ParallelPlan* plan = nullptr;
-  std::unique_ptr<ParallelPlan> holder;
-  const Trained t = train(world, GetParam(), Precision::bf16, 0.001, &plan, holder);
-  expect_matches_plan(t, *plan, "bf16");
+  const Trained t = train(world, GetParam(), Precision::bf16, 0.001);
+  expect_matches_plan(t, *t.plan, "bf16");
   // bf16 rounds: close to the fp32 reference, not equal.
   double worst = 0;
   for (std::size_t i = 0; i < t.params.size(); ++i)
