@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -137,6 +138,32 @@ std::string Watchdog::who(int rank) const {
   return hosts_.empty() ? r : r + " (" + hosts_[static_cast<std::size_t>(rank)] + ")";
 }
 
+// The root cause, whatever collective each survivor happens to wait in: live ranks may wait in
+// different collectives (one already in the next step's, one still in this one), so "missing
+// from" differs between their reports, while the ranks that do not answer are the same in all.
+std::string Watchdog::silent_summary(const std::vector<int>& received) const {
+  std::vector<int> silent;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && !received[static_cast<std::size_t>(r)]) silent.push_back(r);
+  if (silent.empty()) return {};
+  std::ostringstream line;
+  line << "  no answer from: ";
+  for (std::size_t i = 0; i < silent.size(); ++i) line << (i ? ", " : "") << who(silent[i]);
+  if (!hosts_.empty()) {
+    std::map<std::string, std::pair<int, int>> per_host;  // host -> (silent ranks, ranks)
+    for (int r = 0; r < size_; ++r) ++per_host[hosts_[static_cast<std::size_t>(r)]].second;
+    for (int r : silent) ++per_host[hosts_[static_cast<std::size_t>(r)]].first;
+    std::vector<std::string> lost;
+    for (const auto& [host, counts] : per_host)
+      if (counts.first == counts.second) lost.push_back(host);
+    for (std::size_t i = 0; i < lost.size(); ++i)
+      line << (i ? ", " : " (every rank on ") << lost[i];
+    if (!lost.empty()) line << ": host down or unreachable?)";
+  }
+  line << "\n";
+  return line.str();
+}
+
 void Watchdog::diagnose(const State& mine) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -198,6 +225,7 @@ void Watchdog::diagnose(const State& mine) {
     for (std::size_t i = 0; i < missing.size(); ++i) report << (i ? ", " : "") << who(missing[i]);
     if (missing.empty()) report << "none (every rank is in it: a slow link or a deadlock inside the library)";
     report << "\n";
+    report << silent_summary(received);
   }
   report << "  aborting the job (exit code " << kExitHang << ")\n";
   std::fputs(report.str().c_str(), stderr);

@@ -59,6 +59,8 @@ class Watchdog {
   std::string describe(const State& s, int rank) const;
 
   std::string who(int rank) const;  // "rank 2", or "rank 2 (host-b)" in a job on several hosts
+  // "  no answer from: rank 2 (host-b), rank 3 (host-b) (every rank on host-b: ...)\n", or "".
+  std::string silent_summary(const std::vector<int>& received) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // a duplicate used only by the watchdog
   // Every rank's hostname, learnt while all ranks are alive, so a report can say where a rank
