@@ -33,7 +33,8 @@ double Watchdog::now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Watchdog::Watchdog(MPI_Comm world, double timeout_seconds) : timeout_(timeout_seconds) {
+Watchdog::Watchdog(MPI_Comm world, double timeout_seconds, WatchLimit limit)
+    : timeout_(timeout_seconds), limit_(limit) {
   if (timeout_ <= 0) return;
   int provided = 0;
   MPI_Query_thread(&provided);
@@ -116,7 +117,7 @@ std::string Watchdog::describe(const State& s, int rank) const {
     os << "waiting " << static_cast<int>(now() - s.started) << " s in " << s.op << " #" << s.sequence << " ("
        << format_bytes(static_cast<double>(s.bytes)) << ", communicator '" << s.comm << "')";
   else
-    os << "not in a collective (" << s.sequence << " entered so far)";
+    os << "not in a " << limit_.what << " (" << s.sequence << " entered so far)";
   return os.str();
 }
 
@@ -168,8 +169,8 @@ void Watchdog::diagnose(const State& mine) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   std::ostringstream report;
-  report << "[rank " << rank_ << " on " << host << "] shardtrain: collective timeout: " << describe(mine, rank_)
-         << " exceeds " << timeout_ << " s (parallel.collective_timeout_s)\n";
+  report << "[rank " << rank_ << " on " << host << "] shardtrain: " << limit_.what << " timeout: "
+         << describe(mine, rank_) << " exceeds " << timeout_ << " s (" << limit_.key << ")\n";
   if (can_ask_) {
     std::vector<Reply> replies(static_cast<std::size_t>(size_));
     std::vector<MPI_Request> requests;
@@ -223,15 +224,15 @@ void Watchdog::diagnose(const State& mine) {
     }
     report << "  missing from " << mine.op << " #" << mine.sequence << ": ";
     for (std::size_t i = 0; i < missing.size(); ++i) report << (i ? ", " : "") << who(missing[i]);
-    if (missing.empty()) report << "none (every rank is in it: a slow link or a deadlock inside the library)";
+    if (missing.empty()) report << "none (every rank is in it: " << limit_.all_present << ")";
     report << "\n";
     report << silent_summary(received);
   }
-  report << "  aborting the job (exit code " << kExitHang << ")\n";
+  report << "  aborting the job (exit code " << limit_.exit_code << ")\n";
   std::fputs(report.str().c_str(), stderr);
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, kExitHang);
-  std::_Exit(kExitHang);
+  MPI_Abort(MPI_COMM_WORLD, limit_.exit_code);
+  std::_Exit(limit_.exit_code);
 }
 
 }  // namespace st

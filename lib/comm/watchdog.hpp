@@ -15,16 +15,31 @@
 #include <vector>
 
 #include "comm/world.hpp"
+#include "core/error.hpp"
 
 namespace st {
 
 inline constexpr int kExitHang = 3;
 
+// What a watchdog watches, for its report and exit code: the collectives of training, or a
+// checkpoint's collective file I/O (HDF5 over MPI-IO, whose calls are not ours to wrap one by
+// one), which may legitimately take far longer than one collective.
+struct WatchLimit {
+  const char* what;  // "collective timeout: ..."
+  const char* key;   // the deck key that sets the limit
+  int exit_code;
+  const char* all_present;  // the likely cause when every rank is in the operation
+};
+inline constexpr WatchLimit kCollectiveLimit{"collective", "parallel.collective_timeout_s", kExitHang,
+                                             "a slow link or a deadlock inside the library"};
+inline constexpr WatchLimit kCheckpointLimit{"checkpoint", "checkpoint.timeout_s", kExitAborted,
+                                             "a slow or hung file system, or a limit too short for this model"};
+
 class Watchdog {
  public:
   // timeout_seconds <= 0 disables the watchdog. Needs MPI_THREAD_MULTIPLE to ask other ranks;
-  // without it, a timed-out rank reports only itself before aborting.
-  Watchdog(MPI_Comm world, double timeout_seconds);
+  // without it, a timed-out rank reports only itself before aborting. Collective over `world`.
+  Watchdog(MPI_Comm world, double timeout_seconds, WatchLimit limit = kCollectiveLimit);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -68,6 +83,7 @@ class Watchdog {
   std::vector<std::string> hosts_;
   int rank_ = 0, size_ = 1;
   double timeout_ = 0;
+  WatchLimit limit_;
   bool can_ask_ = false;
   std::mutex mutex_;
   State state_;

@@ -268,7 +268,8 @@ std::vector<KeySpec> build_schema() {
            "Any world size and strategy can resume any checkpoint of the same model.",
            store(&C::checkpoint, &CheckpointConfig::resume)),
       real("checkpoint", "timeout_s", "600", 0.0, 1e7,
-           "A checkpoint write that takes longer than this aborts the job (exit code 5; 0: no limit). SIGUSR1 "
+           "A checkpoint write that takes longer than this (a hung file system, a rank or host lost during the "
+           "write) aborts the job with a report of what every rank is doing (exit code 5; 0: no limit). SIGUSR1 "
            "and SIGTERM make every rank finish its step, write a checkpoint and exit with code 4.",
            store(&C::checkpoint, &CheckpointConfig::timeout_s)),
       boolean("checkpoint", "async", "false",

@@ -2,17 +2,34 @@
 
 #include "core/error.hpp"
 #include "core/timer.hpp"
-#include "train/stop_signals.hpp"
 
 namespace st {
 
 Checkpointer::Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
-    : comms_(comms), world_(world), dir_(std::move(dir)), keep_(keep), timeout_s_(timeout_s), async_(async) {
+    : comms_(comms),
+      world_(world),
+      dir_(std::move(dir)),
+      keep_(keep),
+      async_(async),
+      watchdog_(std::make_unique<Watchdog>(world, timeout_s, kCheckpointLimit)) {
   if (async_) {
     MPI_Comm dup = MPI_COMM_NULL;
     ST_CHECK_MPI(MPI_Comm_dup(world, &dup));
     io_comm_ = OwnedComm(dup);
   }
+}
+
+namespace {
+std::uint64_t snapshot_bytes(const StateSnapshot& snapshot) {
+  std::uint64_t floats = 0;
+  for (const auto& piece : snapshot.pieces) floats += piece.count * ((piece.m ? 1 : 0) + (piece.v ? 1 : 0) + 1);
+  return floats * sizeof(float);
+}
+}  // namespace
+
+Watchdog::Scope Checkpointer::watch_write(std::int64_t step) {
+  const std::string op = "write of step " + std::to_string(step);  // copied by the watchdog
+  return Watchdog::Scope(watchdog_.get(), op.c_str(), snapshot_bytes(snapshot_), "checkpoint");
 }
 
 Checkpointer::~Checkpointer() {
@@ -36,7 +53,7 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
     Done done;
     std::vector<std::string> old;
     {
-      Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
+      Watchdog::Scope watched = watch_write(info.step);
       WrittenCheckpoint written = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases, &old);
       done.path = written.path;
       done.left_alone = std::move(written.left_alone);
@@ -59,7 +76,7 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
   thread_ = std::thread([this, info, &layout] {
     Stopwatch write_clock;
     try {
-      Deadline deadline(timeout_s_, "the checkpoint of step " + std::to_string(info.step));
+      Watchdog::Scope watched = watch_write(info.step);
       WrittenCheckpoint written = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases);
       result_.path = written.path;
       result_.left_alone = std::move(written.left_alone);

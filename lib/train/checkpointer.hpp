@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "comm/stack.hpp"
+#include "comm/watchdog.hpp"
 #include "comm/world.hpp"
 
 namespace st {
@@ -29,8 +30,10 @@ class Checkpointer {
 
   // `comms` carries the agreements between the ranks (is a background write finished?), watched
   // for hangs like every collective of the run; the write itself runs over `world` (or a
-  // duplicate of it for a background write) under checkpoint.timeout_s. The directory was
-  // checked before training (run_directories_problem).
+  // duplicate of it for a background write), watched by a watchdog of its own with
+  // checkpoint.timeout_s: a write that overruns it (a hung file system, a rank or host gone in
+  // the middle of the collective I/O) ends the job with a report of what every rank is doing and
+  // exit code 5. The directory was checked before training (run_directories_problem).
   Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
   ~Checkpointer();  // waits for a write in progress
   Checkpointer(const Checkpointer&) = delete;
@@ -50,13 +53,15 @@ class Checkpointer {
 
  private:
   std::optional<Done> join();
+  // The write of snapshot_ at `step`, registered with watchdog_ for as long as the scope lives.
+  Watchdog::Scope watch_write(std::int64_t step);
   CommStack& comms_;
   MPI_Comm world_;
   OwnedComm io_comm_;  // the background write's own communicator
   std::string dir_;
   int keep_;
-  double timeout_s_;
   bool async_;
+  std::unique_ptr<Watchdog> watchdog_;
   std::thread thread_;
   std::atomic<bool> finished_{false};
   std::string error_;

@@ -1,6 +1,5 @@
 #include "train/stop_signals.hpp"
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -66,28 +65,6 @@ std::string StopSignals::name(int signal) {
     case SIGINT: return "SIGINT";
     default: return "signal " + std::to_string(signal);
   }
-}
-
-Deadline::Deadline(double seconds, std::string what) {
-  if (seconds <= 0) return;
-  thread_ = std::thread([this, seconds, what = std::move(what)] {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (done_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return finished_; })) return;
-    std::fprintf(stderr, "shardtrain: %s did not finish within %.0f s (checkpoint.timeout_s): aborting the job\n",
-                 what.c_str(), seconds);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitAborted);
-  });
-}
-
-Deadline::~Deadline() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    finished_ = true;
-  }
-  done_.notify_one();
-  thread_.join();
 }
 
 }  // namespace st

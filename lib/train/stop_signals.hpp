@@ -3,13 +3,8 @@
 // (SIGINT) where it reaches the ranks: the first one asks the run to finish its step, write a
 // checkpoint and stop; a second one aborts at once. mpirun itself does not pass SIGINT or SIGTERM
 // on (it kills the ranks and exits 1); tools/launch.sh turns them into SIGUSR1, which it does.
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <csignal>
-#include <mutex>
 #include <string>
-#include <thread>
 
 namespace st {
 
@@ -30,22 +25,6 @@ class StopSignals {
 
  private:
   struct sigaction previous_usr1_ {}, previous_term_ {}, previous_int_ {};
-};
-
-// Aborts the whole job (MPI_Abort, kExitAborted) unless destroyed within `seconds` (<= 0: never):
-// a checkpoint that cannot finish must not hold the allocation until the time limit.
-class Deadline {
- public:
-  Deadline(double seconds, std::string what);
-  ~Deadline();
-  Deadline(const Deadline&) = delete;
-  Deadline& operator=(const Deadline&) = delete;
-
- private:
-  std::mutex mutex_;
-  std::condition_variable done_;
-  bool finished_ = false;
-  std::thread thread_;
 };
 
 }  // namespace st

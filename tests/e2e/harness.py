@@ -141,3 +141,18 @@ def small_deck(work, label, corpus, **sections):
     text = "".join(f"[{name}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in keys.items())
                    for name, keys in deck.items())
     return write_deck(work, f"{label}.toml", text)
+
+
+def stacks(exe):
+    """Every thread's backtrace in each running process of `exe` (gdb), for the log of a test
+    that caught a hang; "" where gdb is missing."""
+    import shutil
+    if not shutil.which("gdb"):
+        return ""
+    pids = subprocess.run(["pgrep", "-f", exe], capture_output=True, text=True).stdout.split()
+    out = []
+    for pid in pids:
+        trace = subprocess.run(["gdb", "-p", pid, "-batch", "-ex", "thread apply all bt"], capture_output=True,
+                               text=True, timeout=60)
+        out.append(f"--- process {pid}:\n{trace.stdout[-6000:]}")
+    return "\n".join(out)

@@ -1,6 +1,9 @@
 // Makes one rank skip a collective so the job would hang, to check that the watchdog ends it
 // with a diagnosis instead. Used by tests/e2e/hang.py.
 //   hang_probe TIMEOUT_S SKIP_RANK INTRA_NODE(shm|mpi)
+//   hang_probe TIMEOUT_S SKIP_RANK checkpoint: the others wait in a checkpoint's collective file
+//     I/O (the watchdog with checkpoint.timeout_s that the Checkpointer uses) for a rank that
+//     never arrives.
 #include <mpi.h>
 
 #include <chrono>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "comm/stack.hpp"
+#include "comm/watchdog.hpp"
 #include "comm/world.hpp"
 
 int main(int argc, char** argv) {
@@ -21,6 +25,19 @@ int main(int argc, char** argv) {
   }
   const double timeout = std::stod(argv[1]);
   const int skip = std::stoi(argv[2]);
+  if (std::string(argv[3]) == "checkpoint") {
+    st::Watchdog watchdog(MPI_COMM_WORLD, timeout, st::kCheckpointLimit);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == skip) {
+      std::this_thread::sleep_for(std::chrono::seconds(120));  // a rank stuck before its write
+    } else {
+      st::Watchdog::Scope write(&watchdog, "write of step 3", 1 << 20, "checkpoint");
+      MPI_Barrier(MPI_COMM_WORLD);  // stands in for H5Fclose's collective
+    }
+    std::printf("rank %d finished: the job did not hang\n", rank);
+    return 0;
+  }
   const std::optional<st::IntraNode> intra_node = st::choice_from_name<st::IntraNode>(argv[3]);
   if (!intra_node) {
     std::fprintf(stderr, "hang_probe: '%s' is not shm or mpi\n", argv[3]);
