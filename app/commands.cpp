@@ -18,7 +18,7 @@
 #include "app/use_commands.hpp"
 #include "app/version.hpp"
 #include "exec/device_choice.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/plan.hpp"
 #include "train/report.hpp"
@@ -104,7 +104,7 @@ int run_deck(const DeckRequest& request, World& world) {
 // locate_resume, each candidate's checksums verified as a resume reads them), which steps it
 // trains, what it skips, or why the resume is refused (then check fails as run would).
 // Collective.
-std::string describe_resume(const Config& config, const Gpt2Shape& shape, World& world) {
+std::string describe_resume(const Config& config, const ModelShape& shape, World& world) {
   const std::string fresh = config.model.init_from.empty() ? "starts from step 0"
                                                            : "starts from step 0 with " + config.model.init_from;
   if (config.checkpoint.resume == "none") return "none: " + fresh;
@@ -151,8 +151,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   // The loaders refuse a sequential batch that does not fit in its part of the data.
   BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, plan.global_batch, "training");
   BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, plan.global_batch, "validation");
-  const Gpt2Shape shape = gpt2_shape(config.model);
-  const ParamLayout layout = make_gpt2_layout(shape);
+  const ModelShape shape = model_shape(config.model);
+  const ParamLayout layout = make_layout(shape);
   const Recompute recompute = recompute_of(config.model);
   const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
   const auto& p = config.parallel;

@@ -34,10 +34,14 @@ std::string wrote(WeightsFormat format, const std::string& out, WeightDtype dtyp
          ") and " + hf_config_path(out);
 }
 
-std::string model_text(const Gpt2Shape& s) {
-  return "n_layer " + std::to_string(s.n_layer) + ", d_model " + std::to_string(s.d_model) + ", n_head " +
-         std::to_string(s.n_head) + ", seq_len " + std::to_string(s.seq_len) + ", vocab " +
-         std::to_string(s.vocab_size) + " (padded " + std::to_string(s.padded_vocab) + ")";
+std::string model_text(const ModelShape& s) {
+  std::string text = std::string(s.arch == Arch::llama ? "llama, " : "") + "n_layer " + std::to_string(s.n_layer) +
+                     ", d_model " + std::to_string(s.d_model) + ", n_head " + std::to_string(s.n_head);
+  if (s.arch == Arch::llama)
+    text += ", n_kv_head " + std::to_string(s.kv_heads()) + ", ffn_dim " + std::to_string(s.hidden()) +
+            (s.tie_embeddings ? ", tied" : ", untied") + " LM head";
+  return text + ", seq_len " + std::to_string(s.seq_len) + ", vocab " + std::to_string(s.vocab_size) + " (padded " +
+         std::to_string(s.padded_vocab) + ")";
 }
 
 // A checkpoint's file name, its directory's `latest`, or any HDF5 file a checkpoint reader accepts.
@@ -141,7 +145,7 @@ int ckpt_command(const CkptRequest& request, World& world) {
 int weights_command(const WeightsRequest& request, World& world) {
   return on_root(world, [&] {
     const WeightsSource source = probe_weights(request.file);
-    Gpt2Shape shape = source.shape;
+    ModelShape shape = source.shape;
     if (request.vocab_pad_to > 0)
       shape.padded_vocab = (shape.vocab_size + request.vocab_pad_to - 1) / request.vocab_pad_to * request.vocab_pad_to;
     Stopwatch clock;

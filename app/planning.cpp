@@ -13,7 +13,7 @@
 #include "topology/detect.hpp"
 #include "train/blas_rate.hpp"
 #include "train/threads.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "train/sharded_model.hpp"
 #include "train/trainer.hpp"
 
@@ -79,7 +79,7 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
     // The rate the ranks will compute at: their thread count, all of the host's ranks busy.
     apply_thread_count(rates.threads);
     const BatchPlan batches = plan_batches(config.data, config.model.seq_len, W, config.deck_path);
-    const Gpt2Shape shape = gpt2_shape(config.model);
+    const ModelShape shape = model_shape(config.model);
     const int micro = static_cast<int>(batches.micro_batch);
     // The model's own forward and backward when a copy of it fits easily beside what runs;
     // else the sgemm rate of its widest matmul (which leaves out the other kernels).
@@ -167,7 +167,7 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
 
 ParallelPlan deck_plan(const Config& config, const Machine& machine) {
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, machine.world(), config.deck_path);
-  return st::deck_plan(config, make_gpt2_layout(gpt2_shape(config.model)), machine.world(), machine.ranks_per_node,
+  return st::deck_plan(config, make_layout(model_shape(config.model)), machine.world(), machine.ranks_per_node,
                        batches.accum_steps);
 }
 

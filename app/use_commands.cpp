@@ -154,7 +154,7 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
     resolve_init_from(m.config, world.comm());
     tokenizer_for_weights(m.config);
     build_model(m, world, max_batch);
-    m.net->strategy().load_params(load_initial_weights(m.path, gpt2_shape(m.config.model), world.comm()).params);
+    m.net->strategy().load_params(load_initial_weights(m.path, model_shape(m.config.model), world.comm()).params);
     return m;
   }
   // The checkpoint a run would resume from this path (ckpt/locate.hpp): a damaged one is skipped
@@ -171,7 +171,7 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
         m.config = parse_deck(info.settings_or_deck(), path + what, overrides);
         build_model(m, world, max_batch);
         try {
-          read_checkpoint(path, gpt2_shape(m.config.model), m.net->strategy(), world.comm());
+          read_checkpoint(path, model_shape(m.config.model), m.net->strategy(), world.comm());
           return "";
         } catch (const Error& e) {
           return e.what();

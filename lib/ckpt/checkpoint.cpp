@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -136,6 +138,22 @@ std::vector<std::int64_t> parse_shape(const std::string& text) {
   return dims;
 }
 
+// An attribute into a field's value, by its type (booleans are stored as integers, the
+// architecture by name).
+template <class T>
+void read_value(hid_t at, const char* name, T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    value = h5::read_int_attribute(at, name) != 0;
+  } else if constexpr (std::is_same_v<T, Arch>) {
+    const std::string text = h5::read_string_attribute(at, name);
+    const std::optional<Arch> arch = arch_from_name(text);
+    if (!arch) throw Error("model architecture '" + text + "' is not one this shardtrain knows (gpt2, llama)");
+    value = *arch;
+  } else {
+    h5::read_attribute(at, name, value);
+  }
+}
+
 CheckpointInfo read_info(hid_t file) {
   if (!h5::has_attribute(file, "format_version")) {
     // The one other HDF5 file a user of shardtrain has at hand: an export of a checkpoint.
@@ -158,16 +176,23 @@ CheckpointInfo read_info(hid_t file) {
   for (const CheckpointField& field : kCheckpointFields) {
     const hid_t at = field.in_model() ? model.get() : file;
     if (field.optional && !h5::has_attribute(at, field.name)) continue;
-    visit_field(info, field, [&](auto& value) { h5::read_attribute(at, field.name, value); });
+    visit_field(info, field, [&](auto& value) { read_value(at, field.name, value); });
   }
   return info;
 }
 
 void write_field(hid_t at, const CheckpointInfo& info, const CheckpointField& field) {
-  visit_field(info, field, [&](const auto& value) { h5::write_attribute(at, field.name, value); });
+  if (!field_recorded(field, info.shape)) return;
+  visit_field(info, field, [&](const auto& value) {
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, double>) h5::write_real_attribute(at, field.name, value);
+    else if constexpr (std::is_same_v<T, bool>) h5::write_attribute(at, field.name, std::int64_t{value ? 1 : 0});
+    else if constexpr (std::is_same_v<T, Arch>) h5::write_attribute(at, field.name, std::string(arch_name(value)));
+    else h5::write_attribute(at, field.name, value);
+  });
 }
 
-void require_same_shape(const Gpt2Shape& file, const Gpt2Shape& run) {
+void require_same_shape(const ModelShape& file, const ModelShape& run) {
   const std::string diffs = model_differences(file, run);
   if (!diffs.empty()) throw Error("holds a different model: " + diffs);
 }
@@ -368,13 +393,13 @@ struct ReadPlan {
 };
 
 // Rank 0: opens the file, checks it against the run's model and locates the state's chunks.
-ReadPlan plan_read(const std::string& path, const Gpt2Shape& shape) {
+ReadPlan plan_read(const std::string& path, const ModelShape& shape) {
   if (const std::string problem = checkpoint_path_problem(path, true); !problem.empty()) throw Error(problem);
   ReadPlan plan;
   h5::Handle file = h5::open_file_serial(path);
   plan.info = read_info(file.get());
   require_same_shape(plan.info.shape, shape);
-  const std::uint64_t elements = make_gpt2_layout(shape).total();
+  const std::uint64_t elements = make_layout(shape).total();
   require_state_datasets(file.get(), elements);
   // Read directly only if all three datasets are stored as this shardtrain writes them, in
   // chunks of one size; otherwise HDF5 reads them all.
@@ -399,7 +424,9 @@ void share(ReadPlan& plan, MPI_Comm comm) {
   std::vector<std::uint64_t> numbers;
   for (const CheckpointField& field : kCheckpointFields)
     visit_field(plan.info, field, [&](auto& value) {
-      if constexpr (std::is_same_v<decltype(value), std::string&>) broadcast(value, 0, comm);
+      using T = std::decay_t<decltype(value)>;
+      if constexpr (std::is_same_v<T, std::string>) broadcast(value, 0, comm);
+      else if constexpr (std::is_same_v<T, double>) numbers.push_back(std::bit_cast<std::uint64_t>(value));
       else numbers.push_back(static_cast<std::uint64_t>(value));
     });
   const h5::ChunkGeometry geometry = plan.geometry.value_or(h5::ChunkGeometry{0, 0});
@@ -408,7 +435,10 @@ void share(ReadPlan& plan, MPI_Comm comm) {
   std::size_t k = 0;
   for (const CheckpointField& field : kCheckpointFields)
     visit_field(plan.info, field, [&](auto& value) {
-      if constexpr (std::is_same_v<decltype(value), std::int64_t&>) value = static_cast<std::int64_t>(numbers[k++]);
+      using T = std::decay_t<decltype(value)>;
+      if constexpr (std::is_same_v<T, double>) value = std::bit_cast<double>(numbers[k++]);
+      else if constexpr (std::is_same_v<T, bool>) value = numbers[k++] != 0;
+      else if constexpr (!std::is_same_v<T, std::string>) value = static_cast<T>(numbers[k++]);
     });
   plan.geometry.reset();
   if (numbers[k] != 0) plan.geometry = h5::ChunkGeometry{numbers[k + 1], numbers[k + 2]};
@@ -438,26 +468,45 @@ ReadPlan plan_on_rank0(const std::string& path, MPI_Comm comm, MakePlan make_pla
 
 }  // namespace
 
-std::vector<ModelKey> model_keys(const Gpt2Shape& file, const Gpt2Shape& run) {
-  return {{"model.n_layer", file.n_layer, run.n_layer},
-          {"model.d_model", file.d_model, run.d_model},
-          {"model.n_head", file.n_head, run.n_head},
-          {"model.seq_len", file.seq_len, run.seq_len},
-          {"model.vocab_size", file.vocab_size, run.vocab_size}};
+namespace {
+std::string shortest(double x) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, x).ptr;
+  return std::string(text, end);
+}
+}  // namespace
+
+std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run) {
+  using std::to_string;
+  std::vector<ModelKey> keys{{"model.n_layer", to_string(file.n_layer), to_string(run.n_layer)},
+                             {"model.d_model", to_string(file.d_model), to_string(run.d_model)},
+                             {"model.n_head", to_string(file.n_head), to_string(run.n_head)},
+                             {"model.seq_len", to_string(file.seq_len), to_string(run.seq_len)},
+                             {"model.vocab_size", to_string(file.vocab_size), to_string(run.vocab_size)}};
+  if (file.arch != run.arch) {
+    keys.push_back({"model.arch", arch_name(file.arch), arch_name(run.arch)});
+  } else if (file.arch == Arch::llama) {
+    auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+    keys.push_back({"model.n_kv_head", to_string(file.kv_heads()), to_string(run.kv_heads())});
+    keys.push_back({"model.ffn_dim", to_string(file.hidden()), to_string(run.hidden())});
+    keys.push_back({"model.norm_eps", shortest(file.norm_eps), shortest(run.norm_eps)});
+    keys.push_back({"model.rope_theta", shortest(file.rope_theta), shortest(run.rope_theta)});
+    keys.push_back({"model.tie_embeddings", flag(file.tie_embeddings), flag(run.tie_embeddings)});
+  }
+  return keys;
 }
 
-std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run) {
+std::string model_differences(const ModelShape& file, const ModelShape& run) {
   std::vector<ModelKey> keys = model_keys(file, run);
-  keys.push_back({"padded vocabulary (model.vocab_pad_to)", file.padded_vocab, run.padded_vocab});
+  keys.push_back({"padded vocabulary (model.vocab_pad_to)", std::to_string(file.padded_vocab),
+                  std::to_string(run.padded_vocab)});
   std::vector<std::string> diffs;
   for (const ModelKey& k : keys)
-    if (k.file != k.deck)
-      diffs.push_back(std::string(k.key) + " = " + std::to_string(k.file) + " in the checkpoint, " +
-                      std::to_string(k.deck) + " in the deck");
+    if (k.file != k.deck) diffs.push_back(std::string(k.key) + " = " + k.file + " in the checkpoint, " + k.deck + " in the deck");
   return join(diffs, "; ");
 }
 
-CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm) {
+CheckpointInfo read_checkpoint(const std::string& path, const ModelShape& shape, Strategy& strategy, MPI_Comm comm) {
   ReadPlan plan = plan_on_rank0(path, comm, [&] { return plan_read(path, shape); });
   std::string problem;
 
@@ -515,7 +564,7 @@ VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm) {
   ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
   VerifiedCheckpoint out;
   out.info = plan.info;
-  const std::uint64_t elements = make_gpt2_layout(plan.info.shape).total();
+  const std::uint64_t elements = make_layout(plan.info.shape).total();
   std::string problem;
   try {
     std::vector<float> buffer;
@@ -565,8 +614,8 @@ std::string inspect_checkpoint(const std::string& path) {
   const VerifiedCheckpoint verified = verify_checkpoint(path, MPI_COMM_SELF);
   try {
     const CheckpointInfo& info = verified.info;
-    const Gpt2Shape& s = info.shape;
-    const std::uint64_t elements = make_gpt2_layout(s).total();
+    const ModelShape& s = info.shape;
+    const std::uint64_t elements = make_layout(s).total();
     std::ostringstream os;
     os << path << "\n"
        << "  format " << info.format_version << ", step " << info.step << ", tokens seen " << info.tokens_seen
@@ -610,7 +659,7 @@ CheckpointParams read_checkpoint_params(const std::string& path) {
     h5::Handle file = h5::open_file_serial(path);
     CheckpointParams out;
     out.info = read_info(file.get());
-    const std::uint64_t elements = make_gpt2_layout(out.info.shape).total();
+    const std::uint64_t elements = make_layout(out.info.shape).total();
     require_state_datasets(file.get(), elements);
     out.params.resize(elements);
     h5::read_ranges(h5::open_dataset(file.get(), "params").get(), {{0, elements}}, out.params.data());
@@ -626,7 +675,7 @@ void export_checkpoint(const std::string& path, const std::string& out) {
     if (const std::string problem = checkpoint_path_problem(path, false); !problem.empty()) throw Error(problem);
     h5::Handle file = h5::open_file_serial(path);
     const CheckpointInfo info = read_info(file.get());
-    const std::uint64_t elements = make_gpt2_layout(info.shape).total();
+    const std::uint64_t elements = make_layout(info.shape).total();
     require_state_datasets(file.get(), elements);
     h5::Handle table = h5::open_group(file.get(), "layout");
     const auto names = h5::read_strings(table.get(), "names");

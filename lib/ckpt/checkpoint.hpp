@@ -55,7 +55,7 @@ struct CheckpointInfo {
   // resume it. Retention deletes only this run's checkpoints ("" in older checkpoints, and in
   // runs that resume one of them).
   std::string run_id;
-  Gpt2Shape shape;
+  ModelShape shape;
   // The deck text a command that reads the checkpoint parses: its resolved settings, else (older
   // checkpoints) the deck file it was started with.
   const std::string& settings_or_deck() const { return settings.empty() ? deck : settings; }
@@ -66,11 +66,19 @@ struct CheckpointInfo {
 // every rank; listed by hand in each of those places, one could be missed in one of them.
 struct CheckpointField {
   const char* name;  // the attribute's name: at /, or at /model for the model's shape
-  std::variant<std::int64_t CheckpointInfo::*, std::string CheckpointInfo::*, std::int64_t Gpt2Shape::*> member;
+  std::variant<std::int64_t CheckpointInfo::*, std::string CheckpointInfo::*, std::int64_t ModelShape::*,
+               double ModelShape::*, bool ModelShape::*, Arch ModelShape::*>
+      member;
   // Absent from checkpoints written before it was recorded: read when present, else left at its
   // default.
   bool optional = false;
-  bool in_model() const { return std::holds_alternative<std::int64_t Gpt2Shape::*>(member); }
+  // Written for llama models only (a GPT-2 checkpoint's bytes stay those of earlier versions);
+  // read when present.
+  bool llama_only = false;
+  bool in_model() const {
+    return !std::holds_alternative<std::int64_t CheckpointInfo::*>(member) &&
+           !std::holds_alternative<std::string CheckpointInfo::*>(member);
+  }
 };
 
 inline constexpr CheckpointField kCheckpointFields[] = {
@@ -91,24 +99,38 @@ inline constexpr CheckpointField kCheckpointFields[] = {
     {"data_epoch", &CheckpointInfo::data_epoch, true},
     {"settings", &CheckpointInfo::settings, true},
     {"run_id", &CheckpointInfo::run_id, true},
-    {"n_layer", &Gpt2Shape::n_layer},
-    {"d_model", &Gpt2Shape::d_model},
-    {"n_head", &Gpt2Shape::n_head},
-    {"seq_len", &Gpt2Shape::seq_len},
-    {"vocab_size", &Gpt2Shape::vocab_size},
-    {"padded_vocab", &Gpt2Shape::padded_vocab},
+    {"n_layer", &ModelShape::n_layer},
+    {"d_model", &ModelShape::d_model},
+    {"n_head", &ModelShape::n_head},
+    {"seq_len", &ModelShape::seq_len},
+    {"vocab_size", &ModelShape::vocab_size},
+    {"padded_vocab", &ModelShape::padded_vocab},
+    {"arch", &ModelShape::arch, true, true},
+    {"n_kv_head", &ModelShape::n_kv_head, true, true},
+    {"ffn_dim", &ModelShape::ffn_dim, true, true},
+    {"norm_eps", &ModelShape::norm_eps, true, true},
+    {"rope_theta", &ModelShape::rope_theta, true, true},
+    {"tie_embeddings", &ModelShape::tie_embeddings, true, true},
 };
 
-// Calls visit with the field's value in `info`: a std::int64_t& or std::string& (const when
-// `info` is).
+// Calls visit with the field's value in `info`: a std::int64_t&, std::string&, double&, bool& or
+// Arch& (const when `info` is).
 template <class Info, class Visit>
 void visit_field(Info& info, const CheckpointField& field, Visit&& visit) {
   std::visit(
       [&](auto member) {
-        if constexpr (std::is_same_v<decltype(member), std::int64_t Gpt2Shape::*>) visit(info.shape.*member);
-        else visit(info.*member);
+        if constexpr (std::is_same_v<decltype(member), std::int64_t CheckpointInfo::*> ||
+                      std::is_same_v<decltype(member), std::string CheckpointInfo::*>)
+          visit(info.*member);
+        else
+          visit(info.shape.*member);
       },
       field.member);
+}
+
+// Whether `field` is written for a checkpoint of this model.
+inline bool field_recorded(const CheckpointField& field, const ModelShape& shape) {
+  return !field.llama_only || shape.arch == Arch::llama;
 }
 
 // What one rank writes: pieces of the flat layout with their parameters, m and v, either where
@@ -154,19 +176,18 @@ void remove_files(const std::vector<std::string>& paths);
 
 // Reads what this rank needs into the strategy after checking the file against the run's model
 // shape. Collective; on any rank's failure every rank throws the same Error naming the file.
-CheckpointInfo read_checkpoint(const std::string& path, const Gpt2Shape& shape, Strategy& strategy, MPI_Comm comm);
+CheckpointInfo read_checkpoint(const std::string& path, const ModelShape& shape, Strategy& strategy, MPI_Comm comm);
 
 // The deck keys that set a model's shape, each with the checkpoint's value and the deck's.
 struct ModelKey {
   const char* key;
-  std::int64_t file = 0;
-  std::int64_t deck = 0;
+  std::string file, deck;  // the values as a deck would write them (unquoted; --set takes them so)
 };
-std::vector<ModelKey> model_keys(const Gpt2Shape& file, const Gpt2Shape& run);
+std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run);
 
 // "" when the shapes are the same, else each difference: "model.n_layer = 4 in the checkpoint, 6
 // in the deck; ...".
-std::string model_differences(const Gpt2Shape& file, const Gpt2Shape& run);
+std::string model_differences(const ModelShape& file, const ModelShape& run);
 
 // One process: what a checkpoint says of itself (its attributes and model shape), after the
 // checks that name what a path is when it is no checkpoint. Throws Error (without the path).

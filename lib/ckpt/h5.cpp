@@ -147,6 +147,18 @@ void read_attribute(hid_t object, const std::string& name, std::string& value) {
   value = read_string_attribute(object, name);
 }
 
+void write_real_attribute(hid_t object, const std::string& name, double value) {
+  Handle space = scalar_space();
+  Handle a(H5Acreate2(object, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+           "attribute " + name);
+  check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), "attribute " + name);
+}
+
+void read_attribute(hid_t object, const std::string& name, double& value) {
+  Handle a(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "missing attribute '" + name + "'");
+  check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &value), "attribute '" + name + "'");
+}
+
 Handle create_group(hid_t parent, const std::string& name) {
   return Handle(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "group " + name);
 }

@@ -48,6 +48,9 @@ std::string read_string_attribute(hid_t object, const std::string& name);
 // Into `value`, by its type: the read_*_attribute above, overloaded as write_attribute is.
 void read_attribute(hid_t object, const std::string& name, std::int64_t& value);
 void read_attribute(hid_t object, const std::string& name, std::string& value);
+// A 64-bit float attribute (named apart from write_attribute, so an int argument stays an int).
+void write_real_attribute(hid_t object, const std::string& name, double value);
+void read_attribute(hid_t object, const std::string& name, double& value);
 bool has_attribute(hid_t object, const std::string& name);
 
 Handle create_group(hid_t parent, const std::string& name);

@@ -73,7 +73,7 @@ struct Verdict {
   bool other_model = false;
   CheckpointInfo info;
 };
-Verdict judge(const std::string& path, const Gpt2Shape* shape, MPI_Comm comm, const TryCheckpoint& attempt) {
+Verdict judge(const std::string& path, const ModelShape* shape, MPI_Comm comm, const TryCheckpoint& attempt) {
   Verdict v;
   try {
     v.info = read_checkpoint_info(path, comm);
@@ -94,10 +94,10 @@ Verdict judge(const std::string& path, const Gpt2Shape* shape, MPI_Comm comm, co
 
 // "--set model.n_layer=4 --set model.d_model=768": the deck keys that would give the checkpoint's
 // model (the padded vocabulary follows from model.vocab_pad_to, which the file does not store).
-std::string settings_for(const Gpt2Shape& file, const Gpt2Shape& deck) {
+std::string settings_for(const ModelShape& file, const ModelShape& deck) {
   std::vector<std::string> sets;
   for (const ModelKey& k : model_keys(file, deck))
-    if (k.file != k.deck) sets.push_back(std::string("--set ") + k.key + "=" + std::to_string(k.file));
+    if (k.file != k.deck) sets.push_back(std::string("--set ") + k.key + "=" + k.file);
   return join(sets, " ");
 }
 
@@ -154,7 +154,7 @@ LocatedCheckpoint locate_resume(const ResumeRequest& request, MPI_Comm comm, con
   located.dir = request.dir;
   const std::vector<std::string> candidates =
       shared_list(rank_of(comm) == 0 ? checkpoint_candidates(request.dir) : std::vector<std::string>{}, comm);
-  const Gpt2Shape* other_shape = nullptr;
+  const ModelShape* other_shape = nullptr;
   CheckpointInfo other;
   for (const std::string& path : candidates) {
     Verdict v = judge(path, &request.shape, comm, attempt);

@@ -50,7 +50,7 @@ using TryCheckpoint = std::function<std::string(const std::string& path, const C
 struct ResumeRequest {
   std::string resume;
   std::string dir;  // the run's checkpoint directory
-  Gpt2Shape shape;  // the deck's model
+  ModelShape shape;  // the deck's model
   std::string deck_path;  // names the deck in messages
 };
 

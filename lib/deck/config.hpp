@@ -32,6 +32,13 @@ struct ModelConfig {
   std::int64_t seq_len = 0;
   std::int64_t vocab_size = 0;
   std::int64_t vocab_pad_to = 0;
+  std::string arch;             // "gpt2" or "llama" (model/layout.hpp)
+  std::int64_t n_kv_head = 0;   // llama: key/value heads (0: n_head)
+  std::int64_t ffn_dim = 0;     // llama: the MLP's width (0: Llama's rounding from multiple_of)
+  std::int64_t multiple_of = 0; // llama: ffn_dim's rounding
+  double norm_eps = 0.0;        // llama: RMSNorm's epsilon
+  double rope_theta = 0.0;      // llama: the rotary embedding's base
+  bool tie_embeddings = true;   // llama: the LM head is the token embedding
   std::string recompute;
   std::string init_from;  // GPT-2 weights to start from ("": the random GPT-2 initialisation)
   bool from_file = false;  // take the model's shape from init_from's file

@@ -300,6 +300,22 @@ class DeckParser {
     if (!m.from_file && m.d_model % m.n_head != 0)
       problems_.add(0, origin("model.d_model") + ": model.d_model = " + std::to_string(m.d_model) +
                            " is not divisible by model.n_head = " + std::to_string(m.n_head));
+    if (m.arch == "gpt2") {
+      for (const char* key : {"model.n_kv_head", "model.ffn_dim", "model.multiple_of", "model.norm_eps",
+                              "model.rope_theta", "model.tie_embeddings"})
+        if (config_.origin.at(key) != "default")
+          problems_.add(0, origin(key) + ": " + key + " applies to model.arch = \"llama\" only (this deck has "
+                                         "\"gpt2\")");
+    } else if (!m.from_file) {
+      if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
+        problems_.add(0, origin("model.n_kv_head") + ": model.n_kv_head = " + std::to_string(m.n_kv_head) +
+                             " does not divide model.n_head = " + std::to_string(m.n_head) +
+                             " (each key/value head serves an equal group of query heads)");
+      if (m.d_model % m.n_head == 0 && (m.d_model / m.n_head) % 2 != 0)
+        problems_.add(0, origin("model.d_model") + ": the head width model.d_model / model.n_head = " +
+                             std::to_string(m.d_model / m.n_head) +
+                             " is odd; rotary embeddings rotate pairs of channels, so it must be even");
+    }
     if (m.from_file && m.init_from.empty())
       problems_.add(0, origin("model.from_file") + ": model.from_file = true takes the model's shape from "
                                                    "model.init_from's file, but model.init_from is empty");

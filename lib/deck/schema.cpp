@@ -117,6 +117,31 @@ std::vector<KeySpec> build_schema() {
               "Pad the embedding table to a multiple of this many rows (e.g. 128: 50257 -> 50304) for faster "
               "matmuls; padded rows are never predicted.",
               store(&C::model, &ModelConfig::vocab_pad_to)),
+      choice("model", "arch", "\"gpt2\"", {"gpt2", "llama"},
+             "Architecture. gpt2: learned positions, LayerNorm, a 4x GELU MLP, biases, the LM head tied to the "
+             "token embedding. llama (Llama 2/3, Mistral, Qwen, SmolLM): rotary positions, RMSNorm, a SwiGLU MLP, "
+             "grouped-query attention (model.n_kv_head), no biases; runs on the CPU (parallel.device = \"cpu\") "
+             "in this version.",
+             store(&C::model, &ModelConfig::arch)),
+      integer("model", "n_kv_head", "0", 0, 4096,
+              "llama: key/value heads, dividing model.n_head (grouped-query attention; 1: multi-query; 0: "
+              "model.n_head, multi-head).",
+              store(&C::model, &ModelConfig::n_kv_head)),
+      integer("model", "ffn_dim", "0", 0, 1048576,
+              "llama: the SwiGLU MLP's hidden width (0: Llama's rule, 2/3 of 4 d_model rounded up to a multiple of "
+              "model.multiple_of).",
+              store(&C::model, &ModelConfig::ffn_dim)),
+      integer("model", "multiple_of", "256", 1, 65536, "llama: the rounding of model.ffn_dim = 0's width.",
+              store(&C::model, &ModelConfig::multiple_of)),
+      real("model", "norm_eps", "1e-05", 1e-12, 1.0, "llama: RMSNorm's epsilon (rms_norm_eps).",
+           store(&C::model, &ModelConfig::norm_eps)),
+      real("model", "rope_theta", "10000.0", 1.0, 1e9,
+           "llama: the rotary position embedding's base (Llama 2: 10000, Llama 3: 500000).",
+           store(&C::model, &ModelConfig::rope_theta)),
+      boolean("model", "tie_embeddings", "true",
+              "llama: the LM head is the token embedding (SmolLM, Llama 3.2 1B) or a matrix of its own (false: "
+              "Llama 3 8B).",
+              store(&C::model, &ModelConfig::tie_embeddings)),
       choice("model", "recompute", "\"none\"", {"none", "selective", "full"},
              "Activation recomputation, compute traded for memory. none: keep every activation for backward; "
              "selective: recompute the attention probabilities and the GELU output (the largest activations, "

@@ -24,6 +24,10 @@ void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int 
     for (int t = 0; t < T; ++t) {
       R* o = out + (static_cast<std::size_t>(b) * T + t) * C;
       const R* e = wte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+      if (!wpe) {
+        std::copy(e, e + C, o);
+        continue;
+      }
       const R* p = wpe + static_cast<std::size_t>(t) * C;
       for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
@@ -40,6 +44,10 @@ void encoder_backward(R* dwte, R* dwpe, const R* dout, const int* tokens, int B,
       for (int t = 0; t < T; ++t) {
         const R* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
         R* e = dwte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+        if (!dwpe) {
+          for (int c = begin; c < end; ++c) e[c] += d[c];
+          continue;
+        }
         R* p = dwpe + static_cast<std::size_t>(t) * C;
         for (int c = begin; c < end; ++c) {
           e[c] += d[c];
@@ -201,14 +209,23 @@ void head_probabilities(R* a, const R* q, const R* k, int T, int hs, int C3) {
   }
 }
 
-// Offsets of (sequence, head) pair `pair`: its q in qkv[B, T, 3C] (k at + C, v at + 2C; the
-// same in dqkv) and its columns of out[B, T, C] (of dout).
+// Where (sequence, head) pair `pair` reads and writes. qkv rows are W = C + 2 KV wide: q (NH
+// heads), k and v (NKV heads each, KV = NKV hs wide); query head h attends with key/value head
+// h / (NH / NKV) (grouped-query attention; NKV = NH is multi-head). dqkv rows are 3C wide with a
+// gradient of k and v per query head (summed over each group by gqa_fold when NKV < NH).
 struct HeadOffsets {
-  std::size_t qkv, out;
+  std::size_t q, k, v;  // into qkv
+  std::size_t dq;       // into dqkv (dk at + C, dv at + 2C)
+  std::size_t out;      // into out[B, T, C] (dout)
+  int W;                // qkv's row width
 };
-inline HeadOffsets head_offsets(int pair, int NH, int T, int C) {
-  const std::size_t b = static_cast<std::size_t>(pair / NH), column = static_cast<std::size_t>(pair % NH) * (C / NH);
-  return {b * T * 3 * C + column, b * T * C + column};
+inline HeadOffsets head_offsets(int pair, int NH, int NKV, int T, int C) {
+  const int hs = C / NH, h = pair % NH, g = h / (NH / NKV), W = C + 2 * NKV * hs;
+  const std::size_t b = static_cast<std::size_t>(pair / NH), column = static_cast<std::size_t>(h) * hs;
+  const std::size_t row0 = b * T * static_cast<std::size_t>(W);
+  const std::size_t kv = static_cast<std::size_t>(g) * hs;
+  return {row0 + column, row0 + C + kv, row0 + C + static_cast<std::size_t>(NKV) * hs + kv,
+          b * T * 3 * C + column, b * T * C + column, W};
 }
 
 // Threads for the loop over (sequence, head) pairs: one working block each, so never more
@@ -220,22 +237,22 @@ int head_threads(const AttentionProbs<R>& p, int pairs) {
 }  // namespace
 
 template <class R>
-void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C, pairs = B * NH;
+void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, pairs = B * NH;
   const std::size_t block = static_cast<std::size_t>(T) * T;
   // One (batch, head) pair per iteration; BLAS runs single-threaded inside the parallel region.
 #pragma omp parallel for num_threads(head_threads(probs, pairs)) schedule(static)
   for (int pair = 0; pair < pairs; ++pair) {
-    const HeadOffsets at = head_offsets(pair, NH, T, C);
-    const R* q = qkv + at.qkv;
-    const R* k = q + C;
-    const R* v = q + 2 * C;
+    const HeadOffsets at = head_offsets(pair, NH, NKV, T, C);
+    const R* q = qkv + at.q;
+    const R* k = qkv + at.k;
+    const R* v = qkv + at.v;
     R* a = probs.kept ? probs.kept + pair * block : probs.working + omp_get_thread_num() * block;
-    head_probabilities(a, q, k, T, hs, C3);
+    head_probabilities(a, q, k, T, hs, at.W);
     R* o = out + at.out;
     for (int r0 = 0; r0 < T; r0 += kBandRows) {  // O = P V, band by band
       const int r1 = band_end(r0, T);
-      gemm(false, false, r1 - r0, hs, r1, R(1), a + static_cast<std::size_t>(r0) * T, T, v, C3, R(0),
+      gemm(false, false, r1 - r0, hs, r1, R(1), a + static_cast<std::size_t>(r0) * T, T, v, at.W, R(0),
            o + static_cast<std::size_t>(r0) * C, C);
     }
   }
@@ -243,22 +260,23 @@ void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int
 
 template <class R>
 void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
-                        int NH) {
+                        int NH, int NKV) {
   const int hs = C / NH, C3 = 3 * C, pairs = B * NH;
   const R scale = R(1) / std::sqrt(static_cast<R>(hs));
   const std::size_t block = static_cast<std::size_t>(T) * T;
 #pragma omp parallel for num_threads(head_threads(probs, pairs)) schedule(static)
   for (int pair = 0; pair < pairs; ++pair) {
-    const HeadOffsets at = head_offsets(pair, NH, T, C);
-    const R* q = qkv + at.qkv;
-    const R* k = q + C;
-    const R* v = q + 2 * C;
-    R* dq = dqkv + at.qkv;
+    const HeadOffsets at = head_offsets(pair, NH, NKV, T, C);
+    const int W = at.W;
+    const R* q = qkv + at.q;
+    const R* k = qkv + at.k;
+    const R* v = qkv + at.v;
+    R* dq = dqkv + at.dq;
     R* dk = dq + C;
     R* dv = dq + 2 * C;
     const std::size_t slot = static_cast<std::size_t>(omp_get_thread_num()) * block;
     const R* a = probs.kept ? probs.kept + pair * block : probs.working + slot;
-    if (!probs.kept) head_probabilities(probs.working + slot, q, k, T, hs, C3);
+    if (!probs.kept) head_probabilities(probs.working + slot, q, k, T, hs, W);
     R* da = probs.dworking + slot;
     const R* dO = dout + at.out;
     // Bands from the last, which reaches every key: it sets dV and dK, the others add to them.
@@ -268,7 +286,7 @@ void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, 
       const R keep = r0 == last ? R(0) : R(1);
       const R* p = a + static_cast<std::size_t>(r0) * T;
       R* d = da + static_cast<std::size_t>(r0) * T;
-      gemm(false, true, rows, r1, hs, R(1), dO + static_cast<std::size_t>(r0) * C, C, v, C3, R(0), d, T);  // dP = dO V^T
+      gemm(false, true, rows, r1, hs, R(1), dO + static_cast<std::size_t>(r0) * C, C, v, W, R(0), d, T);  // dP = dO V^T
       gemm(true, false, r1, hs, rows, R(1), p, T, dO + static_cast<std::size_t>(r0) * C, C, keep, dv, C3);  // dV += P^T dO
       for (int t = r0; t < r1; ++t) {  // softmax backward, causal rows
         const R* pt = a + static_cast<std::size_t>(t) * T;
@@ -278,15 +296,38 @@ void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, 
         for (int j = 0; j <= t; ++j) dt[j] = pt[j] * (dt[j] - dot);
         std::fill(dt + t + 1, dt + r1, R(0));
       }
-      gemm(false, false, rows, hs, r1, scale, d, T, k, C3, R(0), dq + static_cast<std::size_t>(r0) * C3, C3);  // dQ = dS K / sqrt(hs)
-      gemm(true, false, r1, hs, rows, scale, d, T, q + static_cast<std::size_t>(r0) * C3, C3, keep, dk, C3);   // dK += dS^T Q / sqrt(hs)
+      gemm(false, false, rows, hs, r1, scale, d, T, k, W, R(0), dq + static_cast<std::size_t>(r0) * C3, C3);  // dQ = dS K / sqrt(hs)
+      gemm(true, false, r1, hs, rows, scale, d, T, q + static_cast<std::size_t>(r0) * W, W, keep, dk, C3);   // dK += dS^T Q / sqrt(hs)
     }
   }
 }
 
 template <class R>
-void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+void gqa_fold(R* dqkv, const R* expanded, int N, int C, int NH, int NKV) {
+  const int hs = C / NH, group = NH / NKV, KV = NKV * hs, W = C + 2 * KV;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const R* e = expanded + static_cast<std::size_t>(n) * 3 * C;
+    R* d = dqkv + static_cast<std::size_t>(n) * W;
+    std::copy(e, e + C, d);
+    for (int part = 1; part <= 2; ++part) {  // k, then v
+      const R* from = e + part * C;
+      R* to = d + C + (part - 1) * KV;
+      for (int g = 0; g < NKV; ++g) {
+        R* kv = to + g * hs;
+        std::copy(from + static_cast<std::size_t>(g) * group * hs, from + static_cast<std::size_t>(g) * group * hs + hs, kv);
+        for (int j = 1; j < group; ++j) {
+          const R* head = from + (static_cast<std::size_t>(g) * group + j) * hs;
+          for (int i = 0; i < hs; ++i) kv[i] += head[i];
+        }
+      }
+    }
+  }
+}
+
+template <class R>
+void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH, int NKV) {
+  const int hs = C / NH, W = C + 2 * NKV * hs, group = NH / NKV;
   const R scale = R(1) / std::sqrt(static_cast<R>(hs));
   // Decoding feeds one row at a time: a row is a few dot products per key, too little for a BLAS
   // call to pay; the pairs of (head, row) spread over the threads instead.
@@ -297,10 +338,11 @@ void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
     for (int h = 0; h < NH; ++h) {
       for (int i = 0; i < n; ++i) {
         const int t = first + i;
-        const R* q = qkv + static_cast<std::size_t>(t) * C3 + h * hs;
+        const std::size_t kv = static_cast<std::size_t>(h / group) * hs;
+        const R* q = qkv + static_cast<std::size_t>(t) * W + h * hs;
         R max = -std::numeric_limits<R>::infinity();
         for (int j = 0; j <= t; ++j) {
-          const R* k = qkv + static_cast<std::size_t>(j) * C3 + C + h * hs;
+          const R* k = qkv + static_cast<std::size_t>(j) * W + C + kv;
           R dot = 0;
 #pragma omp simd reduction(+ : dot)
           for (int d = 0; d < hs; ++d) dot += q[d] * k[d];
@@ -313,7 +355,7 @@ void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
         R* o = out + static_cast<std::size_t>(i) * C + h * hs;
         std::fill(o, o + hs, R(0));
         for (int j = 0; j <= t; ++j) {
-          const R* v = qkv + static_cast<std::size_t>(j) * C3 + 2 * C + h * hs;
+          const R* v = qkv + static_cast<std::size_t>(j) * W + C + static_cast<std::size_t>(NKV) * hs + kv;
           const R p = scores[j];
 #pragma omp simd
           for (int d = 0; d < hs; ++d) o[d] += p * v[d];
@@ -434,9 +476,10 @@ void softmax_cross_entropy_backward(R* probs, const int* targets, int N, int V, 
   template void layernorm_backward<R>(R*, R*, R*, const R*, const R*, const R*, const R*, const R*, int, int);  \
   template void linear_forward<R>(R*, const R*, const R*, const R*, int, int, int);                             \
   template void linear_backward<R>(R*, R*, R*, const R*, const R*, const R*, int, int, int, bool);              \
-  template void attention_forward<R>(R*, const AttentionProbs<R>&, const R*, int, int, int, int);               \
-  template void attention_backward<R>(R*, const AttentionProbs<R>&, const R*, const R*, int, int, int, int);    \
-  template void attention_rows<R>(R*, const R*, int, int, int, int);                                            \
+  template void attention_forward<R>(R*, const AttentionProbs<R>&, const R*, int, int, int, int, int);          \
+  template void attention_backward<R>(R*, const AttentionProbs<R>&, const R*, const R*, int, int, int, int, int); \
+  template void gqa_fold<R>(R*, const R*, int, int, int, int);                                                  \
+  template void attention_rows<R>(R*, const R*, int, int, int, int, int);                                       \
   template void gelu_forward<R>(R*, const R*, std::size_t);                                                     \
   template void gelu_backward<R>(R*, const R*, const R*, std::size_t);                                          \
   template void add<R>(R*, const R*, const R*, std::size_t);                                                    \

@@ -9,7 +9,8 @@
 
 namespace st::kernels {
 
-// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[token[b,t],:] + wpe[t,:]; without wpe (null: no learned positions, llama)
+// the lookup alone, and encoder_backward then takes a null dwpe.
 template <class R>
 void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int B, int T, int C);
 template <class R>
@@ -31,19 +32,27 @@ template <class R>
 void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C, int OC,
                      bool accumulate_din);
 
-// Causal multi-head self-attention on qkv[B,T,3C] (q, k, v each C wide, heads of C/NH). The
-// softmax probabilities go to probs.kept (for backward) or, not kept, through probs.working;
-// one (sequence, head) pair per thread, at most probs.heads threads.
+// Causal self-attention on qkv[B,T,W]: q (C wide, NH heads of hs = C/NH), then k and v (NKV
+// heads each); query head h attends with key/value head h / (NH/NKV). NKV = NH (W = 3C) is
+// GPT-2's multi-head attention; NKV < NH grouped-query attention, K/V heads shared, not copied.
+// The softmax probabilities go to probs.kept (for backward) or, not kept, through
+// probs.working; one (sequence, head) pair per thread, at most probs.heads threads.
 template <class R>
-void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH);
-// dqkv = gradient (overwritten), from the kept probabilities or recomputed ones (the same values).
+void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH, int NKV);
+// dqkv[B,T,3C] = gradient (overwritten), from the kept probabilities or recomputed ones (the
+// same values): of q, and of k and v per query head; for NKV = NH that is qkv's gradient, for
+// NKV < NH gqa_fold sums each group's into it.
 template <class R>
 void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
-                        int NH);
-// Query positions first..first+n-1 of one sequence over keys 0..their own position, from qkv rows
-// [0, first + n) (incremental decoding); out[n, C]. One (head, row) pair per iteration.
+                        int NH, int NKV);
+// dqkv[N, C + 2 NKV hs] from attention_backward's per-query-head gradient expanded[N, 3C].
 template <class R>
-void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH);
+void gqa_fold(R* dqkv, const R* expanded, int N, int C, int NH, int NKV);
+// Query positions first..first+n-1 of one sequence over keys 0..their own position, from qkv rows
+// [0, first + n) (incremental decoding, rows laid out as attention_forward's); out[n, C]. One
+// (head, row) pair per iteration.
+template <class R>
+void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH, int NKV);
 
 // GELU, tanh approximation (as GPT-2).
 template <class R>

@@ -40,16 +40,16 @@ int HostLayerKernels<R>::attention_heads_at_once(int B, int NH) const {
 template <class R>
 void HostLayerKernels<R>::attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C,
                                             int NH) {
-  kernels::attention_forward(out, probs, qkv, B, T, C, NH);
+  kernels::attention_forward(out, probs, qkv, B, T, C, NH, NH);
 }
 template <class R>
 void HostLayerKernels<R>::attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B,
                                              int T, int C, int NH) {
-  kernels::attention_backward(dqkv, probs, dout, qkv, B, T, C, NH);
+  kernels::attention_backward(dqkv, probs, dout, qkv, B, T, C, NH, NH);
 }
 template <class R>
 void HostLayerKernels<R>::attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
-  kernels::attention_rows(out, qkv, first, n, C, NH);
+  kernels::attention_rows(out, qkv, first, n, C, NH, NH);
 }
 template <class R>
 void HostLayerKernels<R>::gelu_forward(R* out, const R* in, std::size_t n) {

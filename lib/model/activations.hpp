@@ -32,10 +32,10 @@ struct ActivationSizes {
   std::int64_t blocks = 0;
   std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
 };
-ActivationSizes activation_sizes(const Gpt2Shape& shape, int max_batch, Recompute recompute, int heads_at_once);
+ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once);
 
 // FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
 // leave them out, as is usual).
-double recompute_flops_per_token(const Gpt2Shape& shape, std::int64_t seq, Recompute recompute);
+double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute);
 
 }  // namespace st

@@ -9,30 +9,12 @@
 
 namespace st {
 
-namespace {
 
 template <class Real>
-LayerKernels<Real>& kernels_of(Exec& exec) {
-  if constexpr (std::is_same_v<Real, float>) {
-    return exec.layer_kernels();
-  } else {
-    // Double precision (gradient checks) runs on the host only.
-    ST_REQUIRE(exec.space() == MemorySpace::host, "the double-precision model runs on the host only");
-    static HostLayerKernels<Real> host;
-    return host;
-  }
-}
-
-}  // namespace
-
-template <class Real>
-Gpt2<Real>::Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec, Recompute recompute)
-    : shape_(shape),
-      layout_(make_gpt2_layout(shape)),
-      exec_(exec),
-      k_(kernels_of<Real>(exec)),
+Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute)
+    : Model<Real>(shape, exec, recompute),
+      k_(layer_kernels_of<Real>(exec)),
       max_batch_(max_batch),
-      recompute_(recompute),
       heads_at_once_(k_.attention_heads_at_once(max_batch, static_cast<int>(shape.n_head))) {
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
@@ -325,7 +307,7 @@ template <class Real>
 void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, const BlockActs& a, int count) {
   const int C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
   const BlockOffsets& o = blocks_[l];
-  Real* cache = decode_cache_.as<Real>().data() + l * static_cast<std::size_t>(shape_.seq_len) * 3 * C;
+  Real* cache = decode_cache_.template as<Real>().data() + l * static_cast<std::size_t>(shape_.seq_len) * 3 * C;
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, count, C);
   k_.linear_forward(cache + static_cast<std::size_t>(decoded_) * 3 * C, a.ln1, P + o.qkvw, P + o.qkvb, count, C,
                     3 * C);
@@ -336,21 +318,6 @@ void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, cons
     k_.attention_rows(a.atty, cache, decoded_, count, C, NH);
   }
   block_after_attention(l, P, in, a, true, count);
-}
-
-template <class Real>
-std::vector<std::size_t> Gpt2<Real>::forward_order() const {
-  std::vector<std::size_t> order;
-  for (std::size_t s = 0; s < layout_.segments().size(); ++s) order.push_back(s);
-  return order;
-}
-
-template <class Real>
-std::vector<std::size_t> Gpt2<Real>::backward_order() const {
-  const std::size_t last = layout_.segments().size() - 1;
-  std::vector<std::size_t> order{0, last};
-  for (std::size_t s = last - 1; s >= 1; --s) order.push_back(s);
-  return order;
 }
 
 template <class Real>

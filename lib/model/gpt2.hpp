@@ -1,12 +1,10 @@
 #pragma once
-// GPT-2: forward and backward by hand over the flat parameter layout, on an execution backend
-// (exec/exec.hpp): the host, or one CUDA device.
+// GPT-2 (model/model.hpp): forward and backward by hand over the flat parameter layout, on an
+// execution backend (exec/exec.hpp): the host, or one CUDA device.
 //
 // Architecture (as GPT-2): token + learned position embeddings; n_layer pre-LayerNorm blocks of
 // causal multi-head self-attention and a 4x MLP with tanh-GELU; final LayerNorm; LM head tied to
-// the token embedding. Parameters and gradients are flat buffers owned by the caller (the
-// parallel strategy), laid out by make_gpt2_layout, in the backend's memory space; this class owns
-// only activations (in the same space) and its copies of the batch's tokens.
+// the token embedding.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -15,75 +13,32 @@
 #include "model/activations.hpp"
 #include "model/hooks.hpp"
 #include "model/layout.hpp"
+#include "model/model.hpp"
 
 namespace st {
 
 template <class Real>
-class Gpt2 {
+class Gpt2 final : public Model<Real> {
  public:
   // Activations in `exec`'s memory space, kernels of that backend (double: the host only);
   // what backward recomputes rather than keeps (model/activations.hpp).
-  Gpt2(const Gpt2Shape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
+  Gpt2(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
   // Out of line: inlined into callers, GCC 12 warns falsely about freeing its vectors.
-  ~Gpt2();
+  ~Gpt2() override;
 
-  const Gpt2Shape& shape() const { return shape_; }
-  const ParamLayout& layout() const { return layout_; }
-  Recompute recompute() const { return recompute_; }
-  std::size_t activation_bytes() const { return acts_.bytes(); }
-  Exec& exec() const { return exec_; }
+  using Model<Real>::forward;
+  using Model<Real>::backward;
+  std::size_t activation_bytes() const override { return acts_.bytes(); }
 
-  // GPT-2 initialisation (on the host, whatever the backend): N(0, 0.02) for matrices and embeddings, residual projections scaled by
+  // GPT-2 initialisation: N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
-  void init_params(std::span<Real> params, std::uint64_t seed) const;
-
-  // tokens and targets are B x T (T <= seq_len). Returns the mean loss over B x T (0 without
-  // targets). Keeps activations for backward and probabilities for probs().
-  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
-  // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
-  void backward(SegmentBuffers<Real>& buffers, Real loss_scale);
-
-  // The same over whole flat buffers.
-  double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T) {
-    FlatBuffers<Real> flat(layout_, params);
-    return forward(flat, tokens, targets, B, T);
-  }
-  void backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale) {
-    FlatBuffers<Real> flat(layout_, params, grads);
-    backward(flat, loss_scale);
-  }
-
-  // The order in which forward and backward call before_forward / before_backward on segments
-  // (the embeddings, used again by the tied LM head, stay in use for the whole pass), so that a
-  // strategy can fetch the next segment while this one computes.
-  std::vector<std::size_t> forward_order() const;
-  std::vector<std::size_t> backward_order() const;
-
-  // The logits of a forward pass without targets over whole flat parameters: B x T rows of
-  // vocab_size values (the padded columns left out), on the host. For comparisons with other
-  // implementations; training never needs them after the softmax.
-  std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T);
-
-  // Next-token probabilities at (b, t) of the last forward (vocab_size entries), on the host.
-  std::span<const Real> probs(int b, int t) const;
-
-  // ---- incremental decoding (generation) ----
-  // One sequence, fed a few tokens at a time: the keys and values of every position fed so far
-  // stay in a cache, so a new token costs one row through the model instead of a pass over the
-  // whole context. decode() feeds `count` tokens at positions decoded_length() onward (at most
-  // seq_len positions in all) and returns the next-token probabilities after the last of them
-  // (vocab_size entries, on the host). Every rank of a sharded strategy's group calls it alike:
-  // segments are gathered as in forward. The cache (n_layer x seq_len x 3 d_model values) is
-  // allocated on the first call and not counted in activation_bytes().
-  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count);
-  int decoded_length() const { return decoded_; }
-  // Forget the cached positions: the next decode starts a sequence at position 0.
-  void reset_decoding() { decoded_ = 0; }
-  // Free the cache too (a training run that samples now and then holds it only while sampling).
-  void release_decoding() {
-    decoded_ = 0;
-    decode_cache_ = Memory();
-  }
+  void init_params(std::span<Real> params, std::uint64_t seed) const override;
+  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) override;
+  void backward(SegmentBuffers<Real>& buffers, Real loss_scale) override;
+  std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
+  std::span<const Real> probs(int b, int t) const override;
+  // The cache holds n_layer x seq_len x 3 d_model values.
+  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
 
  private:
   // Forward up to the LM head: logits_ holds B x T rows of padded_vocab logits.
@@ -109,12 +64,8 @@ class Gpt2 {
   std::span<const Real> row_on_host(const Real* row) const;
   AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
 
-  Gpt2Shape shape_;
-  ParamLayout layout_;
-  Exec& exec_;
   LayerKernels<Real>& k_;
   int max_batch_;
-  Recompute recompute_;
   int heads_at_once_;
   // Offsets within the owning segment: embeddings (wte, wpe), final norm (lnf), blocks.
   std::size_t wte_, wpe_, lnfw_, lnfb_;
@@ -134,10 +85,15 @@ class Gpt2 {
   mutable std::vector<Real> probs_row_;  // probs() of a device run, copied to the host
   int B_ = 0, T_ = 0;
 
-  // Decoding: per layer seq_len rows of q, k, v as the qkv matmul writes them (q is kept too, so
-  // the matmul writes straight into the cache and the attention reads it with no copy).
-  Memory decode_cache_;
-  int decoded_ = 0;
+  // Decoding (decode_cache_): per layer seq_len rows of q, k, v as the qkv matmul writes them (q
+  // is kept too, so the matmul writes straight into the cache and the attention reads it with no
+  // copy).
+  using Model<Real>::shape_;
+  using Model<Real>::layout_;
+  using Model<Real>::exec_;
+  using Model<Real>::recompute_;
+  using Model<Real>::decode_cache_;
+  using Model<Real>::decoded_;
 };
 
 extern template class Gpt2<float>;

@@ -35,7 +35,23 @@ std::vector<const TensorSlot*> ParamLayout::all_tensors() const {
   return out;
 }
 
-ParamLayout make_gpt2_layout(const Gpt2Shape& s) {
+const char* arch_name(Arch arch) { return arch == Arch::llama ? "llama" : "gpt2"; }
+
+std::optional<Arch> arch_from_name(std::string_view name) {
+  if (name == "gpt2") return Arch::gpt2;
+  if (name == "llama") return Arch::llama;
+  return std::nullopt;
+}
+
+std::int64_t llama_ffn_dim(std::int64_t d_model, std::int64_t multiple_of, double multiplier) {
+  auto hidden = static_cast<std::int64_t>(2 * 4 * d_model / 3);
+  hidden = static_cast<std::int64_t>(multiplier * static_cast<double>(hidden));
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+namespace {
+
+ParamLayout make_gpt2_layout(const ModelShape& s) {
   using R = TensorRole;
   const std::int64_t C = s.d_model;
   ParamLayout layout;
@@ -62,12 +78,47 @@ ParamLayout make_gpt2_layout(const Gpt2Shape& s) {
   return layout;
 }
 
-std::int64_t gpt2_matmul_params(const Gpt2Shape& s) {
-  return s.n_layer * 12 * s.d_model * s.d_model + s.padded_vocab * s.d_model;
+ParamLayout make_llama_layout(const ModelShape& s) {
+  using R = TensorRole;
+  const std::int64_t C = s.d_model, F = s.hidden();
+  ParamLayout layout;
+  if (s.tie_embeddings) {
+    layout.add_segment("embeddings", {{"wte", {s.padded_vocab, C}}}, {R::embedding});
+  } else {
+    // The LM head sits with the embedding: both are held for the whole pass, as the tied one is.
+    layout.add_segment("embeddings", {{"wte", {s.padded_vocab, C}}, {"lm_head.w", {s.padded_vocab, C}}},
+                       {R::embedding, R::matrix});
+  }
+  for (std::int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "block" + std::to_string(l) + ".";
+    layout.add_segment("block" + std::to_string(l),
+                       {{p + "attn_norm.w", {C}},
+                        {p + "attn.qkv.w", {s.qkv_width(), C}},
+                        {p + "attn.proj.w", {C, C}},
+                        {p + "mlp_norm.w", {C}},
+                        {p + "mlp.gate_up.w", {2 * F, C}},
+                        {p + "mlp.down.w", {C, F}}},
+                       {R::norm, R::matrix, R::matrix, R::norm, R::matrix, R::matrix});
+  }
+  layout.add_segment("final_norm", {{"lnf.w", {C}}}, {R::norm});
+  return layout;
 }
 
-double gpt2_train_flops_per_token(const Gpt2Shape& s, std::int64_t seq) {
-  return 6.0 * static_cast<double>(gpt2_matmul_params(s)) +
+}  // namespace
+
+ParamLayout make_layout(const ModelShape& s) {
+  return s.arch == Arch::llama ? make_llama_layout(s) : make_gpt2_layout(s);
+}
+
+std::int64_t matmul_params(const ModelShape& s) {
+  if (s.arch == Arch::gpt2) return s.n_layer * 12 * s.d_model * s.d_model + s.padded_vocab * s.d_model;
+  const std::int64_t C = s.d_model;
+  const std::int64_t block = s.qkv_width() * C + C * C + 3 * s.hidden() * C;
+  return s.n_layer * block + s.padded_vocab * C;  // the LM head, tied or not; the lookup costs no FLOPs
+}
+
+double train_flops_per_token(const ModelShape& s, std::int64_t seq) {
+  return 6.0 * static_cast<double>(matmul_params(s)) +
          12.0 * static_cast<double>(s.n_layer * s.d_model * seq);
 }
 

@@ -4,19 +4,50 @@
 // sharded copy use the same layout, so "which bytes are where" has one answer.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace st {
 
-struct Gpt2Shape {
+// The architectures a deck can train (model.arch).
+//   gpt2   learned positions, LayerNorm with biases, a 4x GELU MLP, multi-head attention, biases
+//          everywhere, the LM head tied to the token embedding;
+//   llama  rotary positions (Hugging Face's rotate-half layout), RMSNorm, a SwiGLU MLP,
+//          grouped-query attention, no biases, the LM head tied or not.
+enum class Arch { gpt2, llama };
+
+struct ModelShape {
   std::int64_t n_layer = 0;
   std::int64_t d_model = 0;
   std::int64_t n_head = 0;
-  std::int64_t seq_len = 0;       // maximum context (rows of the position table)
+  std::int64_t seq_len = 0;       // maximum context (gpt2: rows of the position table)
   std::int64_t vocab_size = 0;    // tokens the model predicts
   std::int64_t padded_vocab = 0;  // rows of the token table (>= vocab_size)
+  Arch arch = Arch::gpt2;
+  // llama only (gpt2 keeps these defaults, and its checkpoints do not record them):
+  std::int64_t n_kv_head = 0;     // key/value heads, dividing n_head (0: n_head)
+  std::int64_t ffn_dim = 0;       // the SwiGLU MLP's hidden width (0: gpt2's 4 d_model)
+  double norm_eps = 1e-5;         // RMSNorm's epsilon
+  double rope_theta = 10000.0;    // the rotary embedding's base
+  bool tie_embeddings = true;     // the LM head is the token embedding
+
+  std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  std::int64_t head_dim() const { return d_model / n_head; }
+  std::int64_t hidden() const { return ffn_dim > 0 ? ffn_dim : 4 * d_model; }
+  // Width of a row of the fused q, k, v projection: d_model + 2 kv_heads head_dim.
+  std::int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }
 };
+
+// "gpt2" / "llama", and back (nullopt for another name).
+const char* arch_name(Arch arch);
+std::optional<Arch> arch_from_name(std::string_view name);
+
+// Llama's rounding of the MLP width: 2/3 of 4 d_model, times ffn_dim_multiplier, rounded up to a
+// multiple of `multiple_of` (Meta's reference code; 11008 for Llama 2 7B, 14336 for Llama 3 8B
+// with multiplier 1.3).
+std::int64_t llama_ffn_dim(std::int64_t d_model, std::int64_t multiple_of, double multiplier = 1.0);
 
 enum class TensorRole { matrix, bias, norm, embedding };
 
@@ -49,12 +80,17 @@ class ParamLayout {
   std::size_t total_ = 0;
 };
 
-ParamLayout make_gpt2_layout(const Gpt2Shape& shape);
+// The layout of the shape's architecture. Segments: "embeddings" (gpt2: wte, wpe; llama: wte,
+// and lm_head.w when untied), one per block, "final_norm". Fused tensors keep one matmul per
+// step: llama's attn.qkv.w stacks q, k and v's rows (Hugging Face's q_proj, k_proj, v_proj in
+// that order), mlp.gate_up.w stacks gate_proj's rows over up_proj's.
+ParamLayout make_layout(const ModelShape& shape);
 
 // Matmul-weighted parameter count used for FLOP estimates: block matrices plus the LM head.
-std::int64_t gpt2_matmul_params(const Gpt2Shape& shape);
+std::int64_t matmul_params(const ModelShape& shape);
 // Training FLOPs per token (forward + backward) for a sequence of length seq: 6 x the matmul
-// parameters plus 12 n_layer d_model seq for attention scores and their use (PaLM's count).
-double gpt2_train_flops_per_token(const Gpt2Shape& shape, std::int64_t seq);
+// parameters plus 12 n_layer d_model seq for attention scores and their use (PaLM's count; with
+// grouped-query attention the scores are as many: every query head attends).
+double train_flops_per_token(const ModelShape& shape, std::int64_t seq);
 
 }  // namespace st

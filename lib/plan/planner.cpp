@@ -8,7 +8,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/shard_layout.hpp"
 #include "train/trainer.hpp"
@@ -116,7 +116,7 @@ int hsdp_group_for(const Machine& m) {
 
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
                                          Recompute recompute) {
-  const Gpt2Shape shape = gpt2_shape(config.model);
+  const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head), m.threads_per_rank);
   return sizeof(float) * activation_sizes(shape, B, recompute, heads).total();
@@ -126,8 +126,8 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
                                     std::optional<Recompute> recompute) {
   const int world = m.world();
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
-  const Gpt2Shape shape = gpt2_shape(config.model);
-  const ParamLayout layout = make_gpt2_layout(shape);
+  const ModelShape shape = model_shape(config.model);
+  const ParamLayout layout = make_layout(shape);
   const std::int64_t mb = batches.accum_steps;
   // The plan the run would make: its mesh, buffers, buckets and collectives.
   const ParallelPlan whole(layout, strategy, config.parallel.precision,
@@ -148,7 +148,7 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
 
   const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world;
   p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute) * tokens / m.flops_per_rank;
-  p.compute_s = gpt2_train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
+  p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   const std::int64_t calls = whole.group_calls();
 
   // Communication by level. `L` ranks per node; `bw_node` the bottleneck of a ring over them.

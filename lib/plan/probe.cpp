@@ -7,18 +7,19 @@
 
 #include "core/error.hpp"
 #include "core/timer.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 
 namespace st {
 
-double model_probe_bytes(const Gpt2Shape& shape, int micro_batch) {
-  const double params = static_cast<double>(make_gpt2_layout(shape).total());
+double model_probe_bytes(const ModelShape& shape, int micro_batch) {
+  const double params = static_cast<double>(make_layout(shape).total());
   const int heads = attention_heads_at_once(false, micro_batch, static_cast<int>(shape.n_head), omp_get_max_threads());
   return 4.0 * (2 * params + static_cast<double>(activation_sizes(shape, micro_batch, Recompute::none, heads).total()));
 }
 
-double measure_model_flops(const Gpt2Shape& shape, int micro_batch, double min_seconds) {
-  Gpt2<float> model(shape, micro_batch);
+double measure_model_flops(const ModelShape& shape, int micro_batch, double min_seconds) {
+  const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro_batch);
+  Model<float>& model = *owned;
   std::vector<float> params(model.layout().total()), grads(params.size(), 0.0f);
   model.init_params(params, 1);
   const int T = static_cast<int>(shape.seq_len);
@@ -34,7 +35,7 @@ double measure_model_flops(const Gpt2Shape& shape, int micro_batch, double min_s
   };
   const double loss = pass();  // warm-up: pages, caches, thread pools
   if (!(loss > 0)) throw Error("model probe: the forward pass gave a loss of " + std::to_string(loss));
-  const double flops = gpt2_train_flops_per_token(shape, T) * micro_batch * T;
+  const double flops = train_flops_per_token(shape, T) * micro_batch * T;
   double best = 0;
   Stopwatch total;
   for (int runs = 0; runs < 5 && (runs < 1 || total.seconds() < min_seconds); ++runs) {

@@ -32,7 +32,7 @@ struct Context {
 void start_from_initial_params(const Context& c, RunStart& start) {
   if (!c.config.model.init_from.empty()) {
     const InitialWeights initial =
-        load_initial_weights(c.config.model.init_from, gpt2_shape(c.config.model), c.world.comm());
+        load_initial_weights(c.config.model.init_from, model_shape(c.config.model), c.world.comm());
     c.net.strategy().load_params(initial.params);
     start.notes.push_back(initial.note);
     return;
@@ -142,7 +142,7 @@ RunStart resume(const Context& c) {
   RunStart start;
   // A resumed run reads every parameter and optimizer value it holds: it initialises the model
   // only when there is nothing to resume from.
-  const ResumeRequest request{c.config.checkpoint.resume, c.checkpoint_dir, gpt2_shape(c.config.model),
+  const ResumeRequest request{c.config.checkpoint.resume, c.checkpoint_dir, model_shape(c.config.model),
                               c.config.deck_path};
   double seconds = 0;
   const LocatedCheckpoint located =

@@ -8,7 +8,7 @@
 
 namespace st {
 
-std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
+std::vector<int> generate(Model<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
                           const Sampling& sampling) {
   const auto window = static_cast<std::size_t>(model.shape().seq_len);
   NormalStream random(sampling.seed, hash_name("sample"));
@@ -17,7 +17,7 @@ std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, st
   // The model sees context[start..]; the first decoded_length() of those are in its cache, which
   // is freed however this returns.
   struct ReleaseCache {
-    Gpt2<float>& model;
+    Model<float>& model;
     ~ReleaseCache() { model.release_decoding(); }
   } release{model};
   std::size_t start = 0;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace st {
@@ -21,7 +21,7 @@ struct Sampling {
 // context fits in seq_len, and a pass over the last seq_len tokens once it no longer does.
 // With a sharded strategy as `buffers` every rank of its group must call it (the forward passes
 // gather segments); every rank computes the same probabilities and draws the same tokens.
-std::vector<int> generate(Gpt2<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
+std::vector<int> generate(Model<float>& model, SegmentBuffers<float>& buffers, std::vector<int> context, int count,
                           const Sampling& sampling);
 
 // Tokens as printable text: decoded by the tokenizer, control bytes other than newline and tab

@@ -32,8 +32,8 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
                            Use use)
     : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, execution_)) {
   const bool inference = use == Use::inference;
-  model_ = std::make_unique<Gpt2<float>>(gpt2_shape(config.model), max_batch, *execution_.exec,
-                                         inference ? Recompute::full : recompute_of(config.model));
+  model_ = make_model<float>(model_shape(config.model), max_batch, *execution_.exec,
+                             inference ? Recompute::full : recompute_of(config.model));
   scalar_memory_ = execution_.exec->allocate(sizeof(double));
   StrategyComms comms{comms_.collectives()};
   if (config.parallel.strategy == StrategyKind::hsdp && config.parallel.shard_group == 0 && !world.uniform())
@@ -88,8 +88,19 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
   return (vocab_size + pad_to - 1) / pad_to * pad_to;
 }
 
-Gpt2Shape gpt2_shape(const ModelConfig& m) {
-  return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, padded_vocab(m.vocab_size, m.vocab_pad_to)};
+ModelShape model_shape(const ModelConfig& m) {
+  ModelShape s{m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, padded_vocab(m.vocab_size, m.vocab_pad_to)};
+  const std::optional<Arch> arch = arch_from_name(m.arch.empty() ? "gpt2" : m.arch);
+  ST_REQUIRE(arch.has_value(), "model.arch was not validated");
+  s.arch = *arch;
+  if (s.arch == Arch::llama) {
+    s.n_kv_head = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+    s.ffn_dim = m.ffn_dim > 0 ? m.ffn_dim : llama_ffn_dim(m.d_model, m.multiple_of);
+    s.norm_eps = m.norm_eps;
+    s.rope_theta = m.rope_theta;
+    s.tie_embeddings = m.tie_embeddings;
+  }
+  return s;
 }
 
 Recompute recompute_of(const ModelConfig& m) {

@@ -12,7 +12,7 @@
 #include "core/timeline.hpp"
 #include "deck/config.hpp"
 #include "exec/make_exec.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
 
@@ -33,8 +33,8 @@ class ShardedModel {
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;
 
-  Gpt2<float>& model() { return *model_; }
-  const Gpt2<float>& model() const { return *model_; }
+  Model<float>& model() { return *model_; }
+  const Model<float>& model() const { return *model_; }
   Strategy& strategy() { return *strategy_; }
   const Strategy& strategy() const { return *strategy_; }
   const Execution& execution() const { return execution_; }
@@ -55,14 +55,14 @@ class ShardedModel {
  private:
   Execution execution_;
   CommStack comms_;
-  std::unique_ptr<Gpt2<float>> model_;
+  std::unique_ptr<Model<float>> model_;
   std::unique_ptr<ParallelPlan> plan_;
   std::unique_ptr<Strategy> strategy_;
   Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
 };
 
 // The deck's model shape, vocabulary padded per model.vocab_pad_to.
-Gpt2Shape gpt2_shape(const ModelConfig& model);
+ModelShape model_shape(const ModelConfig& model);
 // The deck's model.recompute (validated by the deck's schema).
 Recompute recompute_of(const ModelConfig& model);
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is

@@ -52,7 +52,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
 
   // What this rank holds before any of the run's buffers: the measured growth starts here.
   memory_.emplace();
-  shape_ = gpt2_shape(config.model);
+  shape_ = model_shape(config.model);
   net_ = std::make_unique<ShardedModel>(config, world, std::move(execution), static_cast<int>(plan_.micro_batch),
                                         &timeline_);
 
@@ -268,7 +268,7 @@ TrainSummary Trainer::run() {
     say(os.str());
   }
   const double flops_per_step =
-      gpt2_train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
+      train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
       static_cast<double>(plan_.ranks);
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));

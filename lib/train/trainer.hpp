@@ -13,7 +13,7 @@
 #include "data/dataset.hpp"
 #include "deck/config.hpp"
 #include "exec/make_exec.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
 #include "train/memory_meter.hpp"
@@ -61,7 +61,7 @@ class Trainer {
   int threads_ = 1;
   RunData data_;
   BatchPlan plan_;
-  Gpt2Shape shape_;
+  ModelShape shape_;
   Timeline timeline_;  // before net_: its communicators and strategy trace into it
   std::unique_ptr<ShardedModel> net_;  // the model, its strategy, where it computes
   std::unique_ptr<RunDirectory> run_dir_;  // created once the deck, data and batches check out

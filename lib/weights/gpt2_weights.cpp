@@ -67,7 +67,7 @@ WeightsSource probe_weights(const std::string& requested) {
   return source;
 }
 
-std::string shape_mismatch(const WeightsSource& file, const Gpt2Shape& deck) {
+std::string shape_mismatch(const WeightsSource& file, const ModelShape& deck) {
   const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
       {"model.n_layer", {file.shape.n_layer, deck.n_layer}},
       {"model.n_head", {file.shape.n_head, deck.n_head}},
@@ -82,10 +82,10 @@ std::string shape_mismatch(const WeightsSource& file, const Gpt2Shape& deck) {
   return "";
 }
 
-std::vector<float> read_weights(const WeightsSource& source, const Gpt2Shape& shape) {
+std::vector<float> read_weights(const WeightsSource& source, const ModelShape& shape) {
   if (const std::string why = shape_mismatch(source, shape); !why.empty())
     throw Error(source.path + ": holds another model: " + why);
-  std::vector<float> params(make_gpt2_layout(shape).total());
+  std::vector<float> params(make_layout(shape).total());
   if (source.format == WeightsFormat::llmc) {
     const InputFile file(source.path);
     read_llmc_params(file, read_llmc_header(file), shape, params);
@@ -96,8 +96,11 @@ std::vector<float> read_weights(const WeightsSource& source, const Gpt2Shape& sh
   return params;
 }
 
-void write_weights(WeightsFormat format, const std::string& path, const Gpt2Shape& shape, std::span<const float> params,
+void write_weights(WeightsFormat format, const std::string& path, const ModelShape& shape, std::span<const float> params,
                    WeightDtype dtype) {
+  if (shape.arch != Arch::gpt2)
+    throw Error(std::string("llm.c and Hugging Face GPT-2 files hold GPT-2 models; this one is model.arch = \"") +
+                arch_name(shape.arch) + "\" (export it with --format hdf5)");
   if (format == WeightsFormat::llmc) write_llmc(path, shape, params, dtype);
   else write_hf_gpt2(path, shape, params, dtype);
 }

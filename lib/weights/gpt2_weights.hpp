@@ -17,7 +17,7 @@ struct WeightsSource {
   std::string path;  // the weights file (model.safetensors when a directory was named)
   WeightsFormat format = WeightsFormat::llmc;
   std::string description;  // "llm.c model file, version 3 (fp32)"
-  Gpt2Shape shape;          // the file's model; padded_vocab: llm.c's Vp, else vocab_size
+  ModelShape shape;          // the file's model; padded_vocab: llm.c's Vp, else vocab_size
 };
 
 // Opens the file (or DIR/model.safetensors), reads its header(s) and checks that it is a whole,
@@ -26,14 +26,14 @@ struct WeightsSource {
 WeightsSource probe_weights(const std::string& path);
 // The first model key in which the file and the deck differ ("model.n_layer = 2 in FILE, 4 in the
 // deck"), "" if none; the padded vocabulary may differ (padding rows are never used).
-std::string shape_mismatch(const WeightsSource& file, const Gpt2Shape& deck);
-// Every parameter, laid out by make_gpt2_layout(shape); the deck's padding rows are zero. Throws
+std::string shape_mismatch(const WeightsSource& file, const ModelShape& deck);
+// Every parameter, laid out by make_layout(shape); the deck's padding rows are zero. Throws
 // Error if the shapes differ (shape_mismatch) or the file cannot be read.
-std::vector<float> read_weights(const WeightsSource& source, const Gpt2Shape& shape);
+std::vector<float> read_weights(const WeightsSource& source, const ModelShape& shape);
 
 // Writes the parameters (laid out for `shape`) in `format`: llm.c (version 3, or 5 for bf16)
 // or model.safetensors with config.json beside it.
-void write_weights(WeightsFormat format, const std::string& path, const Gpt2Shape& shape, std::span<const float> params,
+void write_weights(WeightsFormat format, const std::string& path, const ModelShape& shape, std::span<const float> params,
                    WeightDtype dtype);
 
 }  // namespace st

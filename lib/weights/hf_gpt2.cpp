@@ -43,7 +43,7 @@ void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols
 
 }  // namespace
 
-std::vector<HfGpt2Tensor> hf_gpt2_tensors(const Gpt2Shape& s) {
+std::vector<HfGpt2Tensor> hf_gpt2_tensors(const ModelShape& s) {
   const std::int64_t C = s.d_model;
   std::vector<HfGpt2Tensor> out = {{"wte.weight", "wte", false, {s.vocab_size, C}},
                                    {"wpe.weight", "wpe", false, {s.seq_len, C}}};
@@ -76,11 +76,11 @@ std::string hf_config_path(const std::string& safetensors_path) {
 
 namespace {
 
-Gpt2Shape parse_hf_gpt2_config(const std::string& path);
+ModelShape parse_hf_gpt2_config(const std::string& path);
 
 }  // namespace
 
-Gpt2Shape read_hf_gpt2_config(const std::string& path) {
+ModelShape read_hf_gpt2_config(const std::string& path) {
   try {
     return parse_hf_gpt2_config(path);
   } catch (const Json::exception& e) {  // a setting of the wrong JSON type
@@ -90,7 +90,7 @@ Gpt2Shape read_hf_gpt2_config(const std::string& path) {
 
 namespace {
 
-Gpt2Shape parse_hf_gpt2_config(const std::string& path) {
+ModelShape parse_hf_gpt2_config(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw Error(path + ": missing: a Hugging Face model.safetensors needs its config.json beside it (for n_head and "
                        "the context length)");
@@ -110,7 +110,7 @@ Gpt2Shape parse_hf_gpt2_config(const std::string& path) {
     if (!config.contains(key)) throw Error(path + ": has no \"" + key + "\"");
   const char* positions = config.contains("n_positions") ? "n_positions" : "n_ctx";
   if (!config.contains(positions)) throw Error(path + ": has neither \"n_positions\" nor \"n_ctx\"");
-  Gpt2Shape s;
+  ModelShape s;
   s.n_layer = positive_integer(config, "n_layer", path);
   s.n_head = positive_integer(config, "n_head", path);
   s.d_model = positive_integer(config, "n_embd", path);
@@ -146,7 +146,7 @@ Gpt2Shape parse_hf_gpt2_config(const std::string& path) {
 
 }  // namespace
 
-std::string hf_gpt2_config_json(const Gpt2Shape& s, WeightDtype dtype) {
+std::string hf_gpt2_config_json(const ModelShape& s, WeightDtype dtype) {
   nlohmann::ordered_json c;
   c["architectures"] = {"GPT2LMHeadModel"};
   c["model_type"] = "gpt2";
@@ -165,7 +165,7 @@ std::string hf_gpt2_config_json(const Gpt2Shape& s, WeightDtype dtype) {
   return c.dump(2) + "\n";
 }
 
-std::string check_hf_gpt2_tensors(const SafetensorsReader& file, const Gpt2Shape& shape) {
+std::string check_hf_gpt2_tensors(const SafetensorsReader& file, const ModelShape& shape) {
   const std::string& path = file.path();
   const std::string prefix = file.find(std::string(kHfPrefix) + "wte.weight") ? kHfPrefix
                              : file.find("wte.weight")                        ? ""
@@ -198,10 +198,10 @@ std::string check_hf_gpt2_tensors(const SafetensorsReader& file, const Gpt2Shape
   return prefix;
 }
 
-void read_hf_gpt2_params(const SafetensorsReader& file, const Gpt2Shape& file_shape, const Gpt2Shape& ours,
+void read_hf_gpt2_params(const SafetensorsReader& file, const ModelShape& file_shape, const ModelShape& ours,
                          std::span<float> params) {
   const std::string prefix = check_hf_gpt2_tensors(file, file_shape);
-  const ParamLayout layout = make_gpt2_layout(ours);
+  const ParamLayout layout = make_layout(ours);
   ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
   std::vector<float> stored;
   for (const HfGpt2Tensor& t : hf_gpt2_tensors(file_shape)) {
@@ -229,8 +229,8 @@ void read_hf_gpt2_params(const SafetensorsReader& file, const Gpt2Shape& file_sh
   }
 }
 
-void write_hf_gpt2(const std::string& path, const Gpt2Shape& shape, std::span<const float> params, WeightDtype dtype) {
-  const ParamLayout layout = make_gpt2_layout(shape);
+void write_hf_gpt2(const std::string& path, const ModelShape& shape, std::span<const float> params, WeightDtype dtype) {
+  const ParamLayout layout = make_layout(shape);
   ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
   const auto tensors = hf_gpt2_tensors(shape);
   std::vector<std::vector<float>> transposed;  // the Conv1D weights, [in, out]

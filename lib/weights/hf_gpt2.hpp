@@ -25,28 +25,28 @@ struct HfGpt2Tensor {
 inline constexpr const char* kHfPrefix = "transformer.";
 
 // Every parameter tensor of a GPT-2 of this shape (the token table at vocab_size rows).
-std::vector<HfGpt2Tensor> hf_gpt2_tensors(const Gpt2Shape& shape);
+std::vector<HfGpt2Tensor> hf_gpt2_tensors(const ModelShape& shape);
 
 // The model's shape from config.json (n_layer, n_head, n_embd, n_positions or n_ctx,
 // vocab_size; padded_vocab = vocab_size), after checking that the architecture's settings are the
 // ones this project's GPT-2 computes (tanh GELU, LayerNorm epsilon 1e-5, tied head, attention
 // scaled by 1/sqrt(head size) only); throws Error naming the file and the setting.
-Gpt2Shape read_hf_gpt2_config(const std::string& path);
+ModelShape read_hf_gpt2_config(const std::string& path);
 // config.json for this shape, which transformers' GPT2LMHeadModel.from_pretrained reads.
-std::string hf_gpt2_config_json(const Gpt2Shape& shape, WeightDtype dtype);
+std::string hf_gpt2_config_json(const ModelShape& shape, WeightDtype dtype);
 
 // Checks the file's tensors against a GPT-2 of `shape` (from its config.json): each present with
 // its shape, none unknown (the attention-mask buffers older files carry are ignored). Returns the
 // prefix the names carry: "transformer." (GPT2LMHeadModel) or "" (GPT2Model). Throws Error naming
 // the file and the first tensor that is missing, misshapen or unknown.
-std::string check_hf_gpt2_tensors(const SafetensorsReader& file, const Gpt2Shape& shape);
+std::string check_hf_gpt2_tensors(const SafetensorsReader& file, const ModelShape& shape);
 // Fills `params` (laid out for `ours`; the same model as `file_shape` but for the padded
 // vocabulary) from the checked file.
-void read_hf_gpt2_params(const SafetensorsReader& file, const Gpt2Shape& file_shape, const Gpt2Shape& ours,
+void read_hf_gpt2_params(const SafetensorsReader& file, const ModelShape& file_shape, const ModelShape& ours,
                          std::span<float> params);
 // Writes model.safetensors with GPT2LMHeadModel's names and layout (lm_head left to the tie),
 // and config.json in the same directory.
-void write_hf_gpt2(const std::string& path, const Gpt2Shape& shape, std::span<const float> params, WeightDtype dtype);
+void write_hf_gpt2(const std::string& path, const ModelShape& shape, std::span<const float> params, WeightDtype dtype);
 
 // config.json beside a safetensors file.
 std::string hf_config_path(const std::string& safetensors_path);

@@ -14,21 +14,21 @@ namespace {
 struct ModelKey {
   const char* name;
   std::int64_t ModelConfig::*field;
-  std::int64_t Gpt2Shape::*from;
+  std::int64_t ModelShape::*from;
 };
 const ModelKey kShapeKeys[] = {
-    {"model.n_layer", &ModelConfig::n_layer, &Gpt2Shape::n_layer},
-    {"model.n_head", &ModelConfig::n_head, &Gpt2Shape::n_head},
-    {"model.d_model", &ModelConfig::d_model, &Gpt2Shape::d_model},
-    {"model.seq_len", &ModelConfig::seq_len, &Gpt2Shape::seq_len},
-    {"model.vocab_size", &ModelConfig::vocab_size, &Gpt2Shape::vocab_size},
+    {"model.n_layer", &ModelConfig::n_layer, &ModelShape::n_layer},
+    {"model.n_head", &ModelConfig::n_head, &ModelShape::n_head},
+    {"model.d_model", &ModelConfig::d_model, &ModelShape::d_model},
+    {"model.seq_len", &ModelConfig::seq_len, &ModelShape::seq_len},
+    {"model.vocab_size", &ModelConfig::vocab_size, &ModelShape::vocab_size},
 };
 
 // The deck's model, unpadded (the padded vocabulary is not compared).
-Gpt2Shape deck_shape(const ModelConfig& m) { return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, m.vocab_size}; }
+ModelShape deck_shape(const ModelConfig& m) { return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, m.vocab_size}; }
 
 void share(WeightsSource& source, MPI_Comm comm) {
-  const Gpt2Shape& s = source.shape;
+  const ModelShape& s = source.shape;
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   std::vector<std::uint64_t> numbers = {u(s.n_layer), u(s.d_model), u(s.n_head), u(s.seq_len), u(s.vocab_size),
                                         u(s.padded_vocab), source.format == WeightsFormat::llmc ? 0u : 1u};
@@ -73,6 +73,10 @@ std::int64_t pad_to_for(std::int64_t vocab_size, std::int64_t padded) {
 void resolve_init_from(Config& config, MPI_Comm comm) {
   ModelConfig& m = config.model;
   if (m.init_from.empty()) return;
+  if (m.arch != "gpt2")
+    throw Error(config.deck_path + ": model.init_from reads GPT-2 weights (llm.c or Hugging Face GPT-2 files); "
+                    "model.arch = \"" + m.arch + "\" starts from its own initialisation in this version",
+                ErrorScope::all_ranks);
   const WeightsSource source = probe_on_rank0(m.init_from, comm, [](const WeightsSource&) {});
 
   const std::string origin = "model.from_file (" + source.path + ")";
@@ -104,7 +108,7 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
                 ErrorScope::all_ranks);
 }
 
-InitialWeights load_initial_weights(const std::string& path, const Gpt2Shape& shape, MPI_Comm comm) {
+InitialWeights load_initial_weights(const std::string& path, const ModelShape& shape, MPI_Comm comm) {
   const WeightsSource source = probe_on_rank0(path, comm, [&](const WeightsSource& found) {
     if (const std::string why = shape_mismatch(found, shape); !why.empty())
       throw Error(found.path + ": holds another model: " + why);

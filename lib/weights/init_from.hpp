@@ -20,12 +20,12 @@ namespace st {
 void resolve_init_from(Config& config, MPI_Comm comm);
 
 struct InitialWeights {
-  std::vector<float> params;  // laid out by make_gpt2_layout(shape)
+  std::vector<float> params;  // laid out by make_layout(shape)
   std::string note;           // "initialised from FILE (llm.c model file, version 3 (fp32)); read in 0.41 s"
 };
 // Every parameter from the file, after rank 0 has checked it: every rank reads the whole file.
 // Collective; a rank that cannot read it is named in the Error every rank throws.
-InitialWeights load_initial_weights(const std::string& path, const Gpt2Shape& shape, MPI_Comm comm);
+InitialWeights load_initial_weights(const std::string& path, const ModelShape& shape, MPI_Comm comm);
 
 // The smallest vocab_pad_to that pads vocab_size to padded (a power of two where one does).
 std::int64_t pad_to_for(std::int64_t vocab_size, std::int64_t padded);

@@ -27,7 +27,7 @@ std::vector<const TensorSlot*> llmc_order(const ParamLayout& layout, std::int64_
 std::uint64_t element_bytes(WeightDtype dtype) { return dtype == WeightDtype::bf16 ? 2 : 4; }
 
 // Elements the file holds: the layout's, with the token table at the file's padded vocabulary.
-std::uint64_t file_elements(const Gpt2Shape& shape) { return make_gpt2_layout(shape).total(); }
+std::uint64_t file_elements(const ModelShape& shape) { return make_layout(shape).total(); }
 
 std::string llmc_name(const TensorSlot& t) { return "the tensor " + t.name; }
 
@@ -80,7 +80,7 @@ LlmcHeader read_llmc_header(const InputFile& file) {
                                "C (header[6])", "Vp (header[7])"};
   for (int i = 2; i <= 7; ++i)
     if (h[i] <= 0) throw Error(path + ": bad header: " + names[i - 2] + " = " + std::to_string(h[i]) + ", must be positive");
-  Gpt2Shape& s = header.shape;
+  ModelShape& s = header.shape;
   s.seq_len = h[2];
   s.vocab_size = h[3];
   s.n_layer = h[4];
@@ -112,13 +112,13 @@ LlmcHeader read_llmc_header(const InputFile& file) {
   return header;
 }
 
-void read_llmc_params(const InputFile& file, const LlmcHeader& header, const Gpt2Shape& shape, std::span<float> params) {
-  const Gpt2Shape& f = header.shape;
+void read_llmc_params(const InputFile& file, const LlmcHeader& header, const ModelShape& shape, std::span<float> params) {
+  const ModelShape& f = header.shape;
   ST_REQUIRE(f.n_layer == shape.n_layer && f.d_model == shape.d_model && f.n_head == shape.n_head &&
                  f.seq_len == shape.seq_len && f.vocab_size == shape.vocab_size,
              "read_llmc_params: the shapes were not checked");
-  const ParamLayout ours = make_gpt2_layout(shape);
-  const ParamLayout theirs = make_gpt2_layout(f);
+  const ParamLayout ours = make_layout(shape);
+  const ParamLayout theirs = make_layout(f);
   ST_REQUIRE(params.size() == ours.total(), "parameter buffer does not match the layout");
   const WeightDtype dtype = header.dtype();
   const std::uint64_t bytes = element_bytes(dtype);
@@ -142,8 +142,8 @@ void read_llmc_params(const InputFile& file, const LlmcHeader& header, const Gpt
   }
 }
 
-void write_llmc(const std::string& path, const Gpt2Shape& shape, std::span<const float> params, WeightDtype dtype) {
-  const ParamLayout layout = make_gpt2_layout(shape);
+void write_llmc(const std::string& path, const ModelShape& shape, std::span<const float> params, WeightDtype dtype) {
+  const ParamLayout layout = make_layout(shape);
   ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
   std::array<std::int32_t, 256> h{};
   h[0] = kLlmcModelMagic;

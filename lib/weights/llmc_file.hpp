@@ -23,7 +23,7 @@ inline constexpr std::uint64_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 
 struct LlmcHeader {
   std::int32_t version = 0;
-  Gpt2Shape shape;  // seq_len = maxT, vocab_size = V, padded_vocab = Vp
+  ModelShape shape;  // seq_len = maxT, vocab_size = V, padded_vocab = Vp
   WeightDtype dtype() const { return version == kLlmcVersionBf16 ? WeightDtype::bf16 : WeightDtype::fp32; }
 };
 
@@ -33,12 +33,12 @@ bool is_llmc_file(const InputFile& file);
 // Reads and checks the header and the file's size against it; throws Error naming the file and
 // the problem (magic, version, a field, truncated, trailing bytes).
 LlmcHeader read_llmc_header(const InputFile& file);
-// Fills `params`, laid out by make_gpt2_layout(shape), from the file. The shape must agree with
+// Fills `params`, laid out by make_layout(shape), from the file. The shape must agree with
 // the header except for the padded vocabulary: the first V rows of wte are taken, the rows of
 // ours past V are zero. bf16 values are widened exactly.
-void read_llmc_params(const InputFile& file, const LlmcHeader& header, const Gpt2Shape& shape, std::span<float> params);
+void read_llmc_params(const InputFile& file, const LlmcHeader& header, const ModelShape& shape, std::span<float> params);
 // Writes the parameters (laid out for `shape`) as a version 3 (fp32) or 5 (bf16, rounded to
 // nearest even) file with Vp = shape.padded_vocab, the padded rows written as zeros.
-void write_llmc(const std::string& path, const Gpt2Shape& shape, std::span<const float> params, WeightDtype dtype);
+void write_llmc(const std::string& path, const ModelShape& shape, std::span<const float> params, WeightDtype dtype);
 
 }  // namespace st

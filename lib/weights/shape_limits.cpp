@@ -4,7 +4,7 @@
 
 namespace st {
 
-std::string shape_outside_deck_limits(const Gpt2Shape& s, const ShapeFieldNames& f) {
+std::string shape_outside_deck_limits(const ModelShape& s, const ShapeFieldNames& f) {
   const std::pair<const char*, std::pair<std::int64_t, const std::string*>> dims[] = {
       {"n_layer", {s.n_layer, &f.n_layer}},
       {"d_model", {s.d_model, &f.d_model}},

@@ -13,6 +13,6 @@ namespace st {
 struct ShapeFieldNames {
   std::string n_layer, d_model, n_head, seq_len, vocab_size;
 };
-std::string shape_outside_deck_limits(const Gpt2Shape& shape, const ShapeFieldNames& fields);
+std::string shape_outside_deck_limits(const ModelShape& shape, const ShapeFieldNames& fields);
 
 }  // namespace st

@@ -226,8 +226,8 @@ void check_attention(CudaExec& e, bool bf16_matmuls) {
   const auto qkv_d = widen(qkv), dout_d = widen(dout);
   std::vector<double> out_ref(dout.size()), att_ref(att_size), dqkv_ref(qkv.size()), dworking_ref(att_size);
   const AttentionProbs<double> ref_probs{att_ref.data(), nullptr, dworking_ref.data(), B * NH};
-  kernels::attention_forward(out_ref.data(), ref_probs, qkv_d.data(), B, T, C, NH);
-  kernels::attention_backward(dqkv_ref.data(), ref_probs, dout_d.data(), qkv_d.data(), B, T, C, NH);
+  kernels::attention_forward(out_ref.data(), ref_probs, qkv_d.data(), B, T, C, NH, NH);
+  kernels::attention_backward(dqkv_ref.data(), ref_probs, dout_d.data(), qkv_d.data(), B, T, C, NH, NH);
 
   auto qkv_g = to_device(e, qkv), dout_g = to_device(e, dout);
   auto out_g = to_device(e, std::vector<float>(dout.size(), 1e30f)),
@@ -275,7 +275,7 @@ TEST_F(CudaKernels, AttentionRowsOverACacheMatchTheHost) {
   const auto qkv_d = widen(qkv);
   std::vector<double> reference(std::size_t{1} * positions * C), att(std::size_t{1} * NH * positions * positions);
   const AttentionProbs<double> probs{att.data(), nullptr, nullptr, NH};
-  kernels::attention_forward(reference.data(), probs, qkv_d.data(), 1, positions, C, NH);
+  kernels::attention_forward(reference.data(), probs, qkv_d.data(), 1, positions, C, NH, NH);
   auto qkv_g = to_device(*fp32, qkv);
   for (const int first : {0, 1, 33, positions - 1}) {
     const int n = positions - first;
@@ -289,7 +289,7 @@ TEST_F(CudaKernels, AttentionRowsOverACacheMatchTheHost) {
     const auto long_qkv = random_floats(std::size_t{1} * long_cache * 3 * C, 42, 0.3f);
     const auto long_d = widen(long_qkv);
     std::vector<double> last_row(C);
-    kernels::attention_rows(last_row.data(), long_d.data(), long_cache - 1, 1, C, NH);
+    kernels::attention_rows(last_row.data(), long_d.data(), long_cache - 1, 1, C, NH, NH);
     auto long_g = to_device(*fp32, long_qkv);
     auto row_g = to_device(*fp32, std::vector<float>(C, 1e30f));
     fp32->layer_kernels().attention_rows(row_g.data(), long_g.data(), long_cache - 1, 1, C, NH);

@@ -43,7 +43,7 @@ Result run(Gpt2<float>& model, Exec& exec, const std::vector<float>& params, con
 void compare_model(bool bf16_matmuls, double bound) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const Gpt2Shape shape{3, 48, 4, 24, 61, 64};  // odd vocabulary, padded
+  const ModelShape shape{3, 48, 4, 24, 61, 64};  // odd vocabulary, padded
   const int B = 3, T = 24;
   Gpt2<float> host(shape, B);
   CudaExec exec(CudaExecSettings{0, bf16_matmuls});
@@ -84,7 +84,7 @@ TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(true
 TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const Gpt2Shape shape{3, 48, 4, 24, 61, 64};
+  const ModelShape shape{3, 48, 4, 24, 61, 64};
   const int B = 3, T = 24;
   NormalStream noise(5, 9);
   std::vector<int> tokens(2 * B * T), targets(2 * B * T);
@@ -120,7 +120,7 @@ TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) {
 TEST(GpuModel, DecodingMatchesTheHost) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const Gpt2Shape shape{3, 48, 4, 24, 61, 64};
+  const ModelShape shape{3, 48, 4, 24, 61, 64};
   Gpt2<float> host(shape, 1, host_exec(), Recompute::full);
   CudaExec exec(CudaExecSettings{0, false});
   Gpt2<float> device(shape, 1, exec, Recompute::full);

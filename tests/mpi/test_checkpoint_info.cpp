@@ -63,7 +63,7 @@ std::string differences_on_any_rank(const CheckpointInfo& read, const Checkpoint
 // Writes `info` (with a small model's state, sliced across the ranks) into a directory of its
 // own; returns the file's path.
 std::string write_small_checkpoint(const std::string& label, const CheckpointInfo& info, int keep = 1) {
-  const ParamLayout layout = make_gpt2_layout({1, 8, 2, 4, 16, 16});
+  const ParamLayout layout = make_layout({1, 8, 2, 4, 16, 16});
   const std::size_t n = layout.total(), ranks = static_cast<std::size_t>(world_size());
   const std::size_t rank = static_cast<std::size_t>(world_rank());
   const std::size_t from = n * rank / ranks, to = n * (rank + 1) / ranks;

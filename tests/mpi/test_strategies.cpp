@@ -14,7 +14,7 @@
 #include "comm/stack.hpp"
 #include "comm/world.hpp"
 #include "deck/config.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
 
@@ -27,7 +27,7 @@ int emulated_ranks_per_node() {
 }
 
 // Sizes that divide by none of the rank counts, so that every segment is padded.
-const Gpt2Shape kShape{2, 12, 3, 7, 11, 13};
+const ModelShape kShape{2, 12, 3, 7, 11, 13};
 constexpr int kGlobalBatch = 24;  // sequences per step: 2 micro-batches on each of 1, 2, 3 or 4 ranks
 constexpr int kMicroBatches = 2;
 constexpr int kSteps = 4;

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  const st::Gpt2Shape shape{2, 32, 4, 16, 60, 64};
+  const st::ModelShape shape{2, 32, 4, 16, 60, 64};
   const int B = 3, T = 16;
   st::Gpt2<float> model(shape, B);
   std::vector<float> params(model.layout().total());

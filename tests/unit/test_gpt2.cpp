@@ -15,7 +15,7 @@
 namespace st {
 namespace {
 
-Gpt2Shape tiny_shape() { return {2, 8, 2, 6, 11, 16}; }
+ModelShape tiny_shape() { return {2, 8, 2, 6, 11, 16}; }
 
 std::vector<int> tokens_for(int B, int T, int V, int salt) {
   std::vector<int> t(static_cast<std::size_t>(B * T));
@@ -24,8 +24,8 @@ std::vector<int> tokens_for(int B, int T, int V, int salt) {
 }
 
 TEST(Gpt2Layout, SegmentsCoverTheBufferInOrder) {
-  const Gpt2Shape s{3, 16, 4, 32, 100, 128};
-  const ParamLayout layout = make_gpt2_layout(s);
+  const ModelShape s{3, 16, 4, 32, 100, 128};
+  const ParamLayout layout = make_layout(s);
   ASSERT_EQ(layout.segments().size(), 5u);  // embeddings, 3 blocks, final norm
   std::size_t expected_offset = 0;
   for (const auto& segment : layout.segments()) {
@@ -45,12 +45,12 @@ TEST(Gpt2Layout, SegmentsCoverTheBufferInOrder) {
 }
 
 TEST(Gpt2Layout, Gpt2SmallHas124MParameters) {
-  const Gpt2Shape gpt2_small{12, 768, 12, 1024, 50257, 50257};
-  EXPECT_EQ(make_gpt2_layout(gpt2_small).total(), 124439808u);  // the published count
+  const ModelShape gpt2_small{12, 768, 12, 1024, 50257, 50257};
+  EXPECT_EQ(make_layout(gpt2_small).total(), 124439808u);  // the published count
 }
 
 TEST(Gpt2Model, WholeModelGradientMatchesFiniteDifferences) {
-  const Gpt2Shape shape = tiny_shape();
+  const ModelShape shape = tiny_shape();
   const int B = 2, T = 5;
   Gpt2<double> model(shape, B);
   std::vector<double> params(model.layout().total());
@@ -89,7 +89,7 @@ TEST(Gpt2Model, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 TEST(Gpt2Model, GradientsAccumulateAndScale) {
-  const Gpt2Shape shape = tiny_shape();
+  const ModelShape shape = tiny_shape();
   Gpt2<double> model(shape, 2);
   std::vector<double> params(model.layout().total());
   model.init_params(params, 7);
@@ -105,7 +105,7 @@ TEST(Gpt2Model, GradientsAccumulateAndScale) {
 }
 
 TEST(Gpt2Model, InitialLossIsNearLnVocab) {
-  const Gpt2Shape shape{2, 64, 4, 32, 256, 256};
+  const ModelShape shape{2, 64, 4, 32, 256, 256};
   Gpt2<float> model(shape, 4);
   std::vector<float> params(model.layout().total());
   model.init_params(params, 1337);
@@ -115,7 +115,7 @@ TEST(Gpt2Model, InitialLossIsNearLnVocab) {
 }
 
 TEST(Gpt2Model, InitialisationFollowsGpt2) {
-  const Gpt2Shape shape{4, 64, 4, 32, 250, 256};
+  const ModelShape shape{4, 64, 4, 32, 250, 256};
   Gpt2<float> model(shape, 1);
   std::vector<float> params(model.layout().total());
   model.init_params(params, 3);
@@ -143,7 +143,7 @@ TEST(Gpt2Model, InitialisationFollowsGpt2) {
 }
 
 TEST(Gpt2Model, FloatAndDoubleAgree) {
-  const Gpt2Shape shape{2, 32, 4, 16, 64, 64};
+  const ModelShape shape{2, 32, 4, 16, 64, 64};
   Gpt2<float> mf(shape, 2);
   Gpt2<double> md(shape, 2);
   std::vector<float> pf(mf.layout().total());
@@ -160,9 +160,9 @@ TEST(Gpt2Model, FloatAndDoubleAgree) {
 }
 
 TEST(Gpt2Model, FlopsPerToken) {
-  const Gpt2Shape s{12, 768, 12, 1024, 50257, 50304};
+  const ModelShape s{12, 768, 12, 1024, 50257, 50304};
   // 6 x (12 L C^2 + Vp C) + 12 L C T
-  EXPECT_DOUBLE_EQ(gpt2_train_flops_per_token(s, 1024),
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, 1024),
                    6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 1024);
 }
 
@@ -170,7 +170,7 @@ TEST(Gpt2Model, FlopsPerToken) {
 // over several micro-batches (gradients accumulate) equal the run that keeps everything, bit
 // for bit, and the next forward after backward is unaffected.
 TEST(Gpt2Recompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
-  const Gpt2Shape shape{3, 24, 3, 9, 40, 48};
+  const ModelShape shape{3, 24, 3, 9, 40, 48};
   const int B = 3, T = 9;
   std::vector<float> params;
   auto run = [&](Recompute recompute) {
@@ -206,7 +206,7 @@ TEST(Gpt2Recompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
 // position: after a prompt, after each single token, after a reset, with every recompute setting
 // (the blocks' buffers are reused differently) and a model made for more than one sequence.
 TEST(Gpt2Decode, ProbabilitiesEqualAFullForwardAtEveryPosition) {
-  const Gpt2Shape shape{3, 24, 3, 20, 40, 48};
+  const ModelShape shape{3, 24, 3, 20, 40, 48};
   const int T = 20;
   const auto tokens = tokens_for(1, T, 40, 5);
   for (const Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
@@ -253,7 +253,7 @@ TEST(Gpt2Decode, ProbabilitiesEqualAFullForwardAtEveryPosition) {
 // generate() decodes incrementally and, past seq_len, moves its window: greedy tokens equal those
 // of full forward passes over the last seq_len tokens, before and after the window moves.
 TEST(Gpt2Generate, GreedyTokensEqualFullForwardPassesAcrossTheWindow) {
-  const Gpt2Shape shape{2, 24, 3, 12, 40, 48};
+  const ModelShape shape{2, 24, 3, 12, 40, 48};
   Gpt2<float> model(shape, 1);
   std::vector<float> params(model.layout().total());
   model.init_params(params, 23);
@@ -278,7 +278,7 @@ TEST(Gpt2Generate, GreedyTokensEqualFullForwardPassesAcrossTheWindow) {
 // The activation bytes of each setting, written out by hand for one shape: N = B T rows,
 // C channels, blocks of T x T attention probabilities, `heads` of them in flight.
 TEST(Gpt2Recompute, ActivationBytesFollowTheFormula) {
-  const Gpt2Shape shape{4, 32, 4, 16, 50, 64};
+  const ModelShape shape{4, 32, 4, 16, 50, 64};
   const int B = 3;
   const std::size_t N = 3 * 16, C = 32, L = 4, NH = 4, TT = 16 * 16, Vp = 64;
   for (const int heads : {1, 2, 12}) {

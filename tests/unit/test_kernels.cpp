@@ -124,12 +124,12 @@ TEST(KernelGradients, CausalAttention) {
       Vec out(B * T * C);
       AttentionBuffers buffers(B, T, NH, keep, 2);
       auto f = [&] {
-        kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH);
+        kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH, NH);
         return out;
       };
       f();
       Vec dqkv(qkv.size(), 1e3);  // overwritten: start from garbage
-      kernels::attention_backward(dqkv.data(), buffers.probs, dout.data(), qkv.data(), B, T, C, NH);
+      kernels::attention_backward(dqkv.data(), buffers.probs, dout.data(), qkv.data(), B, T, C, NH, NH);
       expect_matches_finite_differences(qkv, f, dout, dqkv, keep ? "attention dqkv" : "attention dqkv, recomputed");
       // The probabilities are a causal softmax: rows sum to 1, zero above the diagonal.
       for (int t = 0; keep && t < T; ++t) {
@@ -165,8 +165,8 @@ TEST(KernelGradients, RecomputedAttentionEqualsKeptBitForBit) {
     const AttentionProbs<float> probs{keep ? kept.data() : nullptr, keep ? nullptr : working.data(), dworking.data(),
                                       heads};
     std::vector<float> out(static_cast<std::size_t>(B) * T * C), dqkv(qkv.size());
-    kernels::attention_forward(out.data(), probs, qkv.data(), B, T, C, NH);
-    kernels::attention_backward(dqkv.data(), probs, dout.data(), qkv.data(), B, T, C, NH);
+    kernels::attention_forward(out.data(), probs, qkv.data(), B, T, C, NH, NH);
+    kernels::attention_backward(dqkv.data(), probs, dout.data(), qkv.data(), B, T, C, NH, NH);
     out.insert(out.end(), dqkv.begin(), dqkv.end());
     return out;
   };
@@ -182,10 +182,10 @@ TEST(KernelGradients, AttentionIsCausal) {
   const int B = 1, T = 6, C = 4, NH = 2;
   Vec qkv = random_vector(T * 3 * C, 13), out(T * C);
   AttentionBuffers buffers(B, T, NH, true, 1);
-  kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH);
+  kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH, NH);
   const Vec before = out;
   for (int c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 1.0;
-  kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH);
+  kernels::attention_forward(out.data(), buffers.probs, qkv.data(), B, T, C, NH, NH);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], before[i]);
   bool last_changed = false;
   for (int c = 0; c < C; ++c) last_changed |= out[(T - 1) * C + c] != before[(T - 1) * C + c];
@@ -199,11 +199,11 @@ TEST(KernelAttentionRows, EqualsTheCausalForwardFromAnyFirstPosition) {
   const Vec qkv = random_vector(T * 3 * C, 31);
   Vec reference(static_cast<std::size_t>(T) * C);
   AttentionBuffers buffers(1, T, NH, true, 1);
-  kernels::attention_forward(reference.data(), buffers.probs, qkv.data(), 1, T, C, NH);
+  kernels::attention_forward(reference.data(), buffers.probs, qkv.data(), 1, T, C, NH, NH);
   for (const int first : {0, 1, 37, 128, T - 1}) {
     const int n = T - first;
     Vec out(static_cast<std::size_t>(n) * C);
-    kernels::attention_rows(out.data(), qkv.data(), first, n, C, NH);
+    kernels::attention_rows(out.data(), qkv.data(), first, n, C, NH, NH);
     double worst = 0;
     for (std::size_t i = 0; i < out.size(); ++i)
       worst = std::max(worst, std::fabs(out[i] - reference[static_cast<std::size_t>(first) * C + i]));
@@ -212,7 +212,7 @@ TEST(KernelAttentionRows, EqualsTheCausalForwardFromAnyFirstPosition) {
   // Rows that see only the cache before them: the last row's output does not depend on the
   // rows after it, which the call never reads (a shorter buffer would do).
   Vec one(C);
-  kernels::attention_rows(one.data(), qkv.data(), 9, 1, C, NH);
+  kernels::attention_rows(one.data(), qkv.data(), 9, 1, C, NH, NH);
   for (int c = 0; c < C; ++c) EXPECT_NEAR(one[c], reference[9 * C + c], 1e-12);
 }
 

@@ -19,8 +19,8 @@ namespace st {
 namespace {
 
 TEST(AdamW, MatchesTheReferenceUpdateOverSeveralSteps) {
-  const Gpt2Shape shape{1, 4, 1, 2, 3, 3};
-  const ParamLayout layout = make_gpt2_layout(shape);
+  const ModelShape shape{1, 4, 1, 2, 3, 3};
+  const ParamLayout layout = make_layout(shape);
   AdamWSettings s{0.9, 0.95, 1e-8, 0.1, false, false};
   AdamW adamw(s, layout);
   std::vector<float> p(layout.total()), g(layout.total()), m(layout.total(), 0.f), v(layout.total(), 0.f);
@@ -43,8 +43,8 @@ TEST(AdamW, MatchesTheReferenceUpdateOverSeveralSteps) {
 }
 
 TEST(AdamW, DecaysOnlyMatricesByDefault) {
-  const Gpt2Shape shape{1, 4, 1, 2, 3, 3};
-  const ParamLayout layout = make_gpt2_layout(shape);
+  const ModelShape shape{1, 4, 1, 2, 3, 3};
+  const ParamLayout layout = make_layout(shape);
   AdamW plain({0.9, 0.95, 1e-8, 0.1, false, false}, layout);
   EXPECT_TRUE(plain.decays(layout.tensor("block0.attn.qkv.w").offset));
   EXPECT_FALSE(plain.decays(layout.tensor("block0.attn.qkv.b").offset));
@@ -56,8 +56,8 @@ TEST(AdamW, DecaysOnlyMatricesByDefault) {
 }
 
 TEST(AdamW, UpdatingShardsEqualsUpdatingTheWhole) {
-  const Gpt2Shape shape{2, 8, 2, 4, 10, 10};
-  const ParamLayout layout = make_gpt2_layout(shape);
+  const ModelShape shape{2, 8, 2, 4, 10, 10};
+  const ParamLayout layout = make_layout(shape);
   AdamW adamw({0.9, 0.95, 1e-8, 0.1, false, false}, layout);
   const std::size_t n = layout.total();
   std::vector<float> p(n), g(n), m(n, 0.f), v(n, 0.f);

@@ -94,10 +94,10 @@ TEST(Planner, NothingFitsSaysWhatItWouldTake) {
 
 TEST(Planner, MemoryIsTheStrategiesOwnArithmeticPlusActivations) {
   const Machine m = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
-  const ParamLayout layout = make_gpt2_layout(gpt2_shape(kConfig.model));
+  const ParamLayout layout = make_layout(model_shape(kConfig.model));
   // A GPU rank works on the heads of one sequence at a time.
   const std::uint64_t activations =
-      4 * activation_sizes(gpt2_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head)).total();
+      4 * activation_sizes(model_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head)).total();
   for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     const StrategyPrediction p = predict_strategy(kConfig, m, s, 0);
     EXPECT_EQ(p.state_bytes, ParallelPlan(layout, s, Precision::fp32, Mesh{1, 8, 1}, 8, 0).model_state().total()) << s;
@@ -165,7 +165,7 @@ TEST(Planner, RecomputationIsTheLeverWhenNothingElseFits) {
     const double gb = (static_cast<double>(between_a) + static_cast<double>(between_b)) / 2 / GiB;
     return plan_strategies(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", gb));
   };
-  const Gpt2Shape shape = gpt2_shape(config.model);
+  const ModelShape shape = model_shape(config.model);
   const double tokens_per_rank = 64.0 * 1024 / 8;
   for (const auto& [lower, upper, lever] : {std::tuple{selective, none, Recompute::selective},
                                             std::tuple{full, selective, Recompute::full}}) {

@@ -17,7 +17,7 @@ ParallelPlan plan_of(const ParamLayout& layout, StrategyKind strategy, Precision
 
 ParamLayout small_layout() {
   // Sizes chosen so that no segment divides evenly by 3 or 4.
-  return make_gpt2_layout(Gpt2Shape{2, 12, 3, 7, 11, 13});
+  return make_layout(ModelShape{2, 12, 3, 7, 11, 13});
 }
 
 TEST(ShardLayout, PartsCoverEverySegmentOnceWithPadding) {
@@ -51,7 +51,7 @@ TEST(ShardLayout, PartsCoverEverySegmentOnceWithPadding) {
 }
 
 TEST(ParallelPlan, ModelStateFollowsTheZeroTable) {
-  const ParamLayout layout = make_gpt2_layout(Gpt2Shape{4, 64, 4, 32, 256, 256});
+  const ParamLayout layout = make_layout(ModelShape{4, 64, 4, 32, 256, 256});
   const double psi = static_cast<double>(layout.total());
   auto state = [&](StrategyKind strategy, Precision precision, int n) {
     return static_cast<double>(plan_of(layout, strategy, precision, n, n, 1).model_state().total());
@@ -68,7 +68,7 @@ TEST(ParallelPlan, ModelStateFollowsTheZeroTable) {
 }
 
 TEST(ParallelPlan, TrafficFollowsTheFormulas) {
-  const ParamLayout layout = make_gpt2_layout(Gpt2Shape{4, 64, 4, 32, 256, 256});
+  const ParamLayout layout = make_layout(ModelShape{4, 64, 4, 32, 256, 256});
   const double psi4 = 4.0 * static_cast<double>(layout.total());
   const int n = 4;
   EXPECT_NEAR(plan_of(layout, StrategyKind::ddp, Precision::fp32, n, n, 1).group_bytes(), 2 * psi4 * 3 / 4, 0.01 * psi4);

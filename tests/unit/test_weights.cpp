@@ -24,10 +24,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // 2 layers, C 16, 4 heads, 8 positions, 50 tokens padded to 64.
-const Gpt2Shape kShape{2, 16, 4, 8, 50, 64};
+const ModelShape kShape{2, 16, 4, 8, 50, 64};
 
-std::vector<float> random_params(const Gpt2Shape& shape, std::uint64_t seed) {
-  const ParamLayout layout = make_gpt2_layout(shape);
+std::vector<float> random_params(const ModelShape& shape, std::uint64_t seed) {
+  const ParamLayout layout = make_layout(shape);
   std::vector<float> p(layout.total());
   NormalStream normal(seed, 0);
   for (auto& x : p) x = static_cast<float>(normal.next());
@@ -49,7 +49,7 @@ void write_bytes(const std::string& path, const std::vector<char>& bytes) {
 }
 
 // The message probe_weights (and read_weights) raise, or "" if the file reads.
-std::string read_problem(const std::string& path, const Gpt2Shape& shape = kShape) {
+std::string read_problem(const std::string& path, const ModelShape& shape = kShape) {
   try {
     const WeightsSource source = probe_weights(path);
     read_weights(source, {shape.n_layer, shape.d_model, shape.n_head, shape.seq_len, shape.vocab_size, source.shape.padded_vocab});
@@ -67,7 +67,7 @@ TEST_F(Weights, LlmcFileHasTheHeaderAndLlmcsTensorOrderAndReadsBackBitForBit) {
   const std::vector<float> params = random_params(kShape, 1);
   write_llmc(path("m.bin"), kShape, params, WeightDtype::fp32);
   const std::vector<char> file = bytes_of(path("m.bin"));
-  const ParamLayout layout = make_gpt2_layout(kShape);
+  const ParamLayout layout = make_layout(kShape);
   ASSERT_EQ(file.size(), 1024 + 4 * layout.total());
   std::int32_t header[8];
   std::memcpy(header, file.data(), sizeof header);
@@ -107,11 +107,11 @@ TEST_F(Weights, LlmcPaddingRowsMapToTheDecksPadding) {
   const std::vector<float> params = random_params(kShape, 3);
   write_llmc(path("m.bin"), kShape, params, WeightDtype::fp32);
   const WeightsSource source = probe_weights(path("m.bin"));
-  const ParamLayout file_layout = make_gpt2_layout(kShape);
+  const ParamLayout file_layout = make_layout(kShape);
   for (const std::int64_t padded : {50, 128}) {
-    Gpt2Shape deck = kShape;
+    ModelShape deck = kShape;
     deck.padded_vocab = padded;
-    const ParamLayout layout = make_gpt2_layout(deck);
+    const ParamLayout layout = make_layout(deck);
     const std::vector<float> back = read_weights(source, deck);
     for (const TensorSlot* t : layout.all_tensors()) {
       const TensorSlot& f = file_layout.tensor(t->name);
@@ -160,7 +160,7 @@ TEST_F(Weights, BadLlmcFilesAreNamedWithTheProblem) {
   m = variant("magic.bin", [&](auto& b) { set_int(b, 0, 1234); });
   EXPECT_NE(m.find(path("magic.bin") + ": bad header: neither an llm.c model file"), std::string::npos) << m;
   // Another model: the first differing key, the file's value and the deck's.
-  Gpt2Shape deck = kShape;
+  ModelShape deck = kShape;
   deck.n_head = 2;
   deck.seq_len = 4;
   m = read_problem(path("good.bin"), deck);
@@ -212,7 +212,7 @@ TEST_F(Weights, SafetensorsHaveTransformersNamesAndConv1dLayoutAndReadBackBitFor
   const std::vector<float> params = random_params(kShape, 5);
   fs::create_directories(path("hf"));
   write_hf_gpt2(path("hf/model.safetensors"), kShape, params, WeightDtype::fp32);
-  const ParamLayout layout = make_gpt2_layout(kShape);
+  const ParamLayout layout = make_layout(kShape);
   SafetensorsReader reader(path("hf/model.safetensors"));
   EXPECT_EQ(reader.metadata().at("format"), "pt");
   EXPECT_EQ(reader.tensors().size(), 2u + 12u * 2u + 2u);  // no lm_head: it is tied

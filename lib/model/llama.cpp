@@ -1,0 +1,314 @@
+#include "model/llama.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/random.hpp"
+#include "exec/host_kernels.hpp"
+
+namespace st {
+
+template <class Real>
+Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute)
+    : Model<Real>(shape, exec, recompute),
+      k_(layer_kernels_of<Real>(exec)),
+      max_batch_(max_batch),
+      heads_at_once_(k_.attention_heads_at_once(max_batch, static_cast<int>(shape.n_head))),
+      C_(static_cast<int>(shape.d_model)),
+      NH_(static_cast<int>(shape.n_head)),
+      NKV_(static_cast<int>(shape.kv_heads())),
+      hs_(static_cast<int>(shape.head_dim())),
+      W_(static_cast<int>(shape.qkv_width())),
+      F_(static_cast<int>(shape.hidden())) {
+  if (exec.space() != MemorySpace::host)
+    throw Error("model.arch = \"llama\" runs on the CPU in this version (its CUDA kernels are not written yet): "
+                "set parallel.device = \"cpu\"");
+  ST_REQUIRE(shape.arch == Arch::llama, "Llama built from a shape of another architecture");
+  ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
+  ST_REQUIRE(NH_ % NKV_ == 0, "n_kv_head must divide n_head");
+  ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");
+  ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
+  rope_ = kernels::rope_table<Real>(static_cast<int>(shape.seq_len), hs_, shape.rope_theta);
+  const auto& segments = layout_.segments();
+  wte_ = layout_.tensor("wte").offset - segments.front().offset;
+  head_ = shape.tie_embeddings ? wte_ : layout_.tensor("lm_head.w").offset - segments.front().offset;
+  lnf_w_ = layout_.tensor("lnf.w").offset - segments.back().offset;
+  for (std::int64_t l = 0; l < shape.n_layer; ++l) {
+    const std::string p = "block" + std::to_string(l) + ".";
+    const std::size_t base = segments[static_cast<std::size_t>(l) + 1].offset;
+    auto at = [&](const char* n) { return layout_.tensor(p + n).offset - base; };
+    blocks_.push_back({at("attn_norm.w"), at("attn.qkv.w"), at("attn.proj.w"), at("mlp_norm.w"), at("mlp.gate_up.w"),
+                       at("mlp.down.w")});
+  }
+
+  // Carved by the sizes activation_sizes counts; the check at the end ties the two together.
+  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_);
+  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, W = W_, F = F_;
+  const std::size_t T = shape.seq_len;
+  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * T * T;
+  const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
+  acts_ = exec.allocate(sizes.total() * sizeof(Real));
+  Real* cursor = acts_.as<Real>().data();
+  auto take = [&cursor](std::size_t n) {
+    Real* p = cursor;
+    cursor += n;
+    return p;
+  };
+  auto whole_block = [&](BlockActs& a, bool keep_probs) {
+    a.ln1 = take(N * C);
+    a.ln1_rstd = take(N);
+    a.qkv = take(N * W);
+    a.att = keep_probs ? take(kept_probs) : nullptr;
+    a.atty = take(N * C);
+    a.res2 = take(N * C);
+    a.ln2 = take(N * C);
+    a.ln2_rstd = take(N);
+    a.gate_up = take(2 * N * F);
+  };
+  block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
+  for (BlockActs& a : block_acts_) {
+    if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
+    a.act = recompute == Recompute::none ? take(N * F) : nullptr;
+    a.res3 = take(N * C);
+  }
+  if (recompute == Recompute::full) {
+    BlockActs working{};
+    whole_block(working, false);
+    for (BlockActs& a : block_acts_) {
+      Real* output = a.res3;
+      a = working;
+      a.res3 = output;
+    }
+  }
+  if (recompute != Recompute::none) probs_ = take(heads);
+  x0_ = take(N * C);
+  lnf_ = take(N * C);
+  lnf_rstd_ = take(N);
+  logits_ = take(N * shape.padded_vocab);
+  losses_ = take(N);
+  tmp_ = take(N * C);
+  dres_ = take(N * C);
+  dtmp_ = take(N * C);
+  datty_ = take(N * C);
+  dqkv_ = take(N * W);
+  dqkv_heads_ = NKV_ < NH_ ? take(3 * N * C) : dqkv_;  // multi-head: the gradient is dqkv itself
+  dprobs_ = take(heads);
+  dff_a_ = take(2 * N * F);
+  dff_b_ = take(2 * N * F);
+  // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
+  for (BlockActs& a : block_acts_)
+    if (!a.act) a.act = dff_b_;
+  ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
+}
+
+template <class Real>
+Llama<Real>::~Llama() = default;
+
+template <class Real>
+void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
+  ST_REQUIRE(params.size() == layout_.total(), "parameter buffer does not match the layout");
+  for (const TensorSlot* t : layout_.all_tensors()) {
+    Real* p = params.data() + t->offset;
+    NormalStream normal(seed, hash_name(t->name));  // each tensor its own stream
+    if (t->role == TensorRole::norm) {
+      std::fill(p, p + t->size, Real(1));
+    } else {
+      for (std::size_t i = 0; i < t->size; ++i) p[i] = static_cast<Real>(0.02 * normal.next());
+    }
+  }
+  // Padded vocabulary rows are never looked up or predicted.
+  const std::size_t used = static_cast<std::size_t>(shape_.vocab_size * shape_.d_model);
+  const std::size_t rows = static_cast<std::size_t>(shape_.padded_vocab * shape_.d_model);
+  for (std::size_t offset : {wte_, head_}) std::fill(params.data() + offset + used, params.data() + offset + rows, Real(0));
+}
+
+template <class Real>
+double Llama<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
+  forward_to_logits(buffers, tokens, targets, B, T);
+  const int N = B * T;
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_.data() : nullptr, N, V, Vp);
+  return targets ? total / N : 0.0;
+}
+
+template <class Real>
+std::vector<Real> Llama<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
+  FlatBuffers<Real> flat(layout_, params);
+  forward_to_logits(flat, tokens, nullptr, B, T);
+  const std::size_t rows = static_cast<std::size_t>(B) * T, V = static_cast<std::size_t>(shape_.vocab_size);
+  const std::size_t Vp = static_cast<std::size_t>(shape_.padded_vocab);
+  std::vector<Real> out(rows * V);
+  for (std::size_t r = 0; r < rows; ++r) std::copy(logits_ + r * Vp, logits_ + r * Vp + V, out.data() + r * V);
+  return out;
+}
+
+template <class Real>
+void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B,
+                                    int T) {
+  ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
+  B_ = B;
+  T_ = T;
+  const int N = B * T, Vp = static_cast<int>(shape_.padded_vocab);
+  tokens_.assign(tokens, tokens + N);
+  if (targets) targets_.assign(targets, targets + N);
+  else targets_.clear();
+
+  buffers.before_forward(0);
+  const Real* E = buffers.params(0);  // held for the whole pass: the LM head is in it
+  k_.encoder_forward(x0_, tokens_.data(), E + wte_, nullptr, B, T, C_);
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    buffers.before_forward(l + 1);
+    block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
+    buffers.after_forward(l + 1);
+  }
+  const std::size_t last = layout_.segments().size() - 1;
+  buffers.before_forward(last);
+  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+  kernels::rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, N, C_, shape_.norm_eps);
+  buffers.after_forward(last);
+  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), N, C_, Vp);
+  buffers.after_forward(0);
+}
+
+template <class Real>
+void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B,
+                                int T) {
+  const int N = B * T;
+  const BlockOffsets& o = blocks_[l];
+  kernels::rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, N, C_, shape_.norm_eps);
+  k_.linear_forward(a.qkv, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
+  // q's and k's heads lead each row: rotated in place, attention and its backward read them so.
+  kernels::rope(a.qkv, rope_, B, T, 0, W_, NH_ + NKV_, hs_, false);
+  kernels::attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C_, NH_, NKV_);
+  block_after_attention(l, P, in, a, output, N);
+}
+
+template <class Real>
+void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
+                                        int N) {
+  const std::size_t NC = static_cast<std::size_t>(N) * C_;
+  const BlockOffsets& o = blocks_[l];
+  const Real* none = nullptr;
+  k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, C_, C_);
+  k_.add(a.res2, in, tmp_, NC);
+  kernels::rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, N, C_, shape_.norm_eps);
+  k_.linear_forward(a.gate_up, a.ln2, P + o.gate_up, none, N, C_, 2 * F_);
+  kernels::swiglu_forward(a.act, a.gate_up, N, F_);
+  if (!output) return;
+  k_.linear_forward(tmp_, a.act, P + o.down, none, N, F_, C_);
+  k_.add(a.res3, a.res2, tmp_, NC);
+}
+
+template <class Real>
+void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
+  ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
+  const int B = B_, T = T_, N = B * T, C = C_;
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  Real* none = nullptr;
+
+  k_.softmax_cross_entropy_backward(logits_, targets_.data(), N, V, Vp, loss_scale / static_cast<Real>(N));
+  buffers.before_backward(0);  // the embedding (and LM head): the head now, the lookup at the very end
+  const Real* E = buffers.params(0);
+  Real* GE = buffers.grads(0);
+  k_.linear_backward(dtmp_, GE + head_, none, logits_, lnf_, E + head_, N, C, Vp, false);
+  const std::size_t last = layout_.segments().size() - 1;
+  buffers.before_backward(last);
+  exec_.zero(dres_, NC * sizeof(Real));
+  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+  kernels::rmsnorm_backward(dres_, buffers.grads(last) + lnf_w_, dtmp_, top, buffers.params(last) + lnf_w_, lnf_rstd_,
+                            N, C);
+  buffers.grad_ready(last);
+
+  for (std::size_t l = blocks_.size(); l-- > 0;) {
+    buffers.before_backward(l + 1);
+    const Real* P = buffers.params(l + 1);
+    Real* G = buffers.grads(l + 1);
+    const BlockOffsets& o = blocks_[l];
+    const BlockActs& a = block_acts_[l];
+    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    // What the block did not keep, recomputed by the same kernels from what it kept.
+    if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
+    else if (recompute_ == Recompute::selective) kernels::swiglu_forward(a.act, a.gate_up, N, F_);
+    // dres holds d(res3); the residual passes it to res2, the MLP adds its part.
+    k_.linear_backward(dff_a_, G + o.down, none, dres_, a.act, P + o.down, N, F_, C, false);
+    kernels::swiglu_backward(dff_b_, a.gate_up, dff_a_, N, F_);
+    k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, a.ln2, P + o.gate_up, N, C, 2 * F_, false);
+    kernels::rmsnorm_backward(dres_, G + o.mlp_norm, dtmp_, a.res2, P + o.mlp_norm, a.ln2_rstd, N, C);
+    // dres now holds d(res2); likewise through attention to the block's input.
+    k_.linear_backward(datty_, G + o.proj, none, dres_, a.atty, P + o.proj, N, C, C, false);
+    kernels::attention_backward(dqkv_heads_, attention_probs(a), datty_, a.qkv, B, T, C, NH_, NKV_);
+    if (NKV_ < NH_) kernels::gqa_fold(dqkv_, dqkv_heads_, N, C, NH_, NKV_);
+    kernels::rope(dqkv_, rope_, B, T, 0, W_, NH_ + NKV_, hs_, true);  // to the unrotated q and k
+    k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, a.ln1, P + o.qkv, N, C, W_, false);
+    kernels::rmsnorm_backward(dres_, G + o.attn_norm, dtmp_, in, P + o.attn_norm, a.ln1_rstd, N, C);
+    buffers.grad_ready(l + 1);
+  }
+  k_.encoder_backward(GE + wte_, none, dres_, tokens_.data(), B, T, C);
+  buffers.grad_ready(0);
+  targets_.clear();  // logits now hold gradients: a second backward would be wrong
+}
+
+template <class Real>
+std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+  const int first = decoded_;
+  ST_REQUIRE(count >= 1, "decode: no tokens to feed");
+  ST_REQUIRE(first + count <= shape_.seq_len,
+             "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +
+                 " new exceed the model's " + std::to_string(shape_.seq_len));
+  const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * W_;
+  if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(Real));
+  targets_.clear();  // not a training pass
+  B_ = 0;
+  T_ = 0;
+  tokens_.assign(tokens, tokens + count);
+
+  buffers.before_forward(0);
+  const Real* E = buffers.params(0);
+  k_.encoder_forward(x0_, tokens_.data(), E + wte_, nullptr, 1, count, C_);
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    buffers.before_forward(l + 1);
+    const Real* P = buffers.params(l + 1);
+    const BlockOffsets& o = blocks_[l];
+    const BlockActs& a = block_acts_[l];
+    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    Real* cache = decode_cache_.template as<Real>().data() + l * layer_rows;
+    Real* rows = cache + static_cast<std::size_t>(first) * W_;
+    kernels::rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, count, C_, shape_.norm_eps);
+    k_.linear_forward(rows, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), count, C_, W_);
+    kernels::rope(rows, rope_, 1, count, first, W_, NH_ + NKV_, hs_, false);
+    if (first == 0) kernels::attention_forward(a.atty, attention_probs(a), cache, 1, count, C_, NH_, NKV_);
+    else kernels::attention_rows(a.atty, cache, first, count, C_, NH_, NKV_);
+    block_after_attention(l, P, in, a, true, count);
+    buffers.after_forward(l + 1);
+  }
+  // Only the last position's next token is wanted: the final norm and the LM head on one row.
+  const std::size_t last = layout_.segments().size() - 1;
+  buffers.before_forward(last);
+  const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C_;
+  kernels::rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, 1, C_, shape_.norm_eps);
+  buffers.after_forward(last);
+  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
+  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), 1, C_, Vp);
+  buffers.after_forward(0);
+  k_.softmax_cross_entropy_forward(logits_, losses_, nullptr, 1, V, Vp);
+  decoded_ = first + count;
+  return row_on_host(logits_);
+}
+
+template <class Real>
+std::span<const Real> Llama<Real>::probs(int b, int t) const {
+  ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
+  return row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab);
+}
+
+template <class Real>
+std::span<const Real> Llama<Real>::row_on_host(const Real* row) const {
+  return {row, static_cast<std::size_t>(shape_.vocab_size)};
+}
+
+template class Llama<float>;
+template class Llama<double>;
+
+}  // namespace st

@@ -1,0 +1,88 @@
+#pragma once
+// Llama (model/model.hpp): the architecture of Llama 2/3, Mistral, Qwen 2, SmolLM. Token
+// embedding without positions; n_layer pre-RMSNorm blocks of causal grouped-query attention
+// with rotary position embeddings (Hugging Face's rotate-half layout) and a SwiGLU MLP; final
+// RMSNorm; the LM head tied to the embedding or a matrix of its own; no biases.
+//
+// On the host backend in this version (the CUDA kernels of RMSNorm, RoPE, SwiGLU and
+// grouped-query attention are not written yet): constructing it on a device throws Error.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "exec/exec.hpp"
+#include "exec/host_llama_kernels.hpp"
+#include "model/model.hpp"
+
+namespace st {
+
+template <class Real>
+class Llama final : public Model<Real> {
+ public:
+  Llama(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
+  ~Llama() override;
+
+  using Model<Real>::forward;
+  using Model<Real>::backward;
+  std::size_t activation_bytes() const override { return acts_.bytes(); }
+
+  // As transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding,
+  // RMSNorm weights 1; padded vocabulary rows 0.
+  void init_params(std::span<Real> params, std::uint64_t seed) const override;
+  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) override;
+  void backward(SegmentBuffers<Real>& buffers, Real loss_scale) override;
+  std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
+  std::span<const Real> probs(int b, int t) const override;
+  // The cache holds n_layer x seq_len rows of q, k, v (d_model + 2 n_kv_head head_dim values:
+  // with grouped-query attention n_kv_head / n_head of multi-head attention's keys and values).
+  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
+
+ private:
+  struct BlockOffsets {
+    std::size_t attn_norm, qkv, proj, mlp_norm, gate_up, down;
+  };
+  // A block's activations: its own (kept until its backward) or a working set all blocks share
+  // (recomputed). att is null when the probabilities are not kept.
+  struct BlockActs {
+    Real *ln1, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_rstd, *gate_up, *act, *res3;
+  };
+  void forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
+  // Block l's forward from its input (positions from `first`); without `output` it stops before
+  // the MLP's down projection (what backward needs, recomputed).
+  void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
+  void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
+  // The LM head's weight within segment 0: the embedding, or lm_head.w.
+  std::size_t head_offset() const { return head_; }
+  std::span<const Real> row_on_host(const Real* row) const;
+  AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
+
+  LayerKernels<Real>& k_;
+  int max_batch_;
+  int heads_at_once_;
+  int C_, NH_, NKV_, hs_, W_, F_;
+  kernels::RopeTable<Real> rope_;
+  std::size_t wte_, head_, lnf_w_;
+  std::vector<BlockOffsets> blocks_;
+
+  Memory acts_;
+  std::vector<BlockActs> block_acts_;
+  Real *x0_, *lnf_, *lnf_rstd_, *logits_, *losses_, *tmp_;
+  Real *dres_, *dtmp_, *datty_, *dqkv_, *dqkv_heads_, *dff_a_, *dff_b_;
+  Real* probs_ = nullptr;
+  Real* dprobs_ = nullptr;
+
+  std::vector<int> tokens_, targets_;
+  int B_ = 0, T_ = 0;
+
+  using Model<Real>::shape_;
+  using Model<Real>::layout_;
+  using Model<Real>::exec_;
+  using Model<Real>::recompute_;
+  using Model<Real>::decode_cache_;
+  using Model<Real>::decoded_;
+};
+
+extern template class Llama<float>;
+extern template class Llama<double>;
+
+}  // namespace st

@@ -1,0 +1,112 @@
+#pragma once
+// A decoder-only transformer over the flat parameter layout, whatever its architecture: what the
+// trainer, the sampler, the strategies and the tools use. model/gpt2.hpp and model/llama.hpp
+// implement it; make_model picks by ModelShape::arch.
+//
+// Parameters and gradients are flat buffers owned by the caller (the parallel strategy), laid
+// out by make_layout, in the backend's memory space; a model owns only activations (in the same
+// space) and its copies of the batch's tokens.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "exec/exec.hpp"
+#include "model/activations.hpp"
+#include "model/hooks.hpp"
+#include "model/layout.hpp"
+
+namespace st {
+
+template <class Real>
+class Model {
+ public:
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelShape& shape() const { return shape_; }
+  const ParamLayout& layout() const { return layout_; }
+  Recompute recompute() const { return recompute_; }
+  virtual std::size_t activation_bytes() const = 0;
+  Exec& exec() const { return exec_; }
+
+  // The architecture's initialisation (on the host, whatever the backend); padded vocabulary
+  // rows 0.
+  virtual void init_params(std::span<Real> params, std::uint64_t seed) const = 0;
+
+  // tokens and targets are B x T (T <= seq_len). Returns the mean loss over B x T (0 without
+  // targets). Keeps activations for backward and probabilities for probs().
+  virtual double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) = 0;
+  // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
+  virtual void backward(SegmentBuffers<Real>& buffers, Real loss_scale) = 0;
+
+  // The same over whole flat buffers.
+  double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T) {
+    FlatBuffers<Real> flat(layout_, params);
+    return forward(flat, tokens, targets, B, T);
+  }
+  void backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale) {
+    FlatBuffers<Real> flat(layout_, params, grads);
+    backward(flat, loss_scale);
+  }
+
+  // The order in which forward and backward call before_forward / before_backward on segments
+  // (the embeddings, used again by the LM head, stay in use for the whole pass), so that a
+  // strategy can fetch the next segment while this one computes.
+  std::vector<std::size_t> forward_order() const;
+  std::vector<std::size_t> backward_order() const;
+
+  // The logits of a forward pass without targets over whole flat parameters: B x T rows of
+  // vocab_size values (the padded columns left out), on the host. For comparisons with other
+  // implementations; training never needs them after the softmax.
+  virtual std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) = 0;
+
+  // Next-token probabilities at (b, t) of the last forward (vocab_size entries), on the host.
+  virtual std::span<const Real> probs(int b, int t) const = 0;
+
+  // ---- incremental decoding (generation) ----
+  // One sequence, fed a few tokens at a time: the keys and values of every position fed so far
+  // stay in a cache, so a new token costs one row through the model instead of a pass over the
+  // whole context. decode() feeds `count` tokens at positions decoded_length() onward (at most
+  // seq_len positions in all) and returns the next-token probabilities after the last of them
+  // (vocab_size entries, on the host). Every rank of a sharded strategy's group calls it alike:
+  // segments are gathered as in forward. The cache is allocated on the first call and not
+  // counted in activation_bytes().
+  virtual std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) = 0;
+  int decoded_length() const { return decoded_; }
+  // Forget the cached positions: the next decode starts a sequence at position 0.
+  void reset_decoding() { decoded_ = 0; }
+  // Free the cache too (a training run that samples now and then holds it only while sampling).
+  void release_decoding() {
+    decoded_ = 0;
+    decode_cache_ = Memory();
+  }
+
+ protected:
+  Model(const ModelShape& shape, Exec& exec, Recompute recompute)
+      : shape_(shape), layout_(make_layout(shape)), exec_(exec), recompute_(recompute) {}
+
+  ModelShape shape_;
+  ParamLayout layout_;
+  Exec& exec_;
+  Recompute recompute_;
+  Memory decode_cache_;  // the keys and values (and queries) of the positions decoded so far
+  int decoded_ = 0;
+};
+
+// The model of shape.arch, its activations for micro-batches of up to max_batch sequences in
+// exec's memory space. Throws Error for an architecture the backend has no kernels for.
+template <class Real>
+std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec = host_exec(),
+                                        Recompute recompute = Recompute::none);
+
+// The backend's layer kernels for Real: exec's for float; the host's for double (gradient checks,
+// which run on the host only).
+template <class Real>
+LayerKernels<Real>& layer_kernels_of(Exec& exec);
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+}  // namespace st

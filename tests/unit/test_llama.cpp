@@ -1,0 +1,236 @@
+// Llama: the layout and its published parameter counts, gradients of the whole model against
+// finite differences (grouped-query, multi-query and multi-head attention, tied and untied),
+// recomputation bit for bit, incremental decoding against full forward passes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "model/llama.hpp"
+#include "model/layout.hpp"
+#include "train/sampler.hpp"
+
+namespace st {
+namespace {
+
+ModelShape llama_shape(std::int64_t n_layer, std::int64_t d_model, std::int64_t n_head, std::int64_t n_kv_head,
+                       std::int64_t ffn_dim, std::int64_t seq_len, std::int64_t vocab, std::int64_t padded,
+                       bool tied = true, double rope_theta = 10000.0) {
+  ModelShape s{n_layer, d_model, n_head, seq_len, vocab, padded};
+  s.arch = Arch::llama;
+  s.n_kv_head = n_kv_head;
+  s.ffn_dim = ffn_dim;
+  s.tie_embeddings = tied;
+  s.rope_theta = rope_theta;
+  return s;
+}
+
+std::vector<int> tokens_for(int B, int T, int V, int salt) {
+  std::vector<int> t(static_cast<std::size_t>(B * T));
+  for (std::size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<int>((i * 7 + static_cast<std::size_t>(salt) * 3 + 1) % static_cast<std::size_t>(V));
+  return t;
+}
+
+TEST(LlamaLayout, PublishedParameterCounts) {
+  // SmolLM2-135M (config.json: hidden 576, 30 layers, 9 heads, 3 KV heads, 1536, vocab 49152,
+  // tied): transformers counts 134,515,008 parameters.
+  EXPECT_EQ(make_layout(llama_shape(30, 576, 9, 3, 1536, 2048, 49152, 49152)).total(), 134515008u);
+  // Llama 2 7B (32 heads, multi-head, untied, vocab 32000): 6,738,415,616.
+  EXPECT_EQ(make_layout(llama_shape(32, 4096, 32, 32, 11008, 4096, 32000, 32000, false)).total(), 6738415616u);
+  // Llama 3 8B (8 KV heads, untied, vocab 128256): 8,030,261,248.
+  EXPECT_EQ(make_layout(llama_shape(32, 4096, 32, 8, 14336, 8192, 128256, 128256, false)).total(), 8030261248u);
+}
+
+TEST(LlamaLayout, FfnDimFollowsMetasRounding) {
+  EXPECT_EQ(llama_ffn_dim(4096, 256), 11008);        // Llama 2 7B
+  EXPECT_EQ(llama_ffn_dim(4096, 1024, 1.3), 14336);  // Llama 3 8B
+  EXPECT_EQ(llama_ffn_dim(5120, 256), 13824);        // Llama 2 13B
+}
+
+TEST(LlamaLayout, SegmentsAndNames) {
+  const ParamLayout tied = make_layout(llama_shape(2, 16, 4, 2, 40, 8, 30, 32));
+  ASSERT_EQ(tied.segments().size(), 4u);
+  EXPECT_EQ(tied.segments()[0].tensors.size(), 1u);  // wte only: no position table
+  EXPECT_EQ(tied.tensor("block1.attn.qkv.w").shape, (std::vector<std::int64_t>{16 + 2 * 2 * 4, 16}));
+  EXPECT_EQ(tied.tensor("block0.mlp.gate_up.w").shape, (std::vector<std::int64_t>{80, 16}));
+  EXPECT_EQ(tied.tensor("block0.mlp.down.w").shape, (std::vector<std::int64_t>{16, 40}));
+  const ParamLayout untied = make_layout(llama_shape(2, 16, 4, 2, 40, 8, 30, 32, false));
+  EXPECT_EQ(untied.tensor("lm_head.w").shape, (std::vector<std::int64_t>{32, 16}));
+  EXPECT_EQ(untied.total(), tied.total() + 32 * 16);
+  EXPECT_THROW(tied.tensor("lm_head.w"), Error);
+}
+
+// Every parameter's gradient against central differences, in double precision, for grouped-
+// query (untied, another rope_theta), multi-query and multi-head (tied) attention. The weights
+// are scaled up so every path (positions included) contributes measurably.
+TEST(LlamaModel, WholeModelGradientMatchesFiniteDifferences) {
+  const ModelShape shapes[] = {
+      llama_shape(2, 16, 4, 2, 24, 6, 11, 16, false, 500.0),  // GQA, untied
+      llama_shape(1, 16, 4, 1, 20, 6, 11, 12),                // multi-query
+      llama_shape(1, 12, 2, 2, 16, 6, 11, 11),                // multi-head
+  };
+  for (const ModelShape& shape : shapes) {
+    const int B = 2, T = 5;
+    Llama<double> model(shape, B);
+    std::vector<double> params(model.layout().total());
+    model.init_params(params, 42);
+    for (auto& p : params) p *= 12.0;
+    const auto tokens = tokens_for(B, T, static_cast<int>(shape.vocab_size), 0);
+    const auto targets = tokens_for(B, T, static_cast<int>(shape.vocab_size), 1);
+    std::vector<double> grads(params.size(), 0.0);
+    model.forward(params, tokens.data(), targets.data(), B, T);
+    model.backward(params, grads, 1.0);
+    const double h = 1e-6;
+    for (const TensorSlot* t : model.layout().all_tensors()) {
+      double worst = 0, norm = 0;
+      for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
+        const double keep = params[i];
+        params[i] = keep + h;
+        const double up = model.forward(params, tokens.data(), targets.data(), B, T);
+        params[i] = keep - h;
+        const double down = model.forward(params, tokens.data(), targets.data(), B, T);
+        params[i] = keep;
+        const double numeric = (up - down) / (2 * h);
+        worst = std::max(worst, std::abs(numeric - grads[i]));
+        norm = std::max(norm, std::abs(numeric));
+      }
+      EXPECT_LT(worst, 1e-6 * std::max(1.0, norm)) << t->name << " (n_kv_head " << shape.n_kv_head << ")";
+      EXPECT_GT(norm, 0.0) << t->name << ": no gradient reaches it";
+    }
+  }
+}
+
+// Rotary embeddings make attention depend on relative position only: rotating q and k by
+// positions m and n leaves <q, k> a function of m - n.
+TEST(LlamaKernels, RopeDotProductsDependOnRelativePosition) {
+  const int hs = 8, T = 12;
+  const auto table = kernels::rope_table<double>(T, hs, 10000.0);
+  std::vector<double> q(hs), k(hs);
+  for (int i = 0; i < hs; ++i) {
+    q[i] = std::sin(1.0 + i);
+    k[i] = std::cos(2.0 * i + 0.5);
+  }
+  auto rotated_dot = [&](int m, int n) {
+    std::vector<double> a = q, b = k;
+    kernels::rope(a.data(), table, 1, 1, m, hs, 1, hs, false);
+    kernels::rope(b.data(), table, 1, 1, n, hs, 1, hs, false);
+    double dot = 0;
+    for (int i = 0; i < hs; ++i) dot += a[i] * b[i];
+    return dot;
+  };
+  EXPECT_NEAR(rotated_dot(5, 2), rotated_dot(9, 6), 1e-12);
+  EXPECT_NEAR(rotated_dot(3, 3), rotated_dot(0, 0), 1e-12);
+  EXPECT_GT(std::abs(rotated_dot(5, 2) - rotated_dot(5, 4)), 1e-3);  // another distance differs
+  // The inverse undoes it.
+  std::vector<double> a = q;
+  kernels::rope(a.data(), table, 1, 1, 7, hs, 1, hs, false);
+  kernels::rope(a.data(), table, 1, 1, 7, hs, 1, hs, true);
+  for (int i = 0; i < hs; ++i) EXPECT_NEAR(a[i], q[i], 1e-14);
+}
+
+TEST(LlamaRecompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
+  const ModelShape shape = llama_shape(3, 24, 4, 2, 40, 9, 40, 48, false);
+  const int B = 3, T = 9;
+  auto run = [&](Recompute recompute) {
+    Llama<float> model(shape, B, host_exec(), recompute);
+    std::vector<float> params(model.layout().total());
+    model.init_params(params, 11);
+    std::vector<float> grads(params.size(), 0.0f);
+    std::vector<double> losses;
+    for (int micro = 0; micro < 3; ++micro) {
+      const auto tokens = tokens_for(B, T, 40, 2 * micro), targets = tokens_for(B, T, 40, 2 * micro + 1);
+      losses.push_back(model.forward(params, tokens.data(), targets.data(), B, T));
+      model.backward(params, grads, 1.0f);
+    }
+    const auto tokens = tokens_for(2, 5, 40, 9), targets = tokens_for(2, 5, 40, 10);
+    losses.push_back(model.forward(params, tokens.data(), targets.data(), 2, 5));
+    model.backward(params, grads, 0.5f);
+    return std::make_pair(losses, grads);
+  };
+  const auto reference = run(Recompute::none);
+  for (const Recompute r : {Recompute::selective, Recompute::full}) {
+    const auto got = run(r);
+    EXPECT_EQ(got.first, reference.first) << recompute_name(r);
+    EXPECT_TRUE(got.second == reference.second) << recompute_name(r) << ": gradients differ";
+  }
+  double sum = 0;
+  for (float g : reference.second) sum += std::fabs(g);
+  EXPECT_GT(sum, 0.0);
+}
+
+TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
+  const ModelShape shape = llama_shape(4, 32, 4, 2, 48, 16, 50, 64);
+  const int B = 3;
+  const std::size_t N = 3 * 16, C = 32, W = 32 + 2 * 2 * 8, F = 48, L = 4, NH = 4, TT = 16 * 16, Vp = 64;
+  for (const int heads : {1, 2, 12}) {
+    // x0, the final norm and its statistics, logits, losses, tmp, dres dtmp datty, dqkv, the
+    // per-query-head gradient of q, k, v, the probabilities' gradient, two MLP-wide scratches.
+    const std::size_t shared =
+        N * C + N * C + N + N * Vp + N + N * C + 3 * N * C + N * W + 3 * N * C + heads * TT + 4 * N * F;
+    const std::size_t none = L * (5 * N * C + N * W + 3 * N * F + 2 * N + B * NH * TT) + shared;
+    const std::size_t selective = L * (5 * N * C + N * W + 2 * N * F + 2 * N) + heads * TT + shared;
+    const std::size_t full = L * N * C + (4 * N * C + N * W + 2 * N * F + 2 * N + heads * TT) + shared;
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::none, heads).total(), none);
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::selective, heads).total(), selective);
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::full, heads).total(), full);
+  }
+  for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    Llama<float> model(shape, B, host_exec(), r);
+    const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
+    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads).total() * sizeof(float));
+  }
+}
+
+// Decoding with the grouped-query key/value cache gives the probabilities of a full forward pass
+// at every position, after a prompt, token by token and after a reset.
+TEST(LlamaDecode, ProbabilitiesEqualAFullForwardAtEveryPosition) {
+  const ModelShape shape = llama_shape(3, 24, 4, 2, 40, 20, 40, 48);
+  const int T = 20;
+  const auto tokens = tokens_for(1, T, 40, 5);
+  for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+    Llama<float> model(shape, 2, host_exec(), recompute);
+    std::vector<float> params(model.layout().total());
+    model.init_params(params, 17);
+    for (float& p : params) p *= 6.0f;
+    FlatBuffers<float> flat(model.layout(), params);
+    model.forward(flat, tokens.data(), nullptr, 1, T);
+    std::vector<std::vector<float>> expected;
+    for (int t = 0; t < T; ++t) {
+      const auto p = model.probs(0, t);
+      expected.emplace_back(p.begin(), p.end());
+    }
+    auto worst_difference = [](std::span<const float> got, const std::vector<float>& want) {
+      double worst = 0;
+      for (std::size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::fabs(double(got[v]) - want[v]));
+      return worst;
+    };
+    const int prompt = 7;
+    auto got = model.decode(flat, tokens.data(), prompt);
+    EXPECT_LT(worst_difference(got, expected[prompt - 1]), 1e-6) << recompute_name(recompute) << ", the prompt";
+    for (int t = prompt; t < T; ++t) {
+      got = model.decode(flat, tokens.data() + t, 1);
+      EXPECT_LT(worst_difference(got, expected[t]), 1e-6) << recompute_name(recompute) << ", position " << t;
+    }
+    EXPECT_GT(worst_difference(expected[T - 1], expected[0]), 1e-3);
+    EXPECT_THROW(model.decode(flat, tokens.data(), 1), Error);
+    model.reset_decoding();
+    got = model.decode(flat, tokens.data(), 3);
+    EXPECT_LT(worst_difference(got, expected[2]), 1e-6) << recompute_name(recompute) << ", after a reset";
+  }
+}
+
+TEST(LlamaModel, InitialLossIsNearLnVocab) {
+  const ModelShape shape = llama_shape(2, 64, 4, 2, 128, 32, 256, 256);
+  Llama<float> model(shape, 4);
+  std::vector<float> params(model.layout().total());
+  model.init_params(params, 3);
+  const auto tokens = tokens_for(4, 32, 256, 1), targets = tokens_for(4, 32, 256, 2);
+  const double loss = model.forward(params, tokens.data(), targets.data(), 4, 32);
+  EXPECT_NEAR(loss, std::log(256.0), 0.05);
+}
+
+}  // namespace
+}  // namespace st
