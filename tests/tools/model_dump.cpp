@@ -1,9 +1,12 @@
-// Writes a small GPT-2's weights, a batch, and the loss and gradients this implementation
-// computes, so an independent implementation (tests/e2e/torch_crosscheck.py) can compare.
-//   gpt2_dump OUT_DIR
+// Writes a small model's weights, a batch, and the loss, logits and gradients this implementation
+// computes, so an independent implementation (tests/e2e/torch_crosscheck.py, torch_llama.py) can
+// compare.
+//   model_dump OUT_DIR                                        GPT-2
+//   model_dump OUT_DIR llama N_KV_HEAD TIED(0|1) ROPE_THETA   Llama (4 heads)
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,7 +14,7 @@
 
 #include "core/json_text.hpp"
 #include "core/random.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 
 namespace {
 
@@ -25,14 +28,22 @@ void write(const std::string& path, const std::vector<T>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: gpt2_dump OUT_DIR\n");
+  if (argc != 2 && !(argc == 6 && std::string(argv[2]) == "llama")) {
+    std::fprintf(stderr, "usage: model_dump OUT_DIR [llama N_KV_HEAD TIED(0|1) ROPE_THETA]\n");
     return 2;
   }
   const std::string dir = argv[1];
-  const st::ModelShape shape{2, 32, 4, 16, 60, 64};
+  st::ModelShape shape{2, 32, 4, 16, 60, 64};
+  if (argc == 6) {
+    shape.arch = st::Arch::llama;
+    shape.n_kv_head = std::stoi(argv[3]);
+    shape.ffn_dim = 56;
+    shape.tie_embeddings = std::string(argv[4]) == "1";
+    shape.rope_theta = std::stod(argv[5]);
+  }
   const int B = 3, T = 16;
-  st::Gpt2<float> model(shape, B);
+  const std::unique_ptr<st::Model<float>> owned = st::make_model<float>(shape, B);
+  st::Model<float>& model = *owned;
   std::vector<float> params(model.layout().total());
   model.init_params(params, 5);
   // Perturb everything (biases, norms too) so no gradient path is trivially zero.
@@ -46,6 +57,7 @@ int main(int argc, char** argv) {
     targets[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
   }
   std::vector<float> grads(params.size(), 0.0f);
+  write(dir + "/logits.f32", model.logits(params, tokens.data(), B, T));
   const double loss = model.forward(params, tokens.data(), targets.data(), B, T);
   model.backward(params, grads, 1.0f);
 
@@ -55,7 +67,10 @@ int main(int argc, char** argv) {
   write(dir + "/targets.i32", targets);
   nlohmann::ordered_json meta = {{"n_layer", shape.n_layer}, {"d_model", shape.d_model}, {"n_head", shape.n_head},
                                  {"seq_len", shape.seq_len}, {"vocab_size", shape.vocab_size},
-                                 {"padded_vocab", shape.padded_vocab}, {"B", B}, {"T", T}, {"loss", loss},
+                                 {"padded_vocab", shape.padded_vocab}, {"arch", st::arch_name(shape.arch)},
+                                 {"n_kv_head", shape.kv_heads()}, {"ffn_dim", shape.hidden()},
+                                 {"tie_embeddings", shape.tie_embeddings}, {"rope_theta", shape.rope_theta},
+                                 {"norm_eps", shape.norm_eps}, {"B", B}, {"T", T}, {"loss", loss},
                                  {"tensors", nlohmann::ordered_json::array()}};
   for (const auto* t : model.layout().all_tensors())
     meta["tensors"].push_back({{"name", t->name}, {"offset", t->offset}, {"shape", t->shape}});

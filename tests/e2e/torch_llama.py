@@ -1,0 +1,104 @@
+"""Cross-check of model.arch = "llama" against a Llama written here in PyTorch (float64), as
+transformers' LlamaForCausalLM computes it: RMSNorm, rotate-half rotary embeddings, key/value heads
+repeated per query group, SwiGLU, no biases. From the same weights and tokens, for grouped-query
+attention (untied, rope_theta 500000), multi-query and multi-head (tied): the logits within 1e-5
+relative, the loss and every parameter's gradient within 1e-4. Skipped (exit 77) without torch."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"SKIP: PyTorch is not importable by {sys.executable} ({e}); tools/setup.sh installs python3-torch")
+    sys.exit(77)
+
+p = argparse.ArgumentParser()
+p.add_argument("--dump", required=True)
+args = p.parse_args()
+torch.set_default_dtype(torch.float64)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def llama_logits(w, tokens, meta):
+    L, C, NH, NKV, F = meta["n_layer"], meta["d_model"], meta["n_head"], meta["n_kv_head"], meta["ffn_dim"]
+    V, eps, theta = meta["vocab_size"], meta["norm_eps"], meta["rope_theta"]
+    B, T = tokens.shape
+    hd = C // NH
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = w["wte"][tokens]
+    for l in range(L):
+        p = f"block{l}."
+        h = rms_norm(x, w[p + "attn_norm.w"], eps)
+        qkv = h @ w[p + "attn.qkv.w"].T
+        q, k, v = qkv.split([C, NKV * hd, NKV * hd], dim=-1)
+        q = q.view(B, T, NH, hd).transpose(1, 2)
+        k = k.view(B, T, NKV, hd).transpose(1, 2)
+        v = v.view(B, T, NKV, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(NH // NKV, dim=1)  # transformers' repeat_kv
+        v = v.repeat_interleave(NH // NKV, dim=1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / hd ** 0.5 + mask, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ w[p + "attn.proj.w"].T
+        h = rms_norm(x, w[p + "mlp_norm.w"], eps)
+        gate, up = (h @ w[p + "mlp.gate_up.w"].T).split([F, F], dim=-1)
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down.w"].T
+    x = rms_norm(x, w["lnf.w"], eps)
+    head = w["wte"] if meta["tie_embeddings"] else w["lm_head.w"]
+    return (x @ head.T)[..., :V]
+
+
+failures = 0
+for n_kv_head, tied, theta in ((2, 0, 500000.0), (1, 1, 10000.0), (4, 1, 10000.0)):
+    work = tempfile.mkdtemp(prefix="st_torch_llama_")
+    subprocess.run([args.dump, work, "llama", str(n_kv_head), str(tied), str(theta)], check=True)
+    meta = json.load(open(f"{work}/meta.json"))
+    label = f"n_kv_head {n_kv_head}, {'tied' if tied else 'untied'}, rope_theta {theta:g}"
+    params = np.fromfile(f"{work}/params.f32", dtype=np.float32).astype(np.float64)
+    ours = np.fromfile(f"{work}/grads.f32", dtype=np.float32).astype(np.float64)
+    B, T, V = meta["B"], meta["T"], meta["vocab_size"]
+    tokens = torch.from_numpy(np.fromfile(f"{work}/tokens.i32", dtype=np.int32).astype(np.int64).reshape(B, T))
+    targets = torch.from_numpy(np.fromfile(f"{work}/targets.i32", dtype=np.int32).astype(np.int64).reshape(B, T))
+    our_logits = np.fromfile(f"{work}/logits.f32", dtype=np.float32).astype(np.float64).reshape(B, T, V)
+    w = {}
+    for t in meta["tensors"]:
+        n = int(np.prod(t["shape"]))
+        w[t["name"]] = torch.tensor(params[t["offset"]:t["offset"] + n].reshape(t["shape"]), requires_grad=True)
+    logits = llama_logits(w, tokens, meta)
+    err = np.abs(logits.detach().numpy() - our_logits).max() / np.abs(logits.detach().numpy()).max()
+    print(f"{'ok' if err < 1e-5 else 'MISMATCH':8s} {label}: logits max relative difference {err:.2e}")
+    failures += err >= 1e-5
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    loss.backward()
+    rel = abs(loss.item() - meta["loss"]) / abs(loss.item())
+    print(f"{'ok' if rel < 1e-4 else 'MISMATCH':8s} {label}: loss torch {loss.item():.8f} shardtrain "
+          f"{meta['loss']:.8f} relative difference {rel:.2e}")
+    failures += rel >= 1e-4
+    for t in meta["tensors"]:
+        g = w[t["name"]].grad.numpy().ravel()
+        mine = ours[t["offset"]:t["offset"] + g.size]
+        scale = np.abs(g).max()
+        e = np.abs(g - mine).max() / scale if scale > 0 else np.abs(mine).max()
+        status = "ok" if e < 1e-4 and scale > 0 else "MISMATCH"
+        failures += status != "ok"
+        print(f"{status:8s} {label}: {t['name']:22s} max |grad| {scale:.3e} max relative difference {e:.2e}")
+print("passed" if failures == 0 else f"{failures} mismatches")
+sys.exit(1 if failures else 0)
