@@ -28,8 +28,13 @@ CheckpointInfo distinct_info() {
   std::int64_t k = 0;
   for (const CheckpointField& field : kCheckpointFields) {
     ++k;
+    // The architecture llama, so that the fields only llama records are written too.
     visit_field(info, field, [&](auto& value) {
-      if constexpr (std::is_same_v<decltype(value), std::string&>) value = std::string("value of ") + field.name;
+      using T = std::decay_t<decltype(value)>;
+      if constexpr (std::is_same_v<T, std::string>) value = std::string("value of ") + field.name;
+      else if constexpr (std::is_same_v<T, Arch>) value = Arch::llama;
+      else if constexpr (std::is_same_v<T, bool>) value = !value;
+      else if constexpr (std::is_same_v<T, double>) value = 1000.25 + 17 * static_cast<double>(k);
       else value = 1000 + 17 * k;
     });
   }
@@ -39,7 +44,10 @@ CheckpointInfo distinct_info() {
 std::string shown(const CheckpointInfo& info, const CheckpointField& field) {
   std::string text;
   visit_field(info, field, [&](const auto& value) {
-    if constexpr (std::is_same_v<decltype(value), const std::string&>) text = "\"" + value + "\"";
+    using T = std::decay_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, std::string>) text = "\"" + value + "\"";
+    else if constexpr (std::is_same_v<T, Arch>) text = arch_name(value);
+    else if constexpr (std::is_same_v<T, bool>) text = value ? "true" : "false";
     else text = std::to_string(value);
   });
   return text;

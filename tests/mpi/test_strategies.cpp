@@ -1,4 +1,5 @@
-// Every strategy driven through the parallel plan on a small GPT-2: a few steps with gradient
+// Every strategy driven through the parallel plan on a small GPT-2 and a small Llama (grouped-
+// query attention, untied LM head): a few steps with gradient
 // accumulation on fixed batches, the parameters and gradient norms against one rank training on
 // the whole batch, and the bytes each kind of collective moved in a step against the plan's
 // prediction. Registered on 1..4 ranks and on 2 x 2 emulated nodes (hsdp then replicates
@@ -9,6 +10,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/stack.hpp"
@@ -28,6 +31,16 @@ int emulated_ranks_per_node() {
 
 // Sizes that divide by none of the rank counts, so that every segment is padded.
 const ModelShape kShape{2, 12, 3, 7, 11, 13};
+// The same sequence length and vocabulary (fill_sequence serves both).
+const ModelShape kLlamaShape = [] {
+  ModelShape s{2, 16, 4, 7, 11, 13};
+  s.arch = Arch::llama;
+  s.n_kv_head = 2;
+  s.ffn_dim = 20;
+  s.tie_embeddings = false;
+  return s;
+}();
+const ModelShape& shape_of(Arch arch) { return arch == Arch::llama ? kLlamaShape : kShape; }
 constexpr int kGlobalBatch = 24;  // sequences per step: 2 micro-batches on each of 1, 2, 3 or 4 ranks
 constexpr int kMicroBatches = 2;
 constexpr int kSteps = 4;
@@ -65,7 +78,7 @@ TrafficCounters minus(const TrafficCounters& a, const TrafficCounters& b) {
 
 // Trains kSteps steps of `strategy` on `world`'s ranks as the trainer does: each rank its share
 // of the global batch in kMicroBatches micro-batches, clipping, AdamW.
-Trained train(World& world, StrategyKind strategy, Precision precision, double bucket_mb) {
+Trained train(World& world, Arch arch, StrategyKind strategy, Precision precision, double bucket_mb) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -77,7 +90,8 @@ Trained train(World& world, StrategyKind strategy, Precision precision, double b
   const int ranks = world.size();
   const int per_rank = kGlobalBatch / ranks;
   const int micro = per_rank / kMicroBatches;
-  Gpt2<float> model(kShape, micro);
+  const std::unique_ptr<Model<float>> owned = make_model<float>(shape_of(arch), micro);
+  Model<float>& model = *owned;
   auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision,
                                                make_mesh(strategy, 0, ranks, world.local_size(), "test"), kMicroBatches,
                                                bucket_mb);
@@ -125,12 +139,16 @@ Trained train(World& world, StrategyKind strategy, Precision precision, double b
 }
 
 // One rank training on the whole batch with ddp: the reference every strategy must meet.
-const Trained& reference() {
-  static const Trained r = [] {
+const Trained& reference(Arch arch) {
+  static const Trained gpt2 = [] {
     World self(MPI_COMM_SELF);
-    return train(self, StrategyKind::ddp, Precision::fp32, 0);
+    return train(self, Arch::gpt2, StrategyKind::ddp, Precision::fp32, 0);
   }();
-  return r;
+  static const Trained llama = [] {
+    World self(MPI_COMM_SELF);
+    return train(self, Arch::llama, StrategyKind::ddp, Precision::fp32, 0);
+  }();
+  return arch == Arch::llama ? llama : gpt2;
 }
 
 void expect_matches_plan(const Trained& t, const ParallelPlan& plan, const char* what) {
@@ -141,31 +159,35 @@ void expect_matches_plan(const Trained& t, const ParallelPlan& plan, const char*
       EXPECT_EQ(step.of(kind), plan.bytes_of(kind)) << what << ": collective kind " << static_cast<int>(kind);
 }
 
-class Strategies : public ::testing::TestWithParam<StrategyKind> {};
+class Strategies : public ::testing::TestWithParam<std::tuple<StrategyKind, Arch>> {
+ protected:
+  StrategyKind strategy() const { return std::get<0>(GetParam()); }
+  Arch arch() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
   // ddp with small buckets: several all-reduces, each padded as the plan says.
-  const double bucket_mb = GetParam() == StrategyKind::ddp ? 0.002 : 0;
-  const Trained t = train(world, GetParam(), Precision::fp32, bucket_mb);
+  const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
+  const Trained t = train(world, arch(), strategy(), Precision::fp32, bucket_mb);
   const ParallelPlan* plan = t.plan.get();
-  const Trained& ref = reference();
+  const Trained& ref = reference(arch());
   ASSERT_EQ(t.params.size(), ref.params.size());
   double worst = 0;
   for (std::size_t i = 0; i < t.params.size(); ++i) worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
-  EXPECT_LT(worst, 1e-5) << name_of(GetParam()) << " on " << world.size() << " rank(s)";
+  EXPECT_LT(worst, 1e-5) << name_of(strategy()) << " on " << world.size() << " rank(s)";
   for (int step = 0; step < kSteps; ++step)
     EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5) << step;
   // Clipping was exercised (the reference's first norm is above the threshold).
   EXPECT_GT(ref.norms.front(), kClip);
   expect_matches_plan(t, *plan, "fp32");
-  if (world.size() > 1 && GetParam() == StrategyKind::ddp) {
+  if (world.size() > 1 && strategy() == StrategyKind::ddp) {
     EXPECT_GT(plan->buckets().size(), 1u);
   }
-  if (world.size() > 1 && GetParam() != StrategyKind::hsdp) {
+  if (world.size() > 1 && strategy() != StrategyKind::hsdp) {
     EXPECT_GT(plan->group_bytes(), 0u);
   }
-  if (world.node_count() > 1 && GetParam() == StrategyKind::hsdp) {
+  if (world.node_count() > 1 && strategy() == StrategyKind::hsdp) {
     EXPECT_EQ(plan->mesh().replicas, world.node_count());
     EXPECT_GT(plan->replica_bytes(), 0u);
   }
@@ -173,19 +195,24 @@ TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
 
 TEST_P(Strategies, MixedPrecisionSendsWhatThePlanSays) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
-  const Trained t = train(world, GetParam(), Precision::bf16, 0.001);
+  const Trained t = train(world, arch(), strategy(), Precision::bf16, 0.001);
   expect_matches_plan(t, *t.plan, "bf16");
   // bf16 rounds: close to the fp32 reference, not equal.
   double worst = 0;
   for (std::size_t i = 0; i < t.params.size(); ++i)
-    worst = std::max(worst, std::fabs(double(t.params[i]) - reference().params[i]));
+    worst = std::max(worst, std::fabs(double(t.params[i]) - reference(arch()).params[i]));
   EXPECT_LT(worst, 0.1);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, Strategies,
-                         ::testing::Values(StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
-                                           StrategyKind::zero3, StrategyKind::hsdp),
-                         [](const auto& param_info) { return name_of(param_info.param); });
+                         ::testing::Combine(::testing::Values(StrategyKind::ddp, StrategyKind::zero1,
+                                                              StrategyKind::zero2, StrategyKind::zero3,
+                                                              StrategyKind::hsdp),
+                                            ::testing::Values(Arch::gpt2, Arch::llama)),
+                         [](const auto& param_info) {
+                           return std::string(name_of(std::get<0>(param_info.param))) + "_" +
+                                  arch_name(std::get<1>(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace st
