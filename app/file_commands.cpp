@@ -34,16 +34,6 @@ std::string wrote(WeightsFormat format, const std::string& out, WeightDtype dtyp
          ") and " + hf_config_path(out);
 }
 
-std::string model_text(const ModelShape& s) {
-  std::string text = std::string(s.arch == Arch::llama ? "llama, " : "") + "n_layer " + std::to_string(s.n_layer) +
-                     ", d_model " + std::to_string(s.d_model) + ", n_head " + std::to_string(s.n_head);
-  if (s.arch == Arch::llama)
-    text += ", n_kv_head " + std::to_string(s.kv_heads()) + ", ffn_dim " + std::to_string(s.hidden()) +
-            (s.tie_embeddings ? ", tied" : ", untied") + " LM head";
-  return text + ", seq_len " + std::to_string(s.seq_len) + ", vocab " + std::to_string(s.vocab_size) + " (padded " +
-         std::to_string(s.padded_vocab) + ")";
-}
-
 // A checkpoint's file name, its directory's `latest`, or any HDF5 file a checkpoint reader accepts.
 bool is_checkpoint(const std::string& path) {
   const std::string name = fs::path(path).filename().string();
@@ -168,7 +158,7 @@ int weights_command(const WeightsRequest& request, World& world) {
     char line[200];
     std::snprintf(line, sizeof line, "  read in %.3f s; %zu parameters, L2 norm %.6g%s\n", seconds, params.size(),
                   std::sqrt(sum_squares), finite ? "" : " (NOT all finite)");
-    std::cout << source.path << "\n  " << source.description << "\n  model: " << model_text(source.shape) << "\n"
+    std::cout << source.path << "\n  " << source.description << "\n  model: " << model_summary(source.shape) << "\n"
               << line << "  deck: [model] init_from = \"" << request.file << "\", from_file = true\n";
   });
 }

@@ -628,9 +628,7 @@ std::string inspect_checkpoint(const std::string& path) {
        << "  written by " << info.world_size << " rank(s) with strategy " << info.strategy << " ("
        << info.precision << (info.strategy == "hsdp" ? ", groups of " + std::to_string(info.shard_group) : "")
        << "), " << info.created_by << (info.run_id.empty() ? "" : ", run " + info.run_id) << "\n"
-       << "  model: n_layer " << s.n_layer << ", d_model " << s.d_model << ", n_head " << s.n_head << ", seq_len "
-       << s.seq_len << ", vocab " << s.vocab_size << " (padded " << s.padded_vocab << "), " << elements
-       << " parameters\n";
+       << "  model: " << model_summary(s) << ", " << elements << " parameters\n";
     h5::Handle file = h5::open_file_serial(path);
     const auto names = h5::read_strings(h5::open_group(file.get(), "layout").get(), "names");
     file.close("closing " + path);

@@ -35,6 +35,16 @@ std::vector<const TensorSlot*> ParamLayout::all_tensors() const {
   return out;
 }
 
+std::string model_summary(const ModelShape& s) {
+  std::string text = std::string(s.arch == Arch::llama ? "llama, " : "") + "n_layer " + std::to_string(s.n_layer) +
+                     ", d_model " + std::to_string(s.d_model) + ", n_head " + std::to_string(s.n_head);
+  if (s.arch == Arch::llama)
+    text += ", n_kv_head " + std::to_string(s.kv_heads()) + ", ffn_dim " + std::to_string(s.hidden()) +
+            (s.tie_embeddings ? ", tied" : ", untied") + " LM head";
+  return text + ", seq_len " + std::to_string(s.seq_len) + ", vocab " + std::to_string(s.vocab_size) + " (padded " +
+         std::to_string(s.padded_vocab) + ")";
+}
+
 const char* arch_name(Arch arch) { return arch == Arch::llama ? "llama" : "gpt2"; }
 
 std::optional<Arch> arch_from_name(std::string_view name) {

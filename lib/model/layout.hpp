@@ -40,6 +40,10 @@ struct ModelShape {
   std::int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }
 };
 
+// "n_layer 2, d_model 32, n_head 4, seq_len 32, vocab 256 (padded 256)", and for llama
+// "llama, n_layer 2, ..., n_head 4, n_kv_head 2, ffn_dim 48, untied LM head, seq_len ...".
+std::string model_summary(const ModelShape& shape);
+
 // "gpt2" / "llama", and back (nullopt for another name).
 const char* arch_name(Arch arch);
 std::optional<Arch> arch_from_name(std::string_view name);
