@@ -155,12 +155,12 @@ void MergeBuilder::add(std::string_view left, std::string_view right, const std:
   std::string parts[2], why;
   for (int k = 0; k < 2; ++k) {
     if (!alphabet_bytes(spelled[k], parts[k], why)) throw Error(where + "token " + shown(spelled[k]) + " " + why);
-    if (!id_of_.count(parts[k])) throw Error(where + "token " + shown(spelled[k]) + " is not in the " + vocab_source_.substr(vocab_source_.rfind("vocabulary")));
+    if (!id_of_.count(parts[k])) throw Error(where + "token " + shown(spelled[k]) + " is not in the " + short_source());
   }
   const auto result = id_of_.find(parts[0] + parts[1]);
   if (result == id_of_.end())
     throw Error(where + "merging " + shown(spelled[0]) + " and " + shown(spelled[1]) + " gives a token that the " +
-                vocab_source_.substr(vocab_source_.rfind("vocabulary")) + " lacks");
+                short_source() + " lacks");
   if (const auto earlier = merged_at_.find(result->second); earlier != merged_at_.end())
     throw Error(where + "merging " + shown(spelled[0]) + " and " + shown(spelled[1]) + " makes token " +
                 std::to_string(result->second) + " again (" + earlier->second + " made it)");

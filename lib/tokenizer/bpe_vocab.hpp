@@ -74,6 +74,12 @@ class MergeBuilder {
   void finish(const std::string& merges_source);
 
  private:
+  // "vocabulary 'path'" of "tokenizer vocabulary 'path'" (a merges line names its file already).
+  std::string short_source() const {
+    const auto at = vocab_source_.rfind("vocabulary '");
+    return at == std::string::npos ? vocab_source_ : vocab_source_.substr(at);
+  }
+
   BpeVocabulary& v_;
   std::string vocab_source_;
   std::unordered_map<std::string_view, std::int32_t> id_of_;
