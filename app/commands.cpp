@@ -259,22 +259,33 @@ int main_with_mpi(int argc, char** argv) {
   auto* doc = cli.add_subcommand("deck-doc", "Print the input deck reference (docs/deck.md)");
   TokenizeRequest tokenize_request;
   auto* tokenize = cli.add_subcommand(
-      "tokenize", "Encode a text with GPT-2's tokenizer into llm.c token files (uint16, 256 x int32 header); under "
-                  "mpirun the ranks share the text and write the same files as one rank");
+      "tokenize", "Encode a text with a tokenizer (GPT-2's by default) into llm.c token files (256 x int32 header; "
+                  "uint16 tokens, or uint32 when the vocabulary exceeds 65536); under mpirun the ranks share the text "
+                  "and write the same files as one rank");
   tokenize->add_option("input", tokenize_request.input, "Text file")->required();
   tokenize->add_option("output", tokenize_request.output, "Token file (with --shard-tokens: the name shards follow)")
       ->required();
+  tokenize->add_option("--tokenizer", tokenize_request.tokenizer,
+                       "As data.tokenizer: gpt2 (default), hf (a tokenizer.json) or tiktoken (a rank file such as "
+                       "cl100k_base.tiktoken)")
+      ->check(CLI::IsMember({"gpt2", "hf", "tiktoken"}));
+  tokenize->add_option("--tokenizer-pattern", tokenize_request.pattern,
+                       "As data.tokenizer_pattern, for hf and tiktoken: auto (default: the file's), gpt2 or cl100k")
+      ->check(CLI::IsMember({"auto", "gpt2", "cl100k"}));
   tokenize->add_option("--tokenizer-files", tokenize_request.tokenizer_files,
-                       "[vocab.json merges.txt] or [encoder.json vocab.bpe] or a directory holding them (default: " +
-                           default_gpt2_files() + ", which tools/setup.sh fills)")
+                       "As data.tokenizer_files. gpt2: [vocab.json merges.txt] or [encoder.json vocab.bpe] or a "
+                       "directory holding them (default: " +
+                           default_gpt2_files() +
+                           ", which tools/setup.sh fills); hf: tokenizer.json or its directory; tiktoken: the rank file")
       ->expected(1, 2);
   tokenize->add_option("--shard-tokens", tokenize_request.shard_tokens,
                        "Write files of this many tokens, OUTPUT's name with _000000, _000001, ... before its extension")
       ->check(kPositive);
   tokenize->add_option("--separator", tokenize_request.separator,
                        "Documents are separated by lines holding exactly this text (e.g. % for fortune files); each "
-                       "document is encoded alone after <|endoftext|> (50256), as llm.c does. Default: the text is "
-                       "one stream, encoded as it is");
+                       "document is encoded alone after the tokenizer's document start (GPT-2: <|endoftext|>, 50256, "
+                       "as llm.c does; a file with a beginning-of-text token: that token, else its end-of-text). "
+                       "Default: the text is one stream, encoded as it is");
   auto* ckpt = cli.add_subcommand("ckpt", "Checkpoint tools");
   ckpt->require_subcommand(1);
   CkptRequest ckpt_request;

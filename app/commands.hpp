@@ -38,11 +38,14 @@ int plan_command(const DeckRequest& request, const MachineOptions& options, int 
 // `shardtrain doctor`: checks the setup, one line per check.
 int doctor_command(World& world);
 
-// `shardtrain tokenize IN OUT`: encode a text with GPT-2's tokenizer into llm.c token files,
-// the ranks sharing the text; the files are the same on any number of ranks.
+// `shardtrain tokenize IN OUT`: encode a text with a tokenizer (GPT-2's by default) into llm.c
+// token files (uint16, or uint32 for vocabularies beyond 65536), the ranks sharing the text;
+// the files are the same on any number of ranks.
 struct TokenizeRequest {
   std::string input, output;
-  std::vector<std::string> tokenizer_files;  // empty: the GPT-2 files tools/setup.sh installs
+  std::string tokenizer = "gpt2";            // as data.tokenizer: gpt2, hf or tiktoken
+  std::string pattern = "auto";              // as data.tokenizer_pattern
+  std::vector<std::string> tokenizer_files;  // empty: the GPT-2 files tools/setup.sh installs (gpt2 only)
   std::uint64_t shard_tokens = 0;            // 0: one file
   std::string separator;                     // "": the text is one stream
 };

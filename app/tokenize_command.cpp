@@ -18,12 +18,13 @@ std::string default_gpt2_files() { return ST_DEFAULT_GPT2_FILES; }
 
 int tokenize_command(const TokenizeRequest& request, World& world) {
   MPI_Comm comm = world.comm();
-  const std::vector<std::string> files =
-      request.tokenizer_files.empty() ? std::vector<std::string>{default_gpt2_files()} : request.tokenizer_files;
+  const std::vector<std::string> files = request.tokenizer_files.empty() && request.tokenizer == "gpt2"
+                                             ? std::vector<std::string>{default_gpt2_files()}
+                                             : request.tokenizer_files;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<MappedFile> input;
   agreed(comm, [&] {
-    tokenizer = make_tokenizer("gpt2", files);
+    tokenizer = make_tokenizer(request.tokenizer, files, request.pattern);
     input.emplace(request.input);
   });
   const std::string_view text(reinterpret_cast<const char*>(input->data()), input->size());
@@ -31,10 +32,12 @@ int tokenize_command(const TokenizeRequest& request, World& world) {
   // Encoding alone is timed (the slowest rank's): the throughput a benchmark compares.
   ST_CHECK_MPI(MPI_Barrier(comm));
   Stopwatch clock;
-  const std::vector<std::uint16_t> tokens = encode_rank_share(text, request.separator, *tokenizer, comm);
+  const std::vector<std::uint32_t> tokens = encode_rank_share(text, request.separator, *tokenizer, comm);
   double seconds = clock.seconds();
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
-  const std::vector<WrittenShard> written = write_token_shards(request.output, tokens, request.shard_tokens, comm);
+  const std::size_t token_bytes = token_file_bytes(*tokenizer);
+  const std::vector<WrittenShard> written =
+      write_token_shards(request.output, tokens, token_bytes, request.shard_tokens, comm);
 
   if (world.is_root()) {
     std::uint64_t total = 0;
@@ -50,7 +53,8 @@ int tokenize_command(const TokenizeRequest& request, World& world) {
                                                   "\", each preceded by token " +
                                                   std::to_string(tokenizer->document_start()))
               << "\n";
-    for (const auto& w : written) std::cout << "wrote " << w.path << ": " << w.tokens << " tokens\n";
+    const std::string width = token_bytes == 2 ? " uint16 tokens\n" : " uint32 tokens\n";
+    for (const auto& w : written) std::cout << "wrote " << w.path << ": " << w.tokens << width;
   }
   return kExitOk;
 }

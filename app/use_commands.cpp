@@ -209,7 +209,8 @@ TextCodec text_codec(const LoadedModel& m, World& world) {
   TextCodec codec;
   std::string problem;
   try {
-    codec.tokenizer = make_tokenizer(m.config.data.tokenizer, m.config.data.tokenizer_files);
+    codec.tokenizer =
+        make_tokenizer(m.config.data.tokenizer, m.config.data.tokenizer_files, m.config.data.tokenizer_pattern);
   } catch (const Error& e) {
     problem = m.origin() + ": " + (m.weights ? "" : "its deck's ") + "data.tokenizer = \"" + m.config.data.tokenizer +
               "\": " + e.what() + " (--set data.tokenizer_files=... names them here)";

@@ -16,27 +16,56 @@ constexpr std::size_t kHeaderBytes = kTokenFileHeaderInts * sizeof(std::int32_t)
 bool starts_with_magic(const MappedFile& file) {
   std::int32_t magic = 0;
   if (file.size() >= sizeof magic) std::memcpy(&magic, file.data(), sizeof magic);
-  return magic == kTokenFileMagic;
+  return magic == kTokenFileMagic || magic == kTokenFileMagic32;
 }
 
-// The token count of a token file after checking its header and length.
-std::size_t checked_token_count(const MappedFile& file) {
+struct TokenFileShape {
+  std::size_t count = 0;
+  std::size_t token_bytes = 2;  // 2 (uint16) or 4 (uint32)
+};
+
+// The token count and width of a token file after checking its header and length.
+TokenFileShape checked_token_file(const MappedFile& file) {
   const std::string& path = file.path();
   std::int32_t header[3] = {};
   if (file.size() >= sizeof header) std::memcpy(header, file.data(), sizeof header);
-  if (file.size() < kHeaderBytes || header[0] != kTokenFileMagic)
+  if (file.size() < kHeaderBytes || (header[0] != kTokenFileMagic && header[0] != kTokenFileMagic32))
     throw Error("data file '" + path + "' is not a token file: it does not start with the magic " +
-                std::to_string(kTokenFileMagic) + " (use data.format = \"text\" for text)");
-  if (header[1] != kTokenFileVersion)
+                std::to_string(kTokenFileMagic) + " (uint16 tokens) or " + std::to_string(kTokenFileMagic32) +
+                " (uint32 tokens) (use data.format = \"text\" for text)");
+  TokenFileShape shape;
+  if (header[0] == kTokenFileMagic32) {
+    shape.token_bytes = 4;
+    if (header[1] != kTokenFileVersion32)
+      throw Error("token file '" + path + "' has the magic " + std::to_string(kTokenFileMagic32) + " and version " +
+                  std::to_string(header[1]) + "; this build reads that magic with version " +
+                  std::to_string(kTokenFileVersion32) + " (uint32 tokens)");
+  } else if (header[1] != kTokenFileVersion) {
     throw Error("token file '" + path + "' has version " + std::to_string(header[1]) + "; this build reads version " +
                 std::to_string(kTokenFileVersion) + " (uint16 tokens)");
+  }
   if (header[2] <= 0) throw Error("token file '" + path + "' declares " + std::to_string(header[2]) + " tokens");
-  const auto count = static_cast<std::size_t>(header[2]);
-  if (file.size() != kHeaderBytes + count * sizeof(std::uint16_t))
-    throw Error("token file '" + path + "' declares " + std::to_string(count) + " tokens (" +
-                std::to_string(kHeaderBytes + count * 2) + " bytes with the header) but has " +
-                std::to_string(file.size()) + " bytes: truncated or not a token file");
-  return count;
+  shape.count = static_cast<std::size_t>(header[2]);
+  if (file.size() != kHeaderBytes + shape.count * shape.token_bytes)
+    throw Error("token file '" + path + "' declares " + std::to_string(shape.count) + " tokens (" +
+                std::to_string(kHeaderBytes + shape.count * shape.token_bytes) + " bytes with the header, " +
+                std::to_string(shape.token_bytes) + " bytes a token) but has " + std::to_string(file.size()) +
+                " bytes: truncated or not a token file");
+  return shape;
+}
+
+template <class Token>
+void write_tokens(const std::string& path, const Token* tokens, std::size_t count, std::int32_t magic,
+                  std::int32_t version) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error("cannot write token file '" + path + "'");
+  std::int32_t header[kTokenFileHeaderInts] = {};
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<std::int32_t>(count);
+  out.write(reinterpret_cast<const char*>(header), sizeof header);
+  out.write(reinterpret_cast<const char*>(tokens), static_cast<std::streamsize>(count * sizeof(Token)));
+  if (!out) throw Error("failed writing token file '" + path + "'");
 }
 
 }  // namespace
@@ -58,14 +87,16 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths, const std
     all_text = !as_tokens;
     DataShard shard{path, data.size_, 0, !as_tokens};
     if (as_tokens) {
-      shard.size = checked_token_count(file);
-      source.wide = reinterpret_cast<const std::uint16_t*>(file.data() + kHeaderBytes);
+      const TokenFileShape shape = checked_token_file(file);
+      shard.size = shape.count;
+      if (shape.token_bytes == 2) source.wide = reinterpret_cast<const std::uint16_t*>(file.data() + kHeaderBytes);
+      else source.wide32 = reinterpret_cast<const std::uint32_t*>(file.data() + kHeaderBytes);
     } else if (encode_text) {
       source.encoded = encode_text(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path);
       source.file.reset();  // the text is not needed once encoded
       if (source.encoded.empty()) throw Error("data file '" + path + "' encodes to no tokens");
       shard.size = source.encoded.size();
-      source.wide = source.encoded.data();
+      source.wide32 = source.encoded.data();
     } else {
       shard.size = file.size();
       source.bytes = file.data();
@@ -99,14 +130,13 @@ int TokenDataset::operator[](std::size_t i) const {
   const std::size_t k = shard_of(i);
   const Source& s = sources_[k];
   const std::size_t at = i - shards_[k].begin;
-  return s.bytes ? s.bytes[at] : s.wide[at];
+  return s.visit([&](const auto* tokens) { return static_cast<int>(tokens[at]); });
 }
 
 void TokenDataset::copy(std::size_t begin, std::size_t count, int* out) const {
   for_each_piece(begin, begin + count, [&](std::size_t k, std::size_t first, std::size_t n) {
     const Source& s = sources_[k];
-    if (s.bytes) std::copy(s.bytes + first, s.bytes + first + n, out);
-    else std::copy(s.wide + first, s.wide + first + n, out);
+    s.visit([&](const auto* tokens) { std::copy(tokens + first, tokens + first + n, out); });
     out += n;
   });
 }
@@ -125,8 +155,7 @@ std::optional<std::size_t> TokenDataset::first_token_at_least(int limit, std::si
       const auto* hit = std::find_if(tokens + first, tokens + first + n, [&](int t) { return t >= limit; });
       if (hit != tokens + first + n) found = shards_[k].begin + static_cast<std::size_t>(hit - tokens);
     };
-    if (s.bytes) scan(s.bytes);
-    else scan(s.wide);
+    s.visit(scan);
   });
   return found;
 }
@@ -135,8 +164,9 @@ int TokenDataset::max_token(std::size_t begin, std::size_t end) const {
   int largest = 0;
   for_each_piece(begin, end, [&](std::size_t k, std::size_t first, std::size_t n) {
     const Source& s = sources_[k];
-    if (s.bytes) largest = std::max<int>(largest, *std::max_element(s.bytes + first, s.bytes + first + n));
-    else largest = std::max<int>(largest, *std::max_element(s.wide + first, s.wide + first + n));
+    s.visit([&](const auto* tokens) {
+      largest = std::max<int>(largest, static_cast<int>(*std::max_element(tokens + first, tokens + first + n)));
+    });
   });
   return largest;
 }
@@ -145,7 +175,9 @@ double TokenDataset::unigram_entropy(std::size_t begin, std::size_t end) const {
   std::vector<double> counts(static_cast<std::size_t>(max_token(begin, end)) + 1, 0.0);
   for_each_piece(begin, end, [&](std::size_t k, std::size_t first, std::size_t n) {
     const Source& s = sources_[k];
-    for (std::size_t i = first; i < first + n; ++i) counts[s.bytes ? s.bytes[i] : s.wide[i]] += 1;
+    s.visit([&](const auto* tokens) {
+      for (std::size_t i = first; i < first + n; ++i) counts[tokens[i]] += 1;
+    });
   });
   const double total = static_cast<double>(end - begin);
   double h = 0;
@@ -155,15 +187,11 @@ double TokenDataset::unigram_entropy(std::size_t begin, std::size_t end) const {
 }
 
 void write_token_file(const std::string& path, const std::uint16_t* tokens, std::size_t count) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw Error("cannot write token file '" + path + "'");
-  std::int32_t header[kTokenFileHeaderInts] = {};
-  header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
-  header[2] = static_cast<std::int32_t>(count);
-  out.write(reinterpret_cast<const char*>(header), sizeof header);
-  out.write(reinterpret_cast<const char*>(tokens), static_cast<std::streamsize>(count * sizeof(std::uint16_t)));
-  if (!out) throw Error("failed writing token file '" + path + "'");
+  write_tokens(path, tokens, count, kTokenFileMagic, kTokenFileVersion);
+}
+
+void write_token_file(const std::string& path, const std::uint32_t* tokens, std::size_t count) {
+  write_tokens(path, tokens, count, kTokenFileMagic32, kTokenFileVersion32);
 }
 
 }  // namespace st

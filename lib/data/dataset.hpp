@@ -2,7 +2,8 @@
 // Training data as one stream of token ids over one or more files ("shards"), in the order
 // given: byte-level text (each byte a token, vocabulary 256), text encoded by a tokenizer, or
 // token files in llm.c's format (header of 256 int32: magic 20240520, version 1, token count;
-// then uint16 tokens), mapped rather than read so large files cost no memory. A window may run
+// then uint16 tokens; or magic 20240801, version 7, as llm.c writes for Llama 3: uint32
+// tokens), mapped rather than read so large files cost no memory. A window may run
 // from one file into the next: a list of shards is the same data as their concatenation.
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,9 @@ namespace st {
 
 inline constexpr std::int32_t kTokenFileMagic = 20240520;
 inline constexpr std::int32_t kTokenFileVersion = 1;
+// Token files of uint32 ids, for vocabularies beyond 65536 tokens: llm.c's Llama 3 header.
+inline constexpr std::int32_t kTokenFileMagic32 = 20240801;
+inline constexpr std::int32_t kTokenFileVersion32 = 7;
 inline constexpr std::size_t kTokenFileHeaderInts = 256;
 
 // One file of the stream and its place in it.
@@ -30,9 +34,9 @@ struct DataShard {
 class TokenDataset {
  public:
   // Encodes one text file's bytes: used for text when data.tokenizer is not "byte".
-  using TextEncoder = std::function<std::vector<std::uint16_t>(std::string_view text, const std::string& path)>;
+  using TextEncoder = std::function<std::vector<std::uint32_t>(std::string_view text, const std::string& path)>;
 
-  // format: "text", "tokens" or "auto" (tokens if a file starts with the magic); every file
+  // format: "text", "tokens" or "auto" (tokens if a file starts with either magic); every file
   // must be of one kind. Text is byte tokens unless `encode_text` is given. Throws Error naming
   // the file and what is wrong with it.
   static TokenDataset open(const std::vector<std::string>& paths, const std::string& format,
@@ -60,9 +64,18 @@ class TokenDataset {
  private:
   struct Source {
     std::optional<MappedFile> file;
-    std::vector<std::uint16_t> encoded;  // text encoded by a tokenizer
+    std::vector<std::uint32_t> encoded;  // text encoded by a tokenizer
+    // Exactly one is set: byte-level text, a uint16 token file, uint32 tokens (file or encoded).
     const unsigned char* bytes = nullptr;
     const std::uint16_t* wide = nullptr;
+    const std::uint32_t* wide32 = nullptr;
+    // Calls fn(pointer to the tokens) with the pointer of its type.
+    template <class Fn>
+    decltype(auto) visit(Fn&& fn) const {
+      if (bytes) return fn(bytes);
+      if (wide) return fn(wide);
+      return fn(wide32);
+    }
   };
   // Calls fn(shard, first, count) over the pieces of [begin, end) in each file, in order.
   template <class Fn>
@@ -74,7 +87,9 @@ class TokenDataset {
   bool byte_level_ = true;
 };
 
-// Writes a token file in the format above (for tools and tests).
+// Writes a token file in the format above (for tools and tests): uint16, or uint32 with the
+// Llama 3 header.
 void write_token_file(const std::string& path, const std::uint16_t* tokens, std::size_t count);
+void write_token_file(const std::string& path, const std::uint32_t* tokens, std::size_t count);
 
 }  // namespace st

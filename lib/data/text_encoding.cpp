@@ -75,14 +75,9 @@ void encode_text_share(std::string_view text, std::size_t begin, std::size_t end
   finish(end);
 }
 
-std::vector<std::uint16_t> narrow_tokens(const std::vector<int>& tokens, const Tokenizer& tokenizer) {
-  if (tokenizer.vocab_size() > 65536)
-    throw Error("the tokenizer's " + std::to_string(tokenizer.vocab_size()) +
-                " token ids do not fit in token files' uint16", ErrorScope::all_ranks);
-  return std::vector<std::uint16_t>(tokens.begin(), tokens.end());
-}
+std::size_t token_file_bytes(const Tokenizer& tokenizer) { return tokenizer.vocab_size() > 65536 ? 4 : 2; }
 
-std::vector<std::uint16_t> encode_rank_share(std::string_view text, const std::string& separator, Tokenizer& tokenizer,
+std::vector<std::uint32_t> encode_rank_share(std::string_view text, const std::string& separator, Tokenizer& tokenizer,
                                              MPI_Comm comm) {
   int rank = 0, ranks = 1;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -90,12 +85,12 @@ std::vector<std::uint16_t> encode_rank_share(std::string_view text, const std::s
   const auto [begin, end] = text_share(text, rank, ranks, separator);
   std::vector<int> tokens;
   encode_text_share(text, begin, end, separator, tokenizer, tokens);
-  return narrow_tokens(tokens, tokenizer);
+  return std::vector<std::uint32_t>(tokens.begin(), tokens.end());
 }
 
-std::vector<std::uint16_t> encode_text_over_ranks(std::string_view text, const std::string& separator,
+std::vector<std::uint32_t> encode_text_over_ranks(std::string_view text, const std::string& separator,
                                                   Tokenizer& tokenizer, MPI_Comm comm, const std::string& path) {
-  const std::vector<std::uint16_t> mine = encode_rank_share(text, separator, tokenizer, comm);
+  const std::vector<std::uint32_t> mine = encode_rank_share(text, separator, tokenizer, comm);
   int ranks = 1;
   ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
   unsigned long long count = mine.size(), total = 0;
@@ -109,9 +104,9 @@ std::vector<std::uint16_t> encode_text_over_ranks(std::string_view text, const s
   const int mine_count = static_cast<int>(count);
   ST_CHECK_MPI(MPI_Allgather(&mine_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
   for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-  std::vector<std::uint16_t> all(total);
-  ST_CHECK_MPI(MPI_Allgatherv(mine.data(), mine_count, MPI_UINT16_T, all.data(), counts.data(), offsets.data(),
-                              MPI_UINT16_T, comm));
+  std::vector<std::uint32_t> all(total);
+  ST_CHECK_MPI(MPI_Allgatherv(mine.data(), mine_count, MPI_UINT32_T, all.data(), counts.data(), offsets.data(),
+                              MPI_UINT32_T, comm));
   return all;
 }
 

@@ -6,11 +6,11 @@
 // Two layouts:
 // - A stream (separator ""): the text is encoded as it is, as tiktoken's encode_ordinary does.
 //   Shares are cut after a newline that has a printable ASCII character on both sides: there
-//   GPT-2's pre-tokenizer always ends a piece, whatever comes before or after.
+//   GPT-2's and cl100k's pre-tokenizers always end a piece, whatever comes before or after.
 // - Documents separated by lines that hold exactly `separator` (fortune files use "%"): each
 //   document (the lines between two separator lines, newlines included; empty ones skipped)
-//   is encoded alone and preceded by the tokenizer's document start, GPT-2's <|endoftext|>
-//   (50256), as llm.c's data preparation does; separator lines become no tokens. Shares are cut
+//   is encoded alone and preceded by the tokenizer's document start (GPT-2's <|endoftext|>,
+//   50256, as llm.c's data preparation does; a tokenizer file's beginning-of-text token); separator lines become no tokens. Shares are cut
 //   at document starts.
 #include <mpi.h>
 
@@ -36,16 +36,17 @@ std::pair<std::size_t, std::size_t> text_share(std::string_view text, int rank, 
 void encode_text_share(std::string_view text, std::size_t begin, std::size_t end, const std::string& separator,
                        Tokenizer& tokenizer, std::vector<int>& out);
 
-// The ids as uint16 (llm.c's token files); throws Error if the tokenizer's ids do not fit.
-std::vector<std::uint16_t> narrow_tokens(const std::vector<int>& tokens, const Tokenizer& tokenizer);
+// Bytes a token in the token files of this tokenizer: 2 (uint16, llm.c's GPT-2 files) when its
+// ids fit, else 4 (uint32, llm.c's Llama 3 files).
+std::size_t token_file_bytes(const Tokenizer& tokenizer);
 
 // This rank's share of the text's tokens (collective only in that all ranks must agree on the
 // text, the separator and the tokenizer).
-std::vector<std::uint16_t> encode_rank_share(std::string_view text, const std::string& separator, Tokenizer& tokenizer,
+std::vector<std::uint32_t> encode_rank_share(std::string_view text, const std::string& separator, Tokenizer& tokenizer,
                                              MPI_Comm comm);
 
 // The whole text's tokens on every rank: each encodes its share, then all gather. Collective.
-std::vector<std::uint16_t> encode_text_over_ranks(std::string_view text, const std::string& separator,
+std::vector<std::uint32_t> encode_text_over_ranks(std::string_view text, const std::string& separator,
                                                   Tokenizer& tokenizer, MPI_Comm comm, const std::string& path);
 
 }  // namespace st

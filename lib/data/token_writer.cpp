@@ -54,8 +54,14 @@ std::string token_shard_name(const std::string& path, std::size_t index) {
   return (p.parent_path() / (p.stem().string() + number + p.extension().string())).string();
 }
 
-std::vector<WrittenShard> write_token_shards(const std::string& path, const std::vector<std::uint16_t>& local,
-                                             std::uint64_t shard_tokens, MPI_Comm comm) {
+std::vector<WrittenShard> write_token_shards(const std::string& path, const std::vector<std::uint32_t>& local,
+                                             std::size_t token_bytes, std::uint64_t shard_tokens, MPI_Comm comm) {
+  ST_REQUIRE(token_bytes == 2 || token_bytes == 4, "token files hold uint16 or uint32 tokens");
+  // uint16 files are written from a narrowed copy (the caller checked that the ids fit).
+  const std::vector<std::uint16_t> narrow =
+      token_bytes == 2 ? std::vector<std::uint16_t>(local.begin(), local.end()) : std::vector<std::uint16_t>{};
+  const MPI_Datatype type = token_bytes == 2 ? MPI_UINT16_T : MPI_UINT32_T;
+  const auto* data = token_bytes == 2 ? static_cast<const void*>(narrow.data()) : static_cast<const void*>(local.data());
   int rank = 0;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   unsigned long long mine = local.size(), before = 0, total = 0;
@@ -79,11 +85,11 @@ std::vector<WrittenShard> write_token_shards(const std::string& path, const std:
     {
       SharedFile file(partial, comm);
       const auto header_bytes = static_cast<MPI_Offset>(kTokenFileHeaderInts * sizeof(std::int32_t));
-      ST_CHECK_MPI(MPI_File_set_size(file.get(), header_bytes + static_cast<MPI_Offset>((last - first) * 2)));
+      ST_CHECK_MPI(MPI_File_set_size(file.get(), header_bytes + static_cast<MPI_Offset>((last - first) * token_bytes)));
       if (rank == 0) {
         std::int32_t header[kTokenFileHeaderInts] = {};
-        header[0] = kTokenFileMagic;
-        header[1] = kTokenFileVersion;
+        header[0] = token_bytes == 2 ? kTokenFileMagic : kTokenFileMagic32;
+        header[1] = token_bytes == 2 ? kTokenFileVersion : kTokenFileVersion32;
         header[2] = static_cast<std::int32_t>(last - first);
         ST_CHECK_MPI(MPI_File_write_at(file.get(), 0, header, static_cast<int>(kTokenFileHeaderInts), MPI_INT32_T,
                                        MPI_STATUS_IGNORE));
@@ -93,9 +99,9 @@ std::vector<WrittenShard> write_token_shards(const std::string& path, const std:
       const std::uint64_t to = std::min<std::uint64_t>(last, before + mine);
       while (from < to) {
         const std::uint64_t n = std::min<std::uint64_t>(to - from, 1u << 30);
-        const MPI_Offset at = header_bytes + static_cast<MPI_Offset>((from - first) * 2);
-        ST_CHECK_MPI(MPI_File_write_at(file.get(), at, local.data() + (from - before), static_cast<int>(n), MPI_UINT16_T,
-                                       MPI_STATUS_IGNORE));
+        const MPI_Offset at = header_bytes + static_cast<MPI_Offset>((from - first) * token_bytes);
+        const auto* source = static_cast<const char*>(data) + (from - before) * token_bytes;
+        ST_CHECK_MPI(MPI_File_write_at(file.get(), at, source, static_cast<int>(n), type, MPI_STATUS_IGNORE));
         from += n;
       }
       file.close();

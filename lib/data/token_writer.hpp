@@ -18,8 +18,10 @@ struct WrittenShard {
 // shorter) named after `path` with _000000, _000001, ... before its extension (out.bin ->
 // out_000000.bin), as llm.c's fineweb_train_000001.bin. Each file is written under a temporary
 // name and renamed when complete. Collective; throws Error naming the file on failure.
-std::vector<WrittenShard> write_token_shards(const std::string& path, const std::vector<std::uint16_t>& local,
-                                             std::uint64_t shard_tokens, MPI_Comm comm);
+// token_bytes: 2 writes uint16 tokens under llm.c's GPT-2 header (magic 20240520, version 1;
+// every id must be below 65536), 4 writes uint32 under its Llama 3 header (20240801, version 7).
+std::vector<WrittenShard> write_token_shards(const std::string& path, const std::vector<std::uint32_t>& local,
+                                             std::size_t token_bytes, std::uint64_t shard_tokens, MPI_Comm comm);
 
 // The name of shard `index` of `path` (as above).
 std::string token_shard_name(const std::string& path, std::size_t index);

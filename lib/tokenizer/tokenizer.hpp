@@ -23,7 +23,9 @@ class Tokenizer {
   // id outside the vocabulary.
   virtual std::string decode(std::span<const int> tokens) const = 0;
   // The token a document starts from, so an empty prompt has something to continue: a newline
-  // for bytes, <|endoftext|> for GPT-2 (as GPT-2 and llm.c begin each document with it).
+  // for bytes, <|endoftext|> for GPT-2 (as GPT-2 and llm.c begin each document with it), the
+  // file's beginning-of-text token where it has one (Llama 3's <|begin_of_text|>), else its
+  // end-of-text token.
   virtual int document_start() const = 0;
 
   std::vector<int> encode(std::string_view text) {
@@ -33,9 +35,12 @@ class Tokenizer {
   }
 };
 
-// data.tokenizer: "byte" (each byte is a token, vocabulary 256) or "gpt2" (byte-level BPE from
+// data.tokenizer: "byte" (each byte is a token, vocabulary 256), "gpt2" (byte-level BPE from
 // `files`: [vocab.json, merges.txt] or [encoder.json, vocab.bpe] or one directory holding
-// either pair). Throws Error naming the file and the problem.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::vector<std::string>& files);
+// either pair), "hf" ([tokenizer.json] or its directory) or "tiktoken" ([a rank file]).
+// `pattern` (data.tokenizer_pattern): "auto" (the file's), "gpt2" or "cl100k", for hf and
+// tiktoken only. Throws Error naming the file and the problem.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::vector<std::string>& files,
+                                          const std::string& pattern = "auto");
 
 }  // namespace st

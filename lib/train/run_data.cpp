@@ -47,7 +47,7 @@ void require_ids_fit(const TokenDataset& data, std::int64_t vocab_size, MPI_Comm
 RunData open_run_data(const Config& config, MPI_Comm comm, bool whole_for_validation) {
   const DataConfig& d = config.data;
   RunData run;
-  agreed(comm, [&] { run.tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_files); });
+  agreed(comm, [&] { run.tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_files, d.tokenizer_pattern); });
   // The byte tokenizer is checked by the data's own ids (token files may use fewer than 256).
   if (d.tokenizer != "byte" && run.tokenizer->vocab_size() > config.model.vocab_size)
     throw Error(config.deck_path + ": data.tokenizer = \"" + d.tokenizer + "\" has " +

@@ -1,13 +1,14 @@
-// The reference encoder for shardtrain's GPT-2 tokenizer: OpenAI's tiktoken (its Rust core
-// compiled to WebAssembly, from npm), encoding "gpt2". Writes an llm.c token file (256 x int32
-// header: 20240520, 1, token count; then uint16 tokens) that `shardtrain tokenize` must equal
-// byte for byte, and prints the encoding time.
+// The reference encoder for shardtrain's byte-level BPE tokenizers: OpenAI's tiktoken (its Rust
+// core compiled to WebAssembly, from npm), encoding "gpt2" or, with --encoding, another
+// ("cl100k_base"). Writes an llm.c token file (256 x int32 header: 20240520, 1, token count;
+// then uint16 tokens; for cl100k_base's 100277 ids: 20240801, 7, count, then uint32 tokens) that
+// `shardtrain tokenize` must equal byte for byte, and prints the encoding time.
 //
-//   node tiktoken_encode.js IN [OUT] [--separator LINE]
+//   node tiktoken_encode.js IN [OUT] [--separator LINE] [--encoding NAME]
 //
 // Without --separator the text is one stream (encode_ordinary of the whole file). With it,
 // documents are the lines between lines holding exactly LINE (a "\r" before the "\n" ignored),
-// empty ones skipped; each is encoded alone after <|endoftext|> (50256). The time printed is the
+// empty ones skipped; each is encoded alone after <|endoftext|> (50256; cl100k_base: 100257). The time printed is the
 // encoding's alone, after a warm-up encode of another short text (so that compiling the
 // WebAssembly is not in it).
 "use strict";
@@ -24,6 +25,7 @@ const option = (name, fallback) => {
   return value;
 };
 const separator = option("--separator", null);
+const encoding = option("--encoding", "gpt2");
 const [input, output] = args;
 // tiktoken takes JavaScript strings: the file must be UTF-8 (the tests' texts are).
 const text = fs.readFileSync(input, "utf8");
@@ -46,7 +48,9 @@ function documents(text) {
   return docs;
 }
 
-const enc = get_encoding("gpt2");
+const enc = get_encoding(encoding);
+const endOfText = enc.encode("<|endoftext|>", "all")[0];
+const wide = encoding !== "gpt2" && encoding !== "r50k_base";
 enc.encode_ordinary("A warm-up text: 123 words, don't time it!\n");
 const begin = process.hrtime.bigint();
 let ids;
@@ -55,7 +59,7 @@ if (separator === null) {
 } else {
   const parts = [];
   for (const doc of documents(text)) {
-    parts.push(Uint32Array.of(50256));  // <|endoftext|>
+    parts.push(Uint32Array.of(endOfText));
     parts.push(enc.encode_ordinary(doc));
   }
   let n = 0;
@@ -70,9 +74,9 @@ console.log(`tiktoken: ${Buffer.byteLength(text, "utf8")} bytes into ${ids.lengt
 
 if (output) {
   const header = new Int32Array(256);
-  header[0] = 20240520;
-  header[1] = 1;
+  header[0] = wide ? 20240801 : 20240520;
+  header[1] = wide ? 7 : 1;
   header[2] = ids.length;
-  const body = Uint16Array.from(ids);
+  const body = wide ? Uint32Array.from(ids) : Uint16Array.from(ids);
   fs.writeFileSync(output, Buffer.concat([Buffer.from(header.buffer), Buffer.from(body.buffer)]));
 }

@@ -157,7 +157,7 @@ TEST(Deck, DataKeysThatContradictEachOtherAreNamed) {
   EXPECT_NE(error_of(base + "tokenizer = \"gpt2\"\n").find("data.tokenizer = \"gpt2\" needs data.tokenizer_files"),
             std::string::npos);
   EXPECT_NE(error_of(base + "tokenizer_files = \"gpt2/\"\n")
-                .find("data.tokenizer_files applies to data.tokenizer = \"gpt2\" only (this deck has \"byte\")"),
+                .find("data.tokenizer_files applies to data.tokenizer = \"gpt2\", \"hf\" or \"tiktoken\" only (this deck has \"byte\")"),
             std::string::npos);
   EXPECT_NE(error_of(base + "tokenizer = \"bpe\"\n").find("one of \"byte\", \"gpt2\""), std::string::npos);
 }
