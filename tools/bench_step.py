@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 """Step benchmark: shardtrain against PyTorch on one core, same model shape, same run.
 
-    /usr/bin/python3 tools/bench_step.py [--layers 2 4] [--steps 8] [--batch 4]
+    /usr/bin/python3 tools/bench_step.py [--arch gpt2|llama] [--layers 2 4] [--steps 8] [--batch 4]
+                                         [--rounds 1]
 
 For each depth it trains d_model 768, 12 heads, seq_len 256 (byte vocabulary) for a few steps
 with one rank pinned to core 0 (taskset, one thread), then times the same model, AdamW step
-included, in PyTorch (Debian's python3-torch, also pinned to core 0, one thread). MFU of both
-is reported against the sgemm rate that shardtrain measures in the same run. Prints a Markdown
-table for docs/benchmarks.md."""
+included, in PyTorch (Debian's python3-torch, also pinned to core 0, one thread); with
+--rounds N the two alternate N times and every sample is printed, then the median ratio. GPT-2,
+or (--arch llama) a Llama of SmolLM2's proportions: 4 key/value heads for the 12 query heads,
+SwiGLU 2048 wide, tied embedding. MFU of both is reported against the sgemm rate that
+shardtrain measures in the same run. Prints a Markdown table for docs/benchmarks.md."""
 import argparse
 import json
 import os
@@ -21,14 +24,26 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 D_MODEL, N_HEAD, SEQ, VOCAB = 768, 12, 256, 256
+N_KV_HEAD, FFN_DIM = 4, 2048  # llama: SmolLM2's ratios (9 heads over 3, 1536 for 576)
 
 
-def flops_per_token(layers):
+def flops_per_token(arch, layers):
     # shardtrain's count (lib/model/layout.cpp): 6 x matmul parameters + 12 L C T.
-    return 6 * (layers * 12 * D_MODEL ** 2 + VOCAB * D_MODEL) + 12 * layers * D_MODEL * SEQ
+    if arch == "llama":
+        qkv = D_MODEL + 2 * N_KV_HEAD * (D_MODEL // N_HEAD)
+        block = qkv * D_MODEL + D_MODEL ** 2 + 3 * FFN_DIM * D_MODEL
+    else:
+        block = 12 * D_MODEL ** 2
+    return 6 * (layers * block + VOCAB * D_MODEL) + 12 * layers * D_MODEL * SEQ
 
 
-def run_shardtrain(exe, layers, steps, batch, corpus, work):
+def model_keys(arch):
+    if arch != "llama":
+        return ""
+    return (f'arch = "llama"\nn_kv_head = {N_KV_HEAD}\nffn_dim = {FFN_DIM}\n')
+
+
+def run_shardtrain(exe, layers, steps, batch, corpus, work, arch="gpt2"):
     out = os.path.join(work, f"st_{layers}")
     deck = os.path.join(work, f"bench_{layers}.toml")
     with open(deck, "w") as f:
@@ -41,7 +56,7 @@ sample_tokens = 0
 threads = 1
 out_dir = "{out}"
 [model]
-n_layer = {layers}
+{model_keys(arch)}n_layer = {layers}
 d_model = {D_MODEL}
 n_head = {N_HEAD}
 seq_len = {SEQ}
@@ -62,10 +77,18 @@ TORCH_CHILD = r"""
 import sys, time, statistics, torch
 sys.path.insert(0, sys.argv[1])
 from torch_gpt2 import gpt2_init, gpt2_loss
-layers, steps, batch, C, H, T, V = map(int, sys.argv[2:9])
+from torch_llama import llama_init, llama_loss
+layers, steps, batch, C, H, T, V, KV, FF = map(int, sys.argv[2:11])
+arch = sys.argv[11]
 torch.set_num_threads(1)
 torch.manual_seed(0)
-w = gpt2_init(layers, C, T, V)
+cfg = dict(n_layer=layers, d_model=C, n_head=H, n_kv_head=KV, ffn_dim=FF, vocab_size=V, norm_eps=1e-5,
+           rope_theta=10000.0, tie_embeddings=True)
+if arch == "llama":
+    w = llama_init(cfg, V)
+    gpt2_loss = lambda w, x, y, *rest: llama_loss(w, x, y, cfg)
+else:
+    w = gpt2_init(layers, C, T, V)
 opt = torch.optim.AdamW(w.values(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
 data = torch.randint(0, V, (steps, batch, T + 1))
 times = []
@@ -81,9 +104,10 @@ print(statistics.median(times[2:]))
 """
 
 
-def run_torch(layers, steps, batch):
+def run_torch(layers, steps, batch, arch="gpt2"):
     proc = subprocess.run(["taskset", "-c", "0", "/usr/bin/python3", "-c", TORCH_CHILD, HERE, str(layers), str(steps),
-                           str(batch), str(D_MODEL), str(N_HEAD), str(SEQ), str(VOCAB)],
+                           str(batch), str(D_MODEL), str(N_HEAD), str(SEQ), str(VOCAB), str(N_KV_HEAD),
+                           str(FFN_DIM), arch],
                           capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
         sys.exit(f"PyTorch baseline failed:\n{proc.stderr}")
@@ -99,26 +123,38 @@ def main():
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
     p.add_argument("--compare-exe", help="another shardtrain build (e.g. an earlier commit): run round by round, "
                                          "interleaved with --exe, and report every sample and the ratio")
-    p.add_argument("--rounds", type=int, default=3, help="with --compare-exe: rounds of (exe, compare-exe)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds of (shardtrain, PyTorch), or with --compare-exe of (exe, compare-exe); "
+                        "default 1, or 3 with --compare-exe")
+    p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
     args = p.parse_args()
     if args.compare_exe:
+        args.rounds = args.rounds or 3
         return compare(args)
+    rounds = args.rounds or 1
     work = tempfile.mkdtemp(prefix="st_bench_")
     tokens = args.batch * SEQ
-    print(f"# step benchmark, one core (taskset -c 0), d_model {D_MODEL}, {N_HEAD} heads, seq_len {SEQ}, "
-          f"batch {args.batch} x {SEQ} = {tokens} tokens, vocabulary {VOCAB}; {time.strftime('%Y-%m-%d')}")
+    shape = (f"{N_HEAD} heads over {N_KV_HEAD} key/value heads, SwiGLU {FFN_DIM}" if args.arch == "llama"
+             else f"{N_HEAD} heads")
+    print(f"# step benchmark, one core (taskset -c 0), {args.arch}, d_model {D_MODEL}, {shape}, seq_len {SEQ}, "
+          f"batch {args.batch} x {SEQ} = {tokens} tokens, vocabulary {VOCAB}; {time.strftime('%Y-%m-%d %H:%M')}")
     print(f"# OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     print()
-    print("| layers | sgemm GFLOP/s (measured) | shardtrain ms/step | tok/s | MFU | PyTorch ms/step | tok/s | MFU "
-          "| shardtrain / PyTorch tok/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| layers | round | sgemm GFLOP/s (measured) | shardtrain ms/step | tok/s | MFU | PyTorch ms/step | tok/s "
+          "| MFU | shardtrain / PyTorch tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for layers in args.layers:
-        st_s, rate = run_shardtrain(args.exe, layers, args.steps, args.batch, args.corpus, work)
-        pt_s = run_torch(layers, args.steps, args.batch)
-        flops = flops_per_token(layers) * tokens
-        print(f"| {layers} | {rate / 1e9:.1f} | {st_s * 1e3:.0f} | {tokens / st_s:.0f} | {flops / st_s / rate:.1%} "
-              f"| {pt_s * 1e3:.0f} | {tokens / pt_s:.0f} | {flops / pt_s / rate:.1%} | {pt_s / st_s:.2f} |",
-              flush=True)
+        ratios = []
+        for r in range(rounds):
+            st_s, rate = run_shardtrain(args.exe, layers, args.steps, args.batch, args.corpus, work, args.arch)
+            pt_s = run_torch(layers, args.steps, args.batch, args.arch)
+            flops = flops_per_token(args.arch, layers) * tokens
+            ratios.append(pt_s / st_s)
+            print(f"| {layers} | {r + 1} | {rate / 1e9:.1f} | {st_s * 1e3:.0f} | {tokens / st_s:.0f} "
+                  f"| {flops / st_s / rate:.1%} | {pt_s * 1e3:.0f} | {tokens / pt_s:.0f} | {flops / pt_s / rate:.1%} "
+                  f"| {pt_s / st_s:.2f} |", flush=True)
+        if rounds > 1:
+            print(f"| {layers} | median | | | | | | | | {statistics.median(ratios):.2f} |", flush=True)
 
 
 def compare(args):

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "exec/fast_exp.hpp"
+
 namespace st::kernels {
 
 template <class R>
@@ -87,10 +89,13 @@ void rope(R* x, const RopeTable<R>& table, int B, int T, int first, int W, int h
 }
 
 namespace {
-template <class R>
-R sigmoid(R x) {
-  return R(1) / (R(1) + std::exp(-x));
+// The logistic function from e^-|x| (never overflows): the fast float exponential in training,
+// the library's in double (gradient checks).
+inline float sigmoid(float x) {
+  const float z = exp_nonpositive(x < 0 ? x : -x);
+  return x < 0 ? z / (1.0f + z) : 1.0f / (1.0f + z);
 }
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 }  // namespace
 
 template <class R>
@@ -100,6 +105,7 @@ void swiglu_forward(R* out, const R* in, int N, int F) {
     const R* gate = in + static_cast<std::size_t>(n) * 2 * F;
     const R* up = gate + F;
     R* o = out + static_cast<std::size_t>(n) * F;
+#pragma omp simd
     for (int i = 0; i < F; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
   }
 }
@@ -113,6 +119,7 @@ void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) {
     const R* d = dout + static_cast<std::size_t>(n) * F;
     R* dgate = din + static_cast<std::size_t>(n) * 2 * F;
     R* dup = dgate + F;
+#pragma omp simd
     for (int i = 0; i < F; ++i) {
       const R g = gate[i], sg = sigmoid(g);
       dup[i] = d[i] * g * sg;

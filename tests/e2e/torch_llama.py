@@ -1,6 +1,6 @@
-"""Cross-check of model.arch = "llama" against a Llama written here in PyTorch (float64), as
-transformers' LlamaForCausalLM computes it: RMSNorm, rotate-half rotary embeddings, key/value heads
-repeated per query group, SwiGLU, no biases. From the same weights and tokens, for grouped-query
+"""Cross-check of model.arch = "llama" against a Llama written in PyTorch (tools/torch_llama.py,
+float64), as transformers' LlamaForCausalLM computes it: RMSNorm, rotate-half rotary embeddings,
+key/value heads repeated per query group, SwiGLU, no biases. From the same weights and tokens, for grouped-query
 attention (untied, rope_theta 500000), multi-query and multi-head (tied): the logits within 1e-5
 relative, the loss and every parameter's gradient within 1e-4. Skipped (exit 77) without torch."""
 import argparse
@@ -17,53 +17,13 @@ except ImportError as e:
     print(f"SKIP: PyTorch is not importable by {sys.executable} ({e}); tools/setup.sh installs python3-torch")
     sys.exit(77)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_llama import llama_logits  # noqa: E402
+
 p = argparse.ArgumentParser()
 p.add_argument("--dump", required=True)
 args = p.parse_args()
 torch.set_default_dtype(torch.float64)
-
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def llama_logits(w, tokens, meta):
-    L, C, NH, NKV, F = meta["n_layer"], meta["d_model"], meta["n_head"], meta["n_kv_head"], meta["ffn_dim"]
-    V, eps, theta = meta["vocab_size"], meta["norm_eps"], meta["rope_theta"]
-    B, T = tokens.shape
-    hd = C // NH
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    mask = torch.full((T, T), float("-inf")).triu(1)
-    x = w["wte"][tokens]
-    for l in range(L):
-        p = f"block{l}."
-        h = rms_norm(x, w[p + "attn_norm.w"], eps)
-        qkv = h @ w[p + "attn.qkv.w"].T
-        q, k, v = qkv.split([C, NKV * hd, NKV * hd], dim=-1)
-        q = q.view(B, T, NH, hd).transpose(1, 2)
-        k = k.view(B, T, NKV, hd).transpose(1, 2)
-        v = v.view(B, T, NKV, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(NH // NKV, dim=1)  # transformers' repeat_kv
-        v = v.repeat_interleave(NH // NKV, dim=1)
-        att = torch.softmax(q @ k.transpose(-1, -2) / hd ** 0.5 + mask, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ w[p + "attn.proj.w"].T
-        h = rms_norm(x, w[p + "mlp_norm.w"], eps)
-        gate, up = (h @ w[p + "mlp.gate_up.w"].T).split([F, F], dim=-1)
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down.w"].T
-    x = rms_norm(x, w["lnf.w"], eps)
-    head = w["wte"] if meta["tie_embeddings"] else w["lm_head.w"]
-    return (x @ head.T)[..., :V]
 
 
 failures = 0
