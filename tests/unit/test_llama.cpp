@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <set>
 #include <vector>
 
 #include "core/error.hpp"
+#include "exec/host_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
 #include "train/sampler.hpp"
@@ -131,6 +134,106 @@ TEST(LlamaKernels, RopeDotProductsDependOnRelativePosition) {
   for (int i = 0; i < hs; ++i) EXPECT_NEAR(a[i], q[i], 1e-14);
 }
 
+// Each kernel's backward against central differences of L = sum(out * g) for a fixed g, in
+// double precision: d L / d input (and d L / d weight where there is one).
+double worst_gradient_error(std::vector<double>& x, const std::vector<double>& analytic,
+                            const std::function<double()>& loss) {
+  const double h = 1e-6;
+  double worst = 0, norm = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double up = loss();
+    x[i] = keep - h;
+    const double down = loss();
+    x[i] = keep;
+    const double numeric = (up - down) / (2 * h);
+    worst = std::max(worst, std::abs(numeric - analytic[i]));
+    norm = std::max(norm, std::abs(numeric));
+  }
+  EXPECT_GT(norm, 1e-3);  // the check can fail: the gradient is not zero
+  return worst / std::max(1.0, norm);
+}
+
+std::vector<double> waves(std::size_t n, double phase) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = std::sin(0.7 * static_cast<double>(i) + phase) * (1.0 + 0.1 * (i % 5));
+  return v;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+TEST(LlamaKernels, RmsNormBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 8;
+  std::vector<double> x = waves(N * C, 0.3), w = waves(C, 1.1), g = waves(N * C, 2.0);
+  std::vector<double> out(N * C), rstd(N);
+  auto loss = [&] {
+    kernels::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
+    return dot(out, g);
+  };
+  loss();
+  std::vector<double> dx(N * C, 0.0), dw(C, 0.0);
+  kernels::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C);
+  EXPECT_LT(worst_gradient_error(x, dx, loss), 1e-8);
+  EXPECT_LT(worst_gradient_error(w, dw, loss), 1e-8);
+}
+
+TEST(LlamaKernels, SwigluBackwardMatchesFiniteDifferences) {
+  const int N = 3, F = 6;
+  std::vector<double> x = waves(N * 2 * F, 0.5), g = waves(N * F, 1.7);
+  for (double& v : x) v *= 3.0;  // both sides of the sigmoid
+  std::vector<double> out(N * F);
+  auto loss = [&] {
+    kernels::swiglu_forward(out.data(), x.data(), N, F);
+    return dot(out, g);
+  };
+  std::vector<double> dx(N * 2 * F);
+  kernels::swiglu_backward(dx.data(), x.data(), g.data(), N, F);
+  EXPECT_LT(worst_gradient_error(x, dx, loss), 1e-8);
+}
+
+TEST(LlamaKernels, RopeBackwardIsTheTransposedRotation) {
+  const int B = 2, T = 5, hs = 6, heads = 3, W = heads * hs + 4;  // 4 channels past the rotated heads
+  const auto table = kernels::rope_table<double>(T + 3, hs, 500.0);
+  std::vector<double> x = waves(B * T * W, 0.2), g = waves(B * T * W, 0.9);
+  auto loss = [&] {
+    std::vector<double> y = x;
+    kernels::rope(y.data(), table, B, T, 3, W, heads, hs, false);
+    return dot(y, g);
+  };
+  std::vector<double> dx = g;
+  kernels::rope(dx.data(), table, B, T, 3, W, heads, hs, true);
+  EXPECT_LT(worst_gradient_error(x, dx, loss), 1e-8);
+  for (int row = 0; row < B * T; ++row)  // channels past the heads pass through
+    for (int c = heads * hs; c < W; ++c) EXPECT_EQ(dx[row * W + c], g[row * W + c]);
+}
+
+// Grouped-query attention (4 query heads over 2 key/value heads): the gradient of q, k and v
+// (folded over each group) against finite differences, with the probabilities kept and not.
+TEST(LlamaKernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) {
+  const int B = 2, T = 5, C = 8, NH = 4, NKV = 2, W = C + 2 * NKV * (C / NH);
+  std::vector<double> qkv = waves(B * T * W, 0.4), g = waves(B * T * C, 1.3);
+  for (double& v : qkv) v *= 2.0;
+  std::vector<double> kept(static_cast<std::size_t>(B) * NH * T * T), work(T * T), dwork(T * T), out(B * T * C);
+  AttentionProbs<double> keep{kept.data(), nullptr, dwork.data(), 1};
+  AttentionProbs<double> recompute{nullptr, work.data(), dwork.data(), 1};
+  for (const auto& probs : {keep, recompute}) {
+    auto loss = [&] {
+      kernels::attention_forward(out.data(), probs, qkv.data(), B, T, C, NH, NKV);
+      return dot(out, g);
+    };
+    loss();
+    std::vector<double> per_head(B * T * 3 * C), dqkv(B * T * W);
+    kernels::attention_backward(per_head.data(), probs, g.data(), qkv.data(), B, T, C, NH, NKV);
+    kernels::gqa_fold(dqkv.data(), per_head.data(), B * T, C, NH, NKV);
+    EXPECT_LT(worst_gradient_error(qkv, dqkv, loss), 1e-8) << (probs.kept ? "kept" : "recomputed");
+  }
+}
+
 TEST(LlamaRecompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
   const ModelShape shape = llama_shape(3, 24, 4, 2, 40, 9, 40, 48, false);
   const int B = 3, T = 9;
@@ -220,6 +323,30 @@ TEST(LlamaDecode, ProbabilitiesEqualAFullForwardAtEveryPosition) {
     got = model.decode(flat, tokens.data(), 3);
     EXPECT_LT(worst_difference(got, expected[2]), 1e-6) << recompute_name(recompute) << ", after a reset";
   }
+}
+
+// generate() with the grouped-query cache: greedy tokens equal those of full forward passes over
+// the last seq_len tokens, before and after the window moves (positions restart at 0 then).
+TEST(LlamaGenerate, GreedyTokensEqualFullForwardPassesAcrossTheWindow) {
+  const ModelShape shape = llama_shape(2, 24, 4, 2, 40, 12, 40, 48);
+  Llama<float> model(shape, 1);
+  std::vector<float> params(model.layout().total());
+  model.init_params(params, 23);
+  for (float& p : params) p *= 6.0f;
+  FlatBuffers<float> flat(model.layout(), params);
+  const std::vector<int> prompt = {3, 14, 15, 9, 26};
+  const int count = 25;
+  std::vector<int> expected = prompt;
+  for (int i = 0; i < count; ++i) {
+    const std::size_t start = expected.size() > 12 ? expected.size() - 12 : 0;
+    const int T = static_cast<int>(expected.size() - start);
+    model.forward(flat, expected.data() + start, nullptr, 1, T);
+    const auto probs = model.probs(0, T - 1);
+    expected.push_back(static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin()));
+  }
+  const std::vector<int> got = generate(model, flat, prompt, count, {1.0, 1, 7});
+  EXPECT_EQ(got, expected);
+  EXPECT_GT(std::set<int>(expected.begin() + 5, expected.end()).size(), 3u);
 }
 
 TEST(LlamaModel, InitialLossIsNearLnVocab) {
