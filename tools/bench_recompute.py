@@ -2,10 +2,11 @@
 """Activation recomputation benchmark: memory and step time of model.recompute = none, selective
 and full, side by side in one run.
 
-    /usr/bin/python3 tools/bench_recompute.py [--rounds 3] [--steps 4] [--batch 1]
+    /usr/bin/python3 tools/bench_recompute.py [--rounds 3] [--steps 4] [--batch 1] [--arch gpt2|llama]
 
 d_model 768, 12 heads, 4 layers, seq_len 1024 (byte vocabulary), one rank pinned to core 0 with
-one thread. Each round trains the three settings one after another (none, selective, full, in
+one thread; GPT-2, or (--arch llama) a Llama of SmolLM2's proportions (4 key/value heads for the
+12 query heads, SwiGLU 2048 wide). Each round trains the three settings one after another (none, selective, full, in
 that order, so a change of machine speed shows in the rounds rather than in one setting), each
 for a few steps. Per run: the median step time over the steps after the first, the activation
 bytes the run accounts, its predicted memory per rank, and the measured growth of the resident
@@ -26,7 +27,7 @@ SETTINGS = ("none", "selective", "full")
 MiB = 2 ** 20
 
 
-def run(exe, setting, steps, batch, corpus, work, label):
+def run(exe, setting, steps, batch, corpus, work, label, arch="gpt2"):
     out = os.path.join(work, label)
     deck = os.path.join(work, f"{label}.toml")
     with open(deck, "w") as f:
@@ -39,7 +40,7 @@ sample_tokens = 0
 threads = 1
 out_dir = "{out}"
 [model]
-n_layer = 4
+{'arch = "llama"' + chr(10) + 'n_kv_head = 4' + chr(10) + 'ffn_dim = 2048' + chr(10) if arch == "llama" else ""}n_layer = 4
 d_model = 768
 n_head = 12
 seq_len = 1024
@@ -68,11 +69,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1, help="sequences per step")
+    parser.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
     a = parser.parse_args()
     samples = []
     with tempfile.TemporaryDirectory() as work:
         for rnd in range(a.rounds):
-            got = {s: run(a.exe, s, a.steps, a.batch, a.corpus, work, f"r{rnd}_{s}") for s in SETTINGS}
+            got = {s: run(a.exe, s, a.steps, a.batch, a.corpus, work, f"r{rnd}_{s}", a.arch) for s in SETTINGS}
             for s in SETTINGS:
                 g, base = got[s], got["none"]
                 same = "yes" if g["loss"] == base["loss"] else "NO"

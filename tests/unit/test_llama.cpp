@@ -1,19 +1,17 @@
-// Llama: the layout and its published parameter counts, gradients of the whole model against
-// finite differences (grouped-query, multi-query and multi-head attention, tied and untied),
-// recomputation bit for bit, incremental decoding against full forward passes.
+// Llama: the layout and its published parameter counts, each kernel and the whole model against
+// finite differences (grouped-query, multi-query and multi-head attention, tied and untied), the
+// activation bytes. Recomputation, decoding and generation: tests/unit/test_models.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <set>
 #include <vector>
 
 #include "core/error.hpp"
 #include "exec/host_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
-#include "train/sampler.hpp"
 
 namespace st {
 namespace {
@@ -234,36 +232,6 @@ TEST(LlamaKernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) {
   }
 }
 
-TEST(LlamaRecompute, LossesAndGradientsEqualKeepingEverythingBitForBit) {
-  const ModelShape shape = llama_shape(3, 24, 4, 2, 40, 9, 40, 48, false);
-  const int B = 3, T = 9;
-  auto run = [&](Recompute recompute) {
-    Llama<float> model(shape, B, host_exec(), recompute);
-    std::vector<float> params(model.layout().total());
-    model.init_params(params, 11);
-    std::vector<float> grads(params.size(), 0.0f);
-    std::vector<double> losses;
-    for (int micro = 0; micro < 3; ++micro) {
-      const auto tokens = tokens_for(B, T, 40, 2 * micro), targets = tokens_for(B, T, 40, 2 * micro + 1);
-      losses.push_back(model.forward(params, tokens.data(), targets.data(), B, T));
-      model.backward(params, grads, 1.0f);
-    }
-    const auto tokens = tokens_for(2, 5, 40, 9), targets = tokens_for(2, 5, 40, 10);
-    losses.push_back(model.forward(params, tokens.data(), targets.data(), 2, 5));
-    model.backward(params, grads, 0.5f);
-    return std::make_pair(losses, grads);
-  };
-  const auto reference = run(Recompute::none);
-  for (const Recompute r : {Recompute::selective, Recompute::full}) {
-    const auto got = run(r);
-    EXPECT_EQ(got.first, reference.first) << recompute_name(r);
-    EXPECT_TRUE(got.second == reference.second) << recompute_name(r) << ": gradients differ";
-  }
-  double sum = 0;
-  for (float g : reference.second) sum += std::fabs(g);
-  EXPECT_GT(sum, 0.0);
-}
-
 TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
   const ModelShape shape = llama_shape(4, 32, 4, 2, 48, 16, 50, 64);
   const int B = 3;
@@ -285,68 +253,6 @@ TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
     const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
     EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads).total() * sizeof(float));
   }
-}
-
-// Decoding with the grouped-query key/value cache gives the probabilities of a full forward pass
-// at every position, after a prompt, token by token and after a reset.
-TEST(LlamaDecode, ProbabilitiesEqualAFullForwardAtEveryPosition) {
-  const ModelShape shape = llama_shape(3, 24, 4, 2, 40, 20, 40, 48);
-  const int T = 20;
-  const auto tokens = tokens_for(1, T, 40, 5);
-  for (const Recompute recompute : {Recompute::none, Recompute::full}) {
-    Llama<float> model(shape, 2, host_exec(), recompute);
-    std::vector<float> params(model.layout().total());
-    model.init_params(params, 17);
-    for (float& p : params) p *= 6.0f;
-    FlatBuffers<float> flat(model.layout(), params);
-    model.forward(flat, tokens.data(), nullptr, 1, T);
-    std::vector<std::vector<float>> expected;
-    for (int t = 0; t < T; ++t) {
-      const auto p = model.probs(0, t);
-      expected.emplace_back(p.begin(), p.end());
-    }
-    auto worst_difference = [](std::span<const float> got, const std::vector<float>& want) {
-      double worst = 0;
-      for (std::size_t v = 0; v < want.size(); ++v) worst = std::max(worst, std::fabs(double(got[v]) - want[v]));
-      return worst;
-    };
-    const int prompt = 7;
-    auto got = model.decode(flat, tokens.data(), prompt);
-    EXPECT_LT(worst_difference(got, expected[prompt - 1]), 1e-6) << recompute_name(recompute) << ", the prompt";
-    for (int t = prompt; t < T; ++t) {
-      got = model.decode(flat, tokens.data() + t, 1);
-      EXPECT_LT(worst_difference(got, expected[t]), 1e-6) << recompute_name(recompute) << ", position " << t;
-    }
-    EXPECT_GT(worst_difference(expected[T - 1], expected[0]), 1e-3);
-    EXPECT_THROW(model.decode(flat, tokens.data(), 1), Error);
-    model.reset_decoding();
-    got = model.decode(flat, tokens.data(), 3);
-    EXPECT_LT(worst_difference(got, expected[2]), 1e-6) << recompute_name(recompute) << ", after a reset";
-  }
-}
-
-// generate() with the grouped-query cache: greedy tokens equal those of full forward passes over
-// the last seq_len tokens, before and after the window moves (positions restart at 0 then).
-TEST(LlamaGenerate, GreedyTokensEqualFullForwardPassesAcrossTheWindow) {
-  const ModelShape shape = llama_shape(2, 24, 4, 2, 40, 12, 40, 48);
-  Llama<float> model(shape, 1);
-  std::vector<float> params(model.layout().total());
-  model.init_params(params, 23);
-  for (float& p : params) p *= 6.0f;
-  FlatBuffers<float> flat(model.layout(), params);
-  const std::vector<int> prompt = {3, 14, 15, 9, 26};
-  const int count = 25;
-  std::vector<int> expected = prompt;
-  for (int i = 0; i < count; ++i) {
-    const std::size_t start = expected.size() > 12 ? expected.size() - 12 : 0;
-    const int T = static_cast<int>(expected.size() - start);
-    model.forward(flat, expected.data() + start, nullptr, 1, T);
-    const auto probs = model.probs(0, T - 1);
-    expected.push_back(static_cast<int>(std::max_element(probs.begin(), probs.end()) - probs.begin()));
-  }
-  const std::vector<int> got = generate(model, flat, prompt, count, {1.0, 1, 7});
-  EXPECT_EQ(got, expected);
-  EXPECT_GT(std::set<int>(expected.begin() + 5, expected.end()).size(), 3u);
 }
 
 TEST(LlamaModel, InitialLossIsNearLnVocab) {
