@@ -1,7 +1,6 @@
 #include "model/llama.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.hpp"
 #include "core/random.hpp"

@@ -47,12 +47,10 @@ class Llama final : public Model<Real> {
     Real *ln1, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_rstd, *gate_up, *act, *res3;
   };
   void forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
-  // Block l's forward from its input (positions from `first`); without `output` it stops before
-  // the MLP's down projection (what backward needs, recomputed).
+  // Block l's forward from its input; without `output` it stops before the MLP's down
+  // projection (what backward needs, recomputed).
   void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
   void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
-  // The LM head's weight within segment 0: the embedding, or lm_head.w.
-  std::size_t head_offset() const { return head_; }
   std::span<const Real> row_on_host(const Real* row) const;
   AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
 
@@ -61,7 +59,7 @@ class Llama final : public Model<Real> {
   int heads_at_once_;
   int C_, NH_, NKV_, hs_, W_, F_;
   kernels::RopeTable<Real> rope_;
-  std::size_t wte_, head_, lnf_w_;
+  std::size_t wte_, head_, lnf_w_;  // within their segments; head_: the embedding's, or lm_head.w's
   std::vector<BlockOffsets> blocks_;
 
   Memory acts_;
