@@ -63,7 +63,8 @@ void read_hf_llama_params(const HfLlamaFiles& files, const ModelShape& file_shap
 // What write_hf_llama writes for OUT (".../model.safetensors"): OUT itself with config.json, or,
 // when the tensors' bytes exceed max_shard_bytes, OUT's stem + "-0000k-of-0000n.safetensors"
 // shards and OUT + ".index.json" (the shards split as transformers splits them: in module order,
-// a new shard when the next tensor would pass the limit). config.json is last.
+// a new shard when the next tensor would pass the limit), then the other form's file, which the
+// write removes (a reader would take it instead), and config.json last.
 std::vector<std::string> hf_llama_outputs(const std::string& out, const ModelShape& shape, WeightDtype dtype,
                                           std::uint64_t max_shard_bytes);
 void write_hf_llama(const std::string& out, const ModelShape& shape, std::span<const float> params, WeightDtype dtype,
