@@ -296,7 +296,8 @@ int main_with_mpi(int argc, char** argv) {
       ->required();
   auto* exporter = ckpt->add_subcommand(
       "export", "Write a checkpoint's parameters for other tools: HDF5 (one dataset per tensor, in its shape), an "
-                "llm.c model file, or a Hugging Face GPT-2 model.safetensors with config.json beside it");
+                "llm.c model file (GPT-2), or a Hugging Face model.safetensors (GPT-2, Llama: sharded above "
+                "--max-shard-size) with config.json beside it");
   exporter->add_option("file", ckpt_request.file, "Checkpoint file, its directory, a run directory or a `latest` pointer")
       ->required();
   exporter->add_option("out", ckpt_request.out, "Output file (its directory is created if missing)")->required();
@@ -305,12 +306,15 @@ int main_with_mpi(int argc, char** argv) {
       ->check(CLI::IsMember({"hdf5", "llmc", "safetensors"}));
   exporter->add_option("--dtype", ckpt_request.dtype, "fp32 (default) or bf16 (llmc: version 5; safetensors: BF16)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
-  auto* weights = cli.add_subcommand("weights", "GPT-2 weight files of other tools (llm.c, Hugging Face safetensors)");
+  exporter->add_option("--max-shard-size", ckpt_request.max_shard_size,
+                       "safetensors of a Llama: split into model-0000k-of-0000n.safetensors shards with "
+                       "model.safetensors.index.json above this size (default 5GB, as transformers; e.g. 200MB)");
+  auto* weights = cli.add_subcommand("weights", "Weight files of other tools (GPT-2: llm.c, Hugging Face safetensors; Llama: Hugging Face safetensors)");
   weights->require_subcommand(1);
   WeightsRequest weights_request;
   auto* weights_inspect =
       weights->add_subcommand("inspect", "Check a weights file, read every value, show its model and the deck keys for it");
-  weights_inspect->add_option("file", weights_request.file, "llm.c model file, model.safetensors or its directory")
+  weights_inspect->add_option("file", weights_request.file, "llm.c model file, model.safetensors, a Llama's index.json, or their directory")
       ->required();
   auto* weights_convert = weights->add_subcommand("convert", "Write a weights file in another format");
   weights_convert->add_option("file", weights_request.file, "llm.c model file, model.safetensors or its directory")
@@ -322,6 +326,9 @@ int main_with_mpi(int argc, char** argv) {
       ->check(CLI::IsMember({"llmc", "safetensors"}));
   weights_convert->add_option("--dtype", weights_request.dtype, "fp32 (default) or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  weights_convert->add_option("--max-shard-size", weights_request.max_shard_size,
+                              "safetensors of a Llama: split into shards with model.safetensors.index.json above "
+                              "this size (default 5GB)");
   weights_convert->add_option("--vocab-pad-to", weights_request.vocab_pad_to,
                               "Pad the token table to a multiple of this many rows (llm.c: 128 pads 50257 to 50304); "
                               "default: the file's own padding (none in a Hugging Face file)")

@@ -60,6 +60,7 @@ struct CkptRequest {
   std::string format = "hdf5";  // export: hdf5, llmc or safetensors
   std::string dtype = "fp32";   // export: fp32 or bf16 (llmc, safetensors)
   bool force = false;           // export: replace an existing output (never a checkpoint)
+  std::string max_shard_size = "5GB";  // export --format safetensors of a Llama: shards above this
 };
 int ckpt_command(const CkptRequest& request, World& world);
 // `shardtrain weights inspect FILE` and `shardtrain weights convert --format F [--dtype D] IN OUT`.
@@ -69,6 +70,7 @@ struct WeightsRequest {
   std::string format, dtype = "fp32";
   std::int64_t vocab_pad_to = 0;  // convert: pad the token table to a multiple of this (0: the file's padding)
   bool force = false;             // convert: replace an existing output (never a checkpoint)
+  std::string max_shard_size = "5GB";  // convert to safetensors, a Llama: shards above this
 };
 int weights_command(const WeightsRequest& request, World& world);
 

@@ -1,6 +1,7 @@
 // `shardtrain ckpt inspect/export` and `shardtrain weights inspect/convert`: one process reads and
 // writes files; the other ranks of the job wait for its verdict.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "core/timer.hpp"
 #include "weights/gpt2_weights.hpp"
 #include "weights/hf_gpt2.hpp"
+#include "weights/hf_llama.hpp"
 
 namespace st::app {
 namespace {
@@ -25,13 +27,50 @@ WeightsFormat weights_format(const std::string& name) {
 
 WeightDtype weight_dtype(const std::string& name) { return name == "bf16" ? WeightDtype::bf16 : WeightDtype::fp32; }
 
-// "wrote OUT (llm.c model file, version 5, bf16)", naming config.json where one was written too.
-std::string wrote(WeightsFormat format, const std::string& out, WeightDtype dtype) {
+// "wrote OUT (llm.c model file, version 5, bf16)", naming config.json where one was written too,
+// and a Llama's shards and index when it was split.
+std::string wrote(WeightsFormat format, const std::string& out, const ModelShape& shape, WeightDtype dtype,
+                  std::uint64_t max_shard_bytes) {
   if (format == WeightsFormat::llmc)
     return "wrote " + out + " (llm.c model file, version " + (dtype == WeightDtype::bf16 ? "5" : "3") + ", " +
            dtype_name(dtype) + ")";
-  return "wrote " + out + " (Hugging Face GPT-2 safetensors, " + (dtype == WeightDtype::bf16 ? "BF16" : "F32") +
-         ") and " + hf_config_path(out);
+  const std::string type = dtype == WeightDtype::bf16 ? "BF16" : "F32";
+  if (shape.arch != Arch::llama)
+    return "wrote " + out + " (Hugging Face GPT-2 safetensors, " + type + ") and " + hf_config_path(out);
+  // The files written, less the other form's file that was removed (or never there).
+  std::vector<std::string> files = hf_llama_outputs(out, shape, dtype, max_shard_bytes);
+  const bool sharded = files.size() > 3;
+  files.erase(files.begin() + (sharded ? files.size() - 2 : 1));
+  std::string list;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") + files[i];
+  return "wrote " + list + " (Hugging Face Llama safetensors, " + type +
+         (sharded ? ", " + std::to_string(files.size() - 2) + " shards" : "") + ")";
+}
+
+// "5GB", "200MB", "64KB" (decimal, as transformers reads them), "1GiB", "1000000" (bytes).
+std::uint64_t parse_shard_size(const std::string& text) {
+  static const std::pair<const char*, std::uint64_t> units[] = {
+      {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"GB", 1'000'000'000},
+      {"MB", 1'000'000},   {"KB", 1'000},       {"B", 1}};
+  std::uint64_t scale = 1;
+  std::string number = text;
+  for (const auto& [suffix, factor] : units)
+    if (text.size() > std::strlen(suffix) && text.ends_with(suffix)) {
+      scale = factor;
+      number = text.substr(0, text.size() - std::strlen(suffix));
+      break;
+    }
+  std::size_t used = 0;
+  std::uint64_t value = 0;
+  try {
+    value = std::stoull(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != number.size() || value == 0)
+    throw Error("--max-shard-size " + text + ": expected a positive size such as 5GB, 200MB, 64KB or a byte count");
+  return value * scale;
 }
 
 // A checkpoint's file name, its directory's `latest`, or any HDF5 file a checkpoint reader accepts.
@@ -67,12 +106,6 @@ void prepare_outputs(const std::vector<std::string>& outputs, const std::string&
     fs::create_directories(dir, ec);
     if (ec) throw Error("cannot create the output's directory " + dir.string() + ": " + ec.message());
   }
-}
-
-// What an export of `format` writes: the file, and config.json beside a safetensors file.
-std::vector<std::string> outputs_of(WeightsFormat format, const std::string& out) {
-  if (format == WeightsFormat::safetensors) return {out, hf_config_path(out)};
-  return {out};
 }
 
 // The checkpoint a path names (a file, a `latest`, a checkpoint or run directory), every checksum
@@ -116,19 +149,26 @@ int ckpt_command(const CkptRequest& request, World& world) {
       throw Error("ckpt export: --dtype " + request.dtype + " applies to --format llmc and safetensors; HDF5 exports "
                                                             "are fp32");
     const WeightsFormat format = weights_format(request.format);
-    prepare_outputs(request.format == "hdf5" ? std::vector<std::string>{request.out} : outputs_of(format, request.out),
-                    request.file, request.force);
-    const std::string source = located_checkpoint(request.file);
+    const std::uint64_t max_shard = parse_shard_size(request.max_shard_size);
     if (request.format == "hdf5") {
+      prepare_outputs({request.out}, request.file, request.force);
+      const std::string source = located_checkpoint(request.file);
       export_checkpoint(source, request.out);
       std::cout << "wrote " << request.out << "\n";
       return;
     }
-    const CheckpointParams checkpoint = read_checkpoint_params(source);
+    // The files written depend on the model (a Llama's shards): read from the checkpoint's header.
+    const std::string source = located_checkpoint(request.file);
     const WeightDtype dtype = weight_dtype(request.dtype);
-    write_weights(format, request.out, checkpoint.info.shape, checkpoint.params, dtype);
-    std::cout << wrote(format, request.out, dtype) << " from step " << checkpoint.info.step << " of " << source
-              << "\n";
+    const ModelShape shape = read_checkpoint_header(source).shape;
+    if (format == WeightsFormat::llmc && shape.arch != Arch::gpt2)
+      throw Error(std::string("llm.c files hold GPT-2 models; this one is model.arch = \"") + arch_name(shape.arch) +
+                  "\" (export it with --format safetensors or hdf5)");
+    prepare_outputs(weights_outputs(format, request.out, shape, dtype, max_shard), request.file, request.force);
+    const CheckpointParams checkpoint = read_checkpoint_params(source);
+    write_weights(format, request.out, checkpoint.info.shape, checkpoint.params, dtype, max_shard);
+    std::cout << wrote(format, request.out, shape, dtype, max_shard) << " from step " << checkpoint.info.step << " of "
+              << source << "\n";
   });
 }
 
@@ -144,9 +184,10 @@ int weights_command(const WeightsRequest& request, World& world) {
     if (request.action == "convert") {
       const WeightsFormat format = weights_format(request.format);
       const WeightDtype dtype = weight_dtype(request.dtype);
-      prepare_outputs(outputs_of(format, request.out), source.path, request.force);
-      write_weights(format, request.out, shape, params, dtype);
-      std::cout << wrote(format, request.out, dtype) << " from " << source.path << "\n";
+      const std::uint64_t max_shard = parse_shard_size(request.max_shard_size);
+      prepare_outputs(weights_outputs(format, request.out, shape, dtype, max_shard), source.path, request.force);
+      write_weights(format, request.out, shape, params, dtype, max_shard);
+      std::cout << wrote(format, request.out, shape, dtype, max_shard) << " from " << source.path << "\n";
       return;
     }
     double sum_squares = 0;

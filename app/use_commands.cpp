@@ -44,8 +44,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Whether a path given to generate or eval names GPT-2 weights (an llm.c model file, a
-// model.safetensors or a directory holding one, and no checkpoints) rather than a checkpoint (an
+// Whether a path given to generate or eval names weights (an llm.c model file, a
+// model.safetensors, a Llama's model.safetensors.index.json, or a directory holding one, and no
+// checkpoints) rather than a checkpoint (an
 // HDF5 file, a `latest` pointer, a checkpoint or run directory: ckpt/locate.hpp decides which
 // checkpoint). Weights files are told by their first bytes (probe_weights), which also names
 // what is wrong with a file that is neither.
@@ -53,12 +54,14 @@ bool names_weights(const std::string& given) {
   std::error_code ec;
   if (!fs::exists(given, ec)) return false;  // the locator names it
   if (fs::is_directory(given, ec))
-    return checkpoint_dir_in(given).empty() && fs::exists(given + "/model.safetensors", ec);
+    return checkpoint_dir_in(given).empty() &&
+           (fs::exists(given + "/model.safetensors", ec) || fs::exists(given + "/model.safetensors.index.json", ec));
+  if (given.ends_with(".safetensors.index.json")) return true;  // a Llama's shards: probe_weights names what is wrong
   if (h5::has_hdf5_signature(given) || !pointer_target(given).empty()) return false;
   try {
     probe_weights(given);  // headers only; load_model reads the values once rank 0 has checked them
   } catch (const Error& e) {
-    throw Error("checkpoint " + given + ": not an HDF5 checkpoint, nor GPT-2 weights (" + e.what() + ")",
+    throw Error("checkpoint " + given + ": not an HDF5 checkpoint, nor weights (" + e.what() + ")",
                 ErrorScope::all_ranks);
   }
   return true;
@@ -68,7 +71,7 @@ bool names_weights(const std::string& given) {
 struct LoadedModel {
   std::unique_ptr<World> world;  // the job's ranks grouped into nodes as the deck says
   std::string path;
-  bool weights = false;  // from GPT-2 weights: no training step, no deck of its own
+  bool weights = false;  // from a weights file: no training step, no deck of its own
   CheckpointInfo info;
   Config config;
   std::unique_ptr<ShardedModel> net;

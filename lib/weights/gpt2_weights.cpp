@@ -1,6 +1,7 @@
 #include "weights/gpt2_weights.hpp"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "weights/file_io.hpp"
@@ -41,10 +42,26 @@ std::string safetensors_dtypes(const SafetensorsReader& reader) {
   return dtypes;
 }
 
+// The config.json that says which model a Hugging Face path holds.
+std::string hf_config_of(const std::string& path) {
+  return std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "config.json").string()
+                                             : hf_config_path(path);
+}
+
+std::string number_text(double v) { return nlohmann::json(v).dump(); }
+
 }  // namespace
 
 WeightsSource probe_weights(const std::string& requested) {
   WeightsSource source;
+  if (std::filesystem::exists(requested) && declares_llama(hf_config_of(requested))) {
+    const HfLlamaFiles files = locate_hf_llama(requested);
+    source.path = files.index.empty() ? files.shards.front() : files.index;
+    source.format = WeightsFormat::safetensors;
+    source.shape = read_hf_llama_config(files.config);
+    source.description = check_hf_llama(files, source.shape);
+    return source;
+  }
   source.path = weights_file_of(requested);
   const InputFile file(source.path);
   if (is_llmc_file(file)) {
@@ -68,17 +85,34 @@ WeightsSource probe_weights(const std::string& requested) {
 }
 
 std::string shape_mismatch(const WeightsSource& file, const ModelShape& deck) {
-  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
-      {"model.n_layer", {file.shape.n_layer, deck.n_layer}},
-      {"model.n_head", {file.shape.n_head, deck.n_head}},
-      {"model.d_model", {file.shape.d_model, deck.d_model}},
-      {"model.seq_len", {file.shape.seq_len, deck.seq_len}},
-      {"model.vocab_size", {file.shape.vocab_size, deck.vocab_size}},
+  const ModelShape& f = file.shape;
+  auto differ = [&](const std::string& key, const std::string& in_file, const std::string& in_deck) {
+    return key + " = " + in_file + " in " + file.path + ", " + in_deck + " in the deck";
   };
-  for (const auto& [key, values] : fields)
-    if (values.first != values.second)
-      return std::string(key) + " = " + std::to_string(values.first) + " in " + file.path + ", " +
-             std::to_string(values.second) + " in the deck";
+  if (f.arch != deck.arch) return differ("model.arch", arch_name(f.arch), arch_name(deck.arch));
+  const bool llama = f.arch == Arch::llama;
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
+      {"model.n_layer", {f.n_layer, deck.n_layer}},
+      {"model.n_head", {f.n_head, deck.n_head}},
+      {"model.d_model", {f.d_model, deck.d_model}},
+      {"model.seq_len", {f.seq_len, deck.seq_len}},
+      {"model.vocab_size", {f.vocab_size, deck.vocab_size}},
+      {"model.n_kv_head", {f.kv_heads(), deck.kv_heads()}},
+      {"model.ffn_dim", {f.hidden(), deck.hidden()}},
+  };
+  for (const auto& [key, values] : fields) {
+    if (values.first == values.second) continue;
+    if (!llama && (std::string(key) == "model.n_kv_head" || std::string(key) == "model.ffn_dim")) continue;
+    // A Llama's positions are rotary: any context up to the file's runs on its weights.
+    if (llama && std::string(key) == "model.seq_len" && values.second < values.first) continue;
+    return differ(key, std::to_string(values.first), std::to_string(values.second));
+  }
+  if (!llama) return "";
+  if (f.norm_eps != deck.norm_eps) return differ("model.norm_eps", number_text(f.norm_eps), number_text(deck.norm_eps));
+  if (f.rope_theta != deck.rope_theta)
+    return differ("model.rope_theta", number_text(f.rope_theta), number_text(deck.rope_theta));
+  if (f.tie_embeddings != deck.tie_embeddings)
+    return differ("model.tie_embeddings", f.tie_embeddings ? "true" : "false", deck.tie_embeddings ? "true" : "false");
   return "";
 }
 
@@ -86,7 +120,9 @@ std::vector<float> read_weights(const WeightsSource& source, const ModelShape& s
   if (const std::string why = shape_mismatch(source, shape); !why.empty())
     throw Error(source.path + ": holds another model: " + why);
   std::vector<float> params(make_layout(shape).total());
-  if (source.format == WeightsFormat::llmc) {
+  if (source.shape.arch == Arch::llama) {
+    read_hf_llama_params(locate_hf_llama(source.path), source.shape, shape, params);
+  } else if (source.format == WeightsFormat::llmc) {
     const InputFile file(source.path);
     read_llmc_params(file, read_llmc_header(file), shape, params);
   } else {
@@ -96,11 +132,22 @@ std::vector<float> read_weights(const WeightsSource& source, const ModelShape& s
   return params;
 }
 
+std::vector<std::string> weights_outputs(WeightsFormat format, const std::string& path, const ModelShape& shape,
+                                         WeightDtype dtype, std::uint64_t max_shard_bytes) {
+  if (format == WeightsFormat::llmc) return {path};
+  if (shape.arch == Arch::llama) return hf_llama_outputs(path, shape, dtype, max_shard_bytes);
+  return {path, hf_config_path(path)};
+}
+
 void write_weights(WeightsFormat format, const std::string& path, const ModelShape& shape, std::span<const float> params,
-                   WeightDtype dtype) {
+                   WeightDtype dtype, std::uint64_t max_shard_bytes) {
+  if (shape.arch == Arch::llama && format == WeightsFormat::safetensors) {
+    write_hf_llama(path, shape, params, dtype, max_shard_bytes);
+    return;
+  }
   if (shape.arch != Arch::gpt2)
-    throw Error(std::string("llm.c and Hugging Face GPT-2 files hold GPT-2 models; this one is model.arch = \"") +
-                arch_name(shape.arch) + "\" (export it with --format hdf5)");
+    throw Error(std::string("llm.c files hold GPT-2 models; this one is model.arch = \"") + arch_name(shape.arch) +
+                "\" (export it with --format safetensors or hdf5)");
   if (format == WeightsFormat::llmc) write_llmc(path, shape, params, dtype);
   else write_hf_gpt2(path, shape, params, dtype);
 }

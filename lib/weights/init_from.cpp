@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -24,18 +26,49 @@ const ModelKey kShapeKeys[] = {
     {"model.vocab_size", &ModelConfig::vocab_size, &ModelShape::vocab_size},
 };
 
-// The deck's model, unpadded (the padded vocabulary is not compared).
-ModelShape deck_shape(const ModelConfig& m) { return {m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, m.vocab_size}; }
+// The deck's model, unpadded (the padded vocabulary is not compared), with a llama's keys at the
+// values the run takes for them (lib/train model_shape).
+ModelShape deck_shape(const ModelConfig& m) {
+  ModelShape s{m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, m.vocab_size};
+  s.arch = arch_from_name(m.arch.empty() ? "gpt2" : m.arch).value_or(Arch::gpt2);
+  if (s.arch == Arch::llama) {
+    s.n_kv_head = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+    s.ffn_dim = m.ffn_dim > 0 ? m.ffn_dim : llama_ffn_dim(m.d_model, m.multiple_of);
+    s.norm_eps = m.norm_eps;
+    s.rope_theta = m.rope_theta;
+    s.tie_embeddings = m.tie_embeddings;
+  }
+  return s;
+}
+
+std::uint64_t bits_of(double v) {
+  std::uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+double double_of(std::uint64_t b) {
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
 
 void share(WeightsSource& source, MPI_Comm comm) {
   const ModelShape& s = source.shape;
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   std::vector<std::uint64_t> numbers = {u(s.n_layer), u(s.d_model), u(s.n_head), u(s.seq_len), u(s.vocab_size),
-                                        u(s.padded_vocab), source.format == WeightsFormat::llmc ? 0u : 1u};
+                                        u(s.padded_vocab), source.format == WeightsFormat::llmc ? 0u : 1u,
+                                        s.arch == Arch::llama ? 1u : 0u, u(s.n_kv_head), u(s.ffn_dim),
+                                        bits_of(s.norm_eps), bits_of(s.rope_theta), s.tie_embeddings ? 1u : 0u};
   broadcast(numbers, 0, comm);
   auto v = [&](std::size_t k) { return static_cast<std::int64_t>(numbers[k]); };
   source.shape = {v(0), v(1), v(2), v(3), v(4), v(5)};
   source.format = numbers[6] == 0 ? WeightsFormat::llmc : WeightsFormat::safetensors;
+  source.shape.arch = numbers[7] == 1 ? Arch::llama : Arch::gpt2;
+  source.shape.n_kv_head = v(8);
+  source.shape.ffn_dim = v(9);
+  source.shape.norm_eps = double_of(numbers[10]);
+  source.shape.rope_theta = double_of(numbers[11]);
+  source.shape.tie_embeddings = numbers[12] == 1;
   broadcast(source.path, 0, comm);
   broadcast(source.description, 0, comm);
 }
@@ -73,28 +106,44 @@ std::int64_t pad_to_for(std::int64_t vocab_size, std::int64_t padded) {
 void resolve_init_from(Config& config, MPI_Comm comm) {
   ModelConfig& m = config.model;
   if (m.init_from.empty()) return;
-  if (m.arch != "gpt2")
-    throw Error(config.deck_path + ": model.init_from reads GPT-2 weights (llm.c or Hugging Face GPT-2 files); "
-                    "model.arch = \"" + m.arch + "\" starts from its own initialisation in this version",
-                ErrorScope::all_ranks);
   const WeightsSource source = probe_on_rank0(m.init_from, comm, [](const WeightsSource&) {});
 
   const std::string origin = "model.from_file (" + source.path + ")";
+  // A key the deck leaves at its default takes the file's value with model.from_file; one it sets
+  // must agree (a Llama's seq_len may be shorter: rotary positions have no table).
+  auto take = [&](const char* key, auto& value, const auto& in_file, const std::string& text, bool agrees) {
+    if (agrees) return;
+    if (m.from_file && config.origin[key] == "default") {
+      value = in_file;
+      config.origin[key] = origin;
+      config.resolved[key] = text;
+      return;
+    }
+    throw Error(config.deck_path + ": model.init_from: " + shape_mismatch(source, deck_shape(m)) +
+                    (m.from_file ? " (" + config.origin[key] + " sets it; leave it out to take the file's)"
+                                 : " (set model.from_file = true to take the model's shape from the file)"),
+                ErrorScope::all_ranks);
+  };
+  const bool llama = source.shape.arch == Arch::llama;
+  const std::string file_arch = arch_name(source.shape.arch);
+  take("model.arch", m.arch, file_arch, "\"" + file_arch + "\"", (m.arch.empty() ? "gpt2" : m.arch) == file_arch);
   for (const ModelKey& key : kShapeKeys) {
     std::int64_t& value = m.*key.field;
     const std::int64_t in_file = source.shape.*key.from;
-    if (value == in_file) continue;
-    const bool deck_set = config.origin[key.name] != "default";
-    if (m.from_file && !deck_set) {
-      value = in_file;
-      config.origin[key.name] = origin;
-      config.resolved[key.name] = std::to_string(in_file);
-      continue;
-    }
-    throw Error(config.deck_path + ": model.init_from: " + shape_mismatch(source, deck_shape(m)) +
-                    (m.from_file ? " (" + config.origin[key.name] + " sets it; leave it out to take the file's)"
-                                 : " (set model.from_file = true to take the model's shape from the file)"),
-                ErrorScope::all_ranks);
+    const bool shorter_context = llama && key.field == &ModelConfig::seq_len && value < in_file &&
+                                 !(m.from_file && config.origin[key.name] == "default");
+    take(key.name, value, in_file, std::to_string(in_file), value == in_file || shorter_context);
+  }
+  if (llama) {
+    const ModelShape& f = source.shape;
+    const ModelShape d = deck_shape(m);
+    take("model.n_kv_head", m.n_kv_head, f.kv_heads(), std::to_string(f.kv_heads()), d.kv_heads() == f.kv_heads());
+    take("model.ffn_dim", m.ffn_dim, f.hidden(), std::to_string(f.hidden()), d.hidden() == f.hidden());
+    take("model.norm_eps", m.norm_eps, f.norm_eps, nlohmann::json(f.norm_eps).dump(), m.norm_eps == f.norm_eps);
+    take("model.rope_theta", m.rope_theta, f.rope_theta, nlohmann::json(f.rope_theta).dump(),
+         m.rope_theta == f.rope_theta);
+    take("model.tie_embeddings", m.tie_embeddings, f.tie_embeddings, f.tie_embeddings ? "true" : "false",
+         m.tie_embeddings == f.tie_embeddings);
   }
   // llm.c pads its token table (50257 -> 50304): the same padding keeps an export byte-identical.
   if (m.from_file && config.origin["model.vocab_pad_to"] == "default" && source.shape.padded_vocab != m.vocab_size) {

@@ -1,5 +1,5 @@
 #pragma once
-// model.init_from: a run that starts from GPT-2 weights in a file instead of the random
+// model.init_from: a run that starts from GPT-2 or Llama weights in a file instead of the random
 // initialisation. Rank 0 checks the file first and every rank gets the same answers (collective
 // calls), so a bad file stops every rank with one message.
 #include <mpi.h>
@@ -13,9 +13,10 @@
 namespace st {
 
 // Checks model.init_from against the deck, before anything is allocated: with model.from_file
-// the model keys the deck leaves at their defaults take the file's values (n_layer, n_head,
-// d_model, seq_len, vocab_size; an llm.c file's padding sets vocab_pad_to) and those it sets must
-// agree; otherwise the first key that differs is named. Does nothing without model.init_from.
+// the model keys the deck leaves at their defaults take the file's values (arch, n_layer, n_head,
+// d_model, seq_len, vocab_size; a Llama's n_kv_head, ffn_dim, norm_eps, rope_theta,
+// tie_embeddings; an llm.c file's padding sets vocab_pad_to) and those it sets must agree (a
+// Llama's seq_len may be shorter); otherwise the first key that differs is named. Does nothing without model.init_from.
 // Throws Error (all ranks) naming the file and the problem.
 void resolve_init_from(Config& config, MPI_Comm comm);
 

@@ -125,7 +125,7 @@ empty_dir = os.path.join(work, "empty")
 os.makedirs(empty_dir)
 for argv, words in ((["generate", os.path.join(work, "missing.h5")], ["missing.h5", "no such file"]),
                     (["eval", empty_dir], [empty_dir, "a directory without checkpoints"]),
-                    (["generate", corpus], [corpus, "not an HDF5 checkpoint, nor GPT-2 weights"]),
+                    (["generate", corpus], [corpus, "not an HDF5 checkpoint, nor weights"]),
                     (["generate", run_dir, "--prompt-tokens", "1 x 3"], ["'x' is not a token id"]),
                     (["generate", run_dir, "--prompt-tokens", "300"], ["'300' is not a token id (0 to 255)"]),
                     (["generate", val_file], [val_file])):

@@ -6,7 +6,7 @@
 - `ckpt inspect` names the architecture; `eval` of the run directory equals the logged
   validation loss; `generate` gives the same samples on 1 rank and on 2 with zero3;
 - mistakes are refused with the key named: a llama key on a GPT-2 deck, n_kv_head that does not
-  divide n_head, model.init_from on a llama deck, a GPT-2 export of a llama checkpoint, a resume
+  divide n_head, model.init_from naming a checkpoint, an llm.c export of a llama checkpoint, a resume
   with the other architecture."""
 import json
 import os
@@ -86,8 +86,8 @@ CASES = [
      "model.n_kv_head = 3 does not divide model.n_head = 4"),
     ("an odd head width", ref_deck, ["--set", "model.d_model=36", "--set", "model.n_head=4"],
      "is odd; rotary embeddings rotate pairs of channels"),
-    ("init_from on a llama deck", ref_deck, ["--set", f'model.init_from="{ckpt6}"'],
-     'model.init_from reads GPT-2 weights'),
+    ("init_from of a checkpoint", ref_deck, ["--set", f'model.init_from="{ckpt6}"'],
+     "bad header: neither an llm.c model file"),
     ("resuming with the other architecture", gpt2_deck, ["--set", f'checkpoint.resume="{ckpt6}"'],
      "model.arch = llama in the checkpoint, gpt2 in the deck"),
 ]
@@ -96,8 +96,8 @@ for what, path, extra, message in CASES:
     h.check(proc.returncode == 2 and message in proc.stderr,
             f"{what}: exit 2 naming it ({proc.returncode})\n{proc.stderr[-1200:]}")
 out = os.path.join(work, "exported")
-proc = h.mpirun(args, 1, ["ckpt", "export", ckpt6, out, "--format", "safetensors"])
-h.check(proc.returncode != 0 and 'this one is model.arch = "llama" (export it with --format hdf5)' in proc.stderr
-        and not os.path.exists(os.path.join(out, "model.safetensors")),
-        f"a GPT-2 export of a llama checkpoint is refused, nothing written\n{proc.stderr[-800:]}")
+proc = h.mpirun(args, 1, ["ckpt", "export", ckpt6, os.path.join(out, "m.bin"), "--format", "llmc"])
+h.check(proc.returncode != 0 and 'this one is model.arch = "llama" (export it with --format safetensors or hdf5)'
+        in proc.stderr and not os.path.exists(os.path.join(out, "m.bin")),
+        f"an llm.c export of a llama checkpoint is refused, nothing written\n{proc.stderr[-800:]}")
 print("passed")

@@ -1,6 +1,6 @@
-// Reads GPT-2 weights through shardtrain's import (the code model.init_from runs) and writes the
-// model's logits on a batch, so an independent implementation (tests/e2e/weights_torch.py) can
-// compare them.
+// Reads GPT-2 or Llama weights through shardtrain's import (the code model.init_from runs) and
+// writes the model's logits on a batch, so an independent implementation
+// (tests/e2e/weights_torch.py, tests/e2e/llama_weights.py) can compare them.
 //   gpt2_logits WEIGHTS TOKENS_I32 B T OUT_F32
 // TOKENS_I32: B x T int32 token ids; OUT_F32: B x T x vocab_size float32 logits.
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 #include "weights/gpt2_weights.hpp"
 
 int main(int argc, char** argv) {
@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
     std::ifstream in(argv[2], std::ios::binary);
     in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(int)));
     if (!in) throw st::Error(std::string(argv[2]) + ": fewer than B x T int32 tokens");
-    st::Gpt2<float> model(source.shape, B);
-    const std::vector<float> logits = model.logits(params, tokens.data(), B, T);
+    const auto model = st::make_model<float>(source.shape, B);
+    const std::vector<float> logits = model->logits(params, tokens.data(), B, T);
     std::ofstream out(argv[5], std::ios::binary);
     out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
     if (!out) throw st::Error(std::string(argv[5]) + ": cannot write");
