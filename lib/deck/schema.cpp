@@ -150,16 +150,19 @@ std::vector<KeySpec> build_schema() {
              "block's forward in backward (about a third more compute). Results are the same bit for bit.",
              store(&C::model, &ModelConfig::recompute)),
       text("model", "init_from", "\"\"",
-           "Start training (step 0, fresh optimizer state) from GPT-2 weights in this file instead of the "
-           "random initialisation: an llm.c model file (gpt2_124M.bin; versions 3, fp32, and 5, bf16) or a "
-           "Hugging Face GPT-2 model.safetensors with its config.json beside it (or their directory). The "
-           "file's model must be the deck's (the first key that differs is named) unless model.from_file is "
-           "set. A checkpoint that checkpoint.resume finds is resumed instead (docs/weights.md).",
+           "Start training (step 0, fresh optimizer state) from weights in this file instead of the random "
+           "initialisation: GPT-2 as an llm.c model file (gpt2_124M.bin; versions 3, fp32, and 5, bf16) or a "
+           "Hugging Face model.safetensors with its config.json beside it (or their directory); Llama as a "
+           "Hugging Face LlamaForCausalLM directory (config.json with model.safetensors, or sharded files and "
+           "model.safetensors.index.json; fp32 or bf16). The file's model must be the deck's (the first key "
+           "that differs is named) unless model.from_file is set. A checkpoint that checkpoint.resume finds is "
+           "resumed instead (docs/weights.md).",
            store(&C::model, &ModelConfig::init_from)),
       boolean("model", "from_file", "false",
-              "Take n_layer, n_head, d_model, seq_len and vocab_size from model.init_from's file, so the deck "
-              "need not repeat them (keys the deck does set must agree); an llm.c file's padded vocabulary "
-              "also sets model.vocab_pad_to.",
+              "Take n_layer, n_head, d_model, seq_len and vocab_size (and a Llama's arch, n_kv_head, ffn_dim, "
+              "norm_eps, rope_theta and tie_embeddings) from model.init_from's file, so the deck need not repeat "
+              "them (keys the deck does set must agree; a deck that sets a Llama key sets model.arch = \"llama\" "
+              "too); an llm.c file's padded vocabulary also sets model.vocab_pad_to.",
               store(&C::model, &ModelConfig::from_file)),
       // [data]
       strings("data", "path", "",
