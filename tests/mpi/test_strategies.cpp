@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <ostream>
 #include <vector>
 
 #include "comm/stack.hpp"
@@ -22,6 +23,9 @@
 #include "parallel/strategy.hpp"
 
 namespace st {
+// Test names and messages show the architecture by name.
+void PrintTo(Arch arch, std::ostream* out) { *out << arch_name(arch); }
+
 namespace {
 
 int emulated_ranks_per_node() {

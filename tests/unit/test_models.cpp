@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <ostream>
 #include <vector>
 
 #include "core/error.hpp"
@@ -13,6 +14,9 @@
 #include "train/sampler.hpp"
 
 namespace st {
+// Test names and messages show the architecture by name.
+void PrintTo(Arch arch, std::ostream* out) { *out << arch_name(arch); }
+
 namespace {
 
 // Small shapes of both: d_model 24, vocabulary 40 (padded 48); Llama with 4 query heads over
