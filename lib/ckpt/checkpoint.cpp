@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
-#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -175,7 +174,13 @@ CheckpointInfo read_info(hid_t file) {
   h5::Handle model = h5::open_group(file, "model");
   for (const CheckpointField& field : kCheckpointFields) {
     const hid_t at = field.in_model() ? model.get() : file;
-    if (field.optional && !h5::has_attribute(at, field.name)) continue;
+    if (field.optional && !h5::has_attribute(at, field.name)) {
+      // Older checkpoints lack the optional fields; a llama checkpoint always has its own keys, and
+      // defaults in their place would describe another model.
+      if (field.llama_only && info.shape.arch == Arch::llama)
+        throw Error(std::string("attribute '/model/") + field.name + "' is missing (a llama checkpoint records it)");
+      continue;
+    }
     visit_field(info, field, [&](auto& value) { read_value(at, field.name, value); });
   }
   return info;
@@ -468,14 +473,6 @@ ReadPlan plan_on_rank0(const std::string& path, MPI_Comm comm, MakePlan make_pla
 
 }  // namespace
 
-namespace {
-std::string shortest(double x) {
-  char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, x).ptr;
-  return std::string(text, end);
-}
-}  // namespace
-
 std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run) {
   using std::to_string;
   std::vector<ModelKey> keys{{"model.n_layer", to_string(file.n_layer), to_string(run.n_layer)},
@@ -483,14 +480,15 @@ std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run) 
                              {"model.n_head", to_string(file.n_head), to_string(run.n_head)},
                              {"model.seq_len", to_string(file.seq_len), to_string(run.seq_len)},
                              {"model.vocab_size", to_string(file.vocab_size), to_string(run.vocab_size)}};
-  if (file.arch != run.arch) {
-    keys.push_back({"model.arch", arch_name(file.arch), arch_name(run.arch)});
-  } else if (file.arch == Arch::llama) {
+  if (file.arch != run.arch) keys.push_back({"model.arch", arch_name(file.arch), arch_name(run.arch)});
+  // A llama checkpoint names all its keys whatever the deck's architecture, so that the --set
+  // suggestions (ckpt/locate.cpp) give the whole model; a GPT-2 deck's side shows Llama's defaults.
+  if (file.arch == Arch::llama) {
     auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
     keys.push_back({"model.n_kv_head", to_string(file.kv_heads()), to_string(run.kv_heads())});
     keys.push_back({"model.ffn_dim", to_string(file.hidden()), to_string(run.hidden())});
-    keys.push_back({"model.norm_eps", shortest(file.norm_eps), shortest(run.norm_eps)});
-    keys.push_back({"model.rope_theta", shortest(file.rope_theta), shortest(run.rope_theta)});
+    keys.push_back({"model.norm_eps", format_shortest(file.norm_eps), format_shortest(run.norm_eps)});
+    keys.push_back({"model.rope_theta", format_shortest(file.rope_theta), format_shortest(run.rope_theta)});
     keys.push_back({"model.tie_embeddings", flag(file.tie_embeddings), flag(run.tie_embeddings)});
   }
   return keys;

@@ -2,8 +2,10 @@
 // Hang diagnosis. Every collective a rank enters is registered here (operation, sequence
 // number, bytes, communicator). A background thread notices a collective that has not finished
 // within the timeout, asks every rank (over a communicator of its own, so a stuck collective
-// does not block the question) what it is doing, prints who waits where and which ranks are
-// missing, and aborts the job with kExitHang. No silent hang.
+// does not block the question) what it is doing, prints who waits where, which ranks are
+// missing and which do not answer, and aborts the job with its limit's exit code (kExitHang for
+// collectives). No silent hang. A checkpoint's collective file I/O has a watchdog of its own
+// (kCheckpointLimit, train/checkpointer.hpp), since a write may rightly take far longer.
 #include <mpi.h>
 
 #include <atomic>
@@ -44,7 +46,7 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // RAII registration of one collective.
+  // RAII registration of one watched operation (a collective, or a checkpoint write).
   class Scope {
    public:
     Scope(Watchdog* dog, const char* op, std::uint64_t bytes, const char* comm);

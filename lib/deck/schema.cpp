@@ -120,7 +120,7 @@ std::vector<KeySpec> build_schema() {
               store(&C::model, &ModelConfig::vocab_pad_to)),
       choice("model", "arch", "\"gpt2\"", {"gpt2", "llama"},
              "Architecture. gpt2: learned positions, LayerNorm, a 4x GELU MLP, biases, the LM head tied to the "
-             "token embedding. llama (Llama 2/3, Mistral, Qwen, SmolLM): rotary positions, RMSNorm, a SwiGLU MLP, "
+             "token embedding. llama (Llama 2/3, SmolLM, TinyLlama): rotary positions, RMSNorm, a SwiGLU MLP, "
              "grouped-query attention (model.n_kv_head), no biases; runs on the CPU (parallel.device = \"cpu\") "
              "in this version.",
              store(&C::model, &ModelConfig::arch)),

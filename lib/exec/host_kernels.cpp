@@ -169,11 +169,11 @@ inline double softmax_exp(double x) { return std::exp(x); }  // gradient checks 
 // and 0 above: the forward and the recomputation in backward run this same code, so a
 // recomputed block equals the kept one bit for bit.
 template <class R>
-void head_probabilities(R* a, const R* q, const R* k, int T, int hs, int C3) {
+void head_probabilities(R* a, const R* q, const R* k, int T, int hs, int W) {
   const R scale = R(1) / std::sqrt(static_cast<R>(hs));
   for (int r0 = 0; r0 < T; r0 += kBandRows) {
     const int r1 = band_end(r0, T);
-    gemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<std::size_t>(r0) * C3, C3, k, C3, R(0),
+    gemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<std::size_t>(r0) * W, W, k, W, R(0),
          a + static_cast<std::size_t>(r0) * T, T);
   }
   for (int t = 0; t < T; ++t) {

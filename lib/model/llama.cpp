@@ -119,7 +119,9 @@ void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const 
   // Padded vocabulary rows are never looked up or predicted.
   const std::size_t used = static_cast<std::size_t>(shape_.vocab_size * shape_.d_model);
   const std::size_t rows = static_cast<std::size_t>(shape_.padded_vocab * shape_.d_model);
-  for (std::size_t offset : {wte_, head_}) std::fill(params.data() + offset + used, params.data() + offset + rows, Real(0));
+  std::vector<std::size_t> tables{layout_.tensor("wte").offset};
+  if (!shape_.tie_embeddings) tables.push_back(layout_.tensor("lm_head.w").offset);
+  for (std::size_t offset : tables) std::fill(params.data() + offset + used, params.data() + offset + rows, Real(0));
 }
 
 template <class Real>

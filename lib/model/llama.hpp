@@ -1,8 +1,9 @@
 #pragma once
-// Llama (model/model.hpp): the architecture of Llama 2/3, Mistral, Qwen 2, SmolLM. Token
-// embedding without positions; n_layer pre-RMSNorm blocks of causal grouped-query attention
-// with rotary position embeddings (Hugging Face's rotate-half layout) and a SwiGLU MLP; final
-// RMSNorm; the LM head tied to the embedding or a matrix of its own; no biases.
+// Llama (model/model.hpp): the architecture of Llama 2/3, SmolLM, TinyLlama (and Mistral without
+// its sliding window). Token embedding without positions; n_layer pre-RMSNorm blocks of causal
+// grouped-query attention with rotary position embeddings (Hugging Face's rotate-half layout)
+// and a SwiGLU MLP; final RMSNorm; the LM head tied to the embedding or a matrix of its own; no
+// biases.
 //
 // On the host backend in this version (the CUDA kernels of RMSNorm, RoPE, SwiGLU and
 // grouped-query attention are not written yet): constructing it on a device throws Error.

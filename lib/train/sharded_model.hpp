@@ -12,6 +12,7 @@
 #include "core/timeline.hpp"
 #include "deck/config.hpp"
 #include "exec/make_exec.hpp"
+#include "model/deck_shape.hpp"
 #include "model/model.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
@@ -61,8 +62,6 @@ class ShardedModel {
   Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
 };
 
-// The deck's model shape, vocabulary padded per model.vocab_pad_to.
-ModelShape model_shape(const ModelConfig& model);
 // The deck's model.recompute (validated by the deck's schema).
 Recompute recompute_of(const ModelConfig& model);
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
@@ -73,7 +72,5 @@ Mesh deck_mesh(const Config& config, int world_size, int node_size);
 // the run makes and what check and the planner predict from.
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
                        std::int64_t micro_batches);
-// Padded vocabulary: vocab_size rounded up to a multiple of pad_to.
-std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to);
 
 }  // namespace st

@@ -8,6 +8,7 @@
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "model/deck_shape.hpp"
 #include "weights/gpt2_weights.hpp"
 
 namespace st {
@@ -26,18 +27,10 @@ const ModelKey kShapeKeys[] = {
     {"model.vocab_size", &ModelConfig::vocab_size, &ModelShape::vocab_size},
 };
 
-// The deck's model, unpadded (the padded vocabulary is not compared), with a llama's keys at the
-// values the run takes for them (lib/train model_shape).
+// The deck's model, unpadded (the padded vocabulary is not compared).
 ModelShape deck_shape(const ModelConfig& m) {
-  ModelShape s{m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, m.vocab_size};
-  s.arch = arch_from_name(m.arch.empty() ? "gpt2" : m.arch).value_or(Arch::gpt2);
-  if (s.arch == Arch::llama) {
-    s.n_kv_head = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
-    s.ffn_dim = m.ffn_dim > 0 ? m.ffn_dim : llama_ffn_dim(m.d_model, m.multiple_of);
-    s.norm_eps = m.norm_eps;
-    s.rope_theta = m.rope_theta;
-    s.tie_embeddings = m.tie_embeddings;
-  }
+  ModelShape s = model_shape(m);
+  s.padded_vocab = s.vocab_size;
   return s;
 }
 

@@ -66,7 +66,8 @@ with TwoHosts(args.source) as hosts:
             h.check(proc.returncode != 0, f"launcher: exit code non-zero ({proc.returncode})")
             h.check("Remote daemon" in err and "on node host-b" in err, "launcher: names the lost host, host-b")
         else:
-            h.check(TIMEOUT <= elapsed < TIMEOUT + 3 + 5,
+            # A checkpoint write's watchdog counts from the write's start, which may precede the kill.
+            h.check(TIMEOUT - 1 <= elapsed < TIMEOUT + 3 + 5,
                     f"watchdog: host-a's ranks stop after the collective timeout ({elapsed:.1f} s, timeout {TIMEOUT} s)")
             # The first survivor to report aborts the job, which may kill the other before it reports.
             h.check(re.search(r"\[rank [01] on host-a\] shardtrain: (collective|checkpoint) timeout", err) is not None,

@@ -20,7 +20,7 @@
 int main(int argc, char** argv) {
   st::MpiSession mpi(argc, argv);
   if (argc != 4) {
-    std::fprintf(stderr, "usage: hang_probe TIMEOUT_S SKIP_RANK shm|mpi\n");
+    std::fprintf(stderr, "usage: hang_probe TIMEOUT_S SKIP_RANK shm|mpi|checkpoint\n");
     return 2;
   }
   const double timeout = std::stod(argv[1]);
