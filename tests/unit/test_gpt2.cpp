@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "model/gpt2.hpp"
 #include "model/layout.hpp"
+#include "model_gradient_check.hpp"
 
 namespace st {
 namespace {
@@ -58,32 +59,12 @@ TEST(Gpt2Model, WholeModelGradientMatchesFiniteDifferences) {
   const auto tokens = tokens_for(B, T, static_cast<int>(shape.vocab_size), 0);
   const auto targets = tokens_for(B, T, static_cast<int>(shape.vocab_size), 1);
 
-  std::vector<double> grads(params.size(), 0.0);
-  model.forward(params, tokens.data(), targets.data(), B, T);
-  model.backward(params, grads, 1.0);
-
-  const double h = 1e-6;
-  for (const TensorSlot* t : model.layout().all_tensors()) {
-    double worst = 0, norm = 0;
-    for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
-      const double keep = params[i];
-      params[i] = keep + h;
-      const double up = model.forward(params, tokens.data(), targets.data(), B, T);
-      params[i] = keep - h;
-      const double down = model.forward(params, tokens.data(), targets.data(), B, T);
-      params[i] = keep;
-      const double numeric = (up - down) / (2 * h);
-      worst = std::max(worst, std::abs(numeric - grads[i]));
-      norm = std::max(norm, std::abs(numeric));
-    }
-    // Central differences with h = 1e-6 leave a truncation error near 1e-7 of the largest
-    // gradient here; a wrong gradient is off by far more.
-    EXPECT_LT(worst, 1e-6 * std::max(1.0, norm)) << t->name;
-    if (t->name != "wte") continue;
-    // Padded vocabulary rows are never used: their gradient is exactly zero.
-    for (std::size_t i = t->offset + shape.vocab_size * shape.d_model; i < t->offset + t->size; ++i)
-      EXPECT_EQ(grads[i], 0.0);
-  }
+  const std::vector<double> grads =
+      expect_gradients_match_finite_differences(model, params, tokens, targets, B, T, "gpt2");
+  // Padded vocabulary rows are never used: their gradient is exactly zero.
+  const TensorSlot& wte = model.layout().tensor("wte");
+  for (std::size_t i = wte.offset + shape.vocab_size * shape.d_model; i < wte.offset + wte.size; ++i)
+    EXPECT_EQ(grads[i], 0.0);
 }
 
 TEST(Gpt2Model, GradientsAccumulateAndScale) {

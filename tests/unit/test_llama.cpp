@@ -12,6 +12,7 @@
 #include "exec/host_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
+#include "model_gradient_check.hpp"
 
 namespace st {
 namespace {
@@ -81,26 +82,8 @@ TEST(LlamaModel, WholeModelGradientMatchesFiniteDifferences) {
     for (auto& p : params) p *= 12.0;
     const auto tokens = tokens_for(B, T, static_cast<int>(shape.vocab_size), 0);
     const auto targets = tokens_for(B, T, static_cast<int>(shape.vocab_size), 1);
-    std::vector<double> grads(params.size(), 0.0);
-    model.forward(params, tokens.data(), targets.data(), B, T);
-    model.backward(params, grads, 1.0);
-    const double h = 1e-6;
-    for (const TensorSlot* t : model.layout().all_tensors()) {
-      double worst = 0, norm = 0;
-      for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
-        const double keep = params[i];
-        params[i] = keep + h;
-        const double up = model.forward(params, tokens.data(), targets.data(), B, T);
-        params[i] = keep - h;
-        const double down = model.forward(params, tokens.data(), targets.data(), B, T);
-        params[i] = keep;
-        const double numeric = (up - down) / (2 * h);
-        worst = std::max(worst, std::abs(numeric - grads[i]));
-        norm = std::max(norm, std::abs(numeric));
-      }
-      EXPECT_LT(worst, 1e-6 * std::max(1.0, norm)) << t->name << " (n_kv_head " << shape.n_kv_head << ")";
-      EXPECT_GT(norm, 0.0) << t->name << ": no gradient reaches it";
-    }
+    expect_gradients_match_finite_differences(model, params, tokens, targets, B, T,
+                                              "n_kv_head " + std::to_string(shape.n_kv_head));
   }
 }
 
