@@ -65,6 +65,14 @@ echo "gpu_stage_deps: packages apt would add to the ones in $status"
 mapfile -t packages < <(apt-get -s --no-install-recommends -o Dir::State::status="$status" install "${wanted[@]}" 2>/dev/null |
                         awk '/^Inst / && $3 !~ /^\[/ {print $2}' | grep -Ev "$not_needed")
 ((${#packages[@]})) || { echo "gpu_stage_deps: apt resolved no packages (is apt's list current? apt-get update)"; exit 1; }
+# A -dev package's headers and .so link belong to one build of its library, which it names as an
+# exact-version dependency (libicu-dev: libicu72 (= 72.1-3)). Stage that library too, even where
+# the stand-in image has it: the GPU machine's image is another distribution, without that soname.
+mapfile -t exact < <(for p in "${packages[@]}"; do
+                       apt-cache show --no-all-versions "$p" 2>/dev/null | sed -n 's/^Depends: //p' | tr ',' '\n' |
+                         sed -n 's/^ *\([a-z0-9.+-]*\)\(:any\)\? *(= .*/\1/p'
+                     done | sort -u | grep -Ev "$not_needed")
+for p in "${exact[@]}"; do [[ " ${packages[*]} " == *" $p "* ]] || packages+=("$p"); done
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/shardtrain-gpudeps
 mkdir -p "$cache"
 (cd "$cache" && for p in "${packages[@]}"; do
