@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "exec/adamw_element.hpp"
+#include "exec/ordered_sum.hpp"
 
 namespace st {
 
@@ -59,13 +60,10 @@ void HostExec::accumulate(Buffer into, const float* from) {
 double HostExec::sum_squares(Buffer values) {
   // One loop per element type, so the type is not decided per element.
   auto sum_of = [n = values.count](const auto* x) {
-    double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-    for (std::size_t i = 0; i < n; ++i) {
+    return ordered_parallel_sum(n, [x](std::size_t i) {
       const double v = as_double(x[i]);
-      sum += v * v;
-    }
-    return sum;
+      return v * v;
+    });
   };
   switch (values.type) {
     case DataType::f32: return sum_of(static_cast<const float*>(values.data));

@@ -12,6 +12,7 @@
 
 #include "exec/fast_exp.hpp"
 #include "exec/gemm.hpp"
+#include "exec/ordered_sum.hpp"
 
 namespace st::kernels {
 namespace {
@@ -416,9 +417,8 @@ void accumulate(R* out, const R* a, std::size_t n) {
 
 template <class R>
 double softmax_cross_entropy_forward(R* logits, R* losses, const int* targets, int N, int V, int Vp) {
-  double total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-  for (int i = 0; i < N; ++i) {
+  const double total = ordered_parallel_sum(static_cast<std::size_t>(N), [&](std::size_t n) {
+    const int i = static_cast<int>(n);
     R* row = logits + static_cast<std::size_t>(i) * Vp;
     R max = row[0];
     for (int j = 1; j < V; ++j) max = std::max(max, row[j]);
@@ -433,9 +433,10 @@ double softmax_cross_entropy_forward(R* logits, R* losses, const int* targets, i
     if (targets) {
       const double loss = -std::log(std::max(static_cast<double>(row[targets[i]]), 1e-300));
       losses[i] = static_cast<R>(loss);
-      total += loss;
+      return loss;
     }
-  }
+    return 0.0;
+  });
   return total;
 }
 
