@@ -4,7 +4,10 @@ transformers' LlamaForCausalLM computes it (eager attention): RMSNorm, rotate-ha
 embeddings, key/value heads repeated per query group, SwiGLU, no biases. Used by the PyTorch
 cross-check test (tests/e2e/torch_llama.py) and as the baseline of the step benchmark.
 `cfg` holds n_layer, d_model, n_head, n_kv_head, ffn_dim, vocab_size, norm_eps, rope_theta,
-tie_embeddings."""
+tie_embeddings, and optionally rope_scaling ("none" or "llama3") with rope_factor,
+rope_low_freq_factor, rope_high_freq_factor, rope_original_positions."""
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -18,13 +21,30 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def inverse_frequencies(cfg, hd):
+    """theta^(-2i/hd), rescaled as transformers' rope_type "llama3" does (Llama 3.1): wavelengths
+    above original/low_freq_factor divided by the factor, below original/high_freq_factor kept, a
+    linear blend in original/wavelength between."""
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    if cfg.get("rope_scaling", "none") == "none":
+        return inv_freq
+    factor, low, high = cfg["rope_factor"], cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"]
+    original = cfg["rope_original_positions"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= original / high) & (wavelen <= original / low)
+    return torch.where(medium, blended, scaled)
+
+
 def llama_logits(w, tokens, cfg):
     L, C, NH, NKV, FF = cfg["n_layer"], cfg["d_model"], cfg["n_head"], cfg["n_kv_head"], cfg["ffn_dim"]
-    eps, theta = cfg["norm_eps"], cfg["rope_theta"]
+    eps = cfg["norm_eps"]
     B, T = tokens.shape
     hd = C // NH
     dtype = w["wte"].dtype
-    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    inv_freq = inverse_frequencies(cfg, hd)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)

@@ -148,6 +148,11 @@ void read_value(hid_t at, const char* name, T& value) {
     const std::optional<Arch> arch = arch_from_name(text);
     if (!arch) throw Error("model architecture '" + text + "' is not one this shardtrain knows (gpt2, llama)");
     value = *arch;
+  } else if constexpr (std::is_same_v<T, RopeScaling>) {
+    const std::string text = h5::read_string_attribute(at, name);
+    const std::optional<RopeScaling> scaling = rope_scaling_from_name(text);
+    if (!scaling) throw Error("rope scaling '" + text + "' is not one this shardtrain knows (none, llama3)");
+    value = *scaling;
   } else {
     h5::read_attribute(at, name, value);
   }
@@ -177,10 +182,18 @@ CheckpointInfo read_info(hid_t file) {
     if (field.optional && !h5::has_attribute(at, field.name)) {
       // Older checkpoints lack the optional fields; a llama checkpoint always has its own keys, and
       // defaults in their place would describe another model.
-      if (field.llama_only && info.shape.arch == Arch::llama)
-        throw Error(std::string("attribute '/model/") + field.name + "' is missing (a llama checkpoint records it)");
+      if (field.scaled_rope_only ? field_recorded(field, info.shape)
+                                 : field.llama_only && info.shape.arch == Arch::llama)
+        throw Error(std::string("attribute '/model/") + field.name + "' is missing (a " +
+                    (field.scaled_rope_only ? "llama checkpoint with rope_scaling llama3" : "llama checkpoint") +
+                    " records it)");
       continue;
     }
+    // The scaling's parameters without the scaling (read before them) would be silently unused.
+    if (field.scaled_rope_only && !std::holds_alternative<RopeScaling ModelShape::*>(field.member) &&
+        !field_recorded(field, info.shape))
+      throw Error(std::string("attribute '/model/rope_scaling' is missing (a llama checkpoint with '/model/") +
+                  field.name + "' records it)");
     visit_field(info, field, [&](auto& value) { read_value(at, field.name, value); });
   }
   return info;
@@ -193,6 +206,8 @@ void write_field(hid_t at, const CheckpointInfo& info, const CheckpointField& fi
     if constexpr (std::is_same_v<T, double>) h5::write_real_attribute(at, field.name, value);
     else if constexpr (std::is_same_v<T, bool>) h5::write_attribute(at, field.name, std::int64_t{value ? 1 : 0});
     else if constexpr (std::is_same_v<T, Arch>) h5::write_attribute(at, field.name, std::string(arch_name(value)));
+    else if constexpr (std::is_same_v<T, RopeScaling>)
+      h5::write_attribute(at, field.name, std::string(rope_scaling_name(value)));
     else h5::write_attribute(at, field.name, value);
   });
 }
@@ -490,6 +505,18 @@ std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run) 
     keys.push_back({"model.norm_eps", format_shortest(file.norm_eps), format_shortest(run.norm_eps)});
     keys.push_back({"model.rope_theta", format_shortest(file.rope_theta), format_shortest(run.rope_theta)});
     keys.push_back({"model.tie_embeddings", flag(file.tie_embeddings), flag(run.tie_embeddings)});
+    if (file.rope_scaling != RopeScaling::none || run.rope_scaling != RopeScaling::none)
+      keys.push_back(
+          {"model.rope_scaling", rope_scaling_name(file.rope_scaling), rope_scaling_name(run.rope_scaling)});
+    if (file.rope_scaling == RopeScaling::llama3) {
+      keys.push_back({"model.rope_factor", format_shortest(file.rope_factor), format_shortest(run.rope_factor)});
+      keys.push_back({"model.rope_low_freq_factor", format_shortest(file.rope_low_freq_factor),
+                      format_shortest(run.rope_low_freq_factor)});
+      keys.push_back({"model.rope_high_freq_factor", format_shortest(file.rope_high_freq_factor),
+                      format_shortest(run.rope_high_freq_factor)});
+      keys.push_back({"model.rope_original_positions", to_string(file.rope_original_positions),
+                      to_string(run.rope_original_positions)});
+    }
   }
   return keys;
 }

@@ -67,7 +67,7 @@ struct CheckpointInfo {
 struct CheckpointField {
   const char* name;  // the attribute's name: at /, or at /model for the model's shape
   std::variant<std::int64_t CheckpointInfo::*, std::string CheckpointInfo::*, std::int64_t ModelShape::*,
-               double ModelShape::*, bool ModelShape::*, Arch ModelShape::*>
+               double ModelShape::*, bool ModelShape::*, Arch ModelShape::*, RopeScaling ModelShape::*>
       member;
   // Absent from checkpoints written before it was recorded: read when present, else left at its
   // default.
@@ -75,6 +75,9 @@ struct CheckpointField {
   // Written for llama models only (a GPT-2 checkpoint's bytes stay those of earlier versions);
   // read when present.
   bool llama_only = false;
+  // Written only for a llama whose rotary frequencies are rescaled (model.rope_scaling other than
+  // "none"); absent, the shape's defaults: no scaling.
+  bool scaled_rope_only = false;
   bool in_model() const {
     return !std::holds_alternative<std::int64_t CheckpointInfo::*>(member) &&
            !std::holds_alternative<std::string CheckpointInfo::*>(member);
@@ -111,10 +114,15 @@ inline constexpr CheckpointField kCheckpointFields[] = {
     {"norm_eps", &ModelShape::norm_eps, true, true},
     {"rope_theta", &ModelShape::rope_theta, true, true},
     {"tie_embeddings", &ModelShape::tie_embeddings, true, true},
+    {"rope_scaling", &ModelShape::rope_scaling, true, true, true},
+    {"rope_factor", &ModelShape::rope_factor, true, true, true},
+    {"rope_low_freq_factor", &ModelShape::rope_low_freq_factor, true, true, true},
+    {"rope_high_freq_factor", &ModelShape::rope_high_freq_factor, true, true, true},
+    {"rope_original_positions", &ModelShape::rope_original_positions, true, true, true},
 };
 
-// Calls visit with the field's value in `info`: a std::int64_t&, std::string&, double&, bool& or
-// Arch& (const when `info` is).
+// Calls visit with the field's value in `info`: a std::int64_t&, std::string&, double&, bool&,
+// Arch& or RopeScaling& (const when `info` is).
 template <class Info, class Visit>
 void visit_field(Info& info, const CheckpointField& field, Visit&& visit) {
   std::visit(
@@ -130,6 +138,7 @@ void visit_field(Info& info, const CheckpointField& field, Visit&& visit) {
 
 // Whether `field` is written for a checkpoint of this model.
 inline bool field_recorded(const CheckpointField& field, const ModelShape& shape) {
+  if (field.scaled_rope_only) return shape.arch == Arch::llama && shape.rope_scaling != RopeScaling::none;
   return !field.llama_only || shape.arch == Arch::llama;
 }
 

@@ -39,6 +39,11 @@ struct ModelConfig {
   double norm_eps = 0.0;        // llama: RMSNorm's epsilon
   double rope_theta = 0.0;      // llama: the rotary embedding's base
   bool tie_embeddings = true;   // llama: the LM head is the token embedding
+  std::string rope_scaling;     // llama: "none" or "llama3" (model/layout.hpp RopeScaling)
+  double rope_factor = 0.0;                   // llama3 scaling: factor
+  double rope_low_freq_factor = 0.0;          // llama3 scaling: low_freq_factor
+  double rope_high_freq_factor = 0.0;         // llama3 scaling: high_freq_factor
+  std::int64_t rope_original_positions = 0;   // llama3 scaling: original_max_position_embeddings
   std::string recompute;
   std::string init_from;  // GPT-2 weights to start from ("": the random GPT-2 initialisation)
   bool from_file = false;  // take the model's shape from init_from's file

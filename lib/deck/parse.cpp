@@ -302,7 +302,7 @@ class DeckParser {
                            " is not divisible by model.n_head = " + std::to_string(m.n_head));
     if (m.arch == "gpt2") {
       for (const char* key : {"model.n_kv_head", "model.ffn_dim", "model.multiple_of", "model.norm_eps",
-                              "model.rope_theta", "model.tie_embeddings"})
+                              "model.rope_theta", "model.tie_embeddings", "model.rope_scaling"})
         if (config_.origin.at(key) != "default")
           problems_.add(0, origin(key) + ": " + key + " applies to model.arch = \"llama\" only (this deck has "
                                          "\"gpt2\")");
@@ -319,6 +319,19 @@ class DeckParser {
         config_.resolved["parallel.device"] = "\"cpu\"";
       }
     }
+    // The scaling's parameters mean something only with the scaling on (a GPT-2 deck is told
+    // about model.rope_scaling above).
+    if (m.rope_scaling != "llama3") {
+      for (const char* key : {"model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+                              "model.rope_original_positions"})
+        if (config_.origin.at(key) != "default")
+          problems_.add(0, origin(key) + ": " + key + " applies to model.rope_scaling = \"llama3\" only (this deck "
+                                         "has \"" + m.rope_scaling + "\")");
+    }
+    if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
+      problems_.add(0, origin("model.rope_high_freq_factor") + ": model.rope_high_freq_factor = " +
+                           format_shortest(m.rope_high_freq_factor) + " must exceed model.rope_low_freq_factor = " +
+                           format_shortest(m.rope_low_freq_factor) + " (the blend lies between the two wavelengths)");
     if (m.arch == "llama" && !m.from_file) {
       if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
         problems_.add(0, origin("model.n_kv_head") + ": model.n_kv_head = " + std::to_string(m.n_kv_head) +

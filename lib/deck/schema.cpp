@@ -139,6 +139,27 @@ std::vector<KeySpec> build_schema() {
       real("model", "rope_theta", "10000.0", 1.0, 1e9,
            "llama: the rotary position embedding's base (Llama 2: 10000, Llama 3: 500000).",
            store(&C::model, &ModelConfig::rope_theta)),
+      choice("model", "rope_scaling", "\"none\"", {"none", "llama3"},
+             "llama: the rotary frequencies' rescaling for a longer context (Hugging Face's rope_scaling). "
+             "none; llama3: Llama 3.1/3.2's (long wavelengths divided by model.rope_factor, short ones kept, a "
+             "smooth blend between; docs/models.md).",
+             store(&C::model, &ModelConfig::rope_scaling)),
+      real("model", "rope_factor", "8.0", 1.0, 1e6,
+           "llama3 rope scaling: how much longer the context is than model.rope_original_positions (Llama 3.1: "
+           "8, Llama 3.2: 32).",
+           store(&C::model, &ModelConfig::rope_factor)),
+      real("model", "rope_low_freq_factor", "1.0", 1e-6, 1e6,
+           "llama3 rope scaling: wavelengths above model.rope_original_positions / this are divided by "
+           "model.rope_factor.",
+           store(&C::model, &ModelConfig::rope_low_freq_factor)),
+      real("model", "rope_high_freq_factor", "4.0", 1e-6, 1e6,
+           "llama3 rope scaling: wavelengths below model.rope_original_positions / this are kept; must exceed "
+           "model.rope_low_freq_factor.",
+           store(&C::model, &ModelConfig::rope_high_freq_factor)),
+      integer("model", "rope_original_positions", "8192", 1, kMaxInt,
+              "llama3 rope scaling: the context the rotary frequencies were trained at "
+              "(original_max_position_embeddings).",
+              store(&C::model, &ModelConfig::rope_original_positions)),
       boolean("model", "tie_embeddings", "true",
               "llama: the LM head is the token embedding (SmolLM, Llama 3.2 1B) or a matrix of its own (false: "
               "Llama 3 8B).",
@@ -160,7 +181,7 @@ std::vector<KeySpec> build_schema() {
            store(&C::model, &ModelConfig::init_from)),
       boolean("model", "from_file", "false",
               "Take n_layer, n_head, d_model, seq_len and vocab_size (and a Llama's arch, n_kv_head, ffn_dim, "
-              "norm_eps, rope_theta and tie_embeddings) from model.init_from's file, so the deck need not repeat "
+              "norm_eps, rope_theta, tie_embeddings and rope scaling keys) from model.init_from's file, so the deck need not repeat "
               "them (keys the deck does set must agree; a deck that sets a Llama key sets model.arch = \"llama\" "
               "too); an llm.c file's padded vocabulary also sets model.vocab_pad_to.",
               store(&C::model, &ModelConfig::from_file)),

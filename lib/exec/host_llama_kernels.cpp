@@ -53,18 +53,25 @@ void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* w
 }
 
 template <class R>
-RopeTable<R> rope_table(int positions, int hs, double theta) {
+RopeTable<R> rope_table(int positions, const std::vector<double>& inverse_frequencies) {
   RopeTable<R> table;
-  table.half = hs / 2;
+  table.half = static_cast<int>(inverse_frequencies.size());
   table.cos.resize(static_cast<std::size_t>(positions) * table.half);
   table.sin.resize(table.cos.size());
   for (int p = 0; p < positions; ++p)
     for (int i = 0; i < table.half; ++i) {
-      const double angle = p * std::pow(theta, -2.0 * i / hs);
+      const double angle = p * inverse_frequencies[static_cast<std::size_t>(i)];
       table.cos[static_cast<std::size_t>(p) * table.half + i] = static_cast<R>(std::cos(angle));
       table.sin[static_cast<std::size_t>(p) * table.half + i] = static_cast<R>(std::sin(angle));
     }
   return table;
+}
+
+template <class R>
+RopeTable<R> rope_table(int positions, int hs, double theta) {
+  std::vector<double> inverse_frequencies(static_cast<std::size_t>(hs / 2));
+  for (int i = 0; i < hs / 2; ++i) inverse_frequencies[static_cast<std::size_t>(i)] = std::pow(theta, -2.0 * i / hs);
+  return rope_table<R>(positions, inverse_frequencies);
 }
 
 template <class R>
@@ -131,6 +138,7 @@ void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) {
 #define ST_INSTANTIATE(R)                                                                     \
   template void rmsnorm_forward<R>(R*, R*, const R*, const R*, int, int, double);             \
   template void rmsnorm_backward<R>(R*, R*, const R*, const R*, const R*, const R*, int, int); \
+  template RopeTable<R> rope_table<R>(int, const std::vector<double>&);                       \
   template RopeTable<R> rope_table<R>(int, int, double);                                      \
   template void rope<R>(R*, const RopeTable<R>&, int, int, int, int, int, int, bool);         \
   template void swiglu_forward<R>(R*, const R*, int, int);                                    \

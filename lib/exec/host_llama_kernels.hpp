@@ -15,13 +15,16 @@ void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C
 template <class R>
 void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N, int C);
 
-// The rotary embedding's angles: cos and sin of position x theta^(-2i/hs), i < hs/2, for
+// The rotary embedding's angles: cos and sin of position x inverse_frequencies[i], i < hs/2, for
 // positions [0, positions), row-major [positions, hs/2]; computed in double.
 template <class R>
 struct RopeTable {
   std::vector<R> cos, sin;
   int half = 0;  // hs / 2
 };
+template <class R>
+RopeTable<R> rope_table(int positions, const std::vector<double>& inverse_frequencies);
+// Unscaled: inverse_frequencies[i] = theta^(-2i/hs) (model/rope.hpp has the rescaled ones).
 template <class R>
 RopeTable<R> rope_table(int positions, int hs, double theta);
 

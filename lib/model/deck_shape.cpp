@@ -21,6 +21,15 @@ ModelShape model_shape(const ModelConfig& m) {
     s.norm_eps = m.norm_eps;
     s.rope_theta = m.rope_theta;
     s.tie_embeddings = m.tie_embeddings;
+    const std::optional<RopeScaling> scaling = rope_scaling_from_name(m.rope_scaling.empty() ? "none" : m.rope_scaling);
+    ST_REQUIRE(scaling.has_value(), "model.rope_scaling was not validated");
+    s.rope_scaling = *scaling;
+    if (s.rope_scaling == RopeScaling::llama3) {
+      s.rope_factor = m.rope_factor;
+      s.rope_low_freq_factor = m.rope_low_freq_factor;
+      s.rope_high_freq_factor = m.rope_high_freq_factor;
+      s.rope_original_positions = m.rope_original_positions;
+    }
   }
   return s;
 }

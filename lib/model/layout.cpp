@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace st {
 
@@ -41,6 +42,9 @@ std::string model_summary(const ModelShape& s) {
   if (s.arch == Arch::llama)
     text += ", n_kv_head " + std::to_string(s.kv_heads()) + ", ffn_dim " + std::to_string(s.hidden()) +
             (s.tie_embeddings ? ", tied" : ", untied") + " LM head";
+  if (s.arch == Arch::llama && s.rope_scaling == RopeScaling::llama3)
+    text += ", rope_scaling llama3 (factor " + format_shortest(s.rope_factor) + ", original context " +
+            std::to_string(s.rope_original_positions) + ")";
   return text + ", seq_len " + std::to_string(s.seq_len) + ", vocab " + std::to_string(s.vocab_size) + " (padded " +
          std::to_string(s.padded_vocab) + ")";
 }
@@ -50,6 +54,14 @@ const char* arch_name(Arch arch) { return arch == Arch::llama ? "llama" : "gpt2"
 std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "gpt2") return Arch::gpt2;
   if (name == "llama") return Arch::llama;
+  return std::nullopt;
+}
+
+const char* rope_scaling_name(RopeScaling scaling) { return scaling == RopeScaling::llama3 ? "llama3" : "none"; }
+
+std::optional<RopeScaling> rope_scaling_from_name(std::string_view name) {
+  if (name == "none") return RopeScaling::none;
+  if (name == "llama3") return RopeScaling::llama3;
   return std::nullopt;
 }
 

@@ -18,6 +18,11 @@ namespace st {
 //          grouped-query attention, no biases, the LM head tied or not.
 enum class Arch { gpt2, llama };
 
+// How a Llama's rotary frequencies are rescaled for a longer context (Hugging Face's
+// rope_scaling): none, or Llama 3.1's "llama3" (model/rope.hpp: long wavelengths divided by
+// the factor, short ones kept, a smooth blend between).
+enum class RopeScaling { none, llama3 };
+
 struct ModelShape {
   std::int64_t n_layer = 0;
   std::int64_t d_model = 0;
@@ -32,6 +37,12 @@ struct ModelShape {
   double norm_eps = 1e-5;         // RMSNorm's epsilon
   double rope_theta = 10000.0;    // the rotary embedding's base
   bool tie_embeddings = true;     // the LM head is the token embedding
+  // llama with rope_scaling llama3 only (the others keep these defaults and do not record them):
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_factor = 8.0;                      // factor
+  double rope_low_freq_factor = 1.0;             // low_freq_factor
+  double rope_high_freq_factor = 4.0;            // high_freq_factor
+  std::int64_t rope_original_positions = 8192;   // original_max_position_embeddings
 
   std::int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   std::int64_t head_dim() const { return d_model / n_head; }
@@ -47,6 +58,9 @@ std::string model_summary(const ModelShape& shape);
 // "gpt2" / "llama", and back (nullopt for another name).
 const char* arch_name(Arch arch);
 std::optional<Arch> arch_from_name(std::string_view name);
+// "none" / "llama3", and back (nullopt for another name).
+const char* rope_scaling_name(RopeScaling scaling);
+std::optional<RopeScaling> rope_scaling_from_name(std::string_view name);
 
 // Llama's rounding of the MLP width: 2/3 of 4 d_model, times ffn_dim_multiplier, rounded up to a
 // multiple of `multiple_of` (Meta's reference code; 11008 for Llama 2 7B, 14336 for Llama 3 8B

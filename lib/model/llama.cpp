@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/random.hpp"
 #include "exec/host_kernels.hpp"
+#include "model/rope.hpp"
 
 namespace st {
 
@@ -28,7 +29,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   ST_REQUIRE(NH_ % NKV_ == 0, "n_kv_head must divide n_head");
   ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
-  rope_ = kernels::rope_table<Real>(static_cast<int>(shape.seq_len), hs_, shape.rope_theta);
+  rope_ = kernels::rope_table<Real>(static_cast<int>(shape.seq_len), rope_inverse_frequencies(shape));
   const auto& segments = layout_.segments();
   wte_ = layout_.tensor("wte").offset - segments.front().offset;
   head_ = shape.tie_embeddings ? wte_ : layout_.tensor("lm_head.w").offset - segments.front().offset;

@@ -113,6 +113,18 @@ std::string shape_mismatch(const WeightsSource& file, const ModelShape& deck) {
     return differ("model.rope_theta", number_text(f.rope_theta), number_text(deck.rope_theta));
   if (f.tie_embeddings != deck.tie_embeddings)
     return differ("model.tie_embeddings", f.tie_embeddings ? "true" : "false", deck.tie_embeddings ? "true" : "false");
+  if (f.rope_scaling != deck.rope_scaling)
+    return differ("model.rope_scaling", rope_scaling_name(f.rope_scaling), rope_scaling_name(deck.rope_scaling));
+  if (f.rope_scaling == RopeScaling::none) return "";
+  const std::pair<const char*, std::pair<double, double>> scaling[] = {
+      {"model.rope_factor", {f.rope_factor, deck.rope_factor}},
+      {"model.rope_low_freq_factor", {f.rope_low_freq_factor, deck.rope_low_freq_factor}},
+      {"model.rope_high_freq_factor", {f.rope_high_freq_factor, deck.rope_high_freq_factor}},
+      {"model.rope_original_positions",
+       {static_cast<double>(f.rope_original_positions), static_cast<double>(deck.rope_original_positions)}},
+  };
+  for (const auto& [key, values] : scaling)
+    if (values.first != values.second) return differ(key, number_text(values.first), number_text(values.second));
   return "";
 }
 

@@ -1,6 +1,7 @@
 #include "weights/hf_llama.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -83,6 +84,41 @@ std::string config_beside(const std::string& file) {
   return (fs::path(file).parent_path() / "config.json").string();
 }
 
+// Hugging Face's rope_scaling object: {"rope_type" (older files: "type"): "llama3", "factor",
+// "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (every key
+// required, as transformers requires them); "default" is no scaling. Other types are refused.
+void read_rope_scaling(const Json& config, const std::string& path, ModelShape& s) {
+  const Json& r = config["rope_scaling"];
+  const std::string type =
+      r.is_object() ? r.value("rope_type", r.value("type", std::string("(no rope_type)"))) : r.dump();
+  if (type == "default") return;
+  if (type != "llama3")
+    throw Error(path + ": \"rope_scaling\" has type \"" + type +
+                "\"; shardtrain computes unscaled rotary embeddings (rope_scaling null or \"default\") and Llama "
+                "3.1's \"llama3\" scaling");
+  auto number = [&](const char* key) {
+    if (!r.contains(key) || !r[key].is_number() || r[key].get<double>() <= 0)
+      throw Error(path + ": \"rope_scaling\".\"" + key + "\" is " + (r.contains(key) ? r[key].dump() : "missing") +
+                  ", expected a positive number (rope_type \"llama3\" needs factor, low_freq_factor, "
+                  "high_freq_factor and original_max_position_embeddings)");
+    return r[key].get<double>();
+  };
+  s.rope_scaling = RopeScaling::llama3;
+  s.rope_factor = number("factor");
+  s.rope_low_freq_factor = number("low_freq_factor");
+  s.rope_high_freq_factor = number("high_freq_factor");
+  const double original = number("original_max_position_embeddings");
+  if (original != std::floor(original))
+    throw Error(path + ": \"rope_scaling\".\"original_max_position_embeddings\" is " +
+                r["original_max_position_embeddings"].dump() + ", expected a positive integer");
+  s.rope_original_positions = static_cast<std::int64_t>(original);
+  if (s.rope_factor < 1.0)
+    throw Error(path + ": \"rope_scaling\".\"factor\" is " + r["factor"].dump() + ", expected at least 1");
+  if (s.rope_high_freq_factor <= s.rope_low_freq_factor)
+    throw Error(path + ": \"rope_scaling\".\"high_freq_factor\" = " + r["high_freq_factor"].dump() +
+                " must exceed \"low_freq_factor\" = " + r["low_freq_factor"].dump());
+}
+
 ModelShape parse_config(const std::string& path) {
   const Json config = parse_json_file(path);
   auto refuse = [&](const std::string& key, const std::string& why) {
@@ -134,12 +170,7 @@ ModelShape parse_config(const std::string& path) {
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (config.contains(key) && config[key] != false)
       refuse(key, "shardtrain's Llama has no biases");
-  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null()) {
-    const Json& r = config["rope_scaling"];
-    const std::string type = r.is_object() ? r.value("rope_type", r.value("type", std::string("?"))) : r.dump();
-    throw Error(path + ": \"rope_scaling\" has type \"" + type +
-                "\"; shardtrain computes unscaled rotary embeddings only (rope_scaling null)");
-  }
+  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null()) read_rope_scaling(config, path, s);
   return s;
 }
 
@@ -215,7 +246,17 @@ std::string hf_llama_config_json(const ModelShape& s, WeightDtype dtype) {
   c["num_key_value_heads"] = s.kv_heads();
   c["pretraining_tp"] = 1;
   c["rms_norm_eps"] = s.norm_eps;
-  c["rope_scaling"] = nullptr;
+  if (s.rope_scaling == RopeScaling::llama3) {
+    nlohmann::ordered_json r;
+    r["factor"] = s.rope_factor;
+    r["high_freq_factor"] = s.rope_high_freq_factor;
+    r["low_freq_factor"] = s.rope_low_freq_factor;
+    r["original_max_position_embeddings"] = s.rope_original_positions;
+    r["rope_type"] = "llama3";
+    c["rope_scaling"] = r;
+  } else {
+    c["rope_scaling"] = nullptr;
+  }
   c["rope_theta"] = s.rope_theta;
   c["tie_word_embeddings"] = s.tie_embeddings;
   c["torch_dtype"] = dtype == WeightDtype::bf16 ? "bfloat16" : "float32";

@@ -36,7 +36,7 @@ bool declares_llama(const std::string& config_path);
 
 // The model's shape from config.json, refusing (file and key named) what this project's Llama
 // does not compute: head_dim other than hidden_size / num_attention_heads, attention or MLP
-// biases, rope_scaling of any type, another activation than silu.
+// biases, rope_scaling of a type other than "llama3" (or "default"), another activation than silu.
 ModelShape read_hf_llama_config(const std::string& path);
 // config.json for this shape as transformers writes one for LlamaForCausalLM.
 std::string hf_llama_config_json(const ModelShape& shape, WeightDtype dtype);

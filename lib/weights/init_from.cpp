@@ -51,7 +51,10 @@ void share(WeightsSource& source, MPI_Comm comm) {
   std::vector<std::uint64_t> numbers = {u(s.n_layer), u(s.d_model), u(s.n_head), u(s.seq_len), u(s.vocab_size),
                                         u(s.padded_vocab), source.format == WeightsFormat::llmc ? 0u : 1u,
                                         s.arch == Arch::llama ? 1u : 0u, u(s.n_kv_head), u(s.ffn_dim),
-                                        bits_of(s.norm_eps), bits_of(s.rope_theta), s.tie_embeddings ? 1u : 0u};
+                                        bits_of(s.norm_eps), bits_of(s.rope_theta), s.tie_embeddings ? 1u : 0u,
+                                        static_cast<std::uint64_t>(s.rope_scaling), bits_of(s.rope_factor),
+                                        bits_of(s.rope_low_freq_factor), bits_of(s.rope_high_freq_factor),
+                                        u(s.rope_original_positions)};
   broadcast(numbers, 0, comm);
   auto v = [&](std::size_t k) { return static_cast<std::int64_t>(numbers[k]); };
   source.shape = {v(0), v(1), v(2), v(3), v(4), v(5)};
@@ -62,6 +65,11 @@ void share(WeightsSource& source, MPI_Comm comm) {
   source.shape.norm_eps = double_of(numbers[10]);
   source.shape.rope_theta = double_of(numbers[11]);
   source.shape.tie_embeddings = numbers[12] == 1;
+  source.shape.rope_scaling = static_cast<RopeScaling>(numbers[13]);
+  source.shape.rope_factor = double_of(numbers[14]);
+  source.shape.rope_low_freq_factor = double_of(numbers[15]);
+  source.shape.rope_high_freq_factor = double_of(numbers[16]);
+  source.shape.rope_original_positions = v(17);
   broadcast(source.path, 0, comm);
   broadcast(source.description, 0, comm);
 }
@@ -137,6 +145,18 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
          m.rope_theta == f.rope_theta);
     take("model.tie_embeddings", m.tie_embeddings, f.tie_embeddings, f.tie_embeddings ? "true" : "false",
          m.tie_embeddings == f.tie_embeddings);
+    const std::string scaling = rope_scaling_name(f.rope_scaling);
+    take("model.rope_scaling", m.rope_scaling, scaling, "\"" + scaling + "\"", d.rope_scaling == f.rope_scaling);
+    if (f.rope_scaling == RopeScaling::llama3) {
+      take("model.rope_factor", m.rope_factor, f.rope_factor, nlohmann::json(f.rope_factor).dump(),
+           m.rope_factor == f.rope_factor);
+      take("model.rope_low_freq_factor", m.rope_low_freq_factor, f.rope_low_freq_factor,
+           nlohmann::json(f.rope_low_freq_factor).dump(), m.rope_low_freq_factor == f.rope_low_freq_factor);
+      take("model.rope_high_freq_factor", m.rope_high_freq_factor, f.rope_high_freq_factor,
+           nlohmann::json(f.rope_high_freq_factor).dump(), m.rope_high_freq_factor == f.rope_high_freq_factor);
+      take("model.rope_original_positions", m.rope_original_positions, f.rope_original_positions,
+           std::to_string(f.rope_original_positions), m.rope_original_positions == f.rope_original_positions);
+    }
   }
   // llm.c pads its token table (50257 -> 50304): the same padding keeps an export byte-identical.
   if (m.from_file && config.origin["model.vocab_pad_to"] == "default" && source.shape.padded_vocab != m.vocab_size) {

@@ -7,7 +7,8 @@
   validation loss; `generate` gives the same samples on 1 rank and on 2 with zero3;
 - mistakes are refused with the key named: a llama key on a GPT-2 deck, n_kv_head that does not
   divide n_head, model.init_from naming a checkpoint, an llm.c export of a llama checkpoint, a resume
-  with the other architecture."""
+  with the other architecture; rope scaling on a GPT-2 deck, its parameters without it, its blend
+  bounds the wrong way round, a resume with another scaling."""
 import json
 import os
 
@@ -90,6 +91,16 @@ CASES = [
      "bad header: neither an llm.c model file"),
     ("resuming with the other architecture", gpt2_deck, ["--set", f'checkpoint.resume="{ckpt6}"'],
      "model.arch = llama in the checkpoint, gpt2 in the deck"),
+    ("rope scaling on a GPT-2 deck", gpt2_deck, ["--set", 'model.rope_scaling="llama3"'],
+     'model.rope_scaling applies to model.arch = "llama" only'),
+    ("a scaling factor without the scaling", ref_deck, ["--set", "model.rope_factor=4"],
+     'model.rope_factor applies to model.rope_scaling = "llama3" only (this deck has "none")'),
+    ("blend bounds the wrong way round", ref_deck,
+     ["--set", 'model.rope_scaling="llama3"', "--set", "model.rope_high_freq_factor=0.5"],
+     "model.rope_high_freq_factor = 0.5 must exceed model.rope_low_freq_factor = 1"),
+    ("resuming with another rope scaling", ref_deck,
+     ["--set", f'checkpoint.resume="{ckpt6}"', "--set", 'model.rope_scaling="llama3"'],
+     "model.rope_scaling = none in the checkpoint, llama3 in the deck"),
 ]
 for what, path, extra, message in CASES:
     proc = h.mpirun(args, 1, ["run", path] + extra)

@@ -8,9 +8,13 @@
   checkpoint, and a run started from it with model.init_from logs the same first loss; with
   PyTorch importable, an independent Llama on the exported tensors gives shardtrain's logits
   within 1e-5 relative;
-- refused with the file and the key named: attention_bias, rope_scaling "llama3", a head_dim
-  that is not hidden_size / num_attention_heads, a bias tensor in the file; llm.c export of a
-  Llama."""
+- rope_scaling "llama3" (Llama 3.1's): a config.json with it is read and written back with the
+  same rope_scaling; a Llama trained here with model.rope_scaling = "llama3" records it in its
+  checkpoint (ckpt inspect), exports it (read back with the same scaling), and eval of the export
+  equals eval of the checkpoint (tests/e2e/torch_llama.py checks the scaled model's logits);
+- refused with the file and the key named: attention_bias, rope_scaling "yarn", a "llama3" scaling
+  without low_freq_factor, a head_dim that is not hidden_size / num_attention_heads, a bias tensor
+  in the file; llm.c export of a Llama."""
 import json
 import os
 import struct
@@ -150,6 +154,21 @@ for dtype in ("BF16", "F32"):
                     config["head_dim"] == 8,
                     f"convert {label} ({out_shards}): config.json has the input's keys\n{config}")
 
+# 1b. Llama 3.1's rope_scaling in and out.
+LLAMA31_SCALING = {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+src, tensors = make_hf_dir("hf_llama31", "BF16", 1, {"rope_scaling": LLAMA31_SCALING})
+proc = run(["weights", "inspect", src])
+h.check(proc.returncode == 0 and "rope_scaling llama3 (factor 8, original context 8192)" in proc.stdout,
+        f"weights inspect names Llama 3.1's rope scaling\n{proc.stdout}{proc.stderr[-800:]}")
+out_dir = os.path.join(work, "hf_llama31_out")
+proc = run(["weights", "convert", src, os.path.join(out_dir, "model.safetensors"), "--format", "safetensors",
+            "--dtype", "bf16"])
+got, _ = read_hf(out_dir) if proc.returncode == 0 else ({}, [])
+h.check(proc.returncode == 0 and got == tensors and
+        json.load(open(os.path.join(out_dir, "config.json")))["rope_scaling"] == LLAMA31_SCALING,
+        f"convert keeps the tensors and rope_scaling {LLAMA31_SCALING}\n{proc.stderr[-800:]}")
+
 # 2. A Llama trained here, exported, read back.
 LLAMA = {"arch": "llama", "n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "ffn_dim": 48,
          "tie_embeddings": False, "rope_theta": 500000.0}
@@ -247,11 +266,48 @@ else:
     err = np.abs(theirs - ours).max() / np.abs(theirs).max()
     h.check(err < 1e-5, f"PyTorch's Llama on the exported tensors: shardtrain's logits within 1e-5 ({err:.2e})")
 
+# 2b. Trained with rope_scaling llama3 (an original context of 8 under the deck's 32, so that the
+# 8-wide heads have kept, blended and stretched frequencies), exported, read back.
+SCALED = dict(LLAMA, rope_scaling="llama3", rope_factor=4.0, rope_original_positions=8)
+deck = h.small_deck(work, "scaled", corpus, model=SCALED, parallel={"device": "cpu"}, run={"steps": 6},
+                    checkpoint={"every": 6})
+h.train(args, 2, deck, os.path.join(work, "scaled"), "llama with rope_scaling llama3 on 2 ranks")
+scaled_ckpt = os.path.join(work, "scaled", "checkpoints", "latest")
+proc = run(["ckpt", "inspect", scaled_ckpt])
+h.check(proc.returncode == 0 and "rope_scaling llama3 (factor 4, original context 8)" in proc.stdout,
+        f"ckpt inspect shows the checkpoint's rope scaling\n{proc.stdout}{proc.stderr[-800:]}")
+scaled_export = os.path.join(work, "scaled_export")
+proc = run(["ckpt", "export", scaled_ckpt, os.path.join(scaled_export, "model.safetensors"), "--format",
+            "safetensors"])
+config = json.load(open(os.path.join(scaled_export, "config.json"))) if proc.returncode == 0 else {}
+h.check(config.get("rope_scaling") == {"factor": 4.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                       "original_max_position_embeddings": 8, "rope_type": "llama3"},
+        f"the export's config.json has the run's rope_scaling: {config.get('rope_scaling')}\n{proc.stderr[-800:]}")
+
+
+def eval_loss(target, *extra):
+    proc = run(["eval", target, "--data", corpus, "--batches", "2", "--json", "--set", 'parallel.device="cpu"',
+                "--set", "data.global_batch=12", *extra])
+    h.check(proc.returncode == 0, f"eval {target} exits 0\n{proc.stderr[-800:]}")
+    return json.loads(proc.stdout)["loss"]
+
+
+ckpt_loss, export_loss = eval_loss(os.path.join(work, "scaled")), eval_loss(scaled_export)
+h.check(abs(export_loss - ckpt_loss) <= 1e-6 * abs(ckpt_loss),
+        f"eval of the scaled export {export_loss} = the checkpoint's {ckpt_loss}")
+proc = run(["weights", "inspect", scaled_export])
+h.check(proc.returncode == 0 and "rope_scaling llama3 (factor 4, original context 8)" in proc.stdout,
+        f"weights inspect reads the export's rope scaling back\n{proc.stdout}{proc.stderr[-800:]}")
+
 # 3. Refusals, the file and the key named.
 CASES = [
     ("attention biases", {"attention_bias": True}, (), 'config.json: "attention_bias" is true'),
-    ("llama3 rope scaling", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, (),
-     'config.json: "rope_scaling" has type "llama3"'),
+    ("yarn rope scaling", {"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}, (),
+     'config.json: "rope_scaling" has type "yarn"'),
+    ("llama3 rope scaling without low_freq_factor",
+     {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 8192}}, (),
+     'config.json: "rope_scaling"."low_freq_factor" is missing'),
     ("a head_dim of its own", {"head_dim": 16}, (), 'config.json: "head_dim" is 16'),
     ("a bias tensor", {}, [("model.layers.0.self_attn.q_proj.bias", [32])],
      "model.safetensors: tensor model.layers.0.self_attn.q_proj.bias is a bias"),

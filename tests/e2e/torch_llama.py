@@ -1,8 +1,10 @@
 """Cross-check of model.arch = "llama" against a Llama written in PyTorch (tools/torch_llama.py,
 float64), as transformers' LlamaForCausalLM computes it: RMSNorm, rotate-half rotary embeddings,
 key/value heads repeated per query group, SwiGLU, no biases. From the same weights and tokens, for grouped-query
-attention (untied, rope_theta 500000), multi-query and multi-head (tied): the logits within 1e-6
-relative, the loss and every parameter's gradient within 1e-4. Skipped (exit 77) without torch."""
+attention (untied, rope_theta 500000), multi-query and multi-head (tied), and with Llama 3.1's
+rope_scaling "llama3" (rope_theta 500 and an original context of 32, so that the 8-wide heads have
+a kept, a blended and two stretched frequencies): the logits within 1e-6 relative, the loss and
+every parameter's gradient within 1e-4. Skipped (exit 77) without torch."""
 import argparse
 import json
 import os
@@ -27,11 +29,15 @@ torch.set_default_dtype(torch.float64)
 
 
 failures = 0
-for n_kv_head, tied, theta in ((2, 0, 500000.0), (1, 1, 10000.0), (4, 1, 10000.0)):
+for n_kv_head, tied, theta, scaling in ((2, 0, 500000.0, None), (1, 1, 10000.0, None), (4, 1, 10000.0, None),
+                                        (2, 0, 500.0, (4.0, 1.0, 4.0, 32))):
     work = tempfile.mkdtemp(prefix="st_torch_llama_")
-    subprocess.run([args.dump, work, "llama", str(n_kv_head), str(tied), str(theta)], check=True)
+    scaling_args = [str(x) for x in scaling] if scaling else []
+    subprocess.run([args.dump, work, "llama", str(n_kv_head), str(tied), str(theta)] + scaling_args, check=True)
     meta = json.load(open(f"{work}/meta.json"))
     label = f"n_kv_head {n_kv_head}, {'tied' if tied else 'untied'}, rope_theta {theta:g}"
+    if scaling:
+        label += f", rope_scaling llama3 (factor {scaling[0]:g}, original {scaling[3]})"
     params = np.fromfile(f"{work}/params.f32", dtype=np.float32).astype(np.float64)
     ours = np.fromfile(f"{work}/grads.f32", dtype=np.float32).astype(np.float64)
     B, T, V = meta["B"], meta["T"], meta["vocab_size"]

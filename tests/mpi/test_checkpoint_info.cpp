@@ -33,6 +33,7 @@ CheckpointInfo distinct_info() {
       using T = std::decay_t<decltype(value)>;
       if constexpr (std::is_same_v<T, std::string>) value = std::string("value of ") + field.name;
       else if constexpr (std::is_same_v<T, Arch>) value = Arch::llama;
+      else if constexpr (std::is_same_v<T, RopeScaling>) value = RopeScaling::llama3;
       else if constexpr (std::is_same_v<T, bool>) value = !value;
       else if constexpr (std::is_same_v<T, double>) value = 1000.25 + 17 * static_cast<double>(k);
       else value = 1000 + 17 * k;
@@ -47,6 +48,7 @@ std::string shown(const CheckpointInfo& info, const CheckpointField& field) {
     using T = std::decay_t<decltype(value)>;
     if constexpr (std::is_same_v<T, std::string>) text = "\"" + value + "\"";
     else if constexpr (std::is_same_v<T, Arch>) text = arch_name(value);
+    else if constexpr (std::is_same_v<T, RopeScaling>) text = rope_scaling_name(value);
     else if constexpr (std::is_same_v<T, bool>) text = value ? "true" : "false";
     else text = std::to_string(value);
   });
@@ -127,11 +129,38 @@ TEST(CheckpointInfo, OptionalFieldsMayBeAbsent) {
       });
     });
   }
-  // data_order, data_shard, data_shard_offset, data_epoch, settings, run_id; and llama's arch,
-  // n_kv_head, ffn_dim, norm_eps, rope_theta, tie_embeddings (a GPT-2 checkpoint's defaults).
-  EXPECT_EQ(optional, 12);
+  // data_order, data_shard, data_shard_offset, data_epoch, settings, run_id; llama's arch,
+  // n_kv_head, ffn_dim, norm_eps, rope_theta, tie_embeddings (a GPT-2 checkpoint's defaults); and
+  // a scaled rope's rope_scaling, rope_factor, rope_low_freq_factor, rope_high_freq_factor,
+  // rope_original_positions.
+  EXPECT_EQ(optional, 17);
   EXPECT_EQ(differences_on_any_rank(read_checkpoint_info(path, MPI_COMM_WORLD), expected), "");
   remove_dir(path);
+}
+
+// A llama checkpoint's own keys, and a scaled rope's, are not optional for it: defaults in their
+// place would describe another model. Without one, the read fails on every rank naming it.
+TEST(CheckpointInfo, ALlamaCheckpointWithoutOneOfItsKeysIsRefusedNamingIt) {
+  for (const std::string missing : {"n_kv_head", "rope_scaling", "rope_original_positions"}) {
+    const CheckpointInfo written = distinct_info();  // a llama with rope_scaling llama3
+    const std::string path = write_small_checkpoint("missing_" + missing, written);
+    if (world_rank() == 0) {
+      h5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose, "opening " + path);
+      h5::Handle model = h5::open_group(file.get(), "model");
+      h5::check(H5Adelete(model.get(), missing.c_str()), "deleting " + missing);
+      model = h5::Handle();
+      file.close("closing " + path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::string error;
+    try {
+      read_checkpoint_info(path, MPI_COMM_WORLD);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("attribute '/model/" + missing + "' is missing"), std::string::npos) << error;
+    remove_dir(path);
+  }
 }
 
 // Retention keeps the newest `keep` checkpoints of the run that writes, newest by commit, not by

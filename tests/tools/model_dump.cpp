@@ -3,6 +3,8 @@
 // compare.
 //   model_dump OUT_DIR                                        GPT-2
 //   model_dump OUT_DIR llama N_KV_HEAD TIED(0|1) ROPE_THETA   Llama (4 heads)
+//   model_dump OUT_DIR llama N_KV_HEAD TIED(0|1) ROPE_THETA FACTOR LOW HIGH ORIGINAL
+//                                                             ... with rope_scaling llama3
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -28,18 +30,25 @@ void write(const std::string& path, const std::vector<T>& v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && !(argc == 6 && std::string(argv[2]) == "llama")) {
-    std::fprintf(stderr, "usage: model_dump OUT_DIR [llama N_KV_HEAD TIED(0|1) ROPE_THETA]\n");
+  if (argc != 2 && !((argc == 6 || argc == 10) && std::string(argv[2]) == "llama")) {
+    std::fprintf(stderr, "usage: model_dump OUT_DIR [llama N_KV_HEAD TIED(0|1) ROPE_THETA [FACTOR LOW HIGH ORIGINAL]]\n");
     return 2;
   }
   const std::string dir = argv[1];
   st::ModelShape shape{2, 32, 4, 16, 60, 64};
-  if (argc == 6) {
+  if (argc >= 6) {
     shape.arch = st::Arch::llama;
     shape.n_kv_head = std::stoi(argv[3]);
     shape.ffn_dim = 56;
     shape.tie_embeddings = std::string(argv[4]) == "1";
     shape.rope_theta = std::stod(argv[5]);
+  }
+  if (argc == 10) {
+    shape.rope_scaling = st::RopeScaling::llama3;
+    shape.rope_factor = std::stod(argv[6]);
+    shape.rope_low_freq_factor = std::stod(argv[7]);
+    shape.rope_high_freq_factor = std::stod(argv[8]);
+    shape.rope_original_positions = std::stoll(argv[9]);
   }
   const int B = 3, T = 16;
   const std::unique_ptr<st::Model<float>> owned = st::make_model<float>(shape, B);
@@ -70,7 +79,13 @@ int main(int argc, char** argv) {
                                  {"padded_vocab", shape.padded_vocab}, {"arch", st::arch_name(shape.arch)},
                                  {"n_kv_head", shape.kv_heads()}, {"ffn_dim", shape.hidden()},
                                  {"tie_embeddings", shape.tie_embeddings}, {"rope_theta", shape.rope_theta},
-                                 {"norm_eps", shape.norm_eps}, {"B", B}, {"T", T}, {"loss", loss},
+                                 {"norm_eps", shape.norm_eps},
+                                 {"rope_scaling", st::rope_scaling_name(shape.rope_scaling)},
+                                 {"rope_factor", shape.rope_factor},
+                                 {"rope_low_freq_factor", shape.rope_low_freq_factor},
+                                 {"rope_high_freq_factor", shape.rope_high_freq_factor},
+                                 {"rope_original_positions", shape.rope_original_positions}, {"B", B}, {"T", T},
+                                 {"loss", loss},
                                  {"tensors", nlohmann::ordered_json::array()}};
   for (const auto* t : model.layout().all_tensors())
     meta["tensors"].push_back({{"name", t->name}, {"offset", t->offset}, {"shape", t->shape}});

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numbers>
 #include <vector>
 
 #include "core/error.hpp"
 #include "exec/host_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
+#include "model/rope.hpp"
 #include "model_gradient_check.hpp"
 
 namespace st {
@@ -146,6 +148,49 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double sum = 0;
   for (std::size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
   return sum;
+}
+
+// Llama 3.1 8B's rotary frequencies (head width 128, rope_theta 500000, rope_scaling llama3 with
+// factor 8, low_freq_factor 1, high_freq_factor 4, original context 8192): wavelengths below
+// 8192 / 4 are kept bit for bit (i <= 28), those above 8192 / 1 divided by 8 (i >= 35), the six
+// between blended, falling from 1 to 1/8 of their unscaled value as the wavelength grows.
+TEST(LlamaRope, Llama3ScalingKeepsStretchesAndBlendsByWavelength) {
+  ModelShape s = llama_shape(32, 4096, 32, 8, 14336, 8192, 128256, 128256, false, 500000.0);
+  const std::vector<double> plain = rope_inverse_frequencies(s);
+  ASSERT_EQ(plain.size(), 64u);
+  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], std::pow(500000.0, -2.0 * i / 128)) << i;
+
+  s.rope_scaling = RopeScaling::llama3;
+  s.rope_factor = 8.0;
+  s.rope_low_freq_factor = 1.0;
+  s.rope_high_freq_factor = 4.0;
+  s.rope_original_positions = 8192;
+  const std::vector<double> scaled = rope_inverse_frequencies(s);
+  ASSERT_EQ(scaled.size(), plain.size());
+  int kept = 0, stretched = 0, blended = 0;
+  double previous_ratio = 1.0;
+  for (std::size_t i = 0; i < scaled.size(); ++i) {
+    const double ratio = scaled[i] / plain[i];
+    if (scaled[i] == plain[i]) {
+      ++kept;
+      EXPECT_LE(i, 28u);
+    } else if (scaled[i] == plain[i] / 8.0) {
+      ++stretched;
+      EXPECT_GE(i, 35u);
+    } else {
+      ++blended;
+      EXPECT_GT(ratio, 1.0 / 8.0) << i;
+      EXPECT_LT(ratio, 1.0) << i;
+      EXPECT_LT(ratio, previous_ratio) << i;  // longer wavelengths are stretched more
+      // Llama 3.1's blend: (1 - w) / 8 + w, w = (8192 / wavelength - 1) / 3.
+      const double w = (8192.0 * plain[i] / (2 * std::numbers::pi) - 1.0) / 3.0;
+      EXPECT_NEAR(ratio, (1.0 - w) / 8.0 + w, 1e-12) << i;
+    }
+    previous_ratio = ratio;
+  }
+  EXPECT_EQ(kept, 29);
+  EXPECT_EQ(stretched, 29);
+  EXPECT_EQ(blended, 6);
 }
 
 TEST(LlamaKernels, RmsNormBackwardMatchesFiniteDifferences) {

@@ -1,0 +1,35 @@
+#include "model/rope.hpp"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.hpp"
+
+namespace st {
+
+std::vector<double> rope_inverse_frequencies(const ModelShape& shape) {
+  const auto hs = static_cast<int>(shape.head_dim());
+  std::vector<double> frequencies(static_cast<std::size_t>(hs / 2));
+  // The same expression as kernels::rope_table's unscaled table, so an unscaled model's angles
+  // are those bits.
+  for (int i = 0; i < hs / 2; ++i) frequencies[static_cast<std::size_t>(i)] = std::pow(shape.rope_theta, -2.0 * i / hs);
+  if (shape.rope_scaling == RopeScaling::none) return frequencies;
+
+  const double factor = shape.rope_factor, low = shape.rope_low_freq_factor, high = shape.rope_high_freq_factor;
+  const auto original = static_cast<double>(shape.rope_original_positions);
+  ST_REQUIRE(factor >= 1.0 && low > 0.0 && high > low && original > 0.0, "invalid llama3 rope scaling parameters");
+  const double low_freq_wavelength = original / low, high_freq_wavelength = original / high;
+  for (double& f : frequencies) {
+    const double wavelength = 2.0 * std::numbers::pi / f;
+    if (wavelength < high_freq_wavelength) continue;  // high frequencies: kept
+    if (wavelength > low_freq_wavelength) {
+      f /= factor;  // low frequencies: stretched by the factor
+    } else {
+      const double smooth = (original / wavelength - low) / (high - low);
+      f = (1.0 - smooth) * f / factor + smooth * f;
+    }
+  }
+  return frequencies;
+}
+
+}  // namespace st
