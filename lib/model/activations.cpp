@@ -79,12 +79,11 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
       break;
   }
   // x0, the final norm (N C, N), logits (N Vp), losses (N), tmp, then the backward scratch:
-  // dres, dtmp, datty (N C each), dqkv (N W), with grouped-query attention the per-query-head
-  // gradient it is summed from (3 N C), the probabilities' gradient, and two of the MLP's
-  // width (2 N F each; the recomputed product goes to the second).
-  const bool grouped = shape.kv_heads() < shape.n_head;
+  // dres, dtmp, datty (N C each), dqkv (N W; attention's backward sums each key/value head's
+  // gradient over its group itself), the probabilities' gradient, and two of the MLP's width
+  // (2 N F each; the recomputed product goes to the second).
   s.shared = N * C + N * C + N + N * static_cast<std::size_t>(shape.padded_vocab) + N + N * C + 3 * N * C + N * W +
-             (grouped ? 3 * N * C : 0) + heads + 2 * 2 * N * F;
+             heads + 2 * 2 * N * F;
   return s;
 }
 

@@ -221,9 +221,8 @@ TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
   const std::size_t N = 3 * 16, C = 32, W = 32 + 2 * 2 * 8, F = 48, L = 4, NH = 4, TT = 16 * 16, Vp = 64;
   for (const int heads : {1, 2, 12}) {
     // x0, the final norm and its statistics, logits, losses, tmp, dres dtmp datty, dqkv, the
-    // per-query-head gradient of q, k, v, the probabilities' gradient, two MLP-wide scratches.
-    const std::size_t shared =
-        N * C + N * C + N + N * Vp + N + N * C + 3 * N * C + N * W + 3 * N * C + heads * TT + 4 * N * F;
+    // probabilities' gradient, two MLP-wide scratches.
+    const std::size_t shared = N * C + N * C + N + N * Vp + N + N * C + 3 * N * C + N * W + heads * TT + 4 * N * F;
     const std::size_t none = L * (5 * N * C + N * W + 3 * N * F + 2 * N + B * NH * TT) + shared;
     const std::size_t selective = L * (5 * N * C + N * W + 2 * N * F + 2 * N) + heads * TT + shared;
     const std::size_t full = L * N * C + (4 * N * C + N * W + 2 * N * F + 2 * N + heads * TT) + shared;
