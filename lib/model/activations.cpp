@@ -81,7 +81,9 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
   // x0, the final norm (N C, N), logits (N Vp), losses (N), tmp, then the backward scratch:
   // dres, dtmp, datty (N C each), dqkv (N W; attention's backward sums each key/value head's
   // gradient over its group itself), the probabilities' gradient, and two of the MLP's width
-  // (2 N F each; the recomputed product goes to the second).
+  // (2 N F each; the recomputed product goes to the second). Not counted: with grouped-query
+  // attention the host backend folds through a per-query-head gradient of its own (3 N C,
+  // HostLayerKernels), which a device does not need.
   s.shared = N * C + N * C + N + N * static_cast<std::size_t>(shape.padded_vocab) + N + N * C + 3 * N * C + N * W +
              heads + 2 * 2 * N * F;
   return s;

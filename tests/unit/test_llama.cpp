@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "exec/host_kernels.hpp"
+#include "exec/layer_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
 #include "model_gradient_check.hpp"
@@ -212,6 +213,11 @@ TEST(LlamaKernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) {
     kernels::attention_backward(per_head.data(), probs, g.data(), qkv.data(), B, T, C, NH, NKV);
     kernels::gqa_fold(dqkv.data(), per_head.data(), B * T, C, NH, NKV);
     EXPECT_LT(worst_gradient_error(qkv, dqkv, loss), 1e-8) << (probs.kept ? "kept" : "recomputed");
+    // The layer-kernel seam's host backward (what the model calls, and the CUDA tests' reference)
+    // folds the same way: the same bits.
+    std::vector<double> seam(dqkv.size(), 1e30);
+    HostLayerKernels<double>().attention_backward(seam.data(), probs, g.data(), qkv.data(), B, T, C, NH, NKV);
+    EXPECT_EQ(seam, dqkv) << (probs.kept ? "kept" : "recomputed");
   }
 }
 
