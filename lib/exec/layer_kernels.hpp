@@ -3,9 +3,10 @@
 // model/llama.hpp) are written once against this interface, and each execution backend
 // implements it: the host with OpenMP and BLAS (exec/host_kernels.hpp and
 // exec/host_llama_kernels.hpp, the reference), CUDA with kernels of its own and cuBLAS
-// (exec/cuda/cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). Pointers are in the backend's memory space; calls on a
-// device are ordered on its compute stream and return before the work is done, except where a
-// result comes back to the host (softmax_cross_entropy_forward's loss sum).
+// (exec/cuda/cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). Pointers are in
+// the backend's memory space; calls on a device are ordered on its compute stream and return
+// before the work is done, except where a result comes back to the host
+// (softmax_cross_entropy_forward's loss sum).
 //
 // Shapes use N = rows (batch x time), C = channels. Backward kernels accumulate (+=) into
 // parameter gradients, so micro-batches add up without extra buffers. The meaning of every
@@ -69,7 +70,8 @@ class LayerKernels {
   virtual void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) = 0;
 };
 
-// The host implementation: the OpenMP/BLAS kernels of exec/host_kernels.hpp.
+// The host implementation: the OpenMP/BLAS kernels of exec/host_kernels.hpp and
+// exec/host_llama_kernels.hpp.
 template <class R>
 class HostLayerKernels final : public LayerKernels<R> {
  public:
@@ -100,7 +102,8 @@ class HostLayerKernels final : public LayerKernels<R> {
   void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) override;
   void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
                         int C) override;
-  void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs, bool inverse) override;
+  void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs,
+            bool inverse) override;
   void swiglu_forward(R* out, const R* in, int N, int F) override;
   void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) override;
 
