@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""GPT-2 124M on one GPU for each setting (precision/recompute[/strategy], e.g. bf16/selective),
-a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
+"""GPT-2 124M (or, with --model smollm2-135m, the Llama of SmolLM2-135M's shape,
+inputs/smollm2_135m.toml) on one GPU for each setting (precision/recompute[/strategy], e.g.
+bf16/selective), a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
 precision, as the step line reports it), the model's share of the GEMM rate the run measured,
 and peak device memory, as medians over the steps after the first two. Writes the table to
-gpu_bench.md and every figure to gpu_bench.json in --out. Called by tools/gpu_check.sh; usable
-alone: gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective."""
+gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
+model). Called by tools/gpu_check.sh; usable alone:
+gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective."""
 import argparse
 import json
 import os
@@ -17,7 +19,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--exe", required=True)
 p.add_argument("--mpiexec", default="mpirun")
 p.add_argument("--steps", type=int, default=20)
-p.add_argument("--batch", type=int, default=16, help="sequences of 1024 tokens per step")
+p.add_argument("--batch", type=int, default=16, help="sequences of seq_len tokens per step")
+p.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "smollm2-135m"])
 p.add_argument("--out", default=".")
 p.add_argument("--settings", default="bf16/none,fp32/none",
                help="comma-separated precision/recompute[/strategy] (strategy: ddp unless given)")
@@ -27,6 +30,27 @@ args = p.parse_args()
 work = tempfile.mkdtemp(prefix="st_gpu_bench_")
 if args.steps < 3:
     p.error("--steps must be at least 3 (the first two steps are left out of the medians)")
+# The [model] section of each: GPT-2 124M; SmolLM2-135M's shape as inputs/smollm2_135m.toml has it.
+MODELS = {
+    "gpt2-124m": ("GPT-2 124M", 1024, """n_layer = 12
+d_model = 768
+n_head = 12
+seq_len = 1024
+vocab_size = 50257
+vocab_pad_to = 128"""),
+    "smollm2-135m": ("SmolLM2-135M-shaped Llama", 2048, """arch = "llama"
+n_layer = 30
+d_model = 576
+n_head = 9
+n_kv_head = 3
+ffn_dim = 1536
+seq_len = 2048
+vocab_size = 49152
+rope_theta = 100000.0
+tie_embeddings = true"""),
+}
+model_name, seq_len, model_keys = MODELS[args.model]
+suffix = "" if args.model == "gpt2-124m" else "_" + args.model
 settings = []
 for item in args.settings.split(","):
     parts = item.strip().split("/")
@@ -45,12 +69,7 @@ eval_every = 0
 sample_tokens = 0
 out_dir = "{work}/{label}"
 [model]
-n_layer = 12
-d_model = 768
-n_head = 12
-seq_len = 1024
-vocab_size = 50257
-vocab_pad_to = 128
+{model_keys}
 recompute = "{recompute}"
 [data]
 path = "{os.path.abspath(args.data)}"
@@ -92,7 +111,7 @@ precision = "{precision}"
           f"({row['of_measured_gemm']*100:.1f}% of measured GEMM), peak {peak}; MFU against {mfu_against}",
           flush=True)
 
-table = [f"GPT-2 124M, seq_len 1024, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}",
+table = [f"{model_name}, seq_len {seq_len}, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}",
          "", "| setting | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
          "|---|---|---|---|---|---|"]
 for r in rows:
@@ -102,8 +121,8 @@ for r in rows:
         table.append(f"| {r['setting']} | {r['tokens_per_s']:.0f} | {r['ms']:.1f} | {r['mfu']*100:.1f}% | "
                      f"{r['of_measured_gemm']*100:.1f}% | {r['peak_device_memory']} |")
 print("\n" + "\n".join(table))
-with open(os.path.join(args.out, "gpu_bench.md"), "w") as f:
+with open(os.path.join(args.out, f"gpu_bench{suffix}.md"), "w") as f:
     f.write("\n".join(table) + "\n")
-with open(os.path.join(args.out, "gpu_bench.json"), "w") as f:
+with open(os.path.join(args.out, f"gpu_bench{suffix}.json"), "w") as f:
     json.dump(rows, f, indent=1)
 sys.exit(1 if any(r.get("failed") for r in rows) else 0)

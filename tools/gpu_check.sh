@@ -2,21 +2,26 @@
 # One command for a GPU machine: finds the libraries (the image's, or the ones
 # tools/gpu_stage_deps.sh put in .gpudeps/) and NCCL, builds the CUDA configuration, runs every
 # GPU test, benchmarks GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocabulary
-# 50304) for a few steps per setting and prints a table (tokens/s, step ms, MFU against the
-# GPU's datasheet peak, the measured GEMM's share, peak device memory), and last runs the CPU
-# unit tests of the CUDA build with what is left. Prints each phase's time; stops each phase at
-# what is left of the budget, so the whole command ends inside it with its results written.
+# 50304) for a few steps per setting, and the Llama of SmolLM2-135M's shape
+# (inputs/smollm2_135m.toml, seq_len 2048, half as many sequences: the same tokens per step) for
+# its own settings, and prints a table each (tokens/s, step ms, MFU against the GPU's datasheet
+# peak, the measured GEMM's share, peak device memory); last it runs the CPU unit tests of the
+# CUDA build with what is left. Prints each phase's time; stops each phase at what is left of the
+# budget, so the whole command ends inside it with its results written.
 #
 #   tools/gpu_check.sh [--phases build,unit,gpu,bench] [--budget SECONDS] [--nccl DIR]
-#                      [--steps N] [--batch B] [--bench-settings LIST] [--cmake-arg ARG]...
+#                      [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
+#                      [--cmake-arg ARG]...
 #
 # --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
 #   time to spare for the start and the transfers); 0: no limit.
 # --nccl: a directory with include/nccl.h and lib/libnccl.so*. Without it: the python3 wheel's
 #   (nvidia-nccl-cu13; `import nvidia.nccl`), else the CUDA toolkit's.
 # --bench-settings: what gpu_bench.py runs (default bf16/none,fp32/none: precision/recompute).
+# --llama-settings: the same for SmolLM2-135M's shape (default bf16/selective; "" skips it).
 # --cmake-arg: passed to the configure step (e.g. -DST_WERROR=ON, as CI builds).
-# The log (gpu_check.log), the test logs and the benchmark table (gpu_bench.md, gpu_bench.json)
+# The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
+# gpu_bench_smollm2-135m.md/.json)
 # go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +31,7 @@ phases=build,unit,gpu,bench
 budget=470
 nccl_dir=""
 bench_settings="bf16/none,fp32/none"
+llama_settings="bf16/selective"
 extra_cmake=()
 while (($#)); do
   case $1 in
@@ -35,6 +41,7 @@ while (($#)); do
     --steps) steps=$2; shift ;;
     --batch) batch=$2; shift ;;
     --bench-settings) bench_settings=$2; shift ;;
+    --llama-settings) llama_settings=$2; shift ;;
     --cmake-arg) extra_cmake+=("$2"); shift ;;
     *) echo "gpu_check: unknown argument $1"; exit 2 ;;
   esac
@@ -210,6 +217,12 @@ if has_phase bench; then
   say "benchmark: GPT-2 124M, $steps steps per setting ($bench_settings), batch $batch x 1024"
   run_phase bench python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$steps" --batch "$batch" --out "$out" \
     --settings "$bench_settings" --mpiexec "$(command -v mpirun || echo mpirun)" || status=1
+  if [[ -n $llama_settings ]]; then
+    say "benchmark: SmolLM2-135M-shaped Llama, $steps steps per setting ($llama_settings), batch $((batch / 2)) x 2048"
+    run_phase bench python3 tools/gpu_bench.py --exe build-cuda/shardtrain --model smollm2-135m --steps "$steps" \
+      --batch "$((batch / 2 > 0 ? batch / 2 : 1))" --out "$out" --settings "$llama_settings" \
+      --mpiexec "$(command -v mpirun || echo mpirun)" || status=1
+  fi
   phase_done bench
 fi
 if has_phase unit; then

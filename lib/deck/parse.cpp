@@ -306,18 +306,6 @@ class DeckParser {
         if (config_.origin.at(key) != "default")
           problems_.add(0, origin(key) + ": " + key + " applies to model.arch = \"llama\" only (this deck has "
                                          "\"gpt2\")");
-    } else {
-      // Llama's kernels are the host's in this version: "auto" means the CPU, "cuda" is refused.
-      if (config_.parallel.device == "cuda")
-        problems_.add(0, origin("parallel.device") + ": parallel.device = \"cuda\" with model.arch = \"llama\" ("
-                                                     + origin("model.arch") + "): llama runs on the CPU in this "
-                                                     "version (its CUDA kernels are not written yet); set "
-                                                     "parallel.device = \"cpu\" or \"auto\"");
-      if (config_.parallel.device == "auto") {
-        config_.parallel.device = "cpu";
-        config_.origin["parallel.device"] = "auto: model.arch = \"llama\" runs on the CPU in this version";
-        config_.resolved["parallel.device"] = "\"cpu\"";
-      }
     }
     // The scaling's parameters mean something only with the scaling on (a GPT-2 deck is told
     // about model.rope_scaling above).

@@ -121,8 +121,7 @@ std::vector<KeySpec> build_schema() {
       choice("model", "arch", "\"gpt2\"", {"gpt2", "llama"},
              "Architecture. gpt2: learned positions, LayerNorm, a 4x GELU MLP, biases, the LM head tied to the "
              "token embedding. llama (Llama 2/3, SmolLM, TinyLlama): rotary positions, RMSNorm, a SwiGLU MLP, "
-             "grouped-query attention (model.n_kv_head), no biases; runs on the CPU (parallel.device = \"cpu\") "
-             "in this version.",
+             "grouped-query attention (model.n_kv_head), no biases.",
              store(&C::model, &ModelConfig::arch)),
       integer("model", "n_kv_head", "0", 0, 4096,
               "llama: key/value heads, dividing model.n_head (grouped-query attention; 1: multi-query; 0: "

@@ -75,15 +75,15 @@ RopeTable<R> rope_table(int positions, int hs, double theta) {
 }
 
 template <class R>
-void rope(R* x, const RopeTable<R>& table, int B, int T, int first, int W, int heads, int hs, bool inverse) {
+void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs, bool inverse) {
   const int half = hs / 2;
   const R sign = inverse ? R(-1) : R(1);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
       R* row = x + (static_cast<std::size_t>(b) * T + t) * W;
-      const R* c = table.cos.data() + static_cast<std::size_t>(first + t) * half;
-      const R* s = table.sin.data() + static_cast<std::size_t>(first + t) * half;
+      const R* c = cosines + static_cast<std::size_t>(first + t) * half;
+      const R* s = sines + static_cast<std::size_t>(first + t) * half;
       for (int h = 0; h < heads; ++h) {
         R* v = row + static_cast<std::size_t>(h) * hs;
         for (int i = 0; i < half; ++i) {
@@ -140,7 +140,7 @@ void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) {
   template void rmsnorm_backward<R>(R*, R*, const R*, const R*, const R*, const R*, int, int); \
   template RopeTable<R> rope_table<R>(int, const std::vector<double>&);                       \
   template RopeTable<R> rope_table<R>(int, int, double);                                      \
-  template void rope<R>(R*, const RopeTable<R>&, int, int, int, int, int, int, bool);         \
+  template void rope<R>(R*, const R*, const R*, int, int, int, int, int, int, bool);         \
   template void swiglu_forward<R>(R*, const R*, int, int);                                    \
   template void swiglu_backward<R>(R*, const R*, const R*, int, int);
 ST_INSTANTIATE(float)

@@ -33,8 +33,13 @@ RopeTable<R> rope_table(int positions, int hs, double theta);
 // with i + hs/2. Llama's fused q, k, v rows hold q's and k's heads first, so heads = NH + NKV
 // rotates both. inverse: the transposed rotation (backward: the gradient of the unrotated
 // input from that of the rotated one).
+// cosines and sines: the table's two arrays (or copies of them).
 template <class R>
-void rope(R* x, const RopeTable<R>& table, int B, int T, int first, int W, int heads, int hs, bool inverse);
+void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs, bool inverse);
+template <class R>
+void rope(R* x, const RopeTable<R>& table, int B, int T, int first, int W, int heads, int hs, bool inverse) {
+  rope(x, table.cos.data(), table.sin.data(), B, T, first, W, heads, hs, inverse);
+}
 
 // SwiGLU: out[N, F] = silu(gate) * up, gate and up the two halves of in[N, 2F] (gate first).
 template <class R>

@@ -2,7 +2,9 @@
 
 #include <omp.h>
 
+#include "core/error.hpp"
 #include "exec/host_kernels.hpp"
+#include "exec/host_llama_kernels.hpp"
 
 namespace st {
 
@@ -39,17 +41,20 @@ int HostLayerKernels<R>::attention_heads_at_once(int B, int NH) const {
 }
 template <class R>
 void HostLayerKernels<R>::attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C,
-                                            int NH) {
-  kernels::attention_forward(out, probs, qkv, B, T, C, NH, NH);
+                                            int NH, int NKV) {
+  kernels::attention_forward(out, probs, qkv, B, T, C, NH, NKV);
 }
 template <class R>
 void HostLayerKernels<R>::attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B,
-                                             int T, int C, int NH) {
-  kernels::attention_backward(dqkv, probs, dout, qkv, B, T, C, NH, NH);
+                                             int T, int C, int NH, int NKV) {
+  if (NKV == NH) return kernels::attention_backward(dqkv, probs, dout, qkv, B, T, C, NH, NKV);
+  ST_REQUIRE(probs.grouped_gradient, "grouped-query attention backward on the host needs AttentionProbs::grouped_gradient");
+  kernels::attention_backward(probs.grouped_gradient, probs, dout, qkv, B, T, C, NH, NKV);
+  kernels::gqa_fold(dqkv, probs.grouped_gradient, B * T, C, NH, NKV);
 }
 template <class R>
-void HostLayerKernels<R>::attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) {
-  kernels::attention_rows(out, qkv, first, n, C, NH, NH);
+void HostLayerKernels<R>::attention_rows(R* out, const R* qkv, int first, int n, int C, int NH, int NKV) {
+  kernels::attention_rows(out, qkv, first, n, C, NH, NKV);
 }
 template <class R>
 void HostLayerKernels<R>::gelu_forward(R* out, const R* in, std::size_t n) {
@@ -72,6 +77,29 @@ template <class R>
 void HostLayerKernels<R>::softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                                          R scale) {
   kernels::softmax_cross_entropy_backward(probs_to_dlogits, targets, N, V, Vp, scale);
+}
+
+template <class R>
+void HostLayerKernels<R>::rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) {
+  kernels::rmsnorm_forward(out, rstd, in, weight, N, C, eps);
+}
+template <class R>
+void HostLayerKernels<R>::rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight,
+                                           const R* rstd, int N, int C) {
+  kernels::rmsnorm_backward(din, dweight, dout, in, weight, rstd, N, C);
+}
+template <class R>
+void HostLayerKernels<R>::rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs,
+                               bool inverse) {
+  kernels::rope(x, cosines, sines, B, T, first, W, heads, hs, inverse);
+}
+template <class R>
+void HostLayerKernels<R>::swiglu_forward(R* out, const R* in, int N, int F) {
+  kernels::swiglu_forward(out, in, N, F);
+}
+template <class R>
+void HostLayerKernels<R>::swiglu_backward(R* din, const R* in, const R* dout, int N, int F) {
+  kernels::swiglu_backward(din, in, dout, N, F);
 }
 
 template class HostLayerKernels<float>;

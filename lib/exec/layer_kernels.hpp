@@ -1,14 +1,17 @@
 #pragma once
-// The GPT-2 layer kernels behind one seam: the model (model/gpt2.hpp) is written once against
-// this interface, and each execution backend implements it: the host with OpenMP and BLAS
-// (exec/host_kernels.hpp, the reference), CUDA with kernels of its own and cuBLAS
-// (exec/cuda/cuda_layer_kernels.cu). Pointers are in the backend's memory space; calls on a
-// device are ordered on its compute stream and return before the work is done, except where a
-// result comes back to the host (softmax_cross_entropy_forward's loss sum).
+// The layer kernels of GPT-2 and Llama behind one seam: the models (model/gpt2.hpp,
+// model/llama.hpp) are written once against this interface, and each execution backend
+// implements it: the host with OpenMP and BLAS (exec/host_kernels.hpp and
+// exec/host_llama_kernels.hpp, the reference), CUDA with kernels of its own and cuBLAS
+// (exec/cuda/cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). Pointers are in
+// the backend's memory space; calls on a device are ordered on its compute stream and return
+// before the work is done, except where a result comes back to the host
+// (softmax_cross_entropy_forward's loss sum).
 //
 // Shapes use N = rows (batch x time), C = channels. Backward kernels accumulate (+=) into
 // parameter gradients, so micro-batches add up without extra buffers. The meaning of every
-// argument is that of the host kernel of the same name in exec/host_kernels.hpp.
+// argument is that of the host kernel of the same name in exec/host_kernels.hpp or
+// exec/host_llama_kernels.hpp, except where a comment here says otherwise.
 #include <cstddef>
 
 #include "exec/attention_probs.hpp"
@@ -31,14 +34,21 @@ class LayerKernels {
                                int OC, bool accumulate_din) = 0;
   // Heads in flight at once (blocks in AttentionProbs::working and dworking) for B sequences.
   virtual int attention_heads_at_once(int B, int NH) const = 0;
-  virtual void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C,
-                                 int NH) = 0;
+  // Causal attention over qkv rows of W = C + 2 NKV hs values (hs = C / NH): q's NH heads, then
+  // k's and v's NKV heads; query head h attends with key/value head h / (NH / NKV). NKV = NH is
+  // GPT-2's multi-head attention (W = 3C), NKV < NH grouped-query attention.
+  virtual void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH,
+                                 int NKV) = 0;
+  // dqkv has qkv's layout (rows W wide) and is overwritten: the gradient of q, and of each
+  // key/value head summed over the query heads of its group (unlike the host kernel of the same
+  // name, which leaves a gradient per query head for kernels::gqa_fold). A backend that folds
+  // (the host) does so through probs.grouped_gradient (grouped_gradient_elements).
   virtual void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T,
-                                  int C, int NH) = 0;
+                                  int C, int NH, int NKV) = 0;
   // Incremental decoding: the attention of query positions first..first+n-1 of one sequence over
   // keys 0..their own position, from qkv rows [0, first + n) (a key/value cache filled row by
-  // row); out is n x C. Keeps nothing for backward.
-  virtual void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) = 0;
+  // row, laid out as attention_forward's); out is n x C. Keeps nothing for backward.
+  virtual void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH, int NKV) = 0;
   virtual void gelu_forward(R* out, const R* in, std::size_t n) = 0;
   virtual void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) = 0;
   virtual void add(R* out, const R* a, const R* b, std::size_t n) = 0;
@@ -47,9 +57,21 @@ class LayerKernels {
                                                int Vp) = 0;
   virtual void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                               R scale) = 0;
+
+  // Llama's kernels (exec/host_llama_kernels.hpp).
+  virtual void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) = 0;
+  virtual void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
+                                int C) = 0;
+  // cosines and sines: kernels::rope_table's two tables ([positions, hs / 2] each), copied into the
+  // backend's memory.
+  virtual void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs,
+                    bool inverse) = 0;
+  virtual void swiglu_forward(R* out, const R* in, int N, int F) = 0;
+  virtual void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) = 0;
 };
 
-// The host implementation: the OpenMP/BLAS kernels of exec/host_kernels.hpp.
+// The host implementation: the OpenMP/BLAS kernels of exec/host_kernels.hpp and
+// exec/host_llama_kernels.hpp.
 template <class R>
 class HostLayerKernels final : public LayerKernels<R> {
  public:
@@ -63,10 +85,13 @@ class HostLayerKernels final : public LayerKernels<R> {
   void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C, int OC,
                        bool accumulate_din) override;
   int attention_heads_at_once(int B, int NH) const override;
-  void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH) override;
+  void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH,
+                         int NKV) override;
+  // With NKV < NH, the host kernel's per-query-head gradient goes to probs.grouped_gradient,
+  // then kernels::gqa_fold sums each group's into dqkv.
   void attention_backward(R* dqkv, const AttentionProbs<R>& probs, const R* dout, const R* qkv, int B, int T, int C,
-                          int NH) override;
-  void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH) override;
+                          int NH, int NKV) override;
+  void attention_rows(R* out, const R* qkv, int first, int n, int C, int NH, int NKV) override;
   void gelu_forward(R* out, const R* in, std::size_t n) override;
   void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) override;
   void add(R* out, const R* a, const R* b, std::size_t n) override;
@@ -74,6 +99,13 @@ class HostLayerKernels final : public LayerKernels<R> {
                                        int Vp) override;
   void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                       R scale) override;
+  void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) override;
+  void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
+                        int C) override;
+  void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs,
+            bool inverse) override;
+  void swiglu_forward(R* out, const R* in, int N, int F) override;
+  void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) override;
 };
 
 extern template class HostLayerKernels<float>;

@@ -1,5 +1,7 @@
 #include "model/activations.hpp"
 
+#include "exec/attention_probs.hpp"
+
 namespace st {
 
 std::optional<Recompute> recompute_from_name(std::string_view name) {
@@ -54,7 +56,7 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
 }
 
 ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                       int heads_at_once) {
+                                       int heads_at_once, bool device) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   const std::size_t W = shape.qkv_width(), F = shape.hidden();
   const std::size_t T = shape.seq_len, block = T * T;
@@ -79,19 +81,20 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
       break;
   }
   // x0, the final norm (N C, N), logits (N Vp), losses (N), tmp, then the backward scratch:
-  // dres, dtmp, datty (N C each), dqkv (N W), with grouped-query attention the per-query-head
-  // gradient it is summed from (3 N C), the probabilities' gradient, and two of the MLP's
-  // width (2 N F each; the recomputed product goes to the second).
-  const bool grouped = shape.kv_heads() < shape.n_head;
+  // dres, dtmp, datty (N C each), dqkv (N W), the probabilities' gradient, two of the MLP's width
+  // (2 N F each; the recomputed product goes to the second), and where the backend folds
+  // grouped-query gradients (the host), the per-query-head gradient it folds from (3 N C).
   s.shared = N * C + N * C + N + N * static_cast<std::size_t>(shape.padded_vocab) + N + N * C + 3 * N * C + N * W +
-             (grouped ? 3 * N * C : 0) + heads + 2 * 2 * N * F;
+             heads + 2 * 2 * N * F +
+             grouped_gradient_elements(device, N, C, static_cast<int>(shape.n_head), static_cast<int>(shape.kv_heads()));
   return s;
 }
 
 }  // namespace
 
-ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once) {
-  return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once)
+ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
+                                 bool device) {
+  return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device)
                                    : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once);
 }
 

@@ -24,7 +24,8 @@ std::optional<Recompute> recompute_from_name(std::string_view name);
 const char* recompute_name(Recompute recompute);
 
 // Elements, for micro-batches of up to max_batch sequences with `heads_at_once` attention
-// heads in flight (exec/attention_probs.hpp).
+// heads in flight, on a device or the host (what their attention needs differs:
+// exec/attention_probs.hpp).
 struct ActivationSizes {
   std::size_t per_block = 0;  // kept by each block until its backward
   std::size_t working = 0;    // one block's working set, shared by all blocks (recomputation)
@@ -32,7 +33,8 @@ struct ActivationSizes {
   std::int64_t blocks = 0;
   std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
 };
-ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once);
+ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
+                                 bool device);
 
 // FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
 // leave them out, as is usual).

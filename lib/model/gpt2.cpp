@@ -34,7 +34,8 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
 
   // Carved by the sizes activation_sizes counts (the blocks' own, the working set, the rest); the
   // check at the end ties the two together.
-  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_);
+  const ActivationSizes sizes =
+      activation_sizes(shape, max_batch, recompute, heads_at_once_, exec.space() != MemorySpace::host);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * T * T;
@@ -227,7 +228,7 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     k_.layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // dres now holds d(res2); likewise through attention to the block's input.
     k_.linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, C, C, false);
-    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, C, NH);
+    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, C, NH, NH);
     k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
     k_.layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     buffers.grad_ready(l + 1);
@@ -244,7 +245,7 @@ void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, con
   const BlockOffsets& o = blocks_[l];
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
   k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
-  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C, NH);
+  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C, NH, NH);
   block_after_attention(l, P, in, a, output, N);
 }
 
@@ -313,9 +314,9 @@ void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, cons
                     3 * C);
   if (decoded_ == 0) {
     // A prompt from position 0 is a causal block like training's: its banded matmul kernel.
-    k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, C, NH);
+    k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, C, NH, NH);
   } else {
-    k_.attention_rows(a.atty, cache, decoded_, count, C, NH);
+    k_.attention_rows(a.atty, cache, decoded_, count, C, NH, NH);
   }
   block_after_attention(l, P, in, a, true, count);
 }

@@ -4,7 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/random.hpp"
-#include "exec/host_kernels.hpp"
+#include "exec/host_llama_kernels.hpp"
 #include "model/rope.hpp"
 
 namespace st {
@@ -21,15 +21,23 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
       hs_(static_cast<int>(shape.head_dim())),
       W_(static_cast<int>(shape.qkv_width())),
       F_(static_cast<int>(shape.hidden())) {
-  if (exec.space() != MemorySpace::host)
-    throw Error("model.arch = \"llama\" runs on the CPU in this version (its CUDA kernels are not written yet): "
-                "set parallel.device = \"cpu\"");
   ST_REQUIRE(shape.arch == Arch::llama, "Llama built from a shape of another architecture");
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(NH_ % NKV_ == 0, "n_kv_head must divide n_head");
   ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
-  rope_ = kernels::rope_table<Real>(static_cast<int>(shape.seq_len), rope_inverse_frequencies(shape));
+  {
+    // Computed on the host in double, then copied to where the kernels run: cosines, then sines.
+    const kernels::RopeTable<Real> table =
+        kernels::rope_table<Real>(static_cast<int>(shape.seq_len), rope_inverse_frequencies(shape));
+    const std::size_t n = table.cos.size();
+    rope_memory_ = exec.allocate(2 * n * sizeof(Real));
+    Real* at = rope_memory_.as<Real>().data();
+    exec.upload(at, table.cos.data(), n * sizeof(Real));
+    exec.upload(at + n, table.sin.data(), n * sizeof(Real));
+    rope_cos_ = at;
+    rope_sin_ = at + n;
+  }
   const auto& segments = layout_.segments();
   wte_ = layout_.tensor("wte").offset - segments.front().offset;
   head_ = shape.tie_embeddings ? wte_ : layout_.tensor("lm_head.w").offset - segments.front().offset;
@@ -43,7 +51,8 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   }
 
   // Carved by the sizes activation_sizes counts; the check at the end ties the two together.
-  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_);
+  const bool device = exec.space() != MemorySpace::host;
+  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_, device);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, W = W_, F = F_;
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * T * T;
@@ -92,14 +101,17 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   dtmp_ = take(N * C);
   datty_ = take(N * C);
   dqkv_ = take(N * W);
-  dqkv_heads_ = NKV_ < NH_ ? take(3 * N * C) : dqkv_;  // multi-head: the gradient is dqkv itself
   dprobs_ = take(heads);
   dff_a_ = take(2 * N * F);
   dff_b_ = take(2 * N * F);
+  if (const std::size_t n = grouped_gradient_elements(device, N, C, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
+  batch_memory_ = exec.allocate(2 * N * sizeof(int));
+  tokens_at_ = batch_memory_.as<int>().data();
+  targets_at_ = tokens_at_ + N;
 }
 
 template <class Real>
@@ -130,7 +142,7 @@ double Llama<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, co
   forward_to_logits(buffers, tokens, targets, B, T);
   const int N = B * T;
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_.data() : nullptr, N, V, Vp);
+  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_at_ : nullptr, N, V, Vp);
   return targets ? total / N : 0.0;
 }
 
@@ -141,7 +153,7 @@ std::vector<Real> Llama<Real>::logits(std::span<const Real> params, const int* t
   const std::size_t rows = static_cast<std::size_t>(B) * T, V = static_cast<std::size_t>(shape_.vocab_size);
   const std::size_t Vp = static_cast<std::size_t>(shape_.padded_vocab);
   std::vector<Real> out(rows * V);
-  for (std::size_t r = 0; r < rows; ++r) std::copy(logits_ + r * Vp, logits_ + r * Vp + V, out.data() + r * V);
+  for (std::size_t r = 0; r < rows; ++r) exec_.download(out.data() + r * V, logits_ + r * Vp, V * sizeof(Real));
   return out;
 }
 
@@ -155,10 +167,12 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
+  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(N) * sizeof(int));
+  if (targets) exec_.upload(targets_at_, targets, static_cast<std::size_t>(N) * sizeof(int));
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head is in it
-  k_.encoder_forward(x0_, tokens_.data(), E + wte_, nullptr, B, T, C_);
+  k_.encoder_forward(x0_, tokens_at_, E + wte_, nullptr, B, T, C_);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
@@ -167,7 +181,7 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_forward(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  kernels::rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, N, C_, shape_.norm_eps);
+  k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, N, C_, shape_.norm_eps);
   buffers.after_forward(last);
   k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), N, C_, Vp);
   buffers.after_forward(0);
@@ -178,11 +192,11 @@ void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, co
                                 int T) {
   const int N = B * T;
   const BlockOffsets& o = blocks_[l];
-  kernels::rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, N, C_, shape_.norm_eps);
+  k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, N, C_, shape_.norm_eps);
   k_.linear_forward(a.qkv, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
   // q's and k's heads lead each row: rotated in place, attention and its backward read them so.
-  kernels::rope(a.qkv, rope_, B, T, 0, W_, NH_ + NKV_, hs_, false);
-  kernels::attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C_, NH_, NKV_);
+  k_.rope(a.qkv, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, false);
+  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C_, NH_, NKV_);
   block_after_attention(l, P, in, a, output, N);
 }
 
@@ -194,9 +208,9 @@ void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real
   const Real* none = nullptr;
   k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, C_, C_);
   k_.add(a.res2, in, tmp_, NC);
-  kernels::rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, N, C_, shape_.norm_eps);
+  k_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, N, C_, shape_.norm_eps);
   k_.linear_forward(a.gate_up, a.ln2, P + o.gate_up, none, N, C_, 2 * F_);
-  kernels::swiglu_forward(a.act, a.gate_up, N, F_);
+  k_.swiglu_forward(a.act, a.gate_up, N, F_);
   if (!output) return;
   k_.linear_forward(tmp_, a.act, P + o.down, none, N, F_, C_);
   k_.add(a.res3, a.res2, tmp_, NC);
@@ -210,7 +224,7 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   Real* none = nullptr;
 
-  k_.softmax_cross_entropy_backward(logits_, targets_.data(), N, V, Vp, loss_scale / static_cast<Real>(N));
+  k_.softmax_cross_entropy_backward(logits_, targets_at_, N, V, Vp, loss_scale / static_cast<Real>(N));
   buffers.before_backward(0);  // the embedding (and LM head): the head now, the lookup at the very end
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
@@ -219,8 +233,8 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   buffers.before_backward(last);
   exec_.zero(dres_, NC * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  kernels::rmsnorm_backward(dres_, buffers.grads(last) + lnf_w_, dtmp_, top, buffers.params(last) + lnf_w_, lnf_rstd_,
-                            N, C);
+  k_.rmsnorm_backward(dres_, buffers.grads(last) + lnf_w_, dtmp_, top, buffers.params(last) + lnf_w_, lnf_rstd_, N,
+                      C);
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -232,22 +246,22 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
     // What the block did not keep, recomputed by the same kernels from what it kept.
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
-    else if (recompute_ == Recompute::selective) kernels::swiglu_forward(a.act, a.gate_up, N, F_);
+    else if (recompute_ == Recompute::selective) k_.swiglu_forward(a.act, a.gate_up, N, F_);
     // dres holds d(res3); the residual passes it to res2, the MLP adds its part.
     k_.linear_backward(dff_a_, G + o.down, none, dres_, a.act, P + o.down, N, F_, C, false);
-    kernels::swiglu_backward(dff_b_, a.gate_up, dff_a_, N, F_);
+    k_.swiglu_backward(dff_b_, a.gate_up, dff_a_, N, F_);
     k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, a.ln2, P + o.gate_up, N, C, 2 * F_, false);
-    kernels::rmsnorm_backward(dres_, G + o.mlp_norm, dtmp_, a.res2, P + o.mlp_norm, a.ln2_rstd, N, C);
+    k_.rmsnorm_backward(dres_, G + o.mlp_norm, dtmp_, a.res2, P + o.mlp_norm, a.ln2_rstd, N, C);
     // dres now holds d(res2); likewise through attention to the block's input.
     k_.linear_backward(datty_, G + o.proj, none, dres_, a.atty, P + o.proj, N, C, C, false);
-    kernels::attention_backward(dqkv_heads_, attention_probs(a), datty_, a.qkv, B, T, C, NH_, NKV_);
-    if (NKV_ < NH_) kernels::gqa_fold(dqkv_, dqkv_heads_, N, C, NH_, NKV_);
-    kernels::rope(dqkv_, rope_, B, T, 0, W_, NH_ + NKV_, hs_, true);  // to the unrotated q and k
+    // dqkv: the gradient of q, and of each key/value head summed over its group of query heads.
+    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, C, NH_, NKV_);
+    k_.rope(dqkv_, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, true);  // to the unrotated q and k
     k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, a.ln1, P + o.qkv, N, C, W_, false);
-    kernels::rmsnorm_backward(dres_, G + o.attn_norm, dtmp_, in, P + o.attn_norm, a.ln1_rstd, N, C);
+    k_.rmsnorm_backward(dres_, G + o.attn_norm, dtmp_, in, P + o.attn_norm, a.ln1_rstd, N, C);
     buffers.grad_ready(l + 1);
   }
-  k_.encoder_backward(GE + wte_, none, dres_, tokens_.data(), B, T, C);
+  k_.encoder_backward(GE + wte_, none, dres_, tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
@@ -264,11 +278,11 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
   targets_.clear();  // not a training pass
   B_ = 0;
   T_ = 0;
-  tokens_.assign(tokens, tokens + count);
+  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(count) * sizeof(int));
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);
-  k_.encoder_forward(x0_, tokens_.data(), E + wte_, nullptr, 1, count, C_);
+  k_.encoder_forward(x0_, tokens_at_, E + wte_, nullptr, 1, count, C_);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     const Real* P = buffers.params(l + 1);
@@ -277,11 +291,11 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
     Real* cache = decode_cache_.template as<Real>().data() + l * layer_rows;
     Real* rows = cache + static_cast<std::size_t>(first) * W_;
-    kernels::rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, count, C_, shape_.norm_eps);
+    k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, count, C_, shape_.norm_eps);
     k_.linear_forward(rows, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), count, C_, W_);
-    kernels::rope(rows, rope_, 1, count, first, W_, NH_ + NKV_, hs_, false);
-    if (first == 0) kernels::attention_forward(a.atty, attention_probs(a), cache, 1, count, C_, NH_, NKV_);
-    else kernels::attention_rows(a.atty, cache, first, count, C_, NH_, NKV_);
+    k_.rope(rows, rope_cos_, rope_sin_, 1, count, first, W_, NH_ + NKV_, hs_, false);
+    if (first == 0) k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, C_, NH_, NKV_);
+    else k_.attention_rows(a.atty, cache, first, count, C_, NH_, NKV_);
     block_after_attention(l, P, in, a, true, count);
     buffers.after_forward(l + 1);
   }
@@ -289,7 +303,7 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_forward(last);
   const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C_;
-  kernels::rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, 1, C_, shape_.norm_eps);
+  k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, 1, C_, shape_.norm_eps);
   buffers.after_forward(last);
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
   k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), 1, C_, Vp);
@@ -307,7 +321,11 @@ std::span<const Real> Llama<Real>::probs(int b, int t) const {
 
 template <class Real>
 std::span<const Real> Llama<Real>::row_on_host(const Real* row) const {
-  return {row, static_cast<std::size_t>(shape_.vocab_size)};
+  const std::size_t V = static_cast<std::size_t>(shape_.vocab_size);
+  if (exec_.space() == MemorySpace::host) return {row, V};
+  probs_row_.resize(V);
+  exec_.download(probs_row_.data(), row, V * sizeof(Real));
+  return probs_row_;
 }
 
 template class Llama<float>;

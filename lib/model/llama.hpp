@@ -5,8 +5,8 @@
 // and a SwiGLU MLP; final RMSNorm; the LM head tied to the embedding or a matrix of its own; no
 // biases.
 //
-// On the host backend in this version (the CUDA kernels of RMSNorm, RoPE, SwiGLU and
-// grouped-query attention are not written yet): constructing it on a device throws Error.
+// Written against the layer-kernel seam (exec/layer_kernels.hpp), as GPT-2: on the host, or on
+// one CUDA device (float only), its rotary table and batch copied into the device's memory.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -53,24 +53,31 @@ class Llama final : public Model<Real> {
   void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
   void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
   std::span<const Real> row_on_host(const Real* row) const;
-  AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
+  AttentionProbs<Real> attention_probs(const BlockActs& a) const {
+    return {a.att, probs_, dprobs_, heads_at_once_, grouped_gradient_};
+  }
 
   LayerKernels<Real>& k_;
   int max_batch_;
   int heads_at_once_;
   int C_, NH_, NKV_, hs_, W_, F_;
-  kernels::RopeTable<Real> rope_;
+  Memory rope_memory_;  // kernels::rope_table's cosines, then its sines, in the backend's memory
+  const Real *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   std::size_t wte_, head_, lnf_w_;  // within their segments; head_: the embedding's, or lm_head.w's
   std::vector<BlockOffsets> blocks_;
 
   Memory acts_;
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_rstd_, *logits_, *losses_, *tmp_;
-  Real *dres_, *dtmp_, *datty_, *dqkv_, *dqkv_heads_, *dff_a_, *dff_b_;
+  Real *dres_, *dtmp_, *datty_, *dqkv_, *dff_a_, *dff_b_;
   Real* probs_ = nullptr;
   Real* dprobs_ = nullptr;
+  Real* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
 
-  std::vector<int> tokens_, targets_;
+  std::vector<int> tokens_, targets_;  // copies from the last forward
+  Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
+  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
+  mutable std::vector<Real> probs_row_;  // probs() of a device run, copied to the host
   int B_ = 0, T_ = 0;
 
   using Model<Real>::shape_;

@@ -119,7 +119,7 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head), m.threads_per_rank);
-  return sizeof(float) * activation_sizes(shape, B, recompute, heads).total();
+  return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu).total();
 }
 
 StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,

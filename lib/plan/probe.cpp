@@ -14,7 +14,7 @@ namespace st {
 double model_probe_bytes(const ModelShape& shape, int micro_batch) {
   const double params = static_cast<double>(make_layout(shape).total());
   const int heads = attention_heads_at_once(false, micro_batch, static_cast<int>(shape.n_head), omp_get_max_threads());
-  return 4.0 * (2 * params + static_cast<double>(activation_sizes(shape, micro_batch, Recompute::none, heads).total()));
+  return 4.0 * (2 * params + static_cast<double>(activation_sizes(shape, micro_batch, Recompute::none, heads, false).total()));
 }
 
 double measure_model_flops(const ModelShape& shape, int micro_batch, double min_seconds) {

@@ -1,7 +1,7 @@
-// The CUDA backend against the host: every layer kernel, forward and backward, against the host
-// kernels in double precision on the same inputs (small odd shapes, so no size is a multiple of a
-// block or a warp); every element-wise operation of the strategy against HostExec; memory and
-// copies. Skips, saying why, where no CUDA device is usable (login nodes, CI).
+// The CUDA backend against the host: every layer kernel (GPT-2's and Llama's), forward and
+// backward, against the host kernels in double precision on the same inputs (small odd shapes,
+// so no size is a multiple of a block or a warp); every element-wise operation of the strategy
+// against HostExec; memory and copies. Skips, saying why, where no CUDA device is usable (login nodes, CI).
 //
 // Tolerances, on the norm-relative error max|device - reference| / max|reference|:
 //  - fp32: 1e-5.
@@ -28,6 +28,8 @@
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/host_exec.hpp"
 #include "exec/host_kernels.hpp"
+#include "exec/host_llama_kernels.hpp"
+#include "exec/layer_kernels.hpp"
 
 namespace st {
 namespace {
@@ -237,7 +239,7 @@ void check_attention(CudaExec& e, bool bf16_matmuls) {
        dworking_g = to_device(e, std::vector<float>(working_size, -1e30f));
   const AttentionProbs<float> kept{att_g.data(), nullptr, dworking_g.data(), heads};
   const AttentionProbs<float> recomputed{nullptr, working_g.data(), dworking_g.data(), heads};
-  e.layer_kernels().attention_forward(out_g.data(), kept, qkv_g.data(), B, T, C, NH);
+  e.layer_kernels().attention_forward(out_g.data(), kept, qkv_g.data(), B, T, C, NH, NH);
   const auto att = to_host(e, att_g);
   // Scores pass through one matmul of length hs, the output through a second of length T.
   const double tolerance = bf16_matmuls ? bf16_tolerance(hs) + bf16_tolerance(T) : kFp32Tolerance;
@@ -250,15 +252,15 @@ void check_attention(CudaExec& e, bool bf16_matmuls) {
 
   // dqkv is overwritten (start from garbage).
   auto dqkv_g = to_device(e, std::vector<float>(qkv.size(), 1e30f));
-  e.layer_kernels().attention_backward(dqkv_g.data(), kept, dout_g.data(), qkv_g.data(), B, T, C, NH);
+  e.layer_kernels().attention_backward(dqkv_g.data(), kept, dout_g.data(), qkv_g.data(), B, T, C, NH, NH);
   // Gradients pass through dP (length hs) then dQ/dK (length T): twice the forward bound.
   const auto dqkv = to_host(e, dqkv_g);
   ST_EXPECT_CLOSE(dqkv, dqkv_ref, bf16_matmuls ? 2 * tolerance : kFp32Tolerance);
 
   auto out_r = to_device(e, std::vector<float>(dout.size(), 1e30f)),
        dqkv_r = to_device(e, std::vector<float>(qkv.size(), 1e30f));
-  e.layer_kernels().attention_forward(out_r.data(), recomputed, qkv_g.data(), B, T, C, NH);
-  e.layer_kernels().attention_backward(dqkv_r.data(), recomputed, dout_g.data(), qkv_g.data(), B, T, C, NH);
+  e.layer_kernels().attention_forward(out_r.data(), recomputed, qkv_g.data(), B, T, C, NH, NH);
+  e.layer_kernels().attention_backward(dqkv_r.data(), recomputed, dout_g.data(), qkv_g.data(), B, T, C, NH, NH);
   EXPECT_EQ(to_host(e, out_r), out);
   EXPECT_EQ(to_host(e, dqkv_r), dqkv);
 }
@@ -280,7 +282,7 @@ TEST_F(CudaKernels, AttentionRowsOverACacheMatchTheHost) {
   for (const int first : {0, 1, 33, positions - 1}) {
     const int n = positions - first;
     auto out_g = to_device(*fp32, std::vector<float>(std::size_t{1} * n * C, 1e30f));
-    fp32->layer_kernels().attention_rows(out_g.data(), qkv_g.data(), first, n, C, NH);
+    fp32->layer_kernels().attention_rows(out_g.data(), qkv_g.data(), first, n, C, NH, NH);
     const std::vector<double> want(reference.begin() + std::ptrdiff_t{first} * C, reference.end());
     ST_EXPECT_CLOSE(to_host(*fp32, out_g), want, kFp32Tolerance);
   }
@@ -292,7 +294,7 @@ TEST_F(CudaKernels, AttentionRowsOverACacheMatchTheHost) {
     kernels::attention_rows(last_row.data(), long_d.data(), long_cache - 1, 1, C, NH, NH);
     auto long_g = to_device(*fp32, long_qkv);
     auto row_g = to_device(*fp32, std::vector<float>(C, 1e30f));
-    fp32->layer_kernels().attention_rows(row_g.data(), long_g.data(), long_cache - 1, 1, C, NH);
+    fp32->layer_kernels().attention_rows(row_g.data(), long_g.data(), long_cache - 1, 1, C, NH, NH);
     ST_EXPECT_CLOSE(to_host(*fp32, row_g), last_row, kFp32Tolerance) << long_cache << " positions";
   }
 }
@@ -378,7 +380,7 @@ TEST_F(CudaKernels, BackwardIsDeterministic) {
                                       N, C);
   auto dworking = to_device(e, std::vector<float>(std::size_t{1} * B * NH * T * T));
   const AttentionProbs<float> probs{att.data(), nullptr, dworking.data(), e.layer_kernels().attention_heads_at_once(B, NH)};
-  e.layer_kernels().attention_forward(att_out.data(), probs, qkv_g.data(), B, T, C, NH);
+  e.layer_kernels().attention_forward(att_out.data(), probs, qkv_g.data(), B, T, C, NH, NH);
   auto run = [&] {
     auto din = to_device(e, std::vector<float>(in.size())), dw = to_device(e, std::vector<float>(w.size())),
          db = to_device(e, std::vector<float>(OC)), lndin = to_device(e, std::vector<float>(in.size())),
@@ -388,7 +390,7 @@ TEST_F(CudaKernels, BackwardIsDeterministic) {
                                       OC, false);
     e.layer_kernels().layernorm_backward(lndin.data(), lndw.data(), lndb.data(), lndout_g.data(), in_g.data(),
                                          lnw_g.data(), mean.data(), rstd.data(), N, C);
-    e.layer_kernels().attention_backward(dqkv.data(), probs, att_out.data(), qkv_g.data(), B, T, C, NH);
+    e.layer_kernels().attention_backward(dqkv.data(), probs, att_out.data(), qkv_g.data(), B, T, C, NH, NH);
     std::vector<float> all;
     for (const auto* a : {&din, &dw, &db, &lndin, &lndw, &lndb, &dqkv}) {
       const auto h = to_host(e, *a);
@@ -399,6 +401,174 @@ TEST_F(CudaKernels, BackwardIsDeterministic) {
   const auto first = run(), second = run();
   ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(0, std::memcmp(first.data(), second.data(), first.size() * sizeof(float)));
+}
+
+// ---- Llama's kernels ----
+
+TEST_F(CudaKernels, RmsNormForwardBackward) {
+  CudaExec& e = *fp32;
+  const double eps = 1e-5;
+  const auto in = random_floats(std::size_t{1} * N * C, 201, 2.0f), w = random_floats(C, 202);
+  const auto dout = random_floats(in.size(), 203), din0 = random_floats(in.size(), 204), dw0 = random_floats(C, 205);
+  const auto in_d = widen(in), w_d = widen(w), dout_d = widen(dout);
+  std::vector<double> out_ref(in.size()), rstd_ref(N), din_ref = widen(din0), dw_ref = widen(dw0);
+  kernels::rmsnorm_forward(out_ref.data(), rstd_ref.data(), in_d.data(), w_d.data(), N, C, eps);
+  kernels::rmsnorm_backward(din_ref.data(), dw_ref.data(), dout_d.data(), in_d.data(), w_d.data(), rstd_ref.data(), N,
+                            C);
+
+  auto in_g = to_device(e, in), w_g = to_device(e, w), dout_g = to_device(e, dout);
+  auto out_g = to_device(e, std::vector<float>(in.size(), 1e30f)), rstd_g = to_device(e, std::vector<float>(N, 1e30f));
+  e.layer_kernels().rmsnorm_forward(out_g.data(), rstd_g.data(), in_g.data(), w_g.data(), N, C, eps);
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, rstd_g), rstd_ref, kFp32Tolerance);
+
+  // din and dweight accumulate; a second run gives the same bits.
+  std::vector<float> first_din, first_dw;
+  for (int run = 0; run < 2; ++run) {
+    auto din_g = to_device(e, din0), dw_g = to_device(e, dw0);
+    e.layer_kernels().rmsnorm_backward(din_g.data(), dw_g.data(), dout_g.data(), in_g.data(), w_g.data(),
+                                       rstd_g.data(), N, C);
+    const auto din = to_host(e, din_g), dw = to_host(e, dw_g);
+    ST_EXPECT_CLOSE(din, din_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(dw, dw_ref, kFp32Tolerance);
+    if (run == 0) {
+      first_din = din;
+      first_dw = dw;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first_din.data(), din.data(), din.size() * sizeof(float))) << "din not deterministic";
+      EXPECT_EQ(0, std::memcmp(first_dw.data(), dw.data(), dw.size() * sizeof(float))) << "dweight not deterministic";
+    }
+  }
+}
+
+// Rotary embeddings in place on fused q, k, v rows (NH = 3 query heads, one key/value head: the
+// first 4 heads of each row rotate, v passes through), from position 3 on, forward and inverse.
+TEST_F(CudaKernels, RopeForwardAndInverseFromANonzeroPosition) {
+  CudaExec& e = *fp32;
+  const int hs = C / NH, NKV = 1, W = C + 2 * NKV * hs, heads = NH + NKV, first = 3;
+  const auto table_d = kernels::rope_table<double>(first + T, hs, 10000.0);
+  const auto table_f = kernels::rope_table<float>(first + T, hs, 10000.0);
+  std::vector<float> tables(table_f.cos);
+  tables.insert(tables.end(), table_f.sin.begin(), table_f.sin.end());
+  auto tables_g = to_device(e, tables);
+  const float* cos_g = tables_g.data();
+  const float* sin_g = tables_g.data() + table_f.cos.size();
+  const auto x = random_floats(std::size_t{1} * N * W, 211);
+  for (const bool inverse : {false, true}) {
+    std::vector<double> want = widen(x);
+    kernels::rope(want.data(), table_d, B, T, first, W, heads, hs, inverse);
+    auto x_g = to_device(e, x);
+    e.layer_kernels().rope(x_g.data(), cos_g, sin_g, B, T, first, W, heads, hs, inverse);
+    const auto got = to_host(e, x_g);
+    EXPECT_LE(norm_relative_error(got, want), kFp32Tolerance) << (inverse ? "inverse" : "forward");
+    for (int row = 0; row < N; ++row)  // v's channels are not touched
+      for (int c = heads * hs; c < W; ++c)
+        ASSERT_EQ(got[static_cast<std::size_t>(row) * W + c], x[static_cast<std::size_t>(row) * W + c]) << row << " " << c;
+  }
+  // The inverse undoes the forward.
+  auto x_g = to_device(e, x);
+  e.layer_kernels().rope(x_g.data(), cos_g, sin_g, B, T, first, W, heads, hs, false);
+  e.layer_kernels().rope(x_g.data(), cos_g, sin_g, B, T, first, W, heads, hs, true);
+  ST_EXPECT_CLOSE(to_host(e, x_g), widen(x), kFp32Tolerance);
+}
+
+TEST_F(CudaKernels, SwiGluForwardBackward) {
+  CudaExec& e = *fp32;
+  const int F = V;  // 37
+  auto in = random_floats(std::size_t{1} * N * 2 * F, 221, 3.0f);
+  in[0] = 30.0f;  // where the logistic function saturates, both ways
+  in[1] = -30.0f;
+  in[2] = 0.0f;
+  const auto dout = random_floats(std::size_t{1} * N * F, 222);
+  const auto in_d = widen(in), dout_d = widen(dout);
+  std::vector<double> out_ref(dout.size()), din_ref(in.size());
+  kernels::swiglu_forward(out_ref.data(), in_d.data(), N, F);
+  kernels::swiglu_backward(din_ref.data(), in_d.data(), dout_d.data(), N, F);
+  auto in_g = to_device(e, in), dout_g = to_device(e, dout);
+  auto out_g = to_device(e, std::vector<float>(dout.size(), 1e30f)), din_g = to_device(e, std::vector<float>(in.size(), 1e30f));
+  e.layer_kernels().swiglu_forward(out_g.data(), in_g.data(), N, F);
+  e.layer_kernels().swiglu_backward(din_g.data(), in_g.data(), dout_g.data(), N, F);  // overwrites din
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, din_g), din_ref, kFp32Tolerance);
+}
+
+// Grouped-query attention, NH = 4 query heads (hs = 6) over NKV key/value heads: forward and
+// backward against the host's (its per-query-head gradient folded over each group), kept and
+// recomputed probabilities alike, and the backward twice gives the same bits.
+void check_gqa_attention(CudaExec& e, bool bf16_matmuls, int NKV) {
+  const int nh = 4, hs = C / nh, W = C + 2 * NKV * hs, G = nh / NKV;
+  const auto qkv = random_floats(std::size_t{1} * N * W, 231), dout = random_floats(std::size_t{1} * N * C, 232);
+  const std::size_t att_size = std::size_t{1} * B * nh * T * T;
+  const int heads = e.layer_kernels().attention_heads_at_once(B, nh);
+  const std::size_t working_size = std::size_t{1} * heads * T * T;
+  const auto qkv_d = widen(qkv), dout_d = widen(dout);
+  std::vector<double> out_ref(dout.size()), att_ref(att_size), dqkv_ref(qkv.size()), dworking_ref(att_size);
+  std::vector<double> per_query_head(grouped_gradient_elements(false, N, C, nh, NKV));
+  const AttentionProbs<double> ref_probs{att_ref.data(), nullptr, dworking_ref.data(), B * nh, per_query_head.data()};
+  HostLayerKernels<double> host;  // folds the host kernel's per-query-head gradient
+  host.attention_forward(out_ref.data(), ref_probs, qkv_d.data(), B, T, C, nh, NKV);
+  host.attention_backward(dqkv_ref.data(), ref_probs, dout_d.data(), qkv_d.data(), B, T, C, nh, NKV);
+
+  auto qkv_g = to_device(e, qkv), dout_g = to_device(e, dout);
+  auto out_g = to_device(e, std::vector<float>(dout.size(), 1e30f)),
+       att_g = to_device(e, std::vector<float>(att_size, 1e30f));
+  auto working_g = to_device(e, std::vector<float>(working_size, 1e30f)),
+       dworking_g = to_device(e, std::vector<float>(working_size, -1e30f));
+  const AttentionProbs<float> kept{att_g.data(), nullptr, dworking_g.data(), heads};
+  const AttentionProbs<float> recomputed{nullptr, working_g.data(), dworking_g.data(), heads};
+  e.layer_kernels().attention_forward(out_g.data(), kept, qkv_g.data(), B, T, C, nh, NKV);
+  const double tolerance = bf16_matmuls ? bf16_tolerance(hs) + bf16_tolerance(T) : kFp32Tolerance;
+  ST_EXPECT_CLOSE(to_host(e, att_g), att_ref, tolerance);
+  const auto out = to_host(e, out_g);
+  ST_EXPECT_CLOSE(out, out_ref, tolerance);
+
+  auto dqkv_g = to_device(e, std::vector<float>(qkv.size(), 1e30f));  // overwritten
+  e.layer_kernels().attention_backward(dqkv_g.data(), kept, dout_g.data(), qkv_g.data(), B, T, C, nh, NKV);
+  const auto dqkv = to_host(e, dqkv_g);
+  // dK and dV sum G heads' products: reductions of length G T rather than T.
+  const double backward_tolerance = bf16_matmuls ? 2 * (bf16_tolerance(hs) + bf16_tolerance(G * T)) : kFp32Tolerance;
+  EXPECT_LE(norm_relative_error(dqkv, dqkv_ref), backward_tolerance) << "NKV " << NKV;
+
+  auto again_g = to_device(e, std::vector<float>(qkv.size(), -1e30f));
+  e.layer_kernels().attention_backward(again_g.data(), kept, dout_g.data(), qkv_g.data(), B, T, C, nh, NKV);
+  EXPECT_EQ(to_host(e, again_g), dqkv) << "backward not deterministic, NKV " << NKV;
+
+  auto out_r = to_device(e, std::vector<float>(dout.size(), 1e30f)),
+       dqkv_r = to_device(e, std::vector<float>(qkv.size(), 1e30f));
+  e.layer_kernels().attention_forward(out_r.data(), recomputed, qkv_g.data(), B, T, C, nh, NKV);
+  e.layer_kernels().attention_backward(dqkv_r.data(), recomputed, dout_g.data(), qkv_g.data(), B, T, C, nh, NKV);
+  EXPECT_EQ(to_host(e, out_r), out) << "NKV " << NKV;
+  EXPECT_EQ(to_host(e, dqkv_r), dqkv) << "NKV " << NKV;
+}
+
+TEST_F(CudaKernels, GroupedQueryAttentionFp32) {
+  for (const int NKV : {2, 1}) check_gqa_attention(*fp32, false, NKV);
+}
+TEST_F(CudaKernels, GroupedQueryAttentionBf16Matmuls) {
+  for (const int NKV : {2, 1}) check_gqa_attention(*bf16, true, NKV);
+}
+
+// Decoding over a grouped-query cache (rows of C + 2 NKV hs): rows first.. of one sequence
+// against the host's causal attention in double, 70 positions, NH = 4 over 2 and over 1
+// key/value heads.
+TEST_F(CudaKernels, AttentionRowsOverAGroupedQueryCacheMatchTheHost) {
+  const int positions = 70, nh = 4, hs = C / nh;
+  for (const int NKV : {2, 1}) {
+    const int W = C + 2 * NKV * hs;
+    const auto qkv = random_floats(std::size_t{1} * positions * W, 241);
+    const auto qkv_d = widen(qkv);
+    std::vector<double> reference(std::size_t{1} * positions * C), att(std::size_t{1} * nh * positions * positions);
+    const AttentionProbs<double> probs{att.data(), nullptr, nullptr, nh};
+    kernels::attention_forward(reference.data(), probs, qkv_d.data(), 1, positions, C, nh, NKV);
+    auto qkv_g = to_device(*fp32, qkv);
+    for (const int first : {0, 1, 33, positions - 1}) {
+      const int n = positions - first;
+      auto out_g = to_device(*fp32, std::vector<float>(std::size_t{1} * n * C, 1e30f));
+      fp32->layer_kernels().attention_rows(out_g.data(), qkv_g.data(), first, n, C, nh, NKV);
+      const std::vector<double> want(reference.begin() + std::ptrdiff_t{first} * C, reference.end());
+      EXPECT_LE(norm_relative_error(to_host(*fp32, out_g), want), kFp32Tolerance) << "NKV " << NKV << " first " << first;
+    }
+  }
 }
 
 // ---- the strategy's element-wise operations, against HostExec ----

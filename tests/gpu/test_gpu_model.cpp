@@ -1,18 +1,21 @@
-// The whole GPT-2 on the GPU against the host: the same parameters (GPT-2 initialisation, then
-// perturbed so no gradient path is trivially zero) and batch; the loss and every parameter
-// tensor's gradient must agree, fp32 within 1e-4 relative, bf16 matmuls within a bound from
-// bf16's precision. Skips, saying why, where no CUDA device is usable.
+// The whole model on the GPU against the host, GPT-2 and Llama (grouped-query attention, 4 query
+// heads over 2 key/value heads, an LM head of its own): the same parameters (the architecture's
+// initialisation, then perturbed so no gradient path is trivially zero) and batch; the loss and
+// every parameter tensor's gradient must agree, fp32 within 1e-4 relative, bf16 matmuls within a
+// bound from bf16's precision. Recomputation and decoding likewise. Skips, saying why, where no
+// CUDA device is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/random.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/device_choice.hpp"
-#include "model/gpt2.hpp"
+#include "model/model.hpp"
 
 namespace st {
 namespace {
@@ -22,8 +25,24 @@ struct Result {
   std::vector<float> grads;
 };
 
+// GPT-2: odd vocabulary, padded.
+ModelShape gpt2_shape() { return ModelShape{3, 48, 4, 24, 61, 64}; }
+
+// Llama: hs = 12, 4 query heads over 2 key/value heads, SwiGLU 40 wide, untied head.
+ModelShape llama_shape() {
+  ModelShape s{3, 48, 4, 24, 61, 64};
+  s.arch = Arch::llama;
+  s.n_kv_head = 2;
+  s.ffn_dim = 40;
+  s.tie_embeddings = false;
+  s.rope_theta = 500.0;  // small: positions turn the heads visibly within 24 steps
+  return s;
+}
+
+std::string name_of(const ModelShape& shape) { return arch_name(shape.arch); }
+
 // Two micro-batches accumulated, as a step with accumulation does.
-Result run(Gpt2<float>& model, Exec& exec, const std::vector<float>& params, const std::vector<int>& tokens,
+Result run(Model<float>& model, Exec& exec, const std::vector<float>& params, const std::vector<int>& tokens,
            const std::vector<int>& targets, int B, int T) {
   Memory p = exec.allocate(params.size() * sizeof(float)), g = exec.allocate(params.size() * sizeof(float));
   exec.upload(p.data(), params.data(), params.size() * sizeof(float));
@@ -40,16 +59,15 @@ Result run(Gpt2<float>& model, Exec& exec, const std::vector<float>& params, con
   return r;
 }
 
-void compare_model(bool bf16_matmuls, double bound) {
+void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const ModelShape shape{3, 48, 4, 24, 61, 64};  // odd vocabulary, padded
   const int B = 3, T = 24;
-  Gpt2<float> host(shape, B);
+  const auto host = make_model<float>(shape, B);
   CudaExec exec(CudaExecSettings{0, bf16_matmuls});
-  Gpt2<float> device(shape, B, exec);
-  std::vector<float> params(host.layout().total());
-  host.init_params(params, 7);
+  const auto device = make_model<float>(shape, B, exec);
+  std::vector<float> params(host->layout().total());
+  host->init_params(params, 7);
   NormalStream noise(11, 3);
   for (float& p : params) p += static_cast<float>(0.05 * noise.next());
   std::vector<int> tokens(2 * B * T), targets(2 * B * T);
@@ -57,34 +75,38 @@ void compare_model(bool bf16_matmuls, double bound) {
     tokens[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
     targets[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
   }
-  const Result want = run(host, host.exec(), params, tokens, targets, B, T);
-  const Result got = run(device, exec, params, tokens, targets, B, T);
-  EXPECT_NEAR(got.loss, want.loss, bound * std::abs(want.loss)) << "loss";
-  for (const TensorSlot* t : host.layout().all_tensors()) {
+  const Result want = run(*host, host->exec(), params, tokens, targets, B, T);
+  const Result got = run(*device, exec, params, tokens, targets, B, T);
+  EXPECT_NEAR(got.loss, want.loss, bound * std::abs(want.loss)) << name_of(shape) << ": loss";
+  for (const TensorSlot* t : host->layout().all_tensors()) {
     double scale = 1e-12, worst = 0;
     for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
       scale = std::max(scale, static_cast<double>(std::abs(want.grads[i])));
       worst = std::max(worst, static_cast<double>(std::abs(got.grads[i] - want.grads[i])));
     }
-    EXPECT_LE(worst / scale, bound) << t->name << ": largest gradient difference " << worst << " against " << scale;
+    EXPECT_GT(scale, 1e-12) << name_of(shape) << ": " << t->name << " receives no gradient on the host";
+    EXPECT_LE(worst / scale, bound) << name_of(shape) << ": " << t->name << ": largest gradient difference " << worst
+                                    << " against " << scale;
   }
 }
 
-TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(false, 1e-4); }
+TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(gpt2_shape(), false, 1e-4); }
 
 // bf16 inputs to every matmul: each product off by at most 2^-7 relative, accumulated over the
 // model's depth (a few matmuls in series per gradient): 5e-2 of the tensor's scale.
-TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(true, 5e-2); }
+TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(gpt2_shape(), true, 5e-2); }
+
+TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostFp32) { compare_model(llama_shape(), false, 1e-4); }
+TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(llama_shape(), true, 5e-2); }
 
 // Activation recomputation on the device runs the same kernels on the same inputs in the same
 // stream order, so the loss and gradients equal the run that keeps everything; cuBLAS may pick
 // its algorithm by the buffers' alignment, which differs between the two, so the bound is 1e-6
 // of each tensor's scale rather than bit for bit. In fp32 and with bf16 matmuls; the device
 // holds less.
-TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) {
+void check_recomputation(const ModelShape& shape) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const ModelShape shape{3, 48, 4, 24, 61, 64};
   const int B = 3, T = 24;
   NormalStream noise(5, 9);
   std::vector<int> tokens(2 * B * T), targets(2 * B * T);
@@ -94,14 +116,15 @@ TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) {
   }
   for (const bool bf16_matmuls : {false, true}) {
     CudaExec exec(CudaExecSettings{0, bf16_matmuls});
-    Gpt2<float> keep_all(shape, B, exec);
-    std::vector<float> params(keep_all.layout().total());
-    keep_all.init_params(params, 7);
-    const Result want = run(keep_all, exec, params, tokens, targets, B, T);
+    const auto keep_all = make_model<float>(shape, B, exec);
+    std::vector<float> params(keep_all->layout().total());
+    keep_all->init_params(params, 7);
+    const Result want = run(*keep_all, exec, params, tokens, targets, B, T);
     for (const Recompute r : {Recompute::selective, Recompute::full}) {
-      Gpt2<float> model(shape, B, exec, r);
-      const Result got = run(model, exec, params, tokens, targets, B, T);
-      const std::string what = std::string(recompute_name(r)) + (bf16_matmuls ? ", bf16 matmuls" : "");
+      const auto model = make_model<float>(shape, B, exec, r);
+      const Result got = run(*model, exec, params, tokens, targets, B, T);
+      const std::string what =
+          name_of(shape) + ", " + recompute_name(r) + (bf16_matmuls ? ", bf16 matmuls" : "");
       EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss)) << what;
       double scale = 1e-12, worst = 0;
       for (std::size_t i = 0; i < want.grads.size(); ++i) {
@@ -109,46 +132,59 @@ TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) {
         worst = std::max(worst, static_cast<double>(std::abs(got.grads[i] - want.grads[i])));
       }
       EXPECT_LE(worst / scale, 1e-6) << what << ": largest gradient difference " << worst;
-      EXPECT_LT(model.activation_bytes(), keep_all.activation_bytes()) << recompute_name(r);
+      EXPECT_LT(model->activation_bytes(), keep_all->activation_bytes()) << what;
     }
   }
 }
 
-// Incremental decoding on the device: after a prompt and then one token at a time, the
-// next-token probabilities equal the host's decoding of the same tokens (fp32, 1e-5 of the
-// largest probability).
-TEST(GpuModel, DecodingMatchesTheHost) {
+TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) { check_recomputation(gpt2_shape()); }
+TEST(GpuModel, LlamaRecomputationGivesTheSameLossAndGradients) { check_recomputation(llama_shape()); }
+
+// Incremental decoding on the device: after a prompt and then a few tokens at a time, the
+// next-token probabilities equal the host's decoding of the same tokens, and the device's own
+// full forward pass over all the tokens fed so far (fp32, 1e-5 of the largest probability).
+void check_decoding(const ModelShape& shape) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
-  const ModelShape shape{3, 48, 4, 24, 61, 64};
-  Gpt2<float> host(shape, 1, host_exec(), Recompute::full);
+  const auto host = make_model<float>(shape, 1, host_exec(), Recompute::full);
   CudaExec exec(CudaExecSettings{0, false});
-  Gpt2<float> device(shape, 1, exec, Recompute::full);
-  std::vector<float> params(host.layout().total());
-  host.init_params(params, 13);
+  const auto device = make_model<float>(shape, 1, exec, Recompute::full);
+  const auto full = make_model<float>(shape, 1, exec);
+  std::vector<float> params(host->layout().total());
+  host->init_params(params, 13);
   NormalStream noise(17, 4);
   for (float& p : params) p += static_cast<float>(0.1 * noise.next());
   Memory on_device = exec.allocate(params.size() * sizeof(float));
   exec.upload(on_device.data(), params.data(), params.size() * sizeof(float));
-  FlatBuffers<float> host_params(host.layout(), params);
-  FlatBuffers<float> device_params(device.layout(),
-                                   std::span<const float>(static_cast<const float*>(on_device.data()), params.size()));
+  const std::span<const float> device_span(static_cast<const float*>(on_device.data()), params.size());
+  FlatBuffers<float> host_params(host->layout(), params);
+  FlatBuffers<float> device_params(device->layout(), device_span);
   std::vector<int> tokens(shape.seq_len);
   for (int& t : tokens) t = static_cast<int>(noise.next_bits() % shape.vocab_size);
-  int fed = 0;
-  for (const int count : {5, 1, 1, 1, 7, 1}) {
-    const auto h = host.decode(host_params, tokens.data() + fed, count);
-    const std::vector<float> want(h.begin(), h.end());
-    const auto d = device.decode(device_params, tokens.data() + fed, count);
-    fed += count;
+  auto worst_of = [](const std::vector<float>& got, std::span<const float> want) {
     double worst = 0, scale = 0;
     for (std::size_t v = 0; v < want.size(); ++v) {
-      worst = std::max(worst, std::abs(static_cast<double>(d[v]) - want[v]));
+      worst = std::max(worst, std::abs(static_cast<double>(got[v]) - want[v]));
       scale = std::max(scale, static_cast<double>(want[v]));
     }
-    EXPECT_LE(worst, 1e-5 * scale) << "after " << fed << " positions";
+    return worst / scale;
+  };
+  int fed = 0;
+  for (const int count : {5, 1, 1, 1, 7, 1}) {
+    const auto h = host->decode(host_params, tokens.data() + fed, count);
+    const std::vector<float> want(h.begin(), h.end());
+    const auto d = device->decode(device_params, tokens.data() + fed, count);
+    const std::vector<float> got(d.begin(), d.end());
+    fed += count;
+    EXPECT_LE(worst_of(got, want), 1e-5) << name_of(shape) << ": against the host after " << fed << " positions";
+    full->forward(device_span, tokens.data(), nullptr, 1, fed);
+    EXPECT_LE(worst_of(got, full->probs(0, fed - 1)), 1e-5)
+        << name_of(shape) << ": against the full forward after " << fed << " positions";
   }
 }
+
+TEST(GpuModel, DecodingMatchesTheHost) { check_decoding(gpt2_shape()); }
+TEST(GpuModel, LlamaDecodingWithAGroupedQueryCacheMatchesTheHostAndTheFullForward) { check_decoding(llama_shape()); }
 
 }  // namespace
 }  // namespace st

@@ -194,6 +194,15 @@ TEST(Deck, AutoStrategyIsAcceptedForThePlannerToResolve) {
   EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.strategy=auto"}).parallel.strategy, StrategyKind::automatic);
 }
 
+// A llama deck takes every device a GPT-2 deck takes, "auto" left for the device choice.
+TEST(Deck, LlamaTakesEveryDeviceAsGpt2Does) {
+  for (const char* device : {"auto", "cpu", "cuda"}) {
+    const std::vector<std::string> sets{"model.arch=\"llama\"", std::string("parallel.device=\"") + device + "\""};
+    EXPECT_EQ(error_of(kMinimal, sets), "") << device;
+    EXPECT_EQ(parse_deck(kMinimal, "deck.toml", sets).parallel.device, device);
+  }
+}
+
 TEST(Deck, EveryStrategyAndPrecisionIsAccepted) {
   for (const char* strategy : {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"})
     for (const char* precision : {"fp32", "bf16"}) {

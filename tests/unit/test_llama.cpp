@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "exec/host_kernels.hpp"
+#include "exec/layer_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
 #include "model/rope.hpp"
@@ -257,6 +258,13 @@ TEST(LlamaKernels, GroupedQueryAttentionBackwardMatchesFiniteDifferences) {
     kernels::attention_backward(per_head.data(), probs, g.data(), qkv.data(), B, T, C, NH, NKV);
     kernels::gqa_fold(dqkv.data(), per_head.data(), B * T, C, NH, NKV);
     EXPECT_LT(worst_gradient_error(qkv, dqkv, loss), 1e-8) << (probs.kept ? "kept" : "recomputed");
+    // The layer-kernel seam's host backward (what the model calls, and the CUDA tests' reference)
+    // folds the same way: the same bits.
+    std::vector<double> seam(dqkv.size(), 1e30), scratch(grouped_gradient_elements(false, B * T, C, NH, NKV));
+    AttentionProbs<double> with_scratch = probs;
+    with_scratch.grouped_gradient = scratch.data();
+    HostLayerKernels<double>().attention_backward(seam.data(), with_scratch, g.data(), qkv.data(), B, T, C, NH, NKV);
+    EXPECT_EQ(seam, dqkv) << (probs.kept ? "kept" : "recomputed");
   }
 }
 
@@ -266,20 +274,27 @@ TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
   const std::size_t N = 3 * 16, C = 32, W = 32 + 2 * 2 * 8, F = 48, L = 4, NH = 4, TT = 16 * 16, Vp = 64;
   for (const int heads : {1, 2, 12}) {
     // x0, the final norm and its statistics, logits, losses, tmp, dres dtmp datty, dqkv, the
-    // per-query-head gradient of q, k, v, the probabilities' gradient, two MLP-wide scratches.
-    const std::size_t shared =
-        N * C + N * C + N + N * Vp + N + N * C + 3 * N * C + N * W + 3 * N * C + heads * TT + 4 * N * F;
-    const std::size_t none = L * (5 * N * C + N * W + 3 * N * F + 2 * N + B * NH * TT) + shared;
-    const std::size_t selective = L * (5 * N * C + N * W + 2 * N * F + 2 * N) + heads * TT + shared;
-    const std::size_t full = L * N * C + (4 * N * C + N * W + 2 * N * F + 2 * N + heads * TT) + shared;
-    EXPECT_EQ(activation_sizes(shape, B, Recompute::none, heads).total(), none);
-    EXPECT_EQ(activation_sizes(shape, B, Recompute::selective, heads).total(), selective);
-    EXPECT_EQ(activation_sizes(shape, B, Recompute::full, heads).total(), full);
+    // probabilities' gradient, two MLP-wide scratches; on the host, which folds grouped-query
+    // gradients, also the per-query-head gradient (3 N C); a device sums the groups in place.
+    for (const bool device : {false, true}) {
+      const std::size_t shared = N * C + N * C + N + N * Vp + N + N * C + 3 * N * C + N * W + heads * TT + 4 * N * F +
+                                 (device ? 0 : 3 * N * C);
+      const std::size_t none = L * (5 * N * C + N * W + 3 * N * F + 2 * N + B * NH * TT) + shared;
+      const std::size_t selective = L * (5 * N * C + N * W + 2 * N * F + 2 * N) + heads * TT + shared;
+      const std::size_t full = L * N * C + (4 * N * C + N * W + 2 * N * F + 2 * N + heads * TT) + shared;
+      EXPECT_EQ(activation_sizes(shape, B, Recompute::none, heads, device).total(), none) << device;
+      EXPECT_EQ(activation_sizes(shape, B, Recompute::selective, heads, device).total(), selective) << device;
+      EXPECT_EQ(activation_sizes(shape, B, Recompute::full, heads, device).total(), full) << device;
+    }
   }
+  // Multi-head attention has nothing to fold, on the host either.
+  const ModelShape mha = llama_shape(4, 32, 4, 4, 48, 16, 50, 64);
+  EXPECT_EQ(activation_sizes(mha, B, Recompute::none, 2, false).total(),
+            activation_sizes(mha, B, Recompute::none, 2, true).total());
   for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     Llama<float> model(shape, B, host_exec(), r);
     const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
-    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads).total() * sizeof(float));
+    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads, false).total() * sizeof(float));
   }
 }
 

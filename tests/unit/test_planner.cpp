@@ -97,7 +97,8 @@ TEST(Planner, MemoryIsTheStrategiesOwnArithmeticPlusActivations) {
   const ParamLayout layout = make_layout(model_shape(kConfig.model));
   // A GPU rank works on the heads of one sequence at a time.
   const std::uint64_t activations =
-      4 * activation_sizes(model_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head)).total();
+      4 * activation_sizes(model_shape(kConfig.model), 1, Recompute::none, static_cast<int>(kConfig.model.n_head), true)
+              .total();
   for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
     const StrategyPrediction p = predict_strategy(kConfig, m, s, 0);
     EXPECT_EQ(p.state_bytes, ParallelPlan(layout, s, Precision::fp32, Mesh{1, 8, 1}, 8, 0).model_state().total()) << s;

@@ -1,8 +1,16 @@
-// Causal multi-head self-attention on the device: the matmuls as cuBLAS strided-batched GEMMs
-// (one batch of heads per sequence of the micro-batch), the causal softmax and its backward as
-// warp-per-row kernels. Same layout and results as the host (exec/host_kernels.cpp):
-// qkv[B, T, 3C] holds q, k, v side by side, heads of hs = C / NH channels; kept probabilities
-// are att[B, NH, T, T], zero above the diagonal (exec/attention_probs.hpp).
+// Causal self-attention on the device: the matmuls as cuBLAS strided-batched GEMMs, the causal
+// softmax and its backward as warp-per-row kernels. Same layout and results as the host
+// (exec/host_kernels.cpp): qkv[B, T, W] holds q (NH heads of hs = C / NH channels), then k and v
+// (NKV heads each), W = C + 2 NKV hs; query head h attends with key/value head h / (NH / NKV)
+// (NKV = NH: GPT-2's multi-head attention, W = 3C). Kept probabilities are att[B, NH, T, T],
+// zero above the diagonal (exec/attention_probs.hpp).
+//
+// Grouped-query attention without copying K and V per query head: query head h = g G + j
+// (G = NH / NKV query heads per group g) is the j-th of its group, so for each j one batched
+// matmul runs over the NKV groups, with the key/value heads at stride hs and the query heads and
+// probability blocks at stride G. In backward the G products of a group add into its dK and dV in
+// order j = 0, 1, ... (the first overwrites): a fixed order, no atomics. G = 1 is one batched
+// matmul over all heads.
 #include <cmath>
 #include <string>
 
@@ -52,15 +60,16 @@ __global__ void causal_softmax_backward_kernel(float* d, const float* att, int r
 // attends keys 0..t of the cache qkv. The scores sit in dynamic shared memory (t + 1 floats);
 // each warp takes keys in turn, its lanes splitting the head's dot product; then the block's
 // max and sum; then the head's hs outputs, one per thread, each a sum over the keys in order.
-__global__ void attention_rows_kernel(float* out, const float* qkv, int first, int C, int NH, float scale) {
+// The key/value head is h / (NH / NKV); cache rows are W = C + 2 NKV hs wide.
+__global__ void attention_rows_kernel(float* out, const float* qkv, int first, int C, int NH, int NKV, float scale) {
   extern __shared__ float scores[];
   __shared__ float reduce_space[kWarp];
   const int i = blockIdx.x, h = blockIdx.y, t = first + i;
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, W = C + 2 * NKV * hs, kv = (h / (NH / NKV)) * hs;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const float* q = qkv + static_cast<std::size_t>(t) * C3 + h * hs;
+  const float* q = qkv + static_cast<std::size_t>(t) * W + h * hs;
   for (int j = warp; j <= t; j += warps) {
-    const float* k = qkv + static_cast<std::size_t>(j) * C3 + C + h * hs;
+    const float* k = qkv + static_cast<std::size_t>(j) * W + C + kv;
     float dot = 0;
     for (int d = lane; d < hs; d += kWarp) dot += q[d] * k[d];
     dot = warp_reduce(dot, Sum{});
@@ -81,9 +90,9 @@ __global__ void attention_rows_kernel(float* out, const float* qkv, int first, i
   const float inv = 1.0f / sum;
   float* o = out + static_cast<std::size_t>(i) * C + h * hs;
   for (int d = threadIdx.x; d < hs; d += blockDim.x) {
-    const float* v = qkv + 2 * C + h * hs + d;
+    const float* v = qkv + C + NKV * hs + kv + d;
     float acc = 0;
-    for (int j = 0; j <= t; ++j) acc += scores[j] * v[static_cast<std::size_t>(j) * C3];
+    for (int j = 0; j <= t; ++j) acc += scores[j] * v[static_cast<std::size_t>(j) * W];
     o[d] = acc * inv;
   }
 }
@@ -93,16 +102,19 @@ unsigned warp_rows_grid(int rows) {
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
 
-// Per head: its width, the row stride of qkv (3C), the softmax scale 1/sqrt(hs), and the
-// elements of one T x T block of att.
+// One sequence's attention geometry: head width, qkv's row width W, the softmax scale
+// 1/sqrt(hs), the elements of one T x T probability block, the query heads per key/value head
+// G, and where k and v start in a row (C and C + NKV hs).
 struct HeadGeometry {
-  int hs, C3;
+  int hs, W;
   float scale;
   long long tt;
+  int group, k_at, v_at;
 };
-HeadGeometry head_geometry(int T, int C, int NH) {
+HeadGeometry head_geometry(int T, int C, int NH, int NKV) {
   const int hs = C / NH;
-  return {hs, 3 * C, 1.0f / std::sqrt(static_cast<float>(hs)), static_cast<long long>(T) * T};
+  return {hs, C + 2 * NKV * hs, 1.0f / std::sqrt(static_cast<float>(hs)), static_cast<long long>(T) * T, NH / NKV, C,
+          C + NKV * hs};
 }
 }  // namespace
 
@@ -110,18 +122,21 @@ int CudaLayerKernels::attention_heads_at_once(int B, int NH) const {
   return st::attention_heads_at_once(true, B, NH, 0);
 }
 
-// In cuBLAS's column-major view a row-major [T, hs] slice of qkv with row stride 3C is an
-// hs x T matrix with leading dimension 3C; att's [T, T] blocks are T x T transposed, ld T.
-// Head h of sequence b: q at qkv + b*T*3C + h*hs (k at +C, v at +2C). One sequence's NH heads
-// go through each batched matmul: kept probabilities at (b*NH + h)*T*T, or not kept, the NH
-// blocks of the working set (reused by the next sequence, in stream order).
+// In cuBLAS's column-major view a row-major [T, hs] slice of qkv with row stride W is an hs x T
+// matrix with leading dimension W; att's [T, T] blocks are T x T transposed, ld T. Head h of
+// sequence b: q at qkv + b*T*W + h*hs; its key/value head g = h / G: k at + k_at + g*hs, v at
+// + v_at + g*hs. One sequence's heads go through each batched matmul (G of them, each over the
+// NKV groups): kept probabilities at (b*NH + h)*T*T, or not kept, the NH blocks of the working
+// set (reused by the next sequence, in stream order).
 namespace {
 // S^T = K Q^T * scale  (so S[t, s] = <q_t, k_s> * scale, row-major), then the causal softmax.
-void head_probabilities(cublasHandle_t cublas, bool bf16, cudaStream_t stream, float* a, const float* q, int T, int C,
-                        int NH) {
-  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
-  cuda_gemm_strided_batched(cublas, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, q + C, C3, hs, q, C3, hs, 0.0f, a,
-                            T, tt, NH);
+void head_probabilities(cublasHandle_t cublas, bool bf16, cudaStream_t stream, float* a, const float* q, int T,
+                        const HeadGeometry& g, int NH, int NKV) {
+  const int G = g.group;
+  for (int j = 0; j < G; ++j)
+    cuda_gemm_strided_batched(cublas, bf16, CUBLAS_OP_T, CUBLAS_OP_N, T, T, g.hs, g.scale, q + g.k_at, g.W, g.hs,
+                              q + j * g.hs, g.W, static_cast<long long>(G) * g.hs, 0.0f, a + j * g.tt, T, G * g.tt,
+                              NKV);
   const int rows = NH * T;
   causal_softmax_forward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream>>>(a, rows, T);
   ST_CHECK_LAUNCH();
@@ -129,21 +144,25 @@ void head_probabilities(cublasHandle_t cublas, bool bf16, cudaStream_t stream, f
 }  // namespace
 
 void CudaLayerKernels::attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T,
-                                         int C, int NH) {
+                                         int C, int NH, int NKV) {
   use_device();
   if (B == 0 || T == 0) return;
-  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
+  const HeadGeometry g = head_geometry(T, C, NH, NKV);
+  const int G = g.group;
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
-    float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * tt : probs.working;
-    head_probabilities(cublas_, bf16_, stream_, a, q, T, C, NH);
+    const float* q = qkv + static_cast<std::size_t>(b) * T * g.W;
+    float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * g.tt : probs.working;
+    head_probabilities(cublas_, bf16_, stream_, a, q, T, g, NH, NKV);
     // out^T = V^T P^T  (out = P V)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, q + 2 * C, C3, hs, a, T, tt,
-                              0.0f, out + static_cast<std::size_t>(b) * T * C, C, hs, NH);
+    float* o = out + static_cast<std::size_t>(b) * T * C;
+    for (int j = 0; j < G; ++j)
+      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, q + g.v_at, g.W, g.hs,
+                                a + j * g.tt, T, G * g.tt, 0.0f, o + j * g.hs, C, static_cast<long long>(G) * g.hs,
+                                NKV);
   }
 }
 
-void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, int n, int C, int NH) {
+void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, int n, int C, int NH, int NKV) {
   use_device();
   if (n == 0) return;
   const std::size_t shared = static_cast<std::size_t>(first + n) * sizeof(float);
@@ -161,41 +180,49 @@ void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, i
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
   attention_rows_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(NH)), kBlock, shared, stream_>>>(
-      out, qkv, first, C, NH, scale);
+      out, qkv, first, C, NH, NKV, scale);
   ST_CHECK_LAUNCH();
 }
 
 void CudaLayerKernels::attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout,
-                                          const float* qkv, int B, int T, int C, int NH) {
+                                          const float* qkv, int B, int T, int C, int NH, int NKV) {
   use_device();
   if (B == 0 || T == 0) return;
-  const auto [hs, C3, scale, tt] = head_geometry(T, C, NH);
+  const HeadGeometry g = head_geometry(T, C, NH, NKV);
+  const int G = g.group, hs = g.hs, W = g.W;
+  const long long q_stride = static_cast<long long>(G) * hs, block_stride = G * g.tt;
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
+    const float* q = qkv + static_cast<std::size_t>(b) * T * W;
+    const float* k = q + g.k_at;
+    const float* v = q + g.v_at;
     const float* dO = dout + static_cast<std::size_t>(b) * T * C;
-    float* dq = dqkv + static_cast<std::size_t>(b) * T * C3;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * tt : probs.working;
-    if (!probs.kept) head_probabilities(cublas_, bf16_, stream_, probs.working, q, T, C, NH);
+    float* dq = dqkv + static_cast<std::size_t>(b) * T * W;
+    float* dk = dq + g.k_at;
+    float* dv = dq + g.v_at;
+    const float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * g.tt : probs.working;
+    if (!probs.kept) head_probabilities(cublas_, bf16_, stream_, probs.working, q, T, g, NH, NKV);
     float* dP = probs.dworking;
-    // dP = dO V^T
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, dP,
-                              T, tt, NH);
-    // dV = P^T dO  (dV^T = dO^T P)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO, C, hs, a, T, tt, 0.0f, dv,
-                              C3, hs, NH);
+    for (int j = 0; j < G; ++j) {
+      const float beta = j == 0 ? 0.0f : 1.0f;  // the group's first query head sets dV, the others add
+      // dP = dO V^T
+      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, W, hs, dO + j * hs, C,
+                                q_stride, 0.0f, dP + j * g.tt, T, block_stride, NKV);
+      // dV += P^T dO  (dV^T += dO^T P)
+      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + j * hs, C, q_stride,
+                                a + j * g.tt, T, block_stride, beta, dv, W, hs, NKV);
+    }
     const int rows = NH * T;
     causal_softmax_backward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(dP, a, rows, T);
     ST_CHECK_LAUNCH();
-    // dQ = dS K * scale  (dQ^T = K^T dS^T)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, C3, hs, dP, T, tt, 0.0f, dq,
-                              C3, hs, NH);
-    // dK = dS^T Q * scale  (dK^T = Q^T dS)
-    cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, C3, hs, dP, T, tt, 0.0f, dk,
-                              C3, hs, NH);
+    for (int j = 0; j < G; ++j) {
+      const float beta = j == 0 ? 0.0f : 1.0f;  // likewise for dK
+      // dQ = dS K * scale  (dQ^T = K^T dS^T)
+      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, g.scale, k, W, hs, dP + j * g.tt,
+                                T, block_stride, 0.0f, dq + j * hs, W, q_stride, NKV);
+      // dK += dS^T Q * scale  (dK^T += Q^T dS)
+      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, g.scale, q + j * hs, W, q_stride,
+                                dP + j * g.tt, T, block_stride, beta, dk, W, hs, NKV);
+    }
   }
 }
 

@@ -20,9 +20,6 @@ using namespace cuda_detail;
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
-// Parameter gradients sum over rows in chunks of this many rows: a partial sum per chunk and
-// column, then the chunks in order. Fixed, so the order of addition depends only on the shape.
-constexpr int kRowsPerChunk = 32;
 
 #define ST_GRID_STRIDE(i, n) \
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < (n); i += std::size_t{gridDim.x} * blockDim.x)
@@ -138,15 +135,6 @@ __global__ void column_partials_kernel(float* partials, const float* src, int N,
   float sum = 0;
   for (int row = begin; row < end; ++row) sum += src[static_cast<std::size_t>(row) * C + c];
   partials[static_cast<std::size_t>(blockIdx.y) * C + c] = sum;
-}
-
-// dst[c] += the chunks' partial sums of column c, in chunk order.
-__global__ void add_partials_kernel(float* dst, const float* partials, int chunks, int C) {
-  ST_GRID_STRIDE(c, static_cast<std::size_t>(C)) {
-    float sum = 0;
-    for (int k = 0; k < chunks; ++k) sum += partials[static_cast<std::size_t>(k) * C + c];
-    dst[c] += sum;
-  }
 }
 
 // out[n, :] = bias, before the matmul adds in[n, :] W^T (as the host does).

@@ -1,6 +1,7 @@
 #pragma once
-// The GPT-2 layer kernels on one CUDA device (exec/layer_kernels.hpp): kernels of our own for the
-// element-wise, normalisation and softmax work, cuBLAS for every matmul. All work is queued on
+// The layer kernels of GPT-2 and Llama on one CUDA device (exec/layer_kernels.hpp): kernels of
+// our own for the element-wise, normalisation, rotary and softmax work, cuBLAS for every matmul
+// (cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). All work is queued on
 // one stream; the only call that waits is softmax_cross_entropy_forward with targets (it hands
 // the loss sum to the host).
 //
@@ -34,11 +35,11 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int N, int C, int OC, bool accumulate_din) override;
   int attention_heads_at_once(int B, int NH) const override;
-  void attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T, int C,
-                         int NH) override;
+  void attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T, int C, int NH,
+                         int NKV) override;
   void attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout, const float* qkv, int B,
-                          int T, int C, int NH) override;
-  void attention_rows(float* out, const float* qkv, int first, int n, int C, int NH) override;
+                          int T, int C, int NH, int NKV) override;
+  void attention_rows(float* out, const float* qkv, int first, int n, int C, int NH, int NKV) override;
   void gelu_forward(float* out, const float* in, std::size_t n) override;
   void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
@@ -46,6 +47,14 @@ class CudaLayerKernels final : public LayerKernels<float> {
                                        int Vp) override;
   void softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                       float scale) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int N, int C,
+                       double eps) override;
+  void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
+                        const float* rstd, int N, int C) override;
+  void rope(float* x, const float* cosines, const float* sines, int B, int T, int first, int W, int heads, int hs,
+            bool inverse) override;
+  void swiglu_forward(float* out, const float* in, int N, int F) override;
+  void swiglu_backward(float* din, const float* in, const float* dout, int N, int F) override;
 
  private:
   // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.

@@ -58,4 +58,20 @@ __global__ void sum_in_one_block(double* total, const double* values, Index n) {
   if (threadIdx.x == 0) *total = sum;
 }
 
+// Parameter gradients sum over rows in chunks of this many rows: a partial sum per chunk and
+// column, then the chunks in order. Fixed, so the order of addition depends only on the shape.
+inline constexpr int kRowsPerChunk = 32;
+
+// dst[c] += the chunks' partial sums of column c (partials[chunk, c]), in chunk order. A
+// template for the same reason as sum_in_one_block.
+template <class Real>
+__global__ void add_partials_kernel(Real* dst, const Real* partials, int chunks, int C) {
+  for (std::size_t c = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; c < static_cast<std::size_t>(C);
+       c += std::size_t{gridDim.x} * blockDim.x) {
+    Real sum = 0;
+    for (int k = 0; k < chunks; ++k) sum += partials[static_cast<std::size_t>(k) * C + c];
+    dst[c] += sum;
+  }
+}
+
 }  // namespace st::cuda_detail
