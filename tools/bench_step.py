@@ -122,7 +122,7 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--batch", type=int, default=4, help="sequences per step")
     p.add_argument("--compare-exe", help="another shardtrain build (e.g. an earlier commit): run round by round, "
-                                         "interleaved with --exe, and report every sample and the ratio")
+                                         "interleaved with --exe, and report every sample and the ratio (the model as --arch says)")
     p.add_argument("--rounds", type=int, default=None,
                    help="rounds of (shardtrain, PyTorch), or with --compare-exe of (exe, compare-exe); "
                         "default 1, or 3 with --compare-exe")
@@ -162,16 +162,16 @@ def compare(args):
     sample's ms/step (median of steps 3-N), then the median ratio other/exe (> 1: this build is
     faster)."""
     work = tempfile.mkdtemp(prefix="st_bench_cmp_")
-    print(f"# step benchmark, one core (taskset -c 0), d_model {D_MODEL}, {N_HEAD} heads, seq_len {SEQ}, batch "
-          f"{args.batch}; {time.strftime('%Y-%m-%d %H:%M')}; exe {args.exe}; compare-exe {args.compare_exe}")
+    print(f"# step benchmark, one core (taskset -c 0), {args.arch}, d_model {D_MODEL}, {N_HEAD} heads, seq_len {SEQ}, "
+          f"batch {args.batch}; {time.strftime('%Y-%m-%d %H:%M')}; exe {args.exe}; compare-exe {args.compare_exe}")
     print()
     print("| layers | round | this build ms/step | other build ms/step | other / this |")
     print("|---|---|---|---|---|")
     for layers in args.layers:
         ratios = []
         for r in range(args.rounds):
-            this_s, _ = run_shardtrain(args.exe, layers, args.steps, args.batch, args.corpus, work)
-            other_s, _ = run_shardtrain(args.compare_exe, layers, args.steps, args.batch, args.corpus, work)
+            this_s, _ = run_shardtrain(args.exe, layers, args.steps, args.batch, args.corpus, work, args.arch)
+            other_s, _ = run_shardtrain(args.compare_exe, layers, args.steps, args.batch, args.corpus, work, args.arch)
             ratios.append(other_s / this_s)
             print(f"| {layers} | {r + 1} | {this_s * 1e3:.1f} | {other_s * 1e3:.1f} | {other_s / this_s:.3f} |",
                   flush=True)

@@ -166,6 +166,34 @@ inline int band_end(int r0, int T) { return std::min(T, r0 + kBandRows); }
 inline float softmax_exp(float x) { return exp_nonpositive(x); }
 inline double softmax_exp(double x) { return std::exp(x); }  // gradient checks want the exact one
 
+// One causal row's unnormalised softmax: row[j] = e^(row[j] - max) for j < n, max the largest
+// of them. The largest is the same at any vector width, and each exponential is the same
+// IEEE operations whatever the width, so vectorising keeps the bits: the float row is
+// compiled for baseline x86-64 and again for AVX2 *without* FMA (a fused multiply-add would
+// round differently), twice the width on the CPUs that have it; the exponential runs on every
+// causal score.
+template <class R>
+[[gnu::always_inline]] inline void exp_shifted_row(R* row, int n) {
+  R max = row[0];
+#pragma omp simd reduction(max : max)
+  for (int j = 1; j < n; ++j) max = max < row[j] ? row[j] : max;  // std::max's choice
+#pragma omp simd
+  for (int j = 0; j < n; ++j) row[j] = softmax_exp(row[j] - max);
+}
+void exp_shifted_baseline(float* row, int n) { exp_shifted_row(row, n); }
+#if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::target("avx2,no-fma")]] void exp_shifted_avx2(float* row, int n) { exp_shifted_row(row, n); }
+#endif
+using ExpShifted = void (*)(float*, int);
+const ExpShifted exp_shifted_float = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2")) return &exp_shifted_avx2;
+#endif
+  return &exp_shifted_baseline;
+}();
+inline void exp_shifted(float* row, int n) { exp_shifted_float(row, n); }
+inline void exp_shifted(double* row, int n) { exp_shifted_row(row, n); }
+
 // One head's causal softmax probabilities, a[t, s] = softmax_s(<q_t, k_s> / sqrt(hs)) for s <= t
 // and 0 above: the forward and the recomputation in backward run this same code, so a
 // recomputed block equals the kept one bit for bit.
@@ -179,10 +207,8 @@ void head_probabilities(R* a, const R* q, const R* k, int T, int hs, int W) {
   }
   for (int t = 0; t < T; ++t) {
     R* row = a + static_cast<std::size_t>(t) * T;
-    R max = row[0];
-    for (int j = 1; j <= t; ++j) max = std::max(max, row[j]);
-    // Two loops: the exponentials vectorise, the sum keeps its order.
-    for (int j = 0; j <= t; ++j) row[j] = softmax_exp(row[j] - max);
+    // Apart: the exponentials vectorise, the sum keeps its order.
+    exp_shifted(row, t + 1);
     R sum = 0;
     for (int j = 0; j <= t; ++j) sum += row[j];
     const R inv = R(1) / sum;

@@ -2,23 +2,171 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "exec/fast_exp.hpp"
 
 namespace st::kernels {
+namespace {
+// The logistic function from e^-|x| (never overflows): the fast float exponential in training,
+// the library's in double (gradient checks).
+[[gnu::always_inline]] inline float sigmoid(float x) {
+  const float z = exp_nonpositive(x < 0 ? x : -x);
+  return (x < 0 ? z : 1.0f) / (1.0f + z);
+}
+[[gnu::always_inline]] inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// One row of each kernel. Every loop is one the compiler vectorises: the sums of squares and
+// dot products in double with `omp simd` reductions (partial sums, so not the strict
+// left-to-right order; they stay exact to double rounding), the element-wise parts straight.
+template <class R>
+[[gnu::always_inline]] inline R rmsnorm_forward_row(R* o, const R* x, const R* weight, int C, double eps) {
+  double squares = 0;
+#pragma omp simd reduction(+ : squares)
+  for (int c = 0; c < C; ++c) squares += static_cast<double>(x[c]) * static_cast<double>(x[c]);
+  const R s = static_cast<R>(1.0 / std::sqrt(squares / C + eps));
+#pragma omp simd
+  for (int c = 0; c < C; ++c) o[c] = x[c] * s * weight[c];
+  return s;
+}
+
+template <class R>
+[[gnu::always_inline]] inline void rmsnorm_backward_row(R* dx, R* dw, const R* d, const R* x, const R* weight, R s,
+                                                        int C) {
+  double dnorm_xhat = 0;
+#pragma omp simd reduction(+ : dnorm_xhat)
+  for (int c = 0; c < C; ++c) dnorm_xhat += static_cast<double>(d[c] * weight[c]) * static_cast<double>(x[c] * s);
+  const R b = static_cast<R>(dnorm_xhat / C);
+#pragma omp simd
+  for (int c = 0; c < C; ++c) {
+    const R xhat = x[c] * s;
+    dw[c] += d[c] * xhat;
+    dx[c] += s * (d[c] * weight[c] - xhat * b);
+  }
+}
+
+template <class R>
+[[gnu::always_inline]] inline void rope_row(R* row, const R* c, const R* s, int heads, int hs, R sign) {
+  const int half = hs / 2;
+  for (int h = 0; h < heads; ++h) {
+    R* v = row + static_cast<std::size_t>(h) * hs;
+#pragma omp simd
+    for (int i = 0; i < half; ++i) {
+      const R x1 = v[i], x2 = v[i + half], sn = sign * s[i];
+      v[i] = x1 * c[i] - x2 * sn;
+      v[i + half] = x2 * c[i] + x1 * sn;
+    }
+  }
+}
+
+template <class R>
+[[gnu::always_inline]] inline void swiglu_forward_row(R* o, const R* gate, const R* up, int F) {
+#pragma omp simd
+  for (int i = 0; i < F; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
+}
+
+template <class R>
+[[gnu::always_inline]] inline void swiglu_backward_row(R* dgate, R* dup, const R* gate, const R* up, const R* d,
+                                                       int F) {
+#pragma omp simd
+  for (int i = 0; i < F; ++i) {
+    const R g = gate[i], sg = sigmoid(g), dsg = d[i] * sg;
+    dup[i] = dsg * g;
+    dgate[i] = dsg * up[i] * (R(1) + g * (R(1) - sg));
+  }
+}
+
+// The float rows, compiled for the baseline x86-64 (SSE2, 4 floats per instruction) and again
+// for AVX2 with FMA (8, and the exponential's polynomial in fused multiply-adds), picked once
+// by what the CPU reports. The build targets the baseline (ST_NATIVE off), which left these
+// loops at half the width the machines they run on offer. The two differ in the last bits
+// (FMA rounds once), each deterministic.
+struct FloatRows {
+  float (*rmsnorm_forward)(float*, const float*, const float*, int, double);
+  void (*rmsnorm_backward)(float*, float*, const float*, const float*, const float*, float, int);
+  void (*rope)(float*, const float*, const float*, int, int, float);
+  void (*swiglu_forward)(float*, const float*, const float*, int);
+  void (*swiglu_backward)(float*, float*, const float*, const float*, const float*, int);
+};
+
+#define ST_FLOAT_ROWS(NAME, ATTR)                                                                                   \
+  ATTR float NAME##_rmsnorm_forward(float* o, const float* x, const float* w, int C, double eps) {                \
+    return rmsnorm_forward_row(o, x, w, C, eps);                                                                  \
+  }                                                                                                                \
+  ATTR void NAME##_rmsnorm_backward(float* dx, float* dw, const float* d, const float* x, const float* w, float s, \
+                                    int C) {                                                                       \
+    rmsnorm_backward_row(dx, dw, d, x, w, s, C);                                                                   \
+  }                                                                                                                \
+  ATTR void NAME##_rope(float* row, const float* c, const float* s, int heads, int hs, float sign) {               \
+    rope_row(row, c, s, heads, hs, sign);                                                                          \
+  }                                                                                                                \
+  ATTR void NAME##_swiglu_forward(float* o, const float* gate, const float* up, int F) {                         \
+    swiglu_forward_row(o, gate, up, F);                                                                            \
+  }                                                                                                                \
+  ATTR void NAME##_swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* d,   \
+                                   int F) {                                                                        \
+    swiglu_backward_row(dgate, dup, gate, up, d, F);                                                               \
+  }                                                                                                                \
+  constexpr FloatRows NAME##_rows{NAME##_rmsnorm_forward, NAME##_rmsnorm_backward, NAME##_rope,                    \
+                                  NAME##_swiglu_forward, NAME##_swiglu_backward};
+
+ST_FLOAT_ROWS(baseline, )
+#if defined(__x86_64__) && defined(__GNUC__)
+ST_FLOAT_ROWS(avx2, [[gnu::target("avx2,fma")]])
+#endif
+#undef ST_FLOAT_ROWS
+
+const FloatRows* widest_rows() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &avx2_rows;
+#endif
+  return &baseline_rows;
+}
+
+std::atomic<const FloatRows*> chosen_rows{widest_rows()};
+
+const FloatRows& float_rows() { return *chosen_rows.load(std::memory_order_relaxed); }
+
+// The row kernel for R: double (gradient checks) calls the template directly.
+template <class R>
+R rmsnorm_forward_of(R* o, const R* x, const R* w, int C, double eps) {
+  if constexpr (std::is_same_v<R, float>) return float_rows().rmsnorm_forward(o, x, w, C, eps);
+  else return rmsnorm_forward_row(o, x, w, C, eps);
+}
+template <class R>
+void rmsnorm_backward_of(R* dx, R* dw, const R* d, const R* x, const R* w, R s, int C) {
+  if constexpr (std::is_same_v<R, float>) float_rows().rmsnorm_backward(dx, dw, d, x, w, s, C);
+  else rmsnorm_backward_row(dx, dw, d, x, w, s, C);
+}
+template <class R>
+void rope_of(R* row, const R* c, const R* s, int heads, int hs, R sign) {
+  if constexpr (std::is_same_v<R, float>) float_rows().rope(row, c, s, heads, hs, sign);
+  else rope_row(row, c, s, heads, hs, sign);
+}
+template <class R>
+void swiglu_forward_of(R* o, const R* gate, const R* up, int F) {
+  if constexpr (std::is_same_v<R, float>) float_rows().swiglu_forward(o, gate, up, F);
+  else swiglu_forward_row(o, gate, up, F);
+}
+template <class R>
+void swiglu_backward_of(R* dgate, R* dup, const R* gate, const R* up, const R* d, int F) {
+  if constexpr (std::is_same_v<R, float>) float_rows().swiglu_backward(dgate, dup, gate, up, d, F);
+  else swiglu_backward_row(dgate, dup, gate, up, d, F);
+}
+}  // namespace
+
+void use_float_rows(FloatRowSet set) {
+  chosen_rows.store(set == FloatRowSet::baseline ? &baseline_rows : widest_rows(), std::memory_order_relaxed);
+}
 
 template <class R>
 void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) {
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
-    const R* x = in + static_cast<std::size_t>(i) * C;
-    R* o = out + static_cast<std::size_t>(i) * C;
-    double squares = 0;
-    for (int c = 0; c < C; ++c) squares += static_cast<double>(x[c]) * x[c];
-    const R s = static_cast<R>(1.0 / std::sqrt(squares / C + eps));
-    rstd[i] = s;
-    for (int c = 0; c < C; ++c) o[c] = x[c] * s * weight[c];
+    const std::size_t row = static_cast<std::size_t>(i) * C;
+    rstd[i] = rmsnorm_forward_of(out + row, in + row, weight, C, eps);
   }
 }
 
@@ -33,18 +181,8 @@ void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* w
     R* dw = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * C;
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
-      const R* x = in + static_cast<std::size_t>(i) * C;
-      const R* d = dout + static_cast<std::size_t>(i) * C;
-      R* dx = din + static_cast<std::size_t>(i) * C;
-      const R s = rstd[i];
-      double dnorm_xhat_mean = 0;
-      for (int c = 0; c < C; ++c) dnorm_xhat_mean += static_cast<double>(d[c] * weight[c]) * (x[c] * s);
-      const R b = static_cast<R>(dnorm_xhat_mean / C);
-      for (int c = 0; c < C; ++c) {
-        const R xhat = x[c] * s;
-        dw[c] += d[c] * xhat;
-        dx[c] += s * (d[c] * weight[c] - xhat * b);
-      }
+      const std::size_t row = static_cast<std::size_t>(i) * C;
+      rmsnorm_backward_of(din + row, dw, dout + row, in + row, weight, rstd[i], C);
     }
 #pragma omp for schedule(static)
     for (int c = 0; c < C; ++c)
@@ -82,38 +220,17 @@ void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
       R* row = x + (static_cast<std::size_t>(b) * T + t) * W;
-      const R* c = cosines + static_cast<std::size_t>(first + t) * half;
-      const R* s = sines + static_cast<std::size_t>(first + t) * half;
-      for (int h = 0; h < heads; ++h) {
-        R* v = row + static_cast<std::size_t>(h) * hs;
-        for (int i = 0; i < half; ++i) {
-          const R x1 = v[i], x2 = v[i + half], sn = sign * s[i];
-          v[i] = x1 * c[i] - x2 * sn;
-          v[i + half] = x2 * c[i] + x1 * sn;
-        }
-      }
+      const std::size_t at = static_cast<std::size_t>(first + t) * half;
+      rope_of(row, cosines + at, sines + at, heads, hs, sign);
     }
 }
-
-namespace {
-// The logistic function from e^-|x| (never overflows): the fast float exponential in training,
-// the library's in double (gradient checks).
-inline float sigmoid(float x) {
-  const float z = exp_nonpositive(x < 0 ? x : -x);
-  return x < 0 ? z / (1.0f + z) : 1.0f / (1.0f + z);
-}
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-}  // namespace
 
 template <class R>
 void swiglu_forward(R* out, const R* in, int N, int F) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const R* gate = in + static_cast<std::size_t>(n) * 2 * F;
-    const R* up = gate + F;
-    R* o = out + static_cast<std::size_t>(n) * F;
-#pragma omp simd
-    for (int i = 0; i < F; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
+    swiglu_forward_of(out + static_cast<std::size_t>(n) * F, gate, gate + F, F);
   }
 }
 
@@ -122,16 +239,8 @@ void swiglu_backward(R* din, const R* in, const R* dout, int N, int F) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const R* gate = in + static_cast<std::size_t>(n) * 2 * F;
-    const R* up = gate + F;
-    const R* d = dout + static_cast<std::size_t>(n) * F;
     R* dgate = din + static_cast<std::size_t>(n) * 2 * F;
-    R* dup = dgate + F;
-#pragma omp simd
-    for (int i = 0; i < F; ++i) {
-      const R g = gate[i], sg = sigmoid(g);
-      dup[i] = d[i] * g * sg;
-      dgate[i] = d[i] * up[i] * sg * (R(1) + g * (R(1) - sg));
-    }
+    swiglu_backward_of(dgate, dgate + F, gate, gate + F, dout + static_cast<std::size_t>(n) * F, F);
   }
 }
 

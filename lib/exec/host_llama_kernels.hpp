@@ -48,4 +48,11 @@ void swiglu_forward(R* out, const R* in, int N, int F);
 template <class R>
 void swiglu_backward(R* din, const R* in, const R* dout, int N, int F);
 
+// The float kernels above run rows compiled twice: for the baseline x86-64 and, where the CPU
+// has them, for AVX2 with FMA (twice the vector width; the default build targets the
+// baseline). widest picks the best the CPU has (the default); baseline forces the other, so
+// tests cover both. Not to be switched while a kernel runs.
+enum class FloatRowSet { widest, baseline };
+void use_float_rows(FloatRowSet set);
+
 }  // namespace st::kernels

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "exec/host_kernels.hpp"
+#include "exec/host_llama_kernels.hpp"
 #include "exec/layer_kernels.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
@@ -221,6 +222,68 @@ TEST(LlamaKernels, SwigluBackwardMatchesFiniteDifferences) {
   std::vector<double> dx(N * 2 * F);
   kernels::swiglu_backward(dx.data(), x.data(), g.data(), N, F);
   EXPECT_LT(worst_gradient_error(x, dx, loss), 1e-8);
+}
+
+// The float kernels (the fast exponential in SwiGLU, vectorised sums in RMSNorm) against the
+// double ones on rows as wide as a real model's plus an odd tail, with both row sets: the
+// AVX2/FMA one (where the CPU has it) and the baseline x86-64 one. Worst difference relative
+// to the largest value of each output.
+TEST(LlamaKernels, FloatRowsMatchDoubleOnWideRows) {
+  const int N = 5, C = 771, F = 2051, T = 5, hs = 64, heads = 3, W = heads * hs + 4;
+  auto to_float = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  auto worst = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    EXPECT_GT(scale, 0.1);
+    return diff / scale;
+  };
+  // Inputs rounded to float first, so both precisions start from the same numbers.
+  auto rounded = [&](std::vector<double> v) {
+    for (double& x : v) x = static_cast<float>(x);
+    return v;
+  };
+  const std::vector<double> x = rounded(waves(N * C, 0.3)), w = rounded(waves(C, 1.1)), g = rounded(waves(N * C, 2.0));
+  std::vector<double> gu = waves(N * 2 * F, 0.5), dact = rounded(waves(N * F, 1.7));
+  for (double& v : gu) v = static_cast<float>(v * 6.0);  // gates to +-13: both sides of the sigmoid, its tails
+  const std::vector<double> qkv = rounded(waves(T * W, 0.2));
+  const auto table_d = kernels::rope_table<double>(T, hs, 10000.0);
+  const auto table_f = kernels::rope_table<float>(T, hs, 10000.0);
+
+  std::vector<double> out_d(N * C), rstd_d(N), dx_d(N * C, 0.0), dw_d(C, 0.0), act_d(N * F), dgu_d(N * 2 * F);
+  kernels::rmsnorm_forward(out_d.data(), rstd_d.data(), x.data(), w.data(), N, C, 1e-5);
+  kernels::rmsnorm_backward(dx_d.data(), dw_d.data(), g.data(), x.data(), w.data(), rstd_d.data(), N, C);
+  kernels::swiglu_forward(act_d.data(), gu.data(), N, F);
+  kernels::swiglu_backward(dgu_d.data(), gu.data(), dact.data(), N, F);
+  std::vector<double> rot_d = qkv, back_d = qkv;
+  kernels::rope(rot_d.data(), table_d, 1, T, 0, W, heads, hs, false);
+  kernels::rope(back_d.data(), table_d, 1, T, 0, W, heads, hs, true);
+
+  for (const auto set : {kernels::FloatRowSet::widest, kernels::FloatRowSet::baseline}) {
+    kernels::use_float_rows(set);
+    const char* name = set == kernels::FloatRowSet::widest ? "widest" : "baseline";
+    const std::vector<float> xf = to_float(x), wf = to_float(w), gf = to_float(g), guf = to_float(gu);
+    const std::vector<float> dactf = to_float(dact);
+    std::vector<float> out(N * C), rstd(N), dx(N * C, 0.0f), dw(C, 0.0f), act(N * F), dgu(N * 2 * F);
+    kernels::rmsnorm_forward(out.data(), rstd.data(), xf.data(), wf.data(), N, C, 1e-5);
+    kernels::rmsnorm_backward(dx.data(), dw.data(), gf.data(), xf.data(), wf.data(), rstd.data(), N, C);
+    kernels::swiglu_forward(act.data(), guf.data(), N, F);
+    kernels::swiglu_backward(dgu.data(), guf.data(), dactf.data(), N, F);
+    std::vector<float> rot = to_float(qkv), back = to_float(qkv);
+    kernels::rope(rot.data(), table_f, 1, T, 0, W, heads, hs, false);
+    kernels::rope(back.data(), table_f, 1, T, 0, W, heads, hs, true);
+    EXPECT_LT(worst(out, out_d), 1e-6) << name;
+    EXPECT_LT(worst(rstd, rstd_d), 1e-6) << name;
+    EXPECT_LT(worst(dx, dx_d), 1e-6) << name;
+    EXPECT_LT(worst(dw, dw_d), 1e-6) << name;
+    EXPECT_LT(worst(act, act_d), 1e-6) << name;
+    EXPECT_LT(worst(dgu, dgu_d), 1e-6) << name;
+    EXPECT_LT(worst(rot, rot_d), 1e-6) << name;
+    EXPECT_LT(worst(back, back_d), 1e-6) << name;
+  }
+  kernels::use_float_rows(kernels::FloatRowSet::widest);
 }
 
 TEST(LlamaKernels, RopeBackwardIsTheTransposedRotation) {
