@@ -2,7 +2,10 @@
 // and size it times the MPI library's own collective and the project's implementations side by
 // side, checks every result, and prints time, algbw and busbw (nccl-tests convention:
 // all-reduce busbw = algbw x 2(N-1)/N; reduce-scatter, all-gather, broadcast x (N-1)/N), plus
-// busbw as a fraction of one core's memcpy bandwidth measured in the same run.
+// busbw as a fraction of one core's memcpy bandwidth measured in the same run, and the copy
+// efficiency of the best project implementation: the least memory traffic the operation needs on
+// one host (copy_bytes below) per second, as a fraction of the memcpy rate of each rank while
+// all ranks copy at once (the yardstick, also measured in the same run).
 //   mpirun -n 2 build/shardtrain-comm-bench [--min-bytes 8] [--max-bytes 256M] [--ranks-per-node K] [--rounds R]
 // --rounds R repeats the whole sweep R times and prints every round: each round times every
 // implementation at every size in turn, so a disturbance of the machine shows as one bad row
@@ -42,6 +45,42 @@ struct Implementation {
   Communicator* comm;
   bool shared_buffers = false;  // buffers from comm->allocate()
 };
+
+// Bytes a memcpy would move for the least memory traffic the operation needs on one host, per
+// rank: (bytes read + bytes written) / 2, as a memcpy of X bytes reads X and writes X. S is the
+// operation's size (the all-gather's output, the others' buffer), N the ranks.
+//   all-gather      every rank writes the whole output from the inputs (read S, write S): S
+//   broadcast       every rank but the root copies the root's buffer: S
+//   reduce-scatter  a rank reads its part of every input and writes its part (S, S/N): (S + S/N)/2
+//   all-reduce      that, then copies the others' parts of the result ((N-1)/N S each way)
+double copy_bytes(Collective op, double S, int N) {
+  const double part = S / N;
+  switch (op) {
+    case Collective::all_gather:
+    case Collective::broadcast: return S;
+    case Collective::reduce_scatter: return (S + part) / 2;
+    case Collective::all_reduce: return (S + part) / 2 + (S - part);
+  }
+  return S;
+}
+
+// memcpy bandwidth of one rank while every rank copies at once (the ranks of a host share its
+// memory bandwidth): the best of 5 rounds of 64 MiB each, timed to the slowest rank.
+double concurrent_memcpy_bandwidth(MPI_Comm comm) {
+  const std::size_t n = std::size_t{64} << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  std::memcpy(b.data(), a.data(), n);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    ST_CHECK_MPI(MPI_Barrier(comm));
+    st::Stopwatch clock;
+    std::memcpy(b.data(), a.data(), n);
+    double seconds = clock.seconds();
+    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
+    best = std::max(best, static_cast<double>(n) / seconds);
+  }
+  return best;
+}
 
 double memcpy_bandwidth() {
   const std::size_t n = std::size_t{64} << 20;
@@ -193,13 +232,17 @@ int bench(int argc, char** argv) {
   const double copy_bw = memcpy_bandwidth();
   double slowest_copy = copy_bw;
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest_copy, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  const double together_copy = concurrent_memcpy_bandwidth(world.comm());
   const std::size_t lo = parse_size(min_text), hi = parse_size(max_text);
   const int N = world.size();
   if (world.is_root()) {
-    std::printf("# %d ranks, %d node(s) x %d%s; memcpy (one core, 64 MiB) %.2f GB/s\n", N, world.node_count(),
-                world.local_size(), world.emulated() ? " (emulated)" : "", slowest_copy / 1e9);
-    std::printf("# time: mean over iterations of the slowest rank; bw in GB/s; busbw/memcpy: best project "
-                "implementation\n");
+    std::printf("# %d ranks, %d node(s) x %d%s; memcpy (one core, 64 MiB) %.2f GB/s; memcpy per rank, all %d "
+                "ranks copying at once, %.2f GB/s\n",
+                N, world.node_count(), world.local_size(), world.emulated() ? " (emulated)" : "", slowest_copy / 1e9, N,
+                together_copy / 1e9);
+    std::printf("# time: mean over iterations of the slowest rank; bw in GB/s; busbw/memcpy and copy eff.: best "
+                "project implementation; copy eff.: the operation's least memory traffic per rank (in memcpy "
+                "bytes) per second over the memcpy rate of a rank with all copying at once\n");
   }
   bool all_correct = true;
   std::vector<std::pair<int, std::string>> sweep;  // (round, operation), in the order they run
@@ -214,7 +257,7 @@ int bench(int argc, char** argv) {
       if (rounds > 1) std::printf("\n## %s, round %d of %d\n%12s", name.c_str(), round, rounds, "bytes");
       else std::printf("\n## %s\n%12s", name.c_str(), "bytes");
       for (const auto& impl : impls) std::printf(" | %9s us %8s algbw %8s busbw", impl.name.c_str(), "", "");
-      std::printf(" | best/MPI | busbw/memcpy | check\n");
+      std::printf(" | best/MPI | busbw/memcpy | copy eff. | check\n");
     }
     for (std::size_t bytes = lo; bytes <= hi; bytes *= 2) {
       const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 2, 50));
@@ -236,7 +279,9 @@ int bench(int argc, char** argv) {
       }
       if (impls.size() == 1) best_project = seconds[0];
       const double best_busbw = static_cast<double>(bytes) / best_project * bus_factor;
-      std::printf(" | %8.2f | %12.3f | %s\n", seconds[0] / best_project, best_busbw / slowest_copy, ok ? "ok" : "WRONG");
+      const double efficiency = copy_bytes(op, static_cast<double>(bytes), N) / best_project / together_copy;
+      std::printf(" | %8.2f | %12.3f | %9.3f | %s\n", seconds[0] / best_project, best_busbw / slowest_copy, efficiency,
+                  ok ? "ok" : "WRONG");
       std::fflush(stdout);
     }
   }

@@ -265,12 +265,16 @@ void ShmCommunicator::all_reduce_in_place(Buffer buffer, ReduceOp op, const std:
   // the owner writes a part, and only after everyone has read it, so no staging is needed.
   const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
   char* data = static_cast<char*>(buffer.data);
+  std::vector<const void*> terms;
   for (std::size_t begin = 0; begin < buffer.count; begin += piece) {
     const std::size_t n = std::min(piece, buffer.count - begin), at = begin * e;
     const auto [lo, hi] = part_of(n, size_, rank_);
     const Buffer mine{data + at + lo * e, hi - lo, buffer.type};
+    terms.clear();  // its own part first, then the others' in rank order
+    terms.push_back(mine.data);
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) accumulate_buffer(mine, buffers[static_cast<std::size_t>(r)] + at + lo * e, hi - lo);
+      if (r != rank_) terms.push_back(buffers[static_cast<std::size_t>(r)] + at + lo * e);
+    sum_buffers(mine, terms, hi - lo);
     if (op == ReduceOp::average) scale_buffer(mine, 1.0 / size_);
     synchronize();
     for (int r = 0; r < size_; ++r) {
@@ -287,6 +291,7 @@ void ShmCommunicator::all_reduce_through_slots(Buffer buffer, ReduceOp op) {
   // the others' part l into its own buffer, copies the result to the result half of its slot,
   // and finally copies the other parts' results. The first piece is published already.
   const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
+  std::vector<const void*> terms;
   for (std::size_t begin = 0; begin < buffer.count; begin += piece) {
     const std::size_t n = std::min(piece, buffer.count - begin);
     char* data = static_cast<char*>(buffer.data) + begin * e;
@@ -296,8 +301,11 @@ void ShmCommunicator::all_reduce_through_slots(Buffer buffer, ReduceOp op) {
     }
     const auto [lo, hi] = part_of(n, size_, rank_);
     const Buffer mine{data + lo * e, hi - lo, buffer.type};
+    terms.clear();  // its own part first, then the others' in rank order
+    terms.push_back(mine.data);
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) accumulate_buffer(mine, slot(r) + lo * e, hi - lo);
+      if (r != rank_) terms.push_back(slot(r) + lo * e);
+    sum_buffers(mine, terms, hi - lo);
     if (op == ReduceOp::average) scale_buffer(mine, 1.0 / size_);
     std::memcpy(slot(rank_) + slot_bytes_ + lo * e, mine.data, mine.bytes());
     synchronize();
@@ -325,19 +333,22 @@ void ShmCommunicator::run_reduce_scatter(Buffer input, Buffer output, ReduceOp o
     for (std::size_t j = 0; j < L; ++j) std::memcpy(slot(rank_) + j * m * e, in + (j * c + k) * e, m * e);
   };
   const std::vector<char*> inputs = begin_collective(input.data, input.bytes(), [&] { publish(0); });
+  std::vector<const void*> terms;
   for (std::size_t k = 0; k < c; k += p) {
     const std::size_t m = std::min(p, c - k);
     const Buffer out{static_cast<char*>(output.data) + k * e, m, output.type};
     if (!inputs.empty()) {
-      std::memcpy(out.data, inputs[0] + mine + k * e, m * e);
-      for (std::size_t r = 1; r < L; ++r) accumulate_buffer(out, inputs[r] + mine + k * e, m);
+      terms.clear();
+      for (std::size_t r = 0; r < L; ++r) terms.push_back(inputs[r] + mine + k * e);
+      sum_buffers(out, terms, m);
     } else {
       if (k > 0) {
         publish(k);
         synchronize();
       }
-      std::memcpy(out.data, slot(0) + static_cast<std::size_t>(rank_) * m * e, m * e);
-      for (int r = 1; r < size_; ++r) accumulate_buffer(out, slot(r) + static_cast<std::size_t>(rank_) * m * e, m);
+      terms.clear();
+      for (int r = 0; r < size_; ++r) terms.push_back(slot(r) + static_cast<std::size_t>(rank_) * m * e);
+      sum_buffers(out, terms, m);
       synchronize();  // the slots are free again
     }
     if (op == ReduceOp::average) scale_buffer(out, 1.0 / size_);
