@@ -388,8 +388,11 @@ void ShmCommunicator::run_broadcast(Buffer buffer, int root) {
   if (buffer.count == 0) return;
   const std::size_t e = size_of(buffer.type), piece = slot_bytes_ / e;
   char* data = static_cast<char*>(buffer.data);
+  // Slot path: piece j goes through half j % 2 of the root's slot, so the root publishes the next
+  // piece while the others copy this one, one synchronisation per piece.
+  auto staged = [&](std::size_t k) { return slot(root) + (k / piece) % 2 * slot_bytes_; };
   auto publish = [&](std::size_t k) {
-    if (rank_ == root) std::memcpy(slot(root), data + k * e, std::min(piece, buffer.count - k) * e);
+    if (rank_ == root) std::memcpy(staged(k), data + k * e, std::min(piece, buffer.count - k) * e);
   };
   const std::vector<char*> buffers = begin_collective(buffer.data, buffer.bytes(), [&] { publish(0); });
   if (!buffers.empty()) {
@@ -399,11 +402,10 @@ void ShmCommunicator::run_broadcast(Buffer buffer, int root) {
   }
   for (std::size_t k = 0; k < buffer.count; k += piece) {
     const std::size_t m = std::min(piece, buffer.count - k);
-    if (k > 0) {
-      publish(k);
-      synchronize();
-    }
-    if (rank_ != root) std::memcpy(data + k * e, slot(root), m * e);
+    // The other half was last read for the previous piece, which every rank finished before the
+    // last synchronisation.
+    if (k + piece < buffer.count) publish(k + piece);
+    if (rank_ != root) std::memcpy(data + k * e, staged(k), m * e);
     synchronize();
   }
 }

@@ -214,14 +214,18 @@ TEST_F(Fixture, AllGatherWithTheInputInsideTheOutput) {
   EXPECT_EQ(shm_world->in_place_collectives(), before + 1);
 }
 
+// One piece, and (40001 floats through 64 KiB slots) three, the last one short: the slot path
+// stages alternate pieces in alternate halves of the root's slot.
 TEST_F(Fixture, BroadcastFromEveryRoot) {
   for (Communicator* comm : both())
-    for (int root = 0; root < world.size(); ++root) {
-      std::vector<float> buffer(513);
-      for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = value(world.rank(), i);
-      comm->broadcast(buffer, root);
-      for (std::size_t i = 0; i < buffer.size(); ++i) ASSERT_EQ(buffer[i], value(root, i)) << "root " << root;
-    }
+    for (const std::size_t n : {std::size_t{513}, std::size_t{40001}})
+      for (int root = 0; root < world.size(); ++root) {
+        std::vector<float> buffer(n);
+        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = value(world.rank(), i);
+        comm->broadcast(buffer, root);
+        for (std::size_t i = 0; i < buffer.size(); ++i)
+          ASSERT_EQ(buffer[i], value(root, i)) << "root " << root << ", " << n << " elements, element " << i;
+      }
 }
 
 // Buffers from ShmCommunicator::allocate are reduced and gathered in place (no staging slots):
