@@ -205,11 +205,15 @@ RopeTable<R> rope_table(int positions, const std::vector<double>& inverse_freque
   return table;
 }
 
+std::vector<double> rope_frequencies(int hs, double theta) {
+  std::vector<double> frequencies(static_cast<std::size_t>(hs / 2));
+  for (int i = 0; i < hs / 2; ++i) frequencies[static_cast<std::size_t>(i)] = std::pow(theta, -2.0 * i / hs);
+  return frequencies;
+}
+
 template <class R>
 RopeTable<R> rope_table(int positions, int hs, double theta) {
-  std::vector<double> inverse_frequencies(static_cast<std::size_t>(hs / 2));
-  for (int i = 0; i < hs / 2; ++i) inverse_frequencies[static_cast<std::size_t>(i)] = std::pow(theta, -2.0 * i / hs);
-  return rope_table<R>(positions, inverse_frequencies);
+  return rope_table<R>(positions, rope_frequencies(hs, theta));
 }
 
 template <class R>

@@ -24,7 +24,9 @@ struct RopeTable {
 };
 template <class R>
 RopeTable<R> rope_table(int positions, const std::vector<double>& inverse_frequencies);
-// Unscaled: inverse_frequencies[i] = theta^(-2i/hs) (model/rope.hpp has the rescaled ones).
+// The unscaled inverse frequencies theta^(-2i/hs), i < hs/2 (model/rope.hpp rescales them).
+std::vector<double> rope_frequencies(int hs, double theta);
+// rope_table(positions, rope_frequencies(hs, theta)).
 template <class R>
 RopeTable<R> rope_table(int positions, int hs, double theta);
 

@@ -4,15 +4,12 @@
 #include <numbers>
 
 #include "core/error.hpp"
+#include "exec/host_llama_kernels.hpp"
 
 namespace st {
 
 std::vector<double> rope_inverse_frequencies(const ModelShape& shape) {
-  const auto hs = static_cast<int>(shape.head_dim());
-  std::vector<double> frequencies(static_cast<std::size_t>(hs / 2));
-  // The same expression as kernels::rope_table's unscaled table, so an unscaled model's angles
-  // are those bits.
-  for (int i = 0; i < hs / 2; ++i) frequencies[static_cast<std::size_t>(i)] = std::pow(shape.rope_theta, -2.0 * i / hs);
+  std::vector<double> frequencies = kernels::rope_frequencies(static_cast<int>(shape.head_dim()), shape.rope_theta);
   if (shape.rope_scaling == RopeScaling::none) return frequencies;
 
   const double factor = shape.rope_factor, low = shape.rope_low_freq_factor, high = shape.rope_high_freq_factor;
