@@ -205,7 +205,9 @@ fi
 if has_phase gpu; then
   say "GPU tests"
   # Verbose: the log keeps every test's output, the skipped ones' too (their reason).
-  run_phase gpu ctest --test-dir build-cuda -L gpu -V > "$out/gpu_tests.log" 2>&1 || status=1
+  # Side by side: the kernel tests, the NCCL tests and the training comparison use a sliver of the
+  # GPU each, and one at a time they would spend the lease waiting on each other's start-up.
+  run_phase gpu ctest --test-dir build-cuda -L gpu -j 4 -V > "$out/gpu_tests.log" 2>&1 || status=1
   grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed" "$out/gpu_tests.log"
   # Why tests skipped (without a GPU: the driver's message), each reason once with its count.
   grep -E "no usable CUDA device|no CUDA device is usable|GPU\(s\)$" "$out/gpu_tests.log" | sed -E 's/^[0-9]+: //' |
