@@ -6,10 +6,18 @@ precision, as the step line reports it), the model's share of the GEMM rate the 
 and peak device memory, as medians over the steps after the first two. Writes the table to
 gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
 model). Called by tools/gpu_check.sh; usable alone:
-gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective."""
+gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective.
+
+--profile: afterwards, the first setting again for 4 steps under Nsight Compute (ncu, one metric:
+each kernel's duration), and a table of where the last step's GPU time went, kernel by kernel
+(gpu_profile*.md/.json). ncu runs the kernels one at a time, so these are kernel times, not the
+step's wall time; a step is the block of launches that repeats three times in a row."""
 import argparse
+import csv
+import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,6 +32,9 @@ p.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "smollm2-13
 p.add_argument("--out", default=".")
 p.add_argument("--settings", default="bf16/none,fp32/none",
                help="comma-separated precision/recompute[/strategy] (strategy: ddp unless given)")
+p.add_argument("--profile", action="store_true", help="profile the first setting's kernels with ncu")
+p.add_argument("--ncu", default=shutil.which("ncu") or next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))),
+                                                               "/usr/local/cuda/bin/ncu"))
 p.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "data", "fortunes.txt"))
 args = p.parse_args()
 
@@ -58,12 +69,14 @@ for item in args.settings.split(","):
         p.error(f"--settings: '{item}' is not precision/recompute[/strategy] (bf16|fp32 / none|selective|full)")
     settings.append((parts[0], parts[1], parts[2] if len(parts) == 3 else "ddp"))
 rows = []
-for precision, recompute, strategy in settings:
-    label = f"{precision}_{recompute}_{strategy}"
+
+
+def write_deck(label, precision, recompute, strategy, steps, run_keys=""):
     deck = os.path.join(work, label + ".toml")
     with open(deck, "w") as f:
         f.write(f"""[run]
-steps = {args.steps}
+steps = {steps}
+{run_keys}
 log_every = 1
 eval_every = 0
 sample_tokens = 0
@@ -82,6 +95,12 @@ device = "cuda"
 strategy = "{strategy}"
 precision = "{precision}"
 """)
+    return deck
+
+
+for precision, recompute, strategy in settings:
+    label = f"{precision}_{recompute}_{strategy}"
+    deck = write_deck(label, precision, recompute, strategy, args.steps)
     proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
                           timeout=300)
     if proc.returncode != 0:
@@ -125,4 +144,68 @@ with open(os.path.join(args.out, f"gpu_bench{suffix}.md"), "w") as f:
     f.write("\n".join(table) + "\n")
 with open(os.path.join(args.out, f"gpu_bench{suffix}.json"), "w") as f:
     json.dump(rows, f, indent=1)
-sys.exit(1 if any(r.get("failed") for r in rows) else 0)
+
+
+def one_step(names):
+    """(start, length) of one training step in the launch sequence: the longest block that occurs
+    three times in a row. Steps 2-4 launch the same kernels; two steps together would need six
+    identical steps, and the final evaluation (one batch) is shorter than a step."""
+    ids = {}
+    seq = [ids.setdefault(n, len(ids)) for n in names]
+    for period in range(len(seq) // 3, 0, -1):
+        # A block repeats three times where seq[i] == seq[i + period] for 2 * period i in a row.
+        run = 0
+        for i in range(len(seq) - period):
+            run = run + 1 if seq[i] == seq[i + period] else 0
+            if run == 2 * period:
+                return i - 2 * period + 1 + period, period  # the middle copy
+    return 0, len(seq)
+
+
+def profile(precision, recompute, strategy):
+    label = f"profile_{precision}_{recompute}_{strategy}"
+    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n")
+    cmd = [args.mpiexec, "-n", "1", args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+           "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    with open(os.path.join(args.out, f"ncu{suffix}.csv"), "w") as f:
+        f.write(proc.stdout)
+    if proc.returncode != 0:
+        print(f"profile: FAILED (exit {proc.returncode})\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}", flush=True)
+        return False
+    reader = csv.reader(l for l in proc.stdout.splitlines() if l.startswith('"'))
+    header = next(reader)
+    name_at, time_at = header.index("Kernel Name"), header.index("gpu__time_duration.sum")
+    launches = []
+    for row in reader:
+        try:
+            launches.append((row[name_at], float(row[time_at].replace(",", ""))))
+        except (ValueError, IndexError):
+            continue  # the units row
+    first, period = one_step([n for n, _ in launches])
+    step = launches[first:first + period]
+    total = sum(t for _, t in step)
+    by_name = {}
+    for name, t in step:
+        calls, sum_t = by_name.get(name, (0, 0.0))
+        by_name[name] = (calls + 1, sum_t + t)
+    ordered = sorted(by_name.items(), key=lambda kv: -kv[1][1])
+    ms = 1e-6  # ncu reports nanoseconds
+    out = [f"{model_name}, {precision}/{recompute}: kernel time of one of 4 steps under ncu ({period} launches, "
+           f"{total * ms:.1f} ms of kernel time in all)", "", "| kernel | launches | ms | share |", "|---|---|---|---|"]
+    for name, (calls, t) in ordered:
+        out.append(f"| `{name[:70]}` | {calls} | {t * ms:.2f} | {100 * t / total:.1f}% |")
+    print("\n" + "\n".join(out[:40]), flush=True)
+    with open(os.path.join(args.out, f"gpu_profile{suffix}.md"), "w") as f:
+        f.write("\n".join(out) + "\n")
+    with open(os.path.join(args.out, f"gpu_profile{suffix}.json"), "w") as f:
+        json.dump({"launches_per_step": period, "kernel_ms": total * ms,
+                   "kernels": [{"name": n, "launches": c, "ms": t * ms} for n, (c, t) in ordered]}, f, indent=1)
+    return True
+
+
+ok = not any(r.get("failed") for r in rows)
+if args.profile:
+    ok = profile(*settings[0]) and ok
+sys.exit(0 if ok else 1)
+

@@ -11,7 +11,7 @@
 #
 #   tools/gpu_check.sh [--phases build,unit,gpu,bench] [--budget SECONDS] [--nccl DIR]
 #                      [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
-#                      [--cmake-arg ARG]...
+#                      [--profile] [--cmake-arg ARG]...
 #
 # --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
 #   time to spare for the start and the transfers); 0: no limit.
@@ -19,6 +19,8 @@
 #   (nvidia-nccl-cu13; `import nvidia.nccl`), else the CUDA toolkit's.
 # --bench-settings: what gpu_bench.py runs (default bf16/none,fp32/none: precision/recompute).
 # --llama-settings: the same for SmolLM2-135M's shape (default bf16/selective; "" skips it).
+# --profile: after each model's benchmark, its first setting's kernels under Nsight Compute (ncu):
+#   the GPU time of one step, kernel by kernel (gpu_profile*.md; gpu_bench.py --profile).
 # --cmake-arg: passed to the configure step (e.g. -DST_WERROR=ON, as CI builds).
 # The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
 # gpu_bench_smollm2-135m.md/.json)
@@ -33,6 +35,7 @@ nccl_dir=""
 bench_settings="bf16/none,fp32/none"
 llama_settings="bf16/selective"
 extra_cmake=()
+profile=()
 while (($#)); do
   case $1 in
     --phases) phases=$2; shift ;;
@@ -43,6 +46,7 @@ while (($#)); do
     --bench-settings) bench_settings=$2; shift ;;
     --llama-settings) llama_settings=$2; shift ;;
     --cmake-arg) extra_cmake+=("$2"); shift ;;
+    --profile) profile=(--profile) ;;
     *) echo "gpu_check: unknown argument $1"; exit 2 ;;
   esac
   shift
@@ -218,12 +222,12 @@ fi
 if has_phase bench; then
   say "benchmark: GPT-2 124M, $steps steps per setting ($bench_settings), batch $batch x 1024"
   run_phase bench python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$steps" --batch "$batch" --out "$out" \
-    --settings "$bench_settings" --mpiexec "$(command -v mpirun || echo mpirun)" || status=1
+    --settings "$bench_settings" --mpiexec "$(command -v mpirun || echo mpirun)" "${profile[@]}" || status=1
   if [[ -n $llama_settings ]]; then
     say "benchmark: SmolLM2-135M-shaped Llama, $steps steps per setting ($llama_settings), batch $((batch / 2)) x 2048"
     run_phase bench python3 tools/gpu_bench.py --exe build-cuda/shardtrain --model smollm2-135m --steps "$steps" \
       --batch "$((batch / 2 > 0 ? batch / 2 : 1))" --out "$out" --settings "$llama_settings" \
-      --mpiexec "$(command -v mpirun || echo mpirun)" || status=1
+      --mpiexec "$(command -v mpirun || echo mpirun)" "${profile[@]}" || status=1
   fi
   phase_done bench
 fi

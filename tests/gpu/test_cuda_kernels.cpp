@@ -149,6 +149,28 @@ TEST_F(CudaKernels, EncoderForwardAndDeterministicBackward) {
   }
 }
 
+// Llama has no position table: the encoder is the token lookup alone (null wpe and dwpe).
+TEST_F(CudaKernels, EncoderWithoutAPositionTable) {
+  CudaExec& e = *fp32;
+  std::vector<int> tokens(N);
+  std::mt19937 rng(8);
+  for (auto& t : tokens) t = static_cast<int>(rng() % V);
+  const auto wte = random_floats(std::size_t{1} * V * C, 6), dout = random_floats(std::size_t{1} * N * C, 9);
+  const auto dwte0 = random_floats(wte.size(), 10);
+  std::vector<double> out_ref(std::size_t{1} * N * C), dwte_ref = widen(dwte0);
+  const auto wte_d = widen(wte), dout_d = widen(dout);
+  kernels::encoder_forward(out_ref.data(), tokens.data(), wte_d.data(), static_cast<const double*>(nullptr), B, T, C);
+  kernels::encoder_backward(dwte_ref.data(), static_cast<double*>(nullptr), dout_d.data(), tokens.data(), B, T, C);
+
+  auto tok = to_device(e, tokens);
+  auto wte_g = to_device(e, wte), dout_g = to_device(e, dout), dwte_g = to_device(e, dwte0);
+  auto out_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f));
+  e.layer_kernels().encoder_forward(out_g.data(), tok.data(), wte_g.data(), nullptr, B, T, C);
+  ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance);
+  e.layer_kernels().encoder_backward(dwte_g.data(), nullptr, dout_g.data(), tok.data(), B, T, C);
+  ST_EXPECT_CLOSE(to_host(e, dwte_g), dwte_ref, kFp32Tolerance);
+}
+
 TEST_F(CudaKernels, LayerNormForwardBackward) {
   CudaExec& e = *fp32;
   const auto in = random_floats(std::size_t{1} * N * C, 11, 2.0f), w = random_floats(C, 12), b = random_floats(C, 13);

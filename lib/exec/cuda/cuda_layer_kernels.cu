@@ -24,12 +24,14 @@ constexpr float kGeluCubic = 0.044715f;
 #define ST_GRID_STRIDE(i, n) \
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < (n); i += std::size_t{gridDim.x} * blockDim.x)
 
-// out[n, c] = wte[tokens[n], c] + wpe[n % T, c] for the N = B*T rows.
+// out[n, c] = wte[tokens[n], c] + wpe[n % T, c] for the N = B*T rows; without wpe (null: no
+// learned positions, llama) the lookup alone.
 __global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int N, int T,
                                        int C) {
   ST_GRID_STRIDE(i, std::size_t{1} * N * C) {
     const std::size_t row = i / C, c = i % C;
-    out[i] = wte[static_cast<std::size_t>(tokens[row]) * C + c] + wpe[(row % T) * C + c];
+    const float token = wte[static_cast<std::size_t>(tokens[row]) * C + c];
+    out[i] = wpe ? token + wpe[(row % T) * C + c] : token;
   }
 }
 
@@ -225,8 +227,10 @@ void CudaLayerKernels::encoder_backward(float* dwte, float* dwpe, const float* d
   use_device();
   const int N = B * T;
   if (N == 0 || C == 0) return;
-  encoder_backward_wpe_kernel<<<grid_for(std::size_t{1} * T * C), kBlock, 0, stream_>>>(dwpe, dout, B, T, C);
-  ST_CHECK_LAUNCH();
+  if (dwpe) {  // null: the model has no position table
+    encoder_backward_wpe_kernel<<<grid_for(std::size_t{1} * T * C), kBlock, 0, stream_>>>(dwpe, dout, B, T, C);
+    ST_CHECK_LAUNCH();
+  }
   int* keys = sort_keys_.get<int>(N, stream_);
   int* values = sort_values_.get<int>(2 * std::size_t{1} * N, stream_);  // positions in, sorted positions out
   iota_kernel<<<grid_for(N), kBlock, 0, stream_>>>(values, N);
