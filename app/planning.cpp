@@ -88,7 +88,7 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
     if (job) ST_CHECK_MPI(MPI_Barrier(world.comm()));
     double rate[2] = {whole_model ? measure_model_flops(shape, micro)
                                   : measure_sgemm_flops(static_cast<int>(batches.micro_batch * config.model.seq_len),
-                                                        static_cast<int>(4 * config.model.d_model),
+                                                        static_cast<int>(shape.widest_linear()),
                                                         static_cast<int>(config.model.d_model)),
                       measure_copy_gbps(0.2)};
     if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rate, 2, MPI_DOUBLE, MPI_MIN, world.comm()));

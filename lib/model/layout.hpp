@@ -49,6 +49,9 @@ struct ModelShape {
   std::int64_t hidden() const { return ffn_dim > 0 ? ffn_dim : 4 * d_model; }
   // Width of a row of the fused q, k, v projection: d_model + 2 kv_heads head_dim.
   std::int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }
+  // Output width of a block's widest linear layer: GPT-2's MLP up-projection, Llama's fused gate
+  // and up projection.
+  std::int64_t widest_linear() const { return arch == Arch::llama ? 2 * hidden() : hidden(); }
 };
 
 // "n_layer 2, d_model 32, n_head 4, seq_len 32, vocab 256 (padded 256)", and for llama

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "model/deck_shape.hpp"
 #include "train/blas_rate.hpp"
 
 namespace st {
@@ -11,7 +12,7 @@ MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& 
   // Every rank of the node measures at once, as they will compute during training.
   ST_CHECK_MPI(MPI_Barrier(comm));
   const int m = static_cast<int>(plan.micro_batch * model.seq_len);
-  const int n = static_cast<int>(4 * model.d_model), k = static_cast<int>(model.d_model);
+  const int n = static_cast<int>(model_shape(model).widest_linear()), k = static_cast<int>(model.d_model);
   double rate = execution.matmul_rate ? execution.matmul_rate(m, n, k) : measure_sgemm_flops(m, n, k);
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rate, 1, MPI_DOUBLE, MPI_MIN, comm));
   const bool gpu = static_cast<bool>(execution.matmul_rate);
