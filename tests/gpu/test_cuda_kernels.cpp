@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.hpp"
+#include "exec/cuda/bf16_matmuls.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/host_exec.hpp"
 #include "exec/host_kernels.hpp"
@@ -238,6 +240,49 @@ void check_linear(CudaExec& e, bool bf16_matmuls) {
 
 TEST_F(CudaKernels, LinearFp32) { check_linear(*fp32, false); }
 TEST_F(CudaKernels, LinearBf16Matmuls) { check_linear(*bf16, true); }
+
+// The bf16 setting's linear products take operands rounded to bf16 exactly as the host rounds
+// them (core/bf16.hpp), with fp32 accumulation: against the host's products of the rounded
+// operands they agree to fp32's bound, which TF32 operands (10 mantissa bits, not 7) would not
+// meet. In pieces of a few rows (the weight gradient summed over pieces) as in one piece.
+TEST_F(CudaKernels, Bf16MatmulOperandsAreRoundedAsTheHostRounds) {
+  CudaExec& e = *bf16;
+  const int OC = V;
+  const auto in = random_floats(std::size_t{1} * N * C, 41), w = random_floats(std::size_t{1} * OC * C, 42),
+             dout = random_floats(std::size_t{1} * N * OC, 43), dw0 = random_floats(w.size(), 44);
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<double> r(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) r[i] = to_float(to_bf16(v[i]));
+    return r;
+  };
+  const auto in_r = rounded(in), w_r = rounded(w), dout_r = rounded(dout);
+  std::vector<double> out_ref(std::size_t{1} * N * OC), din_ref(in.size()), dw_ref = widen(dw0);
+  kernels::linear_forward(out_ref.data(), in_r.data(), w_r.data(), static_cast<const double*>(nullptr), N, C, OC);
+  kernels::linear_backward(din_ref.data(), dw_ref.data(), static_cast<double*>(nullptr), dout_r.data(), in_r.data(),
+                           w_r.data(), N, C, OC, false);
+  // The unrounded reference is farther off than the bound: the test can tell the two apart.
+  std::vector<double> out_unrounded(out_ref.size());
+  const auto in_d = widen(in), w_d = widen(w);
+  kernels::linear_forward(out_unrounded.data(), in_d.data(), w_d.data(), static_cast<const double*>(nullptr), N, C, OC);
+  ASSERT_GT(norm_relative_error(std::vector<float>(out_unrounded.begin(), out_unrounded.end()), out_ref), 1e-4);
+
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> owned(handle, cublasDestroy);
+  ASSERT_EQ(cublasSetStream(handle, e.compute_stream()), CUBLAS_STATUS_SUCCESS);
+  auto in_g = to_device(e, in), w_g = to_device(e, w), dout_g = to_device(e, dout);
+  for (const std::size_t piece : {Bf16Matmuls::kPieceElements, std::size_t{3} * OC}) {
+    Bf16Matmuls matmuls(e.compute_stream(), handle, piece);
+    auto out_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f));
+    auto din_g = to_device(e, std::vector<float>(in.size(), 1e30f)), dw_g = to_device(e, dw0);
+    matmuls.forward(out_g.data(), in_g.data(), w_g.data(), N, C, OC, 0.0f);
+    matmuls.input_gradient(din_g.data(), dout_g.data(), w_g.data(), N, C, OC, 0.0f);
+    matmuls.weight_gradient(dw_g.data(), dout_g.data(), in_g.data(), N, C, OC);
+    ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance) << " piece " << piece;
+    ST_EXPECT_CLOSE(to_host(e, din_g), din_ref, kFp32Tolerance) << " piece " << piece;
+    ST_EXPECT_CLOSE(to_host(e, dw_g), dw_ref, kFp32Tolerance) << " piece " << piece;
+  }
+}
 
 // Attention forward and backward; att must be exactly 0 above the diagonal. Not kept (the
 // probabilities recomputed in backward), the results are those of the kept run, bit for bit.

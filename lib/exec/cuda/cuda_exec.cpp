@@ -9,6 +9,7 @@
 
 #include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/cuda_exec_state.hpp"
+#include "exec/cuda/bf16_matmuls.hpp"
 #include "exec/cuda/cuda_gemm.hpp"
 #include "exec/cuda/device_scratch.hpp"
 
@@ -187,9 +188,13 @@ double CudaExec::measure_gemm_flops(int m, int n, int k) {
   // Non-zero inputs (each byte 0x3c: every float about 0.0115): all-zero data draws less power and
   // would flatter the clock.
   ST_CHECK_CUDA(cudaMemsetAsync(A, 0x3c, (a + b) * sizeof(float), compute_));
-  // The layout of linear_forward: C[m,n] = A[m,k] B[n,k]^T, row-major.
-  auto run = [&] { cuda_gemm(state_->cublas, settings_.bf16_matmuls, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, 1.0f, B, k, A,
-                             k, 0.0f, C, n); };
+  // The layout of linear_forward: C[m,n] = A[m,k] B[n,k]^T, row-major; with bf16 matmuls, as
+  // linear_forward makes them (the operands' rounding to bf16 included).
+  Bf16Matmuls bf16(compute_, state_->cublas);
+  auto run = [&] {
+    if (settings_.bf16_matmuls) bf16.forward(C, A, B, m, k, n, 0.0f);
+    else cuda_gemm(state_->cublas, false, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, 1.0f, B, k, A, k, 0.0f, C, n);
+  };
   cudaEvent_t start = nullptr, stop = nullptr;
   ST_CHECK_CUDA(cudaEventCreate(&start));
   const cudaError_t created = cudaEventCreate(&stop);

@@ -1,8 +1,9 @@
 #pragma once
 // GEMM wrappers over cuBLAS (column-major, as cuBLAS sees matrices), fp32 in and out.
-// `bf16` selects CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to bf16, fp32 accumulation on the
-// tensor cores); otherwise CUBLAS_COMPUTE_32F (plain fp32, no TF32). Both are queued on the
-// stream the handle is bound to.
+// `bf16` selects CUBLAS_COMPUTE_32F_FAST_16BF, which lets cuBLAS use the tensor cores at bf16's
+// precision or better (on an H200 it ran TF32 kernels); otherwise CUBLAS_COMPUTE_32F (plain fp32,
+// no TF32). Both are queued on the stream the handle is bound to. The linear layers' bf16
+// products round their operands to bf16 themselves (bf16_matmuls.hpp).
 #include <cublas_v2.h>
 
 namespace st {

@@ -298,18 +298,25 @@ void CudaLayerKernels::linear_forward(float* out, const float* in, const float* 
     broadcast_rows_kernel<<<grid_for(std::size_t{1} * N * OC), kBlock, 0, stream_>>>(out, bias, N, OC);
     ST_CHECK_LAUNCH();
   }
+  const float beta = bias ? 1.0f : 0.0f;
+  if (bf16_) return bf16_matmuls_.forward(out, in, weight, N, C, OC, beta);
   // out^T[OC, N] = W[OC, C] in^T[C, N]
-  cuda_gemm(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, in, C, bias ? 1.0f : 0.0f, out, OC);
+  cuda_gemm(cublas_, false, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, in, C, beta, out, OC);
 }
 
 void CudaLayerKernels::linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                        const float* weight, int N, int C, int OC, bool accumulate_din) {
   use_device();
-  // din^T[C, N] = W^T[C, OC] dout^T[OC, N]
-  cuda_gemm(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, dout, OC,
-            accumulate_din ? 1.0f : 0.0f, din, C);
-  // dW^T[C, OC] += in^T[C, N] dout[N, OC]
-  cuda_gemm(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, C);
+  const float beta = accumulate_din ? 1.0f : 0.0f;
+  if (bf16_) {
+    bf16_matmuls_.input_gradient(din, dout, weight, N, C, OC, beta);
+    bf16_matmuls_.weight_gradient(dweight, dout, in, N, C, OC);
+  } else {
+    // din^T[C, N] = W^T[C, OC] dout^T[OC, N]
+    cuda_gemm(cublas_, false, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, dout, OC, beta, din, C);
+    // dW^T[C, OC] += in^T[C, N] dout[N, OC]
+    cuda_gemm(cublas_, false, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, C);
+  }
   if (dbias) add_column_sums(dbias, dout, N, OC);
 }
 

@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "exec/cuda/bf16_matmuls.hpp"
 #include "exec/cuda/device_scratch.hpp"
 #include "exec/layer_kernels.hpp"
 
@@ -21,7 +22,12 @@ class CudaLayerKernels final : public LayerKernels<float> {
   // `pinned_result` is one double of pinned host memory the loss sum comes back through.
   // Work goes to `device` (made current on each call: callers may be on any thread) and `stream`.
   CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, double* pinned_result)
-      : device_(device), stream_(stream), cublas_(cublas), bf16_(bf16_matmuls), pinned_result_(pinned_result) {}
+      : device_(device),
+        stream_(stream),
+        cublas_(cublas),
+        bf16_(bf16_matmuls),
+        pinned_result_(pinned_result),
+        bf16_matmuls_(stream, cublas) {}
 
   void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                        int C) override;
@@ -69,6 +75,9 @@ class CudaLayerKernels final : public LayerKernels<float> {
   double* pinned_result_;
   // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses.
   DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;
+  // The linear layers' products when bf16_: operands rounded to bf16 in scratch of their own.
+  // (Attention's batched products hand cuBLAS fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF.)
+  Bf16Matmuls bf16_matmuls_;
 };
 
 }  // namespace st

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "exec/adamw_element.hpp"
+#include "exec/cuda/bf16_bits.cuh"
 #include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/cuda/cuda_exec_state.hpp"
@@ -15,17 +16,6 @@ namespace st {
 namespace {
 
 using namespace cuda_detail;
-
-// st::to_bf16 (core/bf16.hpp) on the device: round to nearest even; a NaN stays a (quiet) NaN.
-__device__ inline std::uint16_t f32_to_bf16_bits(float f) {
-  std::uint32_t u = __float_as_uint(f);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return static_cast<std::uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-__device__ inline float bf16_bits_to_f32(std::uint16_t bits) {
-  return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
-}
 
 // Element-wise conversions; any n (grid-stride loops).
 __global__ void f32_to_bf16_kernel(std::uint16_t* out, const float* in, std::size_t n) {

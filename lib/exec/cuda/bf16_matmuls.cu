@@ -1,0 +1,79 @@
+#include "exec/cuda/bf16_matmuls.hpp"
+
+#include <algorithm>
+
+#include "exec/cuda/bf16_bits.cuh"
+#include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/device_reduce.cuh"
+
+namespace st {
+namespace {
+
+using namespace cuda_detail;
+
+__global__ void round_to_bf16_kernel(std::uint16_t* out, const float* in, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = f32_to_bf16_bits(in[i]);
+}
+
+// C = alpha op(A) op(B) + beta C, column-major (as cuBLAS sees the row-major matrices: a row-major
+// X[rows, cols] is the column-major X^T with leading dimension cols); A and B bf16, C fp32.
+void gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+               const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  const float alpha = 1.0f;
+  ST_CHECK_CUBLAS(cublasGemmEx(handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                               &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+int Bf16Matmuls::rows_per_piece(int cols, int rows) const {
+  const std::size_t fit = piece_elements_ / static_cast<std::size_t>(std::max(cols, 1));
+  return static_cast<int>(std::clamp<std::size_t>(fit, 1, static_cast<std::size_t>(std::max(rows, 1))));
+}
+
+const std::uint16_t* Bf16Matmuls::to_bf16(DeviceScratch& scratch, const float* from, std::size_t n) {
+  auto* out = scratch.get<std::uint16_t>(n, stream_);
+  round_to_bf16_kernel<<<grid_for(n), kBlock, 0, stream_>>>(out, from, n);
+  ST_CHECK_LAUNCH();
+  return out;
+}
+
+void Bf16Matmuls::forward(float* out, const float* in, const float* weight, int N, int C, int OC, float beta) {
+  if (N == 0 || OC == 0) return;
+  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const int rows = rows_per_piece(C, N);
+  for (int first = 0; first < N; first += rows) {
+    const int n = std::min(rows, N - first);
+    const std::uint16_t* x = to_bf16(piece_a_, in + std::size_t{1} * first * C, std::size_t{1} * n * C);
+    // out^T[OC, n] = W[OC, C] in^T[C, n]
+    gemm_bf16(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, n, C, w, C, x, C, beta, out + std::size_t{1} * first * OC, OC);
+  }
+}
+
+void Bf16Matmuls::input_gradient(float* din, const float* dout, const float* weight, int N, int C, int OC,
+                                 float beta) {
+  if (N == 0 || C == 0) return;
+  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const int rows = rows_per_piece(OC, N);
+  for (int first = 0; first < N; first += rows) {
+    const int n = std::min(rows, N - first);
+    const std::uint16_t* g = to_bf16(piece_a_, dout + std::size_t{1} * first * OC, std::size_t{1} * n * OC);
+    // din^T[C, n] = W^T[C, OC] dout^T[OC, n]
+    gemm_bf16(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, C, n, OC, w, C, g, OC, beta, din + std::size_t{1} * first * C, C);
+  }
+}
+
+void Bf16Matmuls::weight_gradient(float* dweight, const float* dout, const float* in, int N, int C, int OC) {
+  if (N == 0 || C == 0 || OC == 0) return;
+  const int rows = rows_per_piece(std::max(C, OC), N);
+  for (int first = 0; first < N; first += rows) {
+    const int n = std::min(rows, N - first);
+    const std::uint16_t* x = to_bf16(piece_a_, in + std::size_t{1} * first * C, std::size_t{1} * n * C);
+    const std::uint16_t* g = to_bf16(piece_b_, dout + std::size_t{1} * first * OC, std::size_t{1} * n * OC);
+    // dW^T[C, OC] += in^T[C, n] dout[n, OC]
+    gemm_bf16(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, n, x, C, g, OC, 1.0f, dweight, C);
+  }
+}
+
+}  // namespace st
