@@ -2,6 +2,9 @@
 // st::to_bf16 (core/bf16.hpp) on the device: round to nearest even; a NaN stays a (quiet) NaN.
 // Shared by the strategies' conversions (elementwise.cu) and the bf16 matmul operands
 // (bf16_matmuls.cu), so both round as the host does.
+#include <cuda_runtime.h>
+
+#include <cstddef>
 #include <cstdint>
 
 namespace st::cuda_detail {
@@ -15,5 +18,8 @@ __device__ inline std::uint16_t f32_to_bf16_bits(float f) {
 __device__ inline float bf16_bits_to_f32(std::uint16_t bits) {
   return __uint_as_float(static_cast<std::uint32_t>(bits) << 16);
 }
+
+// out[i] = f32_to_bf16_bits(in[i]) for the n elements, queued on `stream` (elementwise.cu).
+void round_to_bf16(std::uint16_t* out, const float* in, std::size_t n, cudaStream_t stream);
 
 }  // namespace st::cuda_detail

@@ -11,11 +11,6 @@ namespace {
 
 using namespace cuda_detail;
 
-__global__ void round_to_bf16_kernel(std::uint16_t* out, const float* in, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-    out[i] = f32_to_bf16_bits(in[i]);
-}
-
 // C = alpha op(A) op(B) + beta C, column-major (as cuBLAS sees the row-major matrices: a row-major
 // X[rows, cols] is the column-major X^T with leading dimension cols); A and B bf16, C fp32.
 void gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
@@ -34,34 +29,33 @@ int Bf16Matmuls::rows_per_piece(int cols, int rows) const {
 
 const std::uint16_t* Bf16Matmuls::to_bf16(DeviceScratch& scratch, const float* from, std::size_t n) {
   auto* out = scratch.get<std::uint16_t>(n, stream_);
-  round_to_bf16_kernel<<<grid_for(n), kBlock, 0, stream_>>>(out, from, n);
-  ST_CHECK_LAUNCH();
+  round_to_bf16(out, from, n, stream_);
   return out;
 }
 
-void Bf16Matmuls::forward(float* out, const float* in, const float* weight, int N, int C, int OC, float beta) {
-  if (N == 0 || OC == 0) return;
-  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
-  const int rows = rows_per_piece(C, N);
+void Bf16Matmuls::rows_times_weight(float* out, int out_cols, const float* rows_in, int in_cols,
+                                    const float* weight, bool transpose_weight, int N, float beta) {
+  if (N == 0 || out_cols == 0) return;
+  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * out_cols * in_cols);
+  // The weight is [OC, C] row-major: C = in_cols when it is transposed (the forward), out_cols not.
+  const int weight_row = transpose_weight ? in_cols : out_cols;
+  const int rows = rows_per_piece(in_cols, N);
   for (int first = 0; first < N; first += rows) {
     const int n = std::min(rows, N - first);
-    const std::uint16_t* x = to_bf16(piece_a_, in + std::size_t{1} * first * C, std::size_t{1} * n * C);
-    // out^T[OC, n] = W[OC, C] in^T[C, n]
-    gemm_bf16(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, n, C, w, C, x, C, beta, out + std::size_t{1} * first * OC, OC);
+    const std::uint16_t* x = to_bf16(piece_a_, rows_in + std::size_t{1} * first * in_cols, std::size_t{1} * n * in_cols);
+    // out^T[out_cols, n] = op(W) rows_in^T[in_cols, n]
+    gemm_bf16(cublas_, transpose_weight ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, out_cols, n, in_cols, w, weight_row,
+              x, in_cols, beta, out + std::size_t{1} * first * out_cols, out_cols);
   }
+}
+
+void Bf16Matmuls::forward(float* out, const float* in, const float* weight, int N, int C, int OC, float beta) {
+  rows_times_weight(out, OC, in, C, weight, true, N, beta);  // out = in W^T
 }
 
 void Bf16Matmuls::input_gradient(float* din, const float* dout, const float* weight, int N, int C, int OC,
                                  float beta) {
-  if (N == 0 || C == 0) return;
-  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
-  const int rows = rows_per_piece(OC, N);
-  for (int first = 0; first < N; first += rows) {
-    const int n = std::min(rows, N - first);
-    const std::uint16_t* g = to_bf16(piece_a_, dout + std::size_t{1} * first * OC, std::size_t{1} * n * OC);
-    // din^T[C, n] = W^T[C, OC] dout^T[OC, n]
-    gemm_bf16(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, C, n, OC, w, C, g, OC, beta, din + std::size_t{1} * first * C, C);
-  }
+  rows_times_weight(din, C, dout, OC, weight, false, N, beta);  // din = dout W
 }
 
 void Bf16Matmuls::weight_gradient(float* dweight, const float* dout, const float* in, int N, int C, int OC) {

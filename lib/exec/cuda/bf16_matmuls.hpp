@@ -40,6 +40,10 @@ class Bf16Matmuls {
   std::size_t scratch_bytes() const { return weight_.capacity() + piece_a_.capacity() + piece_b_.capacity(); }
 
  private:
+  // out[N, out_cols] = rows_in[N, in_cols] op(W) + beta out, op(W) = W^T for a weight [out_cols,
+  // in_cols] (the forward) or W for one [in_cols, out_cols] (the input gradient).
+  void rows_times_weight(float* out, int out_cols, const float* rows_in, int in_cols, const float* weight,
+                         bool transpose_weight, int N, float beta);
   // Rows of `cols` elements per piece: at least one.
   int rows_per_piece(int cols, int rows) const;
   const std::uint16_t* to_bf16(DeviceScratch& scratch, const float* from, std::size_t n);

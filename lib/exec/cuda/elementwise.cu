@@ -74,6 +74,12 @@ __global__ void adamw_kernel(AdamWConstants c, float* params, const float* grads
 
 }  // namespace
 
+void cuda_detail::round_to_bf16(std::uint16_t* out, const float* in, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  f32_to_bf16_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, in, n);
+  ST_CHECK_LAUNCH();
+}
+
 void CudaExec::convert(Buffer to, Buffer from) {
   use_device();
   ST_REQUIRE(to.count == from.count, "convert: buffers differ in length");
@@ -82,11 +88,9 @@ void CudaExec::convert(Buffer to, Buffer from) {
   const std::size_t n = to.count;
   if (n == 0) return;
   if (to.type == DataType::bf16)
-    f32_to_bf16_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<std::uint16_t*>(to.data),
-                                                             static_cast<const float*>(from.data), n);
-  else
-    bf16_to_f32_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<float*>(to.data),
-                                                             static_cast<const std::uint16_t*>(from.data), n);
+    return round_to_bf16(static_cast<std::uint16_t*>(to.data), static_cast<const float*>(from.data), n, compute_);
+  bf16_to_f32_kernel<<<grid_for(n), kBlock, 0, compute_>>>(static_cast<float*>(to.data),
+                                                           static_cast<const std::uint16_t*>(from.data), n);
   ST_CHECK_LAUNCH();
 }
 
