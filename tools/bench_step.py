@@ -1,16 +1,19 @@
 #!/usr/bin/python3
 """Step benchmark: shardtrain against PyTorch on one core, same model shape, same run.
 
-    /usr/bin/python3 tools/bench_step.py [--arch gpt2|llama] [--layers 2 4] [--steps 8] [--batch 4]
-                                         [--rounds 1]
+    /usr/bin/python3 tools/bench_step.py [--arch gpt2|llama] [--shape NAME] [--layers 2 4] [--steps 8]
+                                         [--batch 4] [--rounds 1]
 
 For each depth it trains d_model 768, 12 heads, seq_len 256 (byte vocabulary) for a few steps
 with one rank pinned to core 0 (taskset, one thread), then times the same model, AdamW step
 included, in PyTorch (Debian's python3-torch, also pinned to core 0, one thread); with
 --rounds N the two alternate N times and every sample is printed, then the median ratio. GPT-2,
 or (--arch llama) a Llama of SmolLM2's proportions: 4 key/value heads for the 12 query heads,
-SwiGLU 2048 wide, tied embedding. MFU of both is reported against the sgemm rate that
-shardtrain measures in the same run. Prints a Markdown table for docs/benchmarks.md."""
+SwiGLU 2048 wide, tied embedding. --shape (llama) takes another: smollm2 (SmolLM2-135M's own:
+d_model 576, 9 heads over 3, SwiGLU 1536, vocabulary 49152; 4 layers unless --layers) or
+llama_tiny (inputs/llama_tiny.toml's: d_model 192, 6 heads over 2, SwiGLU 512, seq_len 128,
+16 sequences). MFU of both is reported against the sgemm rate that shardtrain measures in the
+same run. Prints a Markdown table for docs/benchmarks.md."""
 import argparse
 import json
 import os
@@ -25,6 +28,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 D_MODEL, N_HEAD, SEQ, VOCAB = 768, 12, 256, 256
 N_KV_HEAD, FFN_DIM = 4, 2048  # llama: SmolLM2's ratios (9 heads over 3, 1536 for 576)
+# --shape: (d_model, n_head, n_kv_head, ffn_dim, seq_len, vocabulary, default layers, default batch)
+SHAPES = {
+    "proportions": (768, 12, 4, 2048, 256, 256, [2, 4], 4),
+    "smollm2": (576, 9, 3, 1536, 256, 49152, [4], 4),
+    "llama_tiny": (192, 6, 2, 512, 128, 256, [4], 16),
+}
 
 
 def flops_per_token(arch, layers):
@@ -60,6 +69,7 @@ out_dir = "{out}"
 d_model = {D_MODEL}
 n_head = {N_HEAD}
 seq_len = {SEQ}
+vocab_size = {VOCAB}
 [data]
 path = "{corpus}"
 global_batch = {batch}
@@ -118,9 +128,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exe", default=os.path.join(ROOT, "build", "shardtrain"))
     p.add_argument("--corpus", default=os.path.join(ROOT, "data", "fortunes.txt"))
-    p.add_argument("--layers", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--layers", type=int, nargs="+", default=None, help="default 2 4 (the shape's own for --shape)")
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--batch", type=int, default=4, help="sequences per step")
+    p.add_argument("--batch", type=int, default=None, help="sequences per step (default 4, llama_tiny 16)")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="proportions",
+                   help="the Llama's shape (--arch llama): SmolLM2's proportions at d_model 768 (default), "
+                        "SmolLM2-135M's own, or inputs/llama_tiny.toml's")
     p.add_argument("--compare-exe", help="another shardtrain build (e.g. an earlier commit): run round by round, "
                                          "interleaved with --exe, and report every sample and the ratio (the model as --arch says)")
     p.add_argument("--rounds", type=int, default=None,
@@ -128,13 +141,21 @@ def main():
                         "default 1, or 3 with --compare-exe")
     p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
     args = p.parse_args()
+    if args.shape != "proportions" and args.arch != "llama":
+        p.error("--shape is for --arch llama")
+    global D_MODEL, N_HEAD, N_KV_HEAD, FFN_DIM, SEQ, VOCAB
+    D_MODEL, N_HEAD, N_KV_HEAD, FFN_DIM, SEQ, VOCAB, layers, batch = SHAPES[args.shape]
+    if args.arch == "gpt2":
+        N_KV_HEAD, FFN_DIM = N_HEAD, 4 * D_MODEL
+    args.layers = args.layers or layers
+    args.batch = args.batch or batch
     if args.compare_exe:
         args.rounds = args.rounds or 3
         return compare(args)
     rounds = args.rounds or 1
     work = tempfile.mkdtemp(prefix="st_bench_")
     tokens = args.batch * SEQ
-    shape = (f"{N_HEAD} heads over {N_KV_HEAD} key/value heads, SwiGLU {FFN_DIM}" if args.arch == "llama"
+    shape = (f"{N_HEAD} heads over {N_KV_HEAD} key/value heads, SwiGLU {FFN_DIM} ({args.shape})" if args.arch == "llama"
              else f"{N_HEAD} heads")
     print(f"# step benchmark, one core (taskset -c 0), {args.arch}, d_model {D_MODEL}, {shape}, seq_len {SEQ}, "
           f"batch {args.batch} x {SEQ} = {tokens} tokens, vocabulary {VOCAB}; {time.strftime('%Y-%m-%d %H:%M')}")
