@@ -9,7 +9,7 @@ model). Called by tools/gpu_check.sh; usable alone:
 gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective.
 
 --profile: afterwards, the first setting again for 4 steps under Nsight Compute (ncu, one metric:
-each kernel's duration), and a table of where the last step's GPU time went, kernel by kernel
+each kernel's duration), and a table of where one step's GPU time went, kernel by kernel
 (gpu_profile*.md/.json). ncu runs the kernels one at a time, so these are kernel times, not the
 step's wall time; a step is the block of launches that repeats three times in a row."""
 import argparse
@@ -33,7 +33,7 @@ p.add_argument("--out", default=".")
 p.add_argument("--settings", default="bf16/none,fp32/none",
                help="comma-separated precision/recompute[/strategy] (strategy: ddp unless given)")
 p.add_argument("--profile", action="store_true", help="profile the first setting's kernels with ncu")
-p.add_argument("--ncu", default=shutil.which("ncu") or next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))),
+p.add_argument("--ncu", default=shutil.which("ncu") or next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)),
                                                                "/usr/local/cuda/bin/ncu"))
 p.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "data", "fortunes.txt"))
 args = p.parse_args()
@@ -148,8 +148,10 @@ with open(os.path.join(args.out, f"gpu_bench{suffix}.json"), "w") as f:
 
 def one_step(names):
     """(start, length) of one training step in the launch sequence: the longest block that occurs
-    three times in a row. Steps 2-4 launch the same kernels; two steps together would need six
-    identical steps, and the final evaluation (one batch) is shorter than a step."""
+    three times in a row and holds the optimizer's update (a block of layers can repeat too, but
+    holds no AdamW). Steps 2-4 launch the same kernels; two steps together would need six
+    identical steps, and the final evaluation (one batch) is shorter than a step. None if no such
+    block."""
     ids = {}
     seq = [ids.setdefault(n, len(ids)) for n in names]
     for period in range(len(seq) // 3, 0, -1):
@@ -158,16 +160,23 @@ def one_step(names):
         for i in range(len(seq) - period):
             run = run + 1 if seq[i] == seq[i + period] else 0
             if run == 2 * period:
-                return i - 2 * period + 1 + period, period  # the middle copy
-    return 0, len(seq)
+                first = i - 2 * period + 1 + period  # the middle copy
+                if any("adamw" in names[j] for j in range(first, first + period)):
+                    return first, period
+                break  # this period repeats, but as a part of a step; try shorter ones
+    return None
 
 
 def profile(precision, recompute, strategy):
     label = f"profile_{precision}_{recompute}_{strategy}"
     deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n")
     cmd = [args.mpiexec, "-n", "1", args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
-           "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+           "--print-units", "base", "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    except subprocess.TimeoutExpired:
+        print("profile: FAILED (ncu ran past 400 s)", flush=True)
+        return False
     with open(os.path.join(args.out, f"ncu{suffix}.csv"), "w") as f:
         f.write(proc.stdout)
     if proc.returncode != 0:
@@ -182,7 +191,12 @@ def profile(precision, recompute, strategy):
             launches.append((row[name_at], float(row[time_at].replace(",", ""))))
         except (ValueError, IndexError):
             continue  # the units row
-    first, period = one_step([n for n, _ in launches])
+    found = one_step([n for n, _ in launches])
+    if found is None:
+        print(f"profile: FAILED (no block of {len(launches)} launches repeats three times with the optimizer in it)",
+              flush=True)
+        return False
+    first, period = found
     step = launches[first:first + period]
     total = sum(t for _, t in step)
     by_name = {}
@@ -190,7 +204,7 @@ def profile(precision, recompute, strategy):
         calls, sum_t = by_name.get(name, (0, 0.0))
         by_name[name] = (calls + 1, sum_t + t)
     ordered = sorted(by_name.items(), key=lambda kv: -kv[1][1])
-    ms = 1e-6  # ncu reports nanoseconds
+    ms = 1e-6  # --print-units base: nanoseconds
     out = [f"{model_name}, {precision}/{recompute}: kernel time of one of 4 steps under ncu ({period} launches, "
            f"{total * ms:.1f} ms of kernel time in all)", "", "| kernel | launches | ms | share |", "|---|---|---|---|"]
     for name, (calls, t) in ordered:

@@ -4,7 +4,6 @@
 
 #include "exec/cuda/bf16_bits.cuh"
 #include "exec/cuda/cuda_checks.hpp"
-#include "exec/cuda/device_reduce.cuh"
 
 namespace st {
 namespace {
