@@ -64,33 +64,21 @@ double copy_bytes(Collective op, double S, int N) {
   return S;
 }
 
-// memcpy bandwidth of one rank while every rank copies at once (the ranks of a host share its
-// memory bandwidth): the best of 5 rounds of 64 MiB each, timed to the slowest rank.
-double concurrent_memcpy_bandwidth(MPI_Comm comm) {
+// memcpy bandwidth of one rank while every rank of `together` copies at once (the ranks of a host
+// share its memory bandwidth; MPI_COMM_SELF: this rank alone): the best of 5 rounds of 64 MiB
+// each, timed to the slowest rank.
+double memcpy_bandwidth(MPI_Comm together) {
   const std::size_t n = std::size_t{64} << 20;
   std::vector<char> a(n, 1), b(n, 0);
   std::memcpy(b.data(), a.data(), n);
   double best = 0;
   for (int i = 0; i < 5; ++i) {
-    ST_CHECK_MPI(MPI_Barrier(comm));
+    ST_CHECK_MPI(MPI_Barrier(together));
     st::Stopwatch clock;
     std::memcpy(b.data(), a.data(), n);
     double seconds = clock.seconds();
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
+    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, together));
     best = std::max(best, static_cast<double>(n) / seconds);
-  }
-  return best;
-}
-
-double memcpy_bandwidth() {
-  const std::size_t n = std::size_t{64} << 20;
-  std::vector<char> a(n, 1), b(n, 0);
-  std::memcpy(b.data(), a.data(), n);
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    st::Stopwatch clock;
-    std::memcpy(b.data(), a.data(), n);
-    best = std::max(best, static_cast<double>(n) / clock.seconds());
   }
   return best;
 }
@@ -229,10 +217,10 @@ int bench(int argc, char** argv) {
     impls.push_back({"2lvl-inplace", two_shm.get(), true});
     impls.push_back({"2lvl-mpi", two_mpi.get()});
   }
-  const double copy_bw = memcpy_bandwidth();
+  const double copy_bw = memcpy_bandwidth(MPI_COMM_SELF);
   double slowest_copy = copy_bw;
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &slowest_copy, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
-  const double together_copy = concurrent_memcpy_bandwidth(world.comm());
+  const double together_copy = memcpy_bandwidth(world.comm());
   const std::size_t lo = parse_size(min_text), hi = parse_size(max_text);
   const int N = world.size();
   if (world.is_root()) {

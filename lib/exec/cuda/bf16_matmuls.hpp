@@ -36,9 +36,6 @@ class Bf16Matmuls {
   // dweight += dout^T in.
   void weight_gradient(float* dweight, const float* dout, const float* in, int N, int C, int OC);
 
-  // Bytes of device scratch held now (the weight and two pieces at their largest so far).
-  std::size_t scratch_bytes() const { return weight_.capacity() + piece_a_.capacity() + piece_b_.capacity(); }
-
  private:
   // out[N, out_cols] = rows_in[N, in_cols] op(W) + beta out, op(W) = W^T for a weight [out_cols,
   // in_cols] (the forward) or W for one [in_cols, out_cols] (the input gradient).

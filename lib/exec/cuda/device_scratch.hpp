@@ -37,7 +37,6 @@ class DeviceScratch {
   T* get(std::size_t count, cudaStream_t stream) {
     return static_cast<T*>(get(count * sizeof(T), stream));
   }
-  std::size_t capacity() const { return capacity_; }
 
  private:
   void* data_ = nullptr;
