@@ -25,12 +25,18 @@ void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int 
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
       R* o = out + (static_cast<std::size_t>(b) * T + t) * C;
-      const R* e = wte + static_cast<std::size_t>(tokens[b * T + t]) * C;
-      if (!wpe) {
+      const int token = tokens[b * T + t];
+      const R* p = wpe ? wpe + static_cast<std::size_t>(t) * C : nullptr;
+      if (token < 0) {  // another rank's row of the table: the position alone
+        if (p) std::copy(p, p + C, o);
+        else std::fill(o, o + C, R(0));
+        continue;
+      }
+      const R* e = wte + static_cast<std::size_t>(token) * C;
+      if (!p) {
         std::copy(e, e + C, o);
         continue;
       }
-      const R* p = wpe + static_cast<std::size_t>(t) * C;
       for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
 }
@@ -45,7 +51,13 @@ void encoder_backward(R* dwte, R* dwpe, const R* dout, const int* tokens, int B,
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < T; ++t) {
         const R* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
-        R* e = dwte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+        const int token = tokens[b * T + t];
+        if (token < 0) {  // another rank's row: the position's gradient alone
+          if (dwpe)
+            for (int c = begin; c < end; ++c) dwpe[static_cast<std::size_t>(t) * C + c] += d[c];
+          continue;
+        }
+        R* e = dwte + static_cast<std::size_t>(token) * C;
         if (!dwpe) {
           for (int c = begin; c < end; ++c) e[c] += d[c];
           continue;
@@ -477,6 +489,69 @@ void softmax_cross_entropy_backward(R* probs, const int* targets, int N, int V, 
   }
 }
 
+template <class R>
+void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp, int first) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const R* row = logits + static_cast<std::size_t>(i) * Vp;
+    R* out = stats + 3 * static_cast<std::size_t>(i);
+    R max = V > 0 ? row[0] : -std::numeric_limits<R>::infinity();
+    for (int j = 1; j < V; ++j) max = std::max(max, row[j]);
+    double sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp(row[j] - max);
+    out[0] = max;
+    out[1] = static_cast<R>(sum);
+    const int local = targets ? targets[i] - first : -1;
+    out[2] = local >= 0 && local < V ? row[local] : R(0);
+  }
+}
+
+template <class R>
+double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N, int parts) {
+  const std::size_t stride = 3 * static_cast<std::size_t>(N);
+  return ordered_parallel_sum(static_cast<std::size_t>(N), [&](std::size_t i) {
+    R max = -std::numeric_limits<R>::infinity();
+    for (int p = 0; p < parts; ++p) max = std::max(max, gathered[p * stride + 3 * i]);
+    double sum = 0, target_logit = 0;
+    for (int p = 0; p < parts; ++p) {
+      const R* s = gathered + p * stride + 3 * i;
+      if (s[1] > 0) sum += static_cast<double>(s[1]) * std::exp(static_cast<double>(s[0]) - max);
+      target_logit += s[2];  // one slice holds the target; the others add 0
+    }
+    row_stats[2 * i] = max;
+    row_stats[2 * i + 1] = static_cast<R>(sum);
+    if (!targets) return 0.0;
+    // -log softmax at the target, without forming the probabilities.
+    const double loss = std::log(sum) + static_cast<double>(max) - target_logit;
+    losses[i] = static_cast<R>(loss);
+    return loss;
+  });
+}
+
+template <class R>
+void logit_slice_softmax(R* logits, const R* row_stats, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    R* row = logits + static_cast<std::size_t>(i) * Vp;
+    const R max = row_stats[2 * i];
+    const R inv = static_cast<R>(1.0 / static_cast<double>(row_stats[2 * i + 1]));
+    for (int j = 0; j < V; ++j) row[j] = std::exp(row[j] - max) * inv;
+    for (int j = V; j < Vp; ++j) row[j] = 0;
+  }
+}
+
+template <class R>
+void logit_slice_backward(R* probs, const int* targets, int N, int V, int Vp, int first, R scale) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    R* row = probs + static_cast<std::size_t>(i) * Vp;
+    for (int j = 0; j < V; ++j) row[j] *= scale;
+    const int local = targets[i] - first;
+    if (local >= 0 && local < V) row[local] -= scale;
+    for (int j = V; j < Vp; ++j) row[j] = 0;
+  }
+}
+
 #define ST_INSTANTIATE_KERNELS(R)                                                                                \
   template void encoder_forward<R>(R*, const int*, const R*, const R*, int, int, int);                          \
   template void encoder_backward<R>(R*, R*, const R*, const int*, int, int, int);                               \
@@ -493,7 +568,11 @@ void softmax_cross_entropy_backward(R* probs, const int* targets, int N, int V, 
   template void add<R>(R*, const R*, const R*, std::size_t);                                                    \
   template void accumulate<R>(R*, const R*, std::size_t);                                                       \
   template double softmax_cross_entropy_forward<R>(R*, R*, const int*, int, int, int);                          \
-  template void softmax_cross_entropy_backward<R>(R*, const int*, int, int, int, R);
+  template void softmax_cross_entropy_backward<R>(R*, const int*, int, int, int, R);                            \
+  template void logit_slice_stats<R>(const R*, const int*, R*, int, int, int, int);                             \
+  template double logit_slices_combine<R>(const R*, R*, R*, const int*, int, int);                              \
+  template void logit_slice_softmax<R>(R*, const R*, int, int, int);                                            \
+  template void logit_slice_backward<R>(R*, const int*, int, int, int, int, R);
 
 ST_INSTANTIATE_KERNELS(float)
 ST_INSTANTIATE_KERNELS(double)

@@ -10,7 +10,9 @@
 namespace st::kernels {
 
 // out[b,t,:] = wte[token[b,t],:] + wpe[t,:]; without wpe (null: no learned positions, llama)
-// the lookup alone, and encoder_backward then takes a null dwpe.
+// the lookup alone, and encoder_backward then takes a null dwpe. A negative token is a row the
+// table does not hold (another tensor-parallel rank's slice of the vocabulary): it looks up
+// zeros, and its gradient goes to dwpe alone.
 template <class R>
 void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int B, int T, int C);
 template <class R>
@@ -78,5 +80,27 @@ double softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* t
 // probs -> dlogits in place: (p - onehot(target)) * scale, padded columns 0.
 template <class R>
 void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, R scale);
+
+// The same softmax and cross-entropy over logits whose vocabulary is split in slices across the
+// ranks of a tensor-parallel group (Megatron's vocabulary-parallel cross-entropy), without
+// gathering the logits: each rank reduces its slice to three numbers per row, the group gathers
+// them, and every rank finishes alike. A slice is Vp columns of which the first V are real
+// tokens, column j being token first + j.
+//   logit_slice_stats     per row: the slice's max, the sum of e^(x - max) over it, and the
+//                         target's logit when the slice holds the target (else 0);
+//   logit_slices_combine  from `parts` slices' stats gathered one after another (parts x N x 3):
+//                         per row the overall max and sum (row_stats, N x 2) and, with targets,
+//                         losses[i] = log sum + max - target logit; returns their sum;
+//   logit_slice_softmax   the slice's probabilities in place, from row_stats (padding 0);
+//   logit_slice_backward  softmax_cross_entropy_backward of a slice: the target's 1 subtracted
+//                         only where the slice holds it.
+template <class R>
+void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp, int first);
+template <class R>
+double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N, int parts);
+template <class R>
+void logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp);
+template <class R>
+void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first, R scale);
 
 }  // namespace st::kernels

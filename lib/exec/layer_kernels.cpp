@@ -80,6 +80,26 @@ void HostLayerKernels<R>::softmax_cross_entropy_backward(R* probs_to_dlogits, co
 }
 
 template <class R>
+void HostLayerKernels<R>::logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp,
+                                            int first) {
+  kernels::logit_slice_stats(logits, targets, stats, N, V, Vp, first);
+}
+template <class R>
+double HostLayerKernels<R>::logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
+                                                 int parts) {
+  return kernels::logit_slices_combine(gathered, row_stats, losses, targets, N, parts);
+}
+template <class R>
+void HostLayerKernels<R>::logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) {
+  kernels::logit_slice_softmax(logits_to_probs, row_stats, N, V, Vp);
+}
+template <class R>
+void HostLayerKernels<R>::logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
+                                               R scale) {
+  kernels::logit_slice_backward(probs_to_dlogits, targets, N, V, Vp, first, scale);
+}
+
+template <class R>
 void HostLayerKernels<R>::rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) {
   kernels::rmsnorm_forward(out, rstd, in, weight, N, C, eps);
 }

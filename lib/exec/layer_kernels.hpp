@@ -57,6 +57,14 @@ class LayerKernels {
                                                int Vp) = 0;
   virtual void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                               R scale) = 0;
+  // Vocabulary-parallel cross-entropy (exec/host_kernels.hpp logit_slice_*): the combine's loss
+  // sum comes back to the host, as softmax_cross_entropy_forward's does.
+  virtual void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp, int first) = 0;
+  virtual double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
+                                      int parts) = 0;
+  virtual void logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) = 0;
+  virtual void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
+                                    R scale) = 0;
 
   // Llama's kernels (exec/host_llama_kernels.hpp).
   virtual void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) = 0;
@@ -99,6 +107,12 @@ class HostLayerKernels final : public LayerKernels<R> {
                                        int Vp) override;
   void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                       R scale) override;
+  void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp, int first) override;
+  double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
+                              int parts) override;
+  void logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) override;
+  void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
+                            R scale) override;
   void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) override;
   void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
                         int C) override;

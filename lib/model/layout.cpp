@@ -1,5 +1,6 @@
 #include "model/layout.hpp"
 
+#include <initializer_list>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -7,15 +8,15 @@
 
 namespace st {
 
-void ParamLayout::add_segment(const std::string& name,
-                              const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& tensors,
-                              const std::vector<TensorRole>& roles) {
+void ParamLayout::add_segment(const std::string& name, const std::vector<TensorSpec>& tensors) {
   Segment segment{name, total_, 0, {}};
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto& [tensor_name, shape] = tensors[i];
+  for (const TensorSpec& t : tensors) {
     const auto size = static_cast<std::size_t>(
-        std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>()));
-    segment.tensors.push_back({tensor_name, total_, size, shape, roles[i]});
+        std::accumulate(t.shape.begin(), t.shape.end(), std::int64_t{1}, std::multiplies<>()));
+    std::vector<std::int64_t> parts = t.parts;
+    if (t.split != SplitDim::none && parts.empty())  // one part: the whole tensor's dimension
+      parts.push_back(t.shape[t.split == SplitDim::rows ? 0 : 1]);
+    segment.tensors.push_back({t.name, total_, size, t.shape, t.role, t.split, std::move(parts)});
     total_ += size;
     segment.size += size;
   }
@@ -73,63 +74,92 @@ std::int64_t llama_ffn_dim(std::int64_t d_model, std::int64_t multiple_of, doubl
 
 namespace {
 
-ParamLayout make_gpt2_layout(const ModelShape& s) {
+// A rank's share of `whole` along a dimension its tensor-parallel group splits (the whole when
+// the group is one rank).
+std::int64_t share(std::int64_t whole, TensorSplit split) { return whole / split.degree; }
+
+// Where the parts given are whole tensors' sizes, the rows a rank holds: each part's share.
+std::int64_t shares(std::initializer_list<std::int64_t> parts, TensorSplit split) {
+  std::int64_t rows = 0;
+  for (const std::int64_t part : parts) rows += share(part, split);
+  return rows;
+}
+
+ParamLayout make_gpt2_layout(const ModelShape& s, TensorSplit t) {
   using R = TensorRole;
+  using D = SplitDim;
   const std::int64_t C = s.d_model;
   ParamLayout layout;
-  layout.add_segment("embeddings", {{"wte", {s.padded_vocab, C}}, {"wpe", {s.seq_len, C}}}, {R::embedding, R::embedding});
+  layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows},
+                                    {"wpe", {s.seq_len, C}, R::embedding}});
   for (std::int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
     layout.add_segment("block" + std::to_string(l),
-                       {{p + "ln1.w", {C}},
-                        {p + "ln1.b", {C}},
-                        {p + "attn.qkv.w", {3 * C, C}},
-                        {p + "attn.qkv.b", {3 * C}},
-                        {p + "attn.proj.w", {C, C}},
-                        {p + "attn.proj.b", {C}},
-                        {p + "ln2.w", {C}},
-                        {p + "ln2.b", {C}},
-                        {p + "mlp.fc.w", {4 * C, C}},
-                        {p + "mlp.fc.b", {4 * C}},
-                        {p + "mlp.proj.w", {C, 4 * C}},
-                        {p + "mlp.proj.b", {C}}},
-                       {R::norm, R::norm, R::matrix, R::bias, R::matrix, R::bias, R::norm, R::norm, R::matrix,
-                        R::bias, R::matrix, R::bias});
+                       {{p + "ln1.w", {C}, R::norm},
+                        {p + "ln1.b", {C}, R::norm},
+                        {p + "attn.qkv.w", {shares({C, C, C}, t), C}, R::matrix, D::rows, {C, C, C}},
+                        {p + "attn.qkv.b", {shares({C, C, C}, t)}, R::bias, D::rows, {C, C, C}},
+                        {p + "attn.proj.w", {C, share(C, t)}, R::matrix, D::columns},
+                        {p + "attn.proj.b", {C}, R::bias},
+                        {p + "ln2.w", {C}, R::norm},
+                        {p + "ln2.b", {C}, R::norm},
+                        {p + "mlp.fc.w", {share(4 * C, t), C}, R::matrix, D::rows},
+                        {p + "mlp.fc.b", {share(4 * C, t)}, R::bias, D::rows},
+                        {p + "mlp.proj.w", {C, share(4 * C, t)}, R::matrix, D::columns},
+                        {p + "mlp.proj.b", {C}, R::bias}});
   }
-  layout.add_segment("final_norm", {{"lnf.w", {C}}, {"lnf.b", {C}}}, {R::norm, R::norm});
+  layout.add_segment("final_norm", {{"lnf.w", {C}, R::norm}, {"lnf.b", {C}, R::norm}});
   return layout;
 }
 
-ParamLayout make_llama_layout(const ModelShape& s) {
+ParamLayout make_llama_layout(const ModelShape& s, TensorSplit t) {
   using R = TensorRole;
-  const std::int64_t C = s.d_model, F = s.hidden();
+  using D = SplitDim;
+  const std::int64_t C = s.d_model, F = s.hidden(), KV = s.kv_heads() * s.head_dim();
   ParamLayout layout;
   if (s.tie_embeddings) {
-    layout.add_segment("embeddings", {{"wte", {s.padded_vocab, C}}}, {R::embedding});
+    layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows}});
   } else {
     // The LM head sits with the embedding: both are held for the whole pass, as the tied one is.
-    layout.add_segment("embeddings", {{"wte", {s.padded_vocab, C}}, {"lm_head.w", {s.padded_vocab, C}}},
-                       {R::embedding, R::matrix});
+    layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows},
+                                      {"lm_head.w", {share(s.padded_vocab, t), C}, R::matrix, D::rows}});
   }
   for (std::int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
     layout.add_segment("block" + std::to_string(l),
-                       {{p + "attn_norm.w", {C}},
-                        {p + "attn.qkv.w", {s.qkv_width(), C}},
-                        {p + "attn.proj.w", {C, C}},
-                        {p + "mlp_norm.w", {C}},
-                        {p + "mlp.gate_up.w", {2 * F, C}},
-                        {p + "mlp.down.w", {C, F}}},
-                       {R::norm, R::matrix, R::matrix, R::norm, R::matrix, R::matrix});
+                       {{p + "attn_norm.w", {C}, R::norm},
+                        {p + "attn.qkv.w", {shares({C, KV, KV}, t), C}, R::matrix, D::rows, {C, KV, KV}},
+                        {p + "attn.proj.w", {C, share(C, t)}, R::matrix, D::columns},
+                        {p + "mlp_norm.w", {C}, R::norm},
+                        {p + "mlp.gate_up.w", {shares({F, F}, t), C}, R::matrix, D::rows, {F, F}},
+                        {p + "mlp.down.w", {C, share(F, t)}, R::matrix, D::columns}});
   }
-  layout.add_segment("final_norm", {{"lnf.w", {C}}}, {R::norm});
+  layout.add_segment("final_norm", {{"lnf.w", {C}, R::norm}});
   return layout;
 }
 
 }  // namespace
 
-ParamLayout make_layout(const ModelShape& s) {
-  return s.arch == Arch::llama ? make_llama_layout(s) : make_gpt2_layout(s);
+std::string tensor_split_problem(const ModelShape& s, int degree) {
+  if (degree < 1) return "the tensor-parallel degree must be at least 1";
+  const auto split = [degree](std::int64_t n) { return n % degree == 0; };
+  const std::string by = " by " + std::to_string(degree) + " tensor-parallel ranks";
+  if (!split(s.n_head)) return "n_head " + std::to_string(s.n_head) + " does not divide" + by;
+  if (s.arch == Arch::llama && !split(s.kv_heads()))
+    return "n_kv_head " + std::to_string(s.kv_heads()) + " does not divide" + by;
+  if (!split(s.hidden())) return "the MLP width " + std::to_string(s.hidden()) + " does not divide" + by;
+  if (!split(s.padded_vocab))
+    return "the padded vocabulary " + std::to_string(s.padded_vocab) + " does not divide" + by;
+  return "";
+}
+
+ParamLayout make_layout(const ModelShape& s, TensorSplit split) {
+  if (split.active()) {
+    const std::string problem = tensor_split_problem(s, split.degree);
+    if (!problem.empty()) throw Error(problem);
+    ST_REQUIRE(split.rank >= 0 && split.rank < split.degree, "tensor-parallel rank outside its group");
+  }
+  return s.arch == Arch::llama ? make_llama_layout(s, split) : make_gpt2_layout(s, split);
 }
 
 std::int64_t matmul_params(const ModelShape& s) {

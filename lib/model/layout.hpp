@@ -72,12 +72,34 @@ std::int64_t llama_ffn_dim(std::int64_t d_model, std::int64_t multiple_of, doubl
 
 enum class TensorRole { matrix, bias, norm, embedding };
 
+// Tensor parallelism: each layer split over `degree` consecutive ranks (parallel.tensor); this
+// rank is `rank` among them. Degree 1 holds every tensor whole.
+struct TensorSplit {
+  int degree = 1;
+  int rank = 0;
+  bool active() const { return degree > 1; }
+};
+
+// Which dimension of a tensor the ranks of a tensor-parallel group split (Megatron's scheme):
+//   none     every rank holds the whole tensor (norms, the biases added after a reduction,
+//            GPT-2's position table) and computes the same gradient for it;
+//   rows     output features (column-parallel projections: q/k/v, the MLP's up projections,
+//            their biases) and vocabulary rows (the token table, the LM head);
+//   columns  input features (row-parallel projections: attention's output, the MLP's down
+//            projection), whose partial products the group sums.
+enum class SplitDim { none, rows, columns };
+
 struct TensorSlot {
   std::string name;                 // "block0.attn.qkv.w"
   std::size_t offset = 0;           // into the flat buffer
   std::size_t size = 0;             // elements
   std::vector<std::int64_t> shape;  // row-major; matrices are [out, in] as in torch.nn.Linear
   TensorRole role = TensorRole::matrix;
+  SplitDim split = SplitDim::none;  // under tensor parallelism (make_layout with a split)
+  // The stacked parts along the split dimension, as sizes in the whole tensor: a fused
+  // projection splits each of its parts alike (q, k and v's rows; gate's and up's), so that a
+  // rank holds whole heads of each. One part (the whole dimension) otherwise.
+  std::vector<std::int64_t> parts;
 };
 
 struct Segment {
@@ -87,10 +109,19 @@ struct Segment {
   std::vector<TensorSlot> tensors;
 };
 
+// A tensor as a layout is built from it: its shape on this rank, its role, and how tensor
+// parallelism splits it (the parts as sizes of the whole tensor; empty: one part).
+struct TensorSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  TensorRole role = TensorRole::matrix;
+  SplitDim split = SplitDim::none;
+  std::vector<std::int64_t> parts = {};
+};
+
 class ParamLayout {
  public:
-  void add_segment(const std::string& name, const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& tensors,
-                   const std::vector<TensorRole>& roles);
+  void add_segment(const std::string& name, const std::vector<TensorSpec>& tensors);
   const std::vector<Segment>& segments() const { return segments_; }
   std::size_t total() const { return total_; }
   const TensorSlot& tensor(const std::string& name) const;  // throws Error if absent
@@ -105,7 +136,21 @@ class ParamLayout {
 // and lm_head.w when untied), one per block, "final_norm". Fused tensors keep one matmul per
 // step: llama's attn.qkv.w stacks q, k and v's rows (Hugging Face's q_proj, k_proj, v_proj in
 // that order), mlp.gate_up.w stacks gate_proj's rows over up_proj's.
-ParamLayout make_layout(const ModelShape& shape);
+// With an active split: the layout of one rank of the tensor-parallel group, its tensors the
+// rank's slices (same names, in the same order; each fused part sliced alike). Throws Error when
+// the shape does not divide (tensor_split_problem).
+ParamLayout make_layout(const ModelShape& shape, TensorSplit split = {});
+
+// Why `degree` ranks cannot split the shape's layers evenly ("" when they can): the attention
+// heads (and a Llama's key/value heads), the MLP width and the padded vocabulary must divide.
+std::string tensor_split_problem(const ModelShape& shape, int degree);
+
+// Where a rank's slice of each tensor lies in the whole tensor: calls
+// run(whole_offset, slice_offset, count) for every contiguous run of the slice, with offsets
+// into the flat buffers of `whole` (make_layout(shape)) and `slice` (make_layout(shape, split)).
+// Replicated tensors are one run of the whole tensor. Runs come in the slice's order.
+template <class Run>
+void for_each_slice_run(const ParamLayout& whole, const ParamLayout& slice, TensorSplit split, Run&& run);
 
 // Matmul-weighted parameter count used for FLOP estimates: block matrices plus the LM head.
 std::int64_t matmul_params(const ModelShape& shape);
@@ -113,5 +158,39 @@ std::int64_t matmul_params(const ModelShape& shape);
 // parameters plus 12 n_layer d_model seq for attention scores and their use (PaLM's count; with
 // grouped-query attention the scores are as many: every query head attends).
 double train_flops_per_token(const ModelShape& shape, std::int64_t seq);
+
+// The runs of one tensor, offsets relative to the tensors' first elements (for_each_slice_run).
+template <class Run>
+void for_each_tensor_run(const TensorSlot& whole, const TensorSlot& slice, TensorSplit split, Run&& run) {
+  if (slice.split == SplitDim::none) {
+    run(std::size_t{0}, std::size_t{0}, slice.size);
+    return;
+  }
+  // Row-major [rows, columns] (a vector is one column of rows).
+  const auto columns = static_cast<std::size_t>(whole.shape.size() > 1 ? whole.shape[1] : 1);
+  const auto degree = static_cast<std::size_t>(split.degree), rank = static_cast<std::size_t>(split.rank);
+  if (slice.split == SplitDim::rows) {
+    std::size_t part_start = 0, local = 0;  // rows
+    for (const std::int64_t part : slice.parts) {
+      const std::size_t rows = static_cast<std::size_t>(part) / degree;
+      run((part_start + rank * rows) * columns, local * columns, rows * columns);
+      part_start += static_cast<std::size_t>(part);
+      local += rows;
+    }
+    return;
+  }
+  const auto rows = static_cast<std::size_t>(whole.shape[0]);
+  const std::size_t width = columns / degree;
+  for (std::size_t i = 0; i < rows; ++i) run(i * columns + rank * width, i * width, width);
+}
+
+template <class Run>
+void for_each_slice_run(const ParamLayout& whole, const ParamLayout& slice, TensorSplit split, Run&& run) {
+  const auto wholes = whole.all_tensors(), slices = slice.all_tensors();
+  for (std::size_t i = 0; i < slices.size(); ++i)
+    for_each_tensor_run(*wholes[i], *slices[i], split, [&](std::size_t w, std::size_t s, std::size_t n) {
+      run(wholes[i]->offset + w, slices[i]->offset + s, n);
+    });
+}
 
 }  // namespace st
