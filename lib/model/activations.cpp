@@ -22,45 +22,61 @@ const char* recompute_name(Recompute recompute) {
 
 namespace {
 
+// The vocabulary-parallel cross-entropy's scratch on a rank of a tensor-parallel group of
+// `tensor` ranks: its slice's statistics (3 N), everyone's gathered (3 N tensor), the rows' max
+// and sum (2 N). None without tensor parallelism.
+std::size_t logit_slice_scratch(std::size_t N, int tensor) {
+  return tensor > 1 ? (3 + 3 * static_cast<std::size_t>(tensor) + 2) * N : 0;
+}
+
 ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                      int heads_at_once) {
+                                      int heads_at_once, int tensor) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  // A rank of a tensor-parallel group holds its heads (A = its share of C) and its share of the
+  // MLP width (H) and of the vocabulary (V); the residual stream (C) is whole on every rank.
+  const std::size_t split = static_cast<std::size_t>(tensor);
+  const std::size_t A = C / split, H = 4 * C / split, V = static_cast<std::size_t>(shape.padded_vocab) / split;
   const std::size_t T = shape.seq_len, block = T * T;
-  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * block;
+  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * (shape.n_head / tensor) * block;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once) * block;
-  // A block computes ln1 (N C) and its statistics (2 N), qkv (3 N C), the attention
-  // probabilities, atty, res2, ln2 (N C each, 2 N statistics), fch and its GELU (4 N C each)
+  // A block computes ln1 (N C) and its statistics (2 N), qkv (3 N A), the attention
+  // probabilities, atty (N A), res2, ln2 (N C each, 2 N statistics), fch and its GELU (N H each)
   // and res3 (N C), its output and the next block's input.
   ActivationSizes s;
   s.blocks = shape.n_layer;
   switch (recompute) {
     case Recompute::none:
-      s.per_block = 16 * N * C + 4 * N + kept_probs;
+      s.per_block = 4 * N * C + 4 * N * A + 2 * N * H + 4 * N + kept_probs;
       break;
     case Recompute::selective:  // no probabilities, no GELU output
-      s.per_block = 12 * N * C + 4 * N;
+      s.per_block = 4 * N * C + 4 * N * A + N * H + 4 * N;
       s.working = heads;
       break;
     case Recompute::full:  // the output only; one block's worth, less its output and GELU, to recompute into
       s.per_block = N * C;
-      s.working = 11 * N * C + 4 * N + heads;
+      s.working = 3 * N * C + 4 * N * A + N * H + 4 * N + heads;
       break;
   }
-  // The embedding output (x0), final norm (N C, 2 N), logits (N Vp), losses (N), the projection
-  // output (tmp), then the backward scratch every block reuses: dres, dtmp, datty (N C each),
-  // dqkv (3 N C), the probabilities' gradient (one block per head in flight), and two of the
-  // MLP's width (4 N C each; the recomputed GELU output goes to the second).
-  s.shared = N * C + N * C + 2 * N + N * static_cast<std::size_t>(shape.padded_vocab) + N + N * C + 3 * N * C +
-             3 * N * C + heads + 2 * 4 * N * C;
+  // The embedding output (x0), final norm (N C, 2 N), logits (N V), losses (N), the projection
+  // output (tmp), then the backward scratch every block reuses: dres, dtmp (N C each), datty
+  // (N A), dqkv (3 N A), the probabilities' gradient (one block per head in flight), and two of
+  // the MLP's width (N H each; the recomputed GELU output goes to the second).
+  s.shared = N * C + N * C + 2 * N + N * V + N + N * C + 2 * N * C + N * A + 3 * N * A + heads + 2 * N * H +
+             logit_slice_scratch(N, tensor);
   return s;
 }
 
 ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                       int heads_at_once, bool device) {
+                                       int heads_at_once, bool device, int tensor) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
-  const std::size_t W = shape.qkv_width(), F = shape.hidden();
+  // On a rank of a tensor-parallel group: its share of the heads (q's A = C / tensor wide, and
+  // W of q, k and v), of the MLP width (F) and of the vocabulary (V).
+  const std::size_t split = static_cast<std::size_t>(tensor);
+  const std::size_t W = static_cast<std::size_t>(shape.qkv_width()) / split, F = static_cast<std::size_t>(shape.hidden()) / split;
+  const std::size_t A = C / split, V = static_cast<std::size_t>(shape.padded_vocab) / split;
+  const int heads_here = static_cast<int>(shape.n_head) / tensor, kv_here = static_cast<int>(shape.kv_heads()) / tensor;
   const std::size_t T = shape.seq_len, block = T * T;
-  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * block;
+  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * heads_here * block;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once) * block;
   // A block computes attn_norm (N C, N statistics), qkv (N W, q and k rotated in place), the
   // attention probabilities, atty, res2, mlp_norm (N C each, N statistics), the gate and up
@@ -69,33 +85,33 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
   s.blocks = shape.n_layer;
   switch (recompute) {
     case Recompute::none:
-      s.per_block = 5 * N * C + N * W + 3 * N * F + 2 * N + kept_probs;
+      s.per_block = 4 * N * C + N * A + N * W + 3 * N * F + 2 * N + kept_probs;
       break;
     case Recompute::selective:  // no probabilities, no SwiGLU product
-      s.per_block = 5 * N * C + N * W + 2 * N * F + 2 * N;
+      s.per_block = 4 * N * C + N * A + N * W + 2 * N * F + 2 * N;
       s.working = heads;
       break;
     case Recompute::full:  // the output only; one block's worth, less its output and product
       s.per_block = N * C;
-      s.working = 4 * N * C + N * W + 2 * N * F + 2 * N + heads;
+      s.working = 3 * N * C + N * A + N * W + 2 * N * F + 2 * N + heads;
       break;
   }
-  // x0, the final norm (N C, N), logits (N Vp), losses (N), tmp, then the backward scratch:
-  // dres, dtmp, datty (N C each), dqkv (N W), the probabilities' gradient, two of the MLP's width
-  // (2 N F each; the recomputed product goes to the second), and where the backend folds
-  // grouped-query gradients (the host), the per-query-head gradient it folds from (3 N C).
-  s.shared = N * C + N * C + N + N * static_cast<std::size_t>(shape.padded_vocab) + N + N * C + 3 * N * C + N * W +
-             heads + 2 * 2 * N * F +
-             grouped_gradient_elements(device, N, C, static_cast<int>(shape.n_head), static_cast<int>(shape.kv_heads()));
+  // x0, the final norm (N C, N), logits (N V), losses (N), tmp, then the backward scratch:
+  // dres, dtmp (N C each), datty (N A), dqkv (N W), the probabilities' gradient, two of the
+  // MLP's width (2 N F each; the recomputed product goes to the second), and where the backend
+  // folds grouped-query gradients (the host), the per-query-head gradient it folds from (3 N A).
+  s.shared = N * C + N * C + N + N * V + N + N * C + 2 * N * C + N * A + N * W + heads + 2 * 2 * N * F +
+             grouped_gradient_elements(device, N, static_cast<int>(A), heads_here, kv_here) +
+             logit_slice_scratch(N, tensor);
   return s;
 }
 
 }  // namespace
 
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device) {
-  return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device)
-                                   : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once);
+                                 bool device, int tensor) {
+  return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device, tensor)
+                                   : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once, tensor);
 }
 
 double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute) {

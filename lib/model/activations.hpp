@@ -33,8 +33,9 @@ struct ActivationSizes {
   std::int64_t blocks = 0;
   std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
 };
+// `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them).
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device);
+                                 bool device, int tensor = 1);
 
 // FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
 // leave them out, as is usual).

@@ -11,11 +11,14 @@ namespace st {
 
 
 template <class Real>
-Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute)
-    : Model<Real>(shape, exec, recompute),
+Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor)
+    : Model<Real>(shape, exec, recompute, tensor),
       k_(layer_kernels_of<Real>(exec)),
       max_batch_(max_batch),
-      heads_at_once_(k_.attention_heads_at_once(max_batch, static_cast<int>(shape.n_head))) {
+      heads_(static_cast<int>(shape.n_head) / tensor.split.degree),
+      attn_width_(static_cast<int>(shape.d_model) / tensor.split.degree),
+      mlp_width_(4 * static_cast<int>(shape.d_model) / tensor.split.degree),
+      heads_at_once_(k_.attention_heads_at_once(max_batch, heads_)) {
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
   const auto& segments = layout_.segments();
@@ -34,11 +37,12 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
 
   // Carved by the sizes activation_sizes counts (the blocks' own, the working set, the rest); the
   // check at the end ties the two together.
-  const ActivationSizes sizes =
-      activation_sizes(shape, max_batch, recompute, heads_at_once_, exec.space() != MemorySpace::host);
+  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_,
+                                                 exec.space() != MemorySpace::host, tensor.split.degree);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  const std::size_t A = static_cast<std::size_t>(attn_width_), H = static_cast<std::size_t>(mlp_width_);
   const std::size_t T = shape.seq_len;
-  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * T * T;
+  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(heads_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
   acts_ = exec.allocate(sizes.total() * sizeof(Real));
   Real* cursor = acts_.as<Real>().data();
@@ -52,19 +56,19 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
     a.ln1 = take(N * C);
     a.ln1_mean = take(N);
     a.ln1_rstd = take(N);
-    a.qkv = take(3 * N * C);
+    a.qkv = take(3 * N * A);
     a.att = keep_probs ? take(kept_probs) : nullptr;
-    a.atty = take(N * C);
+    a.atty = take(N * A);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
     a.ln2_mean = take(N);
     a.ln2_rstd = take(N);
-    a.fch = take(4 * N * C);
+    a.fch = take(N * H);
   };
   block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
-    a.fch_gelu = recompute == Recompute::none ? take(4 * N * C) : nullptr;
+    a.fch_gelu = recompute == Recompute::none ? take(N * H) : nullptr;
     a.res3 = take(N * C);
   }
   if (recompute == Recompute::full) {
@@ -81,16 +85,18 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   lnf_ = take(N * C);
   lnf_mean_ = take(N);
   lnf_rstd_ = take(N);
-  logits_ = take(N * shape.padded_vocab);
+  logits_ = take(N * static_cast<std::size_t>(this->vocab_rows()));
   losses_ = take(N);
   tmp_ = take(N * C);
   dres_ = take(N * C);
   dtmp_ = take(N * C);
-  datty_ = take(N * C);
-  dqkv_ = take(3 * N * C);
+  datty_ = take(N * A);
+  dqkv_ = take(3 * N * A);
   dprobs_ = take(heads);
-  d4c_a_ = take(4 * N * C);
-  d4c_b_ = take(4 * N * C);
+  d4c_a_ = take(N * H);
+  d4c_b_ = take(N * H);
+  const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
+  cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
@@ -105,9 +111,10 @@ Gpt2<Real>::~Gpt2() = default;
 
 template <class Real>
 void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
-  ST_REQUIRE(params.size() == layout_.total(), "parameter buffer does not match the layout");
+  const ParamLayout& layout = this->whole_layout();
+  ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(shape_.n_layer));
-  for (const TensorSlot* t : layout_.all_tensors()) {
+  for (const TensorSlot* t : layout.all_tensors()) {
     Real* p = params.data() + t->offset;
     // Each tensor draws from its own stream, so adding a tensor does not change the others.
     NormalStream normal(seed, hash_name(t->name));
@@ -129,7 +136,7 @@ void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
     }
   }
   // Padded vocabulary rows are never looked up or predicted.
-  Real* wte = params.data() + wte_;
+  Real* wte = params.data() + layout.tensor("wte").offset;
   std::fill(wte + shape_.vocab_size * shape_.d_model, wte + shape_.padded_vocab * shape_.d_model, Real(0));
 }
 
@@ -137,9 +144,7 @@ template <class Real>
 double Gpt2<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
   forward_to_logits(buffers, tokens, targets, B, T);
   const int N = B * T;
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_at_ : nullptr,
-                                                              N, V, Vp);
+  const double total = this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_);
   return targets ? total / N : 0.0;
 }
 
@@ -147,11 +152,7 @@ template <class Real>
 std::vector<Real> Gpt2<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
   FlatBuffers<Real> flat(layout_, params);
   forward_to_logits(flat, tokens, nullptr, B, T);
-  const std::size_t rows = static_cast<std::size_t>(B) * T, V = static_cast<std::size_t>(shape_.vocab_size);
-  const std::size_t Vp = static_cast<std::size_t>(shape_.padded_vocab);
-  std::vector<Real> out(rows * V);
-  for (std::size_t r = 0; r < rows; ++r) exec_.download(out.data() + r * V, logits_ + r * Vp, V * sizeof(Real));
-  return out;
+  return this->whole_logits_on_host(logits_, static_cast<std::size_t>(B) * T);
 }
 
 template <class Real>
@@ -161,16 +162,18 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   B_ = B;
   T_ = T;
   const int N = B * T, C = static_cast<int>(shape_.d_model);
-  const int Vp = static_cast<int>(shape_.padded_vocab);
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
-  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(N) * sizeof(int));
+  this->upload_slice_tokens(tokens_at_, tokens, N);
   if (targets) exec_.upload(targets_at_, targets, static_cast<std::size_t>(N) * sizeof(int));
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again
-  k_.encoder_forward(x0_, tokens_at_, E + wte_, E + wpe_, B, T, C);
+  // A vocabulary slice looks up the tokens it holds; the group sums the slices' rows, the
+  // positions added once.
+  k_.encoder_forward(x0_, tokens_at_, E + wte_, row_parallel_bias(E + wpe_), B, T, C);
+  this->sum_over_tensor_group(x0_, static_cast<std::size_t>(N) * C);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
@@ -182,24 +185,28 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, N, C);
   buffers.after_forward(last);
-  // LM head tied to the token embedding.
-  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, Vp);
+  // LM head tied to the token embedding (this rank's slice of the vocabulary).
+  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, this->vocab_rows());
   buffers.after_forward(0);
 }
 
 template <class Real>
 void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
-  const int B = B_, T = T_, N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const int B = B_, T = T_, N = B * T, C = static_cast<int>(shape_.d_model), NH = heads_;
+  const int A = attn_width_, H = mlp_width_;
+  const std::size_t NC = static_cast<std::size_t>(N) * C, NH4 = static_cast<std::size_t>(N) * H;
 
   // The loss is the mean over N tokens.
-  k_.softmax_cross_entropy_backward(logits_, targets_at_, N, V, Vp, loss_scale / static_cast<Real>(N));
+  this->cross_entropy_backward(logits_, targets_at_, N, loss_scale / static_cast<Real>(N));
   buffers.before_backward(0);  // the embeddings: the LM head now, the encoder at the very end
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
-  k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_, lnf_, E + wte_, N, C, Vp, false);
+  // Under tensor parallelism every input gradient of a split layer is a partial sum over the
+  // group's slices: summed before the replicated layer below it uses it.
+  k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_, lnf_, E + wte_, N, C, this->vocab_rows(),
+                     false);
+  this->sum_over_tensor_group(dtmp_, NC);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
   const Real* F = buffers.params(last);
@@ -220,16 +227,18 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     // parameters are those before_backward gathered anyway): its whole forward but the output,
     // or only the GELU output. The attention probabilities come back inside attention_backward.
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
-    else if (recompute_ == Recompute::selective) k_.gelu_forward(a.fch_gelu, a.fch, 4 * NC);
+    else if (recompute_ == Recompute::selective) k_.gelu_forward(a.fch_gelu, a.fch, NH4);
     // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
-    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, 4 * C, C, false);
-    k_.gelu_backward(d4c_b_, a.fch, d4c_a_, 4 * NC);
-    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, a.ln2, P + o.fcw, N, C, 4 * C, false);
+    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, H, C, false);
+    k_.gelu_backward(d4c_b_, a.fch, d4c_a_, NH4);
+    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, a.ln2, P + o.fcw, N, C, H, false);
+    this->sum_over_tensor_group(dtmp_, NC);
     k_.layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    k_.linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, C, C, false);
-    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, C, NH, NH);
-    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * C, false);
+    k_.linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, A, C, false);
+    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, A, NH, NH);
+    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * A, false);
+    this->sum_over_tensor_group(dtmp_, NC);
     k_.layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
     buffers.grad_ready(l + 1);
   }
@@ -241,27 +250,30 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
 template <class Real>
 void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B,
                                int T) {
-  const int N = B * T, C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const int N = B * T, C = static_cast<int>(shape_.d_model), A = attn_width_;
   const BlockOffsets& o = blocks_[l];
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
-  k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * C);
-  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C, NH, NH);
+  k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * A);
+  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, A, heads_, heads_);
   block_after_attention(l, P, in, a, output, N);
 }
 
 template <class Real>
 void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
                                        int N) {
-  const int C = static_cast<int>(shape_.d_model);
+  const int C = static_cast<int>(shape_.d_model), A = attn_width_, H = mlp_width_;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   const BlockOffsets& o = blocks_[l];
-  k_.linear_forward(tmp_, a.atty, P + o.projw, P + o.projb, N, C, C);
+  // The row-parallel projections' partial products are summed over the group.
+  k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
+  this->sum_over_tensor_group(tmp_, NC);
   k_.add(a.res2, in, tmp_, NC);
   k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
-  k_.linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, 4 * C);
-  k_.gelu_forward(a.fch_gelu, a.fch, 4 * NC);
+  k_.linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, H);
+  k_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * H);
   if (!output) return;
-  k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, P + o.fcprojb, N, 4 * C, C);
+  k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, row_parallel_bias(P + o.fcprojb), N, H, C);
+  this->sum_over_tensor_group(tmp_, NC);
   k_.add(a.res3, a.res2, tmp_, NC);
 }
 
@@ -272,18 +284,20 @@ std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const in
   ST_REQUIRE(first + count <= shape_.seq_len,
              "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +
                  " new exceed the model's " + std::to_string(shape_.seq_len));
-  const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * 3 * C;
+  const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * 3 * attn_width_;
   if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(Real));
   // Not a training pass: a backward after this would read activations of other positions.
   targets_.clear();
   B_ = 0;
   T_ = 0;
-  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(count) * sizeof(int));
+  this->upload_slice_tokens(tokens_at_, tokens, count);
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);
   // Positions first.. : the position table from row `first` on.
-  k_.encoder_forward(x0_, tokens_at_, E + wte_, E + wpe_ + static_cast<std::size_t>(first) * C, 1, count, C);
+  k_.encoder_forward(x0_, tokens_at_, E + wte_, row_parallel_bias(E + wpe_ + static_cast<std::size_t>(first) * C), 1,
+                     count, C);
+  this->sum_over_tensor_group(x0_, static_cast<std::size_t>(count) * C);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     block_decode(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], count);
@@ -296,27 +310,27 @@ std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const in
   const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C;
   k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, 1, C);
   buffers.after_forward(last);
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), 1, C, Vp);
+  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), 1, C, this->vocab_rows());
   buffers.after_forward(0);
-  k_.softmax_cross_entropy_forward(logits_, losses_, nullptr, 1, V, Vp);
+  this->cross_entropy(logits_, losses_, nullptr, 1, cross_entropy_scratch_);
   decoded_ = first + count;
-  return row_on_host(logits_);
+  return this->whole_row_on_host(logits_);
 }
 
 template <class Real>
 void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, const BlockActs& a, int count) {
-  const int C = static_cast<int>(shape_.d_model), NH = static_cast<int>(shape_.n_head);
+  const int C = static_cast<int>(shape_.d_model), A = attn_width_, NH = heads_;
   const BlockOffsets& o = blocks_[l];
-  Real* cache = decode_cache_.template as<Real>().data() + l * static_cast<std::size_t>(shape_.seq_len) * 3 * C;
+  const std::size_t row = 3 * static_cast<std::size_t>(A);
+  Real* cache = decode_cache_.template as<Real>().data() + l * static_cast<std::size_t>(shape_.seq_len) * row;
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, count, C);
-  k_.linear_forward(cache + static_cast<std::size_t>(decoded_) * 3 * C, a.ln1, P + o.qkvw, P + o.qkvb, count, C,
-                    3 * C);
+  k_.linear_forward(cache + static_cast<std::size_t>(decoded_) * row, a.ln1, P + o.qkvw, P + o.qkvb, count, C,
+                    3 * A);
   if (decoded_ == 0) {
     // A prompt from position 0 is a causal block like training's: its banded matmul kernel.
-    k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, C, NH, NH);
+    k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, A, NH, NH);
   } else {
-    k_.attention_rows(a.atty, cache, decoded_, count, C, NH, NH);
+    k_.attention_rows(a.atty, cache, decoded_, count, A, NH, NH);
   }
   block_after_attention(l, P, in, a, true, count);
 }
@@ -324,16 +338,7 @@ void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, cons
 template <class Real>
 std::span<const Real> Gpt2<Real>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
-  return row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab);
-}
-
-template <class Real>
-std::span<const Real> Gpt2<Real>::row_on_host(const Real* row) const {
-  const std::size_t V = static_cast<std::size_t>(shape_.vocab_size);
-  if (exec_.space() == MemorySpace::host) return {row, V};
-  probs_row_.resize(V);
-  exec_.download(probs_row_.data(), row, V * sizeof(Real));
-  return probs_row_;
+  return this->whole_row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * this->vocab_rows());
 }
 
 template class Gpt2<float>;

@@ -22,7 +22,10 @@ class Gpt2 final : public Model<Real> {
  public:
   // Activations in `exec`'s memory space, kernels of that backend (double: the host only);
   // what backward recomputes rather than keeps (model/activations.hpp).
-  Gpt2(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
+  // With an active tensor group, this rank's slice (model/model.hpp TensorGroup): its heads, its
+  // share of the MLP width and of the vocabulary.
+  Gpt2(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none,
+       TensorGroup tensor = {});
   // Out of line: inlined into callers, GCC 12 warns falsely about freeing its vectors.
   ~Gpt2() override;
 
@@ -60,12 +63,16 @@ class Gpt2 final : public Model<Real> {
   // Block l's forward for `count` new positions of the decoded sequence, their q, k, v rows
   // written into the layer's cache.
   void block_decode(std::size_t l, const Real* P, const Real* in, const BlockActs& a, int count);
-  // A row of logits_ as probabilities on the host (a device's copied into probs_row_).
-  std::span<const Real> row_on_host(const Real* row) const;
+  // The bias a row-parallel projection adds: on the group's first rank only, as the group sums
+  // the partial products after it.
+  const Real* row_parallel_bias(const Real* bias) const { return tensor_.split.rank == 0 ? bias : nullptr; }
   AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
 
   LayerKernels<Real>& k_;
   int max_batch_;
+  // This rank's share of the layers (all of them without tensor parallelism): attention heads
+  // and their width, the MLP's width.
+  int heads_, attn_width_, mlp_width_;
   int heads_at_once_;
   // Offsets within the owning segment: embeddings (wte, wpe), final norm (lnf), blocks.
   std::size_t wte_, wpe_, lnfw_, lnfb_;
@@ -74,6 +81,7 @@ class Gpt2 final : public Model<Real> {
   Memory acts_;  // every activation, one allocation
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *tmp_;
+  Real* cross_entropy_scratch_ = nullptr;  // the vocabulary-parallel cross-entropy's (tensor parallelism)
   // backward scratch
   Real *dres_, *dtmp_, *datty_, *dqkv_, *d4c_a_, *d4c_b_;
   Real* probs_ = nullptr;   // attention probabilities in flight, when blocks do not keep them
@@ -82,13 +90,13 @@ class Gpt2 final : public Model<Real> {
   std::vector<int> tokens_, targets_;  // copies from the last forward
   Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
   int *tokens_at_ = nullptr, *targets_at_ = nullptr;
-  mutable std::vector<Real> probs_row_;  // probs() of a device run, copied to the host
   int B_ = 0, T_ = 0;
 
   // Decoding (decode_cache_): per layer seq_len rows of q, k, v as the qkv matmul writes them (q
   // is kept too, so the matmul writes straight into the cache and the attention reads it with no
   // copy).
   using Model<Real>::shape_;
+  using Model<Real>::tensor_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;
   using Model<Real>::recompute_;

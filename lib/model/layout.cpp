@@ -13,10 +13,8 @@ void ParamLayout::add_segment(const std::string& name, const std::vector<TensorS
   for (const TensorSpec& t : tensors) {
     const auto size = static_cast<std::size_t>(
         std::accumulate(t.shape.begin(), t.shape.end(), std::int64_t{1}, std::multiplies<>()));
-    std::vector<std::int64_t> parts = t.parts;
-    if (t.split != SplitDim::none && parts.empty())  // one part: the whole tensor's dimension
-      parts.push_back(t.shape[t.split == SplitDim::rows ? 0 : 1]);
-    segment.tensors.push_back({t.name, total_, size, t.shape, t.role, t.split, std::move(parts)});
+    ST_REQUIRE((t.split == SplitDim::none) == t.parts.empty(), "a split tensor names its parts, a whole one none");
+    segment.tensors.push_back({t.name, total_, size, t.shape, t.role, t.split, t.parts});
     total_ += size;
     segment.size += size;
   }
@@ -90,7 +88,7 @@ ParamLayout make_gpt2_layout(const ModelShape& s, TensorSplit t) {
   using D = SplitDim;
   const std::int64_t C = s.d_model;
   ParamLayout layout;
-  layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows},
+  layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows, {s.padded_vocab}},
                                     {"wpe", {s.seq_len, C}, R::embedding}});
   for (std::int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
@@ -99,13 +97,13 @@ ParamLayout make_gpt2_layout(const ModelShape& s, TensorSplit t) {
                         {p + "ln1.b", {C}, R::norm},
                         {p + "attn.qkv.w", {shares({C, C, C}, t), C}, R::matrix, D::rows, {C, C, C}},
                         {p + "attn.qkv.b", {shares({C, C, C}, t)}, R::bias, D::rows, {C, C, C}},
-                        {p + "attn.proj.w", {C, share(C, t)}, R::matrix, D::columns},
+                        {p + "attn.proj.w", {C, share(C, t)}, R::matrix, D::columns, {C}},
                         {p + "attn.proj.b", {C}, R::bias},
                         {p + "ln2.w", {C}, R::norm},
                         {p + "ln2.b", {C}, R::norm},
-                        {p + "mlp.fc.w", {share(4 * C, t), C}, R::matrix, D::rows},
-                        {p + "mlp.fc.b", {share(4 * C, t)}, R::bias, D::rows},
-                        {p + "mlp.proj.w", {C, share(4 * C, t)}, R::matrix, D::columns},
+                        {p + "mlp.fc.w", {share(4 * C, t), C}, R::matrix, D::rows, {4 * C}},
+                        {p + "mlp.fc.b", {share(4 * C, t)}, R::bias, D::rows, {4 * C}},
+                        {p + "mlp.proj.w", {C, share(4 * C, t)}, R::matrix, D::columns, {4 * C}},
                         {p + "mlp.proj.b", {C}, R::bias}});
   }
   layout.add_segment("final_norm", {{"lnf.w", {C}, R::norm}, {"lnf.b", {C}, R::norm}});
@@ -118,21 +116,21 @@ ParamLayout make_llama_layout(const ModelShape& s, TensorSplit t) {
   const std::int64_t C = s.d_model, F = s.hidden(), KV = s.kv_heads() * s.head_dim();
   ParamLayout layout;
   if (s.tie_embeddings) {
-    layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows}});
+    layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows, {s.padded_vocab}}});
   } else {
     // The LM head sits with the embedding: both are held for the whole pass, as the tied one is.
-    layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows},
-                                      {"lm_head.w", {share(s.padded_vocab, t), C}, R::matrix, D::rows}});
+    layout.add_segment("embeddings", {{"wte", {share(s.padded_vocab, t), C}, R::embedding, D::rows, {s.padded_vocab}},
+                                      {"lm_head.w", {share(s.padded_vocab, t), C}, R::matrix, D::rows, {s.padded_vocab}}});
   }
   for (std::int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "block" + std::to_string(l) + ".";
     layout.add_segment("block" + std::to_string(l),
                        {{p + "attn_norm.w", {C}, R::norm},
                         {p + "attn.qkv.w", {shares({C, KV, KV}, t), C}, R::matrix, D::rows, {C, KV, KV}},
-                        {p + "attn.proj.w", {C, share(C, t)}, R::matrix, D::columns},
+                        {p + "attn.proj.w", {C, share(C, t)}, R::matrix, D::columns, {C}},
                         {p + "mlp_norm.w", {C}, R::norm},
                         {p + "mlp.gate_up.w", {shares({F, F}, t), C}, R::matrix, D::rows, {F, F}},
-                        {p + "mlp.down.w", {C, share(F, t)}, R::matrix, D::columns}});
+                        {p + "mlp.down.w", {C, share(F, t)}, R::matrix, D::columns, {F}}});
   }
   layout.add_segment("final_norm", {{"lnf.w", {C}, R::norm}});
   return layout;

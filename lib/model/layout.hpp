@@ -98,7 +98,7 @@ struct TensorSlot {
   SplitDim split = SplitDim::none;  // under tensor parallelism (make_layout with a split)
   // The stacked parts along the split dimension, as sizes in the whole tensor: a fused
   // projection splits each of its parts alike (q, k and v's rows; gate's and up's), so that a
-  // rank holds whole heads of each. One part (the whole dimension) otherwise.
+  // rank holds whole heads of each. One part (the whole dimension) otherwise; none unsplit.
   std::vector<std::int64_t> parts;
 };
 
@@ -110,7 +110,8 @@ struct Segment {
 };
 
 // A tensor as a layout is built from it: its shape on this rank, its role, and how tensor
-// parallelism splits it (the parts as sizes of the whole tensor; empty: one part).
+// parallelism splits it (the parts along the split dimension as sizes in the whole tensor; none
+// for a tensor every rank holds whole).
 struct TensorSpec {
   std::string name;
   std::vector<std::int64_t> shape;

@@ -10,8 +10,8 @@
 namespace st {
 
 template <class Real>
-Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute)
-    : Model<Real>(shape, exec, recompute),
+Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor)
+    : Model<Real>(shape, exec, recompute, tensor),
       k_(layer_kernels_of<Real>(exec)),
       max_batch_(max_batch),
       heads_at_once_(k_.attention_heads_at_once(max_batch, static_cast<int>(shape.n_head))),
@@ -22,6 +22,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
       W_(static_cast<int>(shape.qkv_width())),
       F_(static_cast<int>(shape.hidden())) {
   ST_REQUIRE(shape.arch == Arch::llama, "Llama built from a shape of another architecture");
+  if (tensor.active()) throw Error("model.arch = \"llama\" does not run with parallel.tensor > 1 yet; use gpt2 or parallel.tensor = 1");
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(NH_ % NKV_ == 0, "n_kv_head must divide n_head");
   ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");

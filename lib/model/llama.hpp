@@ -20,7 +20,8 @@ namespace st {
 template <class Real>
 class Llama final : public Model<Real> {
  public:
-  Llama(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none);
+  Llama(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none,
+        TensorGroup tensor = {});
   ~Llama() override;
 
   using Model<Real>::forward;

@@ -11,12 +11,24 @@
 #include <span>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "exec/exec.hpp"
 #include "model/activations.hpp"
 #include "model/hooks.hpp"
 #include "model/layout.hpp"
 
 namespace st {
+
+// The model's tensor-parallel group (Megatron's scheme, model/layout.hpp SplitDim): this rank's
+// split of every layer and the communicator over the group's ranks, which sums the partial
+// products of the row-parallel projections and the vocabulary slices' embeddings, and gathers
+// the slices' cross-entropy statistics. Without a split (one rank) there is no communicator and
+// the model is computed whole.
+struct TensorGroup {
+  TensorSplit split;
+  Communicator* comm = nullptr;
+  bool active() const { return split.active(); }
+};
 
 template <class Real>
 class Model {
@@ -26,13 +38,22 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelShape& shape() const { return shape_; }
+  // This rank's parameters: the whole model's layout, or under tensor parallelism its slice of
+  // every layer (make_layout(shape, split)). Strategies shard and reduce this layout.
   const ParamLayout& layout() const { return layout_; }
+  // The whole model's layout (make_layout(shape)): what init_params fills and checkpoints hold.
+  const ParamLayout& whole_layout() const { return whole_layout_; }
+  const TensorGroup& tensor_group() const { return tensor_; }
+  // This rank's slice of whole parameters (or gradients) laid out as whole_layout(): a copy of
+  // them without tensor parallelism.
+  std::vector<Real> slice_of(std::span<const Real> whole) const;
   Recompute recompute() const { return recompute_; }
   virtual std::size_t activation_bytes() const = 0;
   Exec& exec() const { return exec_; }
 
-  // The architecture's initialisation (on the host, whatever the backend); padded vocabulary
-  // rows 0.
+  // The architecture's initialisation of the whole model (whole_layout(), on the host, whatever
+  // the backend); padded vocabulary rows 0. A rank of a tensor-parallel group keeps its
+  // slice_of() them, so that every split starts from the same model.
   virtual void init_params(std::span<Real> params, std::uint64_t seed) const = 0;
 
   // tokens and targets are B x T (T <= seq_len). Returns the mean loss over B x T (0 without
@@ -41,7 +62,7 @@ class Model {
   // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
   virtual void backward(SegmentBuffers<Real>& buffers, Real loss_scale) = 0;
 
-  // The same over whole flat buffers.
+  // The same over the rank's flat buffers (layout()).
   double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T) {
     FlatBuffers<Real> flat(layout_, params);
     return forward(flat, tokens, targets, B, T);
@@ -84,22 +105,57 @@ class Model {
   }
 
  protected:
-  Model(const ModelShape& shape, Exec& exec, Recompute recompute)
-      : shape_(shape), layout_(make_layout(shape)), exec_(exec), recompute_(recompute) {}
+  Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor);
+
+  // ---- tensor parallelism: what both architectures do alike (each a plain step when the group is
+  // one rank) ----
+  // The rows of the token table and LM head this rank holds, the first token among them, and how
+  // many of them are real tokens (the padding sits in the last slices).
+  int vocab_rows() const { return static_cast<int>(shape_.padded_vocab) / tensor_.split.degree; }
+  int vocab_first() const { return tensor_.split.rank * vocab_rows(); }
+  int vocab_real() const;
+  // The elements logit_slice_scratch needs: carved by the architecture with its activations.
+  static std::size_t cross_entropy_scratch(std::size_t rows, int degree);
+  // `tokens` as this rank's slice of the token table numbers them (a token another rank holds
+  // becomes -1: the encoder looks it up as zeros), uploaded to `to` (count ints).
+  void upload_slice_tokens(int* to, const int* tokens, int count);
+  // Sums the group's partial results in place (the row-parallel projections' outputs, the
+  // input gradients of the column-parallel ones).
+  void sum_over_tensor_group(Real* data, std::size_t count);
+  // Softmax and cross-entropy over `rows` rows of logits (vocab_rows() columns each: this rank's
+  // slice), in place to probabilities; losses per row; returns their sum (0 without targets).
+  // `scratch`: cross_entropy_scratch(rows) elements.
+  double cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch);
+  // probabilities -> d(loss)/d(logits) x scale, in place.
+  void cross_entropy_backward(Real* probs, const int* targets, int rows, Real scale);
+  // A row of probabilities (vocab_rows() of them) as vocab_size entries of the whole vocabulary
+  // on the host: the group's slices gathered.
+  std::span<const Real> whole_row_on_host(const Real* row) const;
+  // Rows of logits of this rank's slice as whole rows of vocab_size entries on the host.
+  std::vector<Real> whole_logits_on_host(const Real* logits, std::size_t rows) const;
 
   ModelShape shape_;
+  TensorGroup tensor_;
   ParamLayout layout_;
+  ParamLayout whole_layout_;
   Exec& exec_;
   Recompute recompute_;
   Memory decode_cache_;  // the keys and values (and queries) of the positions decoded so far
   int decoded_ = 0;
+
+ private:
+  LayerKernels<Real>& kernels_;
+  std::vector<int> slice_tokens_;
+  mutable Memory gather_memory_;  // whole rows gathered from the group's slices
+  mutable std::vector<Real> whole_row_;
 };
 
 // The model of shape.arch, its activations for micro-batches of up to max_batch sequences in
 // exec's memory space. Throws Error for an architecture the backend has no kernels for.
+// With an active tensor group: this rank's slice of the model (Model::layout()).
 template <class Real>
 std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec = host_exec(),
-                                        Recompute recompute = Recompute::none);
+                                        Recompute recompute = Recompute::none, TensorGroup tensor = {});
 
 // The backend's layer kernels for Real: exec's for float; the host's for double (gradient checks,
 // which run on the host only).

@@ -46,6 +46,9 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
       pool_(exec),
       float_pool_(exec) {
   ST_REQUIRE(layout.total() == shards_.flat_total(), "the parallel plan was made for another layout");
+  if (settings_.tensor)
+    for (const TensorSlot* t : layout.all_tensors())
+      if (t->split == SplitDim::none) replicated_.emplace_back(t->offset, t->offset + t->size);
   ST_REQUIRE(group.size() == plan_.mesh().shards, "the sharding group is not the plan's");
   ST_REQUIRE((replicas ? replicas->size() : 1) == plan_.mesh().replicas, "the replicas are not the plan's");
   // Every buffer as the plan sizes it: full (padded, so that a segment is one collective) or
@@ -408,16 +411,43 @@ void ShardedStrategy<T>::finish_grads() {
 }
 
 template <class T>
+double ShardedStrategy<T>::owned_squares(std::size_t s) {
+  const std::span<T> grads = grad_slice(s);
+  if (!settings_.tensor) return exec_.sum_squares(Buffer::of(grads));
+  // The tensor group's slices partition the split tensors; the whole ones are the same on every
+  // rank of the group and count once, on its first rank.
+  const std::size_t begin = owned_flat(s), end = begin + grads.size();
+  const bool first = settings_.tensor->rank() == 0;
+  double sum = 0;
+  std::size_t at = begin;
+  auto add = [&](std::size_t from, std::size_t to) {
+    if (to > from) sum += exec_.sum_squares(Buffer::of(grads.subspan(from - begin, to - from)));
+  };
+  for (const auto& [r_begin, r_end] : replicated_) {
+    const std::size_t lo = std::max(r_begin, begin), hi = std::min(r_end, end);
+    if (lo >= hi) continue;
+    add(at, lo);
+    if (first) add(lo, hi);
+    at = hi;
+  }
+  add(at, end);
+  return sum;
+}
+
+template <class T>
 double ShardedStrategy<T>::grad_norm_squared() {
   double sum = 0;
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s) sum += exec_.sum_squares(Buffer::of(grad_slice(s)));
-  // The shards of a group partition the gradient; replicas hold the same shards. The sum goes
-  // through the backend's memory: a device communicator reduces device buffers only.
-  if (plan_.optimizer_sharded() && group_.size() > 1) {
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) sum += owned_squares(s);
+  // The shards of a group partition the gradient; replicas hold the same shards; the tensor
+  // group's ranks hold the slices of each layer. The sum goes through the backend's memory: a
+  // device communicator reduces device buffers only.
+  const bool over_group = plan_.optimizer_sharded() && group_.size() > 1;
+  if (over_group || settings_.tensor) {
     double* at = norm_memory_.as<double>().data();
     exec_.upload(at, &sum, sizeof sum);
-    const void* ready = exec_.before_communication();
-    group_.all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
+    if (over_group) group_.all_reduce(Buffer::of(std::span<double>(at, 1), exec_.before_communication()), ReduceOp::sum);
+    if (settings_.tensor)
+      settings_.tensor->all_reduce(Buffer::of(std::span<double>(at, 1), exec_.before_communication()), ReduceOp::sum);
     exec_.download(&sum, at, sizeof sum);
   }
   return sum;

@@ -43,6 +43,11 @@ struct ShardingSettings {
   // the parameters are read into stays, reported as parameters). Backward, the optimizer and
   // checkpoint writes are refused.
   bool parameters_only = false;
+  // Under tensor parallelism: the group whose ranks hold the other slices of each layer (the
+  // strategy then shards and reduces this rank's slice over the data-parallel ranks, and the
+  // gradient norm adds the group's slices, counting the tensors every rank holds once). Null:
+  // no tensor parallelism.
+  Communicator* tensor = nullptr;
 };
 
 template <class T>
@@ -131,6 +136,10 @@ class ShardedStrategy final : public Strategy {
   // zero1/zero2 gather the parameters in place, each rank's chunk already in full_params_.
   Memory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
   Memory master_memory_, adam_m_memory_, adam_v_memory_, scratch_memory_;
+  // Flat ranges of the tensors every rank of the tensor group holds whole (with a tensor group):
+  // their gradients enter the norm on the group's first rank only.
+  std::vector<std::pair<std::size_t, std::size_t>> replicated_;
+  double owned_squares(std::size_t s);
   Memory norm_memory_;  // one double: the gradient norm's sum on its way through the group
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks

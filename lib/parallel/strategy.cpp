@@ -14,6 +14,7 @@ std::unique_ptr<Strategy> make_strategy(const ParallelPlan& plan, bool overlap, 
   settings.parameters_only = parameters_only;
   settings.name = name_of(plan.strategy());
   settings.overlap = overlap;
+  settings.tensor = comms.tensor;
   const bool groups = plan.grouped();
   ST_REQUIRE(!groups || (comms.group && comms.replicas), "a plan sharding within groups needs its group communicators");
   Communicator& group = groups ? *comms.group : comms.world;

@@ -84,11 +84,13 @@ class Strategy : public SegmentBuffers<float> {
   virtual std::string description() const = 0;
 };
 
-// The communicators a strategy may use: the world's collectives, and for hsdp the groups.
+// The communicators a strategy may use: the world's collectives (under tensor parallelism the
+// data-parallel ranks: those holding the same slice), for hsdp the groups, and the tensor group.
 struct StrategyComms {
   Communicator& world;
   Communicator* group = nullptr;     // hsdp: within a sharding group
   Communicator* replicas = nullptr;  // hsdp: across groups
+  Communicator* tensor = nullptr;    // tensor parallelism: the ranks holding the other slices
 };
 
 struct ExecutionOrder {

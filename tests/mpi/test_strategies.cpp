@@ -15,7 +15,9 @@
 #include <ostream>
 #include <vector>
 
+#include "comm/mpi_communicator.hpp"
 #include "comm/stack.hpp"
+#include "core/error.hpp"
 #include "comm/world.hpp"
 #include "deck/config.hpp"
 #include "model/model.hpp"
@@ -45,6 +47,9 @@ const ModelShape kLlamaShape = [] {
   return s;
 }();
 const ModelShape& shape_of(Arch arch) { return arch == Arch::llama ? kLlamaShape : kShape; }
+// Tensor parallelism over 2 and 4 ranks: heads, MLP width and padded vocabulary divide by both;
+// the 11 real tokens fill 2.75 of 4 slices, so one slice holds padding only.
+const ModelShape kTensorShape{2, 16, 4, 7, 11, 16};
 constexpr int kGlobalBatch = 24;  // sequences per step: 2 micro-batches on each of 1, 2, 3 or 4 ranks
 constexpr int kMicroBatches = 2;
 constexpr int kSteps = 4;
@@ -80,9 +85,46 @@ TrafficCounters minus(const TrafficCounters& a, const TrafficCounters& b) {
   return d;
 }
 
+// The communicators of a tensor-parallel layout of the world: consecutive groups of `degree`
+// ranks split each layer; the ranks holding the same slice (one per group) form the data-parallel
+// world the strategy runs on, with the emulated nodes' share of them per node.
+struct TensorLayout {
+  TensorLayout(World& world, int degree)
+      : tensor_comm(split(world.comm(), world.rank() / degree, world.rank())),
+        data_comm(split(world.comm(), world.rank() % degree, world.rank())),
+        data(data_comm.get(), world.emulated() ? world.local_size() / degree : 0),
+        tensor(tensor_comm.get(), TrafficLevel::intra, MpiWait::polling) {}
+  static OwnedComm split(MPI_Comm comm, int color, int key) {
+    MPI_Comm out = MPI_COMM_NULL;
+    ST_CHECK_MPI(MPI_Comm_split(comm, color, key, &out));
+    return OwnedComm(out);
+  }
+  OwnedComm tensor_comm, data_comm;
+  World data;
+  MpiCommunicator tensor;
+};
+
+// The whole model's parameters from each tensor-parallel rank's slice of them: gathered over
+// the group, each slice put where it lies in the whole layout.
+std::vector<float> whole_params(const Model<float>& model, Communicator& tensor, const std::vector<float>& slice) {
+  const int degree = tensor.size();
+  std::vector<float> all(slice.size() * static_cast<std::size_t>(degree));
+  tensor.all_gather(std::span<const float>(slice), std::span<float>(all));
+  std::vector<float> whole(model.whole_layout().total());
+  for (int r = 0; r < degree; ++r)
+    for_each_slice_run(model.whole_layout(), model.layout(), TensorSplit{degree, r},
+                       [&](std::size_t w, std::size_t s, std::size_t n) {
+                         std::copy_n(all.data() + static_cast<std::size_t>(r) * slice.size() + s, n, whole.data() + w);
+                       });
+  return whole;
+}
+
 // Trains kSteps steps of `strategy` on `world`'s ranks as the trainer does: each rank its share
-// of the global batch in kMicroBatches micro-batches, clipping, AdamW.
-Trained train(World& world, Arch arch, StrategyKind strategy, Precision precision, double bucket_mb) {
+// of the global batch in kMicroBatches micro-batches, clipping, AdamW. With tensor > 1, each
+// consecutive group of `tensor` ranks splits the layers and shares one slice of the batch, and
+// the strategy runs over the ranks holding the same slice; the parameters returned are whole.
+Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Precision precision, double bucket_mb,
+              int tensor = 1) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -90,14 +132,18 @@ Trained train(World& world, Arch arch, StrategyKind strategy, Precision precisio
   parallel.collectives = Collectives::flat;  // one ring per group: the counters count what the formulas say
   CommStack::Settings settings;
   settings.mode = Collectives::flat;
-  CommStack comms(world, settings);
-  const int ranks = world.size();
+  std::unique_ptr<TensorLayout> split;
+  if (tensor > 1) split = std::make_unique<TensorLayout>(world, tensor);
+  World& data = split ? split->data : world;
+  CommStack comms(data, settings);
+  const int ranks = data.size();
   const int per_rank = kGlobalBatch / ranks;
   const int micro = per_rank / kMicroBatches;
-  const std::unique_ptr<Model<float>> owned = make_model<float>(shape_of(arch), micro);
+  const TensorGroup group = split ? TensorGroup{{tensor, world.rank() % tensor}, &split->tensor} : TensorGroup{};
+  const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro, host_exec(), Recompute::none, group);
   Model<float>& model = *owned;
   auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision,
-                                               make_mesh(strategy, 0, ranks, world.local_size(), "test"), kMicroBatches,
+                                               make_mesh(strategy, 0, ranks, data.local_size(), "test"), kMicroBatches,
                                                bucket_mb);
   const ParallelPlan& plan = *plan_holder;
   StrategyComms strategy_comms{comms.collectives()};
@@ -106,11 +152,12 @@ Trained train(World& world, Arch arch, StrategyKind strategy, Precision precisio
     strategy_comms.group = &groups.within;
     strategy_comms.replicas = &groups.across;
   }
+  if (split) strategy_comms.tensor = &split->tensor;
   std::unique_ptr<Strategy> s = make_strategy(plan, parallel.overlap, model.layout(), {model.forward_order(), model.backward_order()},
                                               AdamWSettings{}, strategy_comms, nullptr);
-  std::vector<float> init(model.layout().total());
+  std::vector<float> init(model.whole_layout().total());
   model.init_params(init, 1234);
-  s->load_params(init);
+  s->load_params(model.slice_of(init));
 
   Trained out;
   std::vector<int> tokens(static_cast<std::size_t>(micro * kShape.seq_len)), targets(tokens.size());
@@ -121,7 +168,7 @@ Trained train(World& world, Arch arch, StrategyKind strategy, Precision precisio
     for (int m = 0; m < kMicroBatches; ++m) {
       s->begin_micro_batch(m + 1 == kMicroBatches);
       for (int b = 0; b < micro; ++b)
-        fill_sequence(step, world.rank() * per_rank + m * micro + b, tokens.data() + b * kShape.seq_len,
+        fill_sequence(step, data.rank() * per_rank + m * micro + b, tokens.data() + b * kShape.seq_len,
                       targets.data() + b * kShape.seq_len);
       model.forward(*s, tokens.data(), targets.data(), micro, static_cast<int>(kShape.seq_len));
       model.backward(*s, loss_scale);
@@ -138,6 +185,7 @@ Trained train(World& world, Arch arch, StrategyKind strategy, Precision precisio
     before = now;
   }
   out.params = s->gather_params();
+  if (split) out.params = whole_params(model, split->tensor, out.params);
   out.plan = std::move(plan_holder);
   return out;
 }
@@ -146,13 +194,22 @@ Trained train(World& world, Arch arch, StrategyKind strategy, Precision precisio
 const Trained& reference(Arch arch) {
   static const Trained gpt2 = [] {
     World self(MPI_COMM_SELF);
-    return train(self, Arch::gpt2, StrategyKind::ddp, Precision::fp32, 0);
+    return train(self, kShape, StrategyKind::ddp, Precision::fp32, 0);
   }();
   static const Trained llama = [] {
     World self(MPI_COMM_SELF);
-    return train(self, Arch::llama, StrategyKind::ddp, Precision::fp32, 0);
+    return train(self, kLlamaShape, StrategyKind::ddp, Precision::fp32, 0);
   }();
   return arch == Arch::llama ? llama : gpt2;
+}
+
+// The same on kTensorShape, the reference of tensor parallelism.
+const Trained& tensor_reference() {
+  static const Trained whole = [] {
+    World self(MPI_COMM_SELF);
+    return train(self, kTensorShape, StrategyKind::ddp, Precision::fp32, 0);
+  }();
+  return whole;
 }
 
 void expect_matches_plan(const Trained& t, const ParallelPlan& plan, const char* what) {
@@ -173,7 +230,7 @@ TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
   // ddp with small buckets: several all-reduces, each padded as the plan says.
   const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
-  const Trained t = train(world, arch(), strategy(), Precision::fp32, bucket_mb);
+  const Trained t = train(world, shape_of(arch()), strategy(), Precision::fp32, bucket_mb);
   const ParallelPlan* plan = t.plan.get();
   const Trained& ref = reference(arch());
   ASSERT_EQ(t.params.size(), ref.params.size());
@@ -199,7 +256,7 @@ TEST_P(Strategies, MatchOneRankAndSendWhatThePlanSays) {
 
 TEST_P(Strategies, MixedPrecisionSendsWhatThePlanSays) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
-  const Trained t = train(world, arch(), strategy(), Precision::bf16, 0.001);
+  const Trained t = train(world, shape_of(arch()), strategy(), Precision::bf16, 0.001);
   expect_matches_plan(t, *t.plan, "bf16");
   // bf16 rounds: close to the fp32 reference, not equal.
   double worst = 0;
@@ -217,6 +274,36 @@ INSTANTIATE_TEST_SUITE_P(EveryStrategy, Strategies,
                            return std::string(name_of(std::get<0>(param_info.param))) + "_" +
                                   arch_name(std::get<1>(param_info.param));
                          });
+
+// Tensor parallelism of degree 2 (and 4 where the world allows), each data-parallel strategy
+// over the ranks holding the same slice: parameters and gradient norms equal one rank training
+// the whole model; the data-parallel collectives send what the plan of the slice says.
+class TensorParallel : public ::testing::TestWithParam<StrategyKind> {};
+
+TEST_P(TensorParallel, MatchesOneRank) {
+  World world(MPI_COMM_WORLD, emulated_ranks_per_node());
+  const Trained& ref = tensor_reference();
+  EXPECT_GT(ref.norms.front(), kClip);
+  for (const int degree : {2, 4}) {
+    if (world.size() % degree != 0 || (world.emulated() && world.local_size() % degree != 0)) continue;
+    const double bucket_mb = GetParam() == StrategyKind::ddp ? 0.002 : 0;
+    const Trained t = train(world, kTensorShape, GetParam(), Precision::fp32, bucket_mb, degree);
+    ASSERT_EQ(t.params.size(), ref.params.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < t.params.size(); ++i)
+      worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
+    EXPECT_LT(worst, 1e-5) << "tensor " << degree << " x " << name_of(GetParam()) << " on " << world.size() << " ranks";
+    for (int step = 0; step < kSteps; ++step)
+      EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5)
+          << "tensor " << degree << ", step " << step;
+    expect_matches_plan(t, *t.plan, "tensor parallel");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStrategy, TensorParallel,
+                         ::testing::Values(StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
+                                           StrategyKind::zero3, StrategyKind::hsdp),
+                         [](const auto& param_info) { return std::string(name_of(param_info.param)); });
 
 }  // namespace
 }  // namespace st
