@@ -140,7 +140,8 @@ void build_model(LoadedModel& m, World& world, int max_batch) {
   const DeviceChoice device = choose_device(p.device, world.comm(), m.path);
   if (max_batch == 0)
     max_batch = static_cast<int>(
-        plan_batches(m.config.data, m.config.model.seq_len, world.size(), m.config.deck_path).micro_batch);
+        plan_batches(m.config.data, m.config.model.seq_len, world.size() / static_cast<int>(p.tensor), m.config.deck_path)
+            .micro_batch);
   m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
   m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16),
                                          max_batch, nullptr, ShardedModel::Use::inference);
@@ -326,11 +327,12 @@ int eval_command(const EvalRequest& r, World& world) {
   // The deck's validation data (its split of data.path, or data.val_path), or all of another file.
   const RunData data = open_run_data(c, world.comm(), !r.data.empty());
   const Split& split = data.splits.val;
-  const BatchPlan plan = plan_batches(c.data, c.model.seq_len, world.size(), c.deck_path);
+  // The data-parallel ranks split the batches (a tensor group's ranks share theirs).
+  const BatchPlan plan = plan_batches(c.data, c.model.seq_len, m.net->data_ranks(), c.deck_path);
   const std::int64_t batches = r.batches > 0 ? r.batches : c.run.eval_batches;
   BatchLoader loader(split, c.data.order, static_cast<std::uint64_t>(c.run.seed), kValStream, c.model.seq_len,
                      plan.global_batch, "validation");
-  const double loss = mean_loss(*m.net, loader, plan, world.rank(), batches);
+  const double loss = mean_loss(*m.net, loader, plan, m.net->data_rank(), batches);
   if (!world.is_root()) return kExitOk;
   const std::string source = split.data->name() + (r.data.empty() ? " (validation split" : " (all") + ", tokens " +
                              std::to_string(split.begin) + " to " + std::to_string(split.end) + ")";

@@ -37,6 +37,7 @@ class CommStack {
     std::string device_name;  // "NCCL" in the description
   };
   CommStack(const World& world, const Settings& settings);
+  const World& world() const { return world_; }
   // Blocking and non-blocking collectives, watched for hangs.
   Communicator& collectives() { return *async_; }
   // "two-level (shared memory in the node, MPI across), 2 node(s) x 2 ranks (emulated nodes)".

@@ -88,6 +88,7 @@ struct ParallelConfig {
   double inter_node_latency_us = 0.0;
   double bucket_mb = 0.0;
   std::int64_t shard_group = 0;
+  std::int64_t tensor = 1;  // ranks of a tensor-parallel group (consecutive, inside a node)
   bool overlap = true;
 };
 

@@ -365,6 +365,10 @@ class DeckParser {
       problems_.add(0, origin("data.tokenizer_pattern") + ": data.tokenizer_pattern applies to data.tokenizer = \"hf\" "
                                                           "or \"tiktoken\" only (this deck has \"" + d.tokenizer + "\")");
     const auto& p = config_.parallel;
+    if (p.tensor > 1 && p.strategy == StrategyKind::automatic)
+      problems_.add(0, origin("parallel.tensor") + ": parallel.tensor = " + std::to_string(p.tensor) +
+                           " needs a data-parallel parallel.strategy named (ddp, zero1, zero2, zero3, fsdp or hsdp); "
+                           "\"auto\" does not plan tensor parallelism");
     if (p.shard_group != 0 && p.strategy != StrategyKind::hsdp)
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "
                                                         "\"hsdp\" only (this deck has \"" + name_of(p.strategy) + "\")");

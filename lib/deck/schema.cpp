@@ -285,6 +285,13 @@ std::vector<KeySpec> build_schema() {
               "hsdp: ranks per sharding group; parameters, gradients and optimizer state are sharded inside a "
               "group and replicated across groups. 0: the ranks of a node. Must divide the world size.",
               store(&C::parallel, &ParallelConfig::shard_group)),
+      integer("parallel", "tensor", "1", 1, 65536,
+              "Tensor parallelism: ranks per group splitting every layer (Megatron's scheme: attention by heads, "
+              "the MLP by its width, the token table and LM head by vocabulary, with a cross-entropy over the "
+              "slices). A group is that many consecutive ranks, inside one node; parallel.strategy then runs over "
+              "the ranks holding the same slice (world = tensor x data-parallel ranks). Must divide the ranks per "
+              "node, n_head (and n_kv_head), the MLP width and the padded vocabulary. 1: none.",
+              store(&C::parallel, &ParallelConfig::tensor)),
       boolean("parallel", "overlap", "true",
               "Overlap communication with compute: ddp starts each bucket's all-reduce during backward, "
               "zero2/zero3/hsdp reduce-scatter segments while backward goes on, zero3/hsdp prefetch the next "

@@ -28,6 +28,40 @@ std::vector<std::size_t> successors(const std::vector<std::size_t>& order, std::
   return next;
 }
 
+// The runs of the flat range [begin, begin + count) of a tensor-parallel slice's layout in the
+// whole model's layout, in the slice's order: out(whole offset, offset into the range, count).
+// The tensors every rank of the group holds whole are left out unless `whole_tensors`.
+template <class Out>
+void runs_in_whole(const ParamLayout& whole, const ParamLayout& slice, TensorSplit split, std::size_t begin,
+                   std::size_t count, bool whole_tensors, Out&& out) {
+  const auto wholes = whole.all_tensors(), slices = slice.all_tensors();
+  const std::size_t end = begin + count;
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    const TensorSlot& t = *slices[i];
+    if (t.offset >= end || t.offset + t.size <= begin) continue;
+    if (t.split == SplitDim::none && !whole_tensors) continue;
+    for_each_tensor_run(*wholes[i], t, split, [&](std::size_t w, std::size_t s, std::size_t n) {
+      const std::size_t lo = std::max(t.offset + s, begin), hi = std::min(t.offset + s + n, end);
+      if (lo < hi) out(wholes[i]->offset + w + (lo - t.offset - s), lo - begin, hi - lo);
+    });
+  }
+}
+
+// Ranges and the memory each one goes to, sorted by where they lie in the file.
+void sort_ranges(std::vector<Strategy::StateRange>& ranges, std::vector<std::vector<float*>*> targets) {
+  std::vector<std::size_t> order(ranges.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ranges[a].offset < ranges[b].offset; });
+  std::vector<Strategy::StateRange> sorted;
+  for (const std::size_t i : order) sorted.push_back(ranges[i]);
+  ranges = std::move(sorted);
+  for (std::vector<float*>* pointers : targets) {
+    std::vector<float*> moved;
+    for (const std::size_t i : order) moved.push_back((*pointers)[i]);
+    *pointers = std::move(moved);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -46,6 +80,8 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
       pool_(exec),
       float_pool_(exec) {
   ST_REQUIRE(layout.total() == shards_.flat_total(), "the parallel plan was made for another layout");
+  ST_REQUIRE(!settings_.tensor == !settings_.whole_layout, "a tensor group's strategy needs the whole model's layout");
+  if (settings_.tensor) slice_layout_ = &layout;
   if (settings_.tensor)
     for (const TensorSlot* t : layout.all_tensors())
       if (t->split == SplitDim::none) replicated_.emplace_back(t->offset, t->offset + t->size);
@@ -619,7 +655,17 @@ std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
         at += p.count;
       }
   }
-  return pieces;
+  if (!settings_.tensor) return pieces;
+  // The file holds the whole model: each piece goes where this rank's slices lie in it.
+  const TensorSplit split{settings_.tensor->size(), settings_.tensor->rank()};
+  std::vector<StatePiece> in_whole;
+  for (const StatePiece& p : pieces)
+    runs_in_whole(*settings_.whole_layout, *slice_layout_, split, p.offset, p.count, split.rank == 0,
+                  [&](std::size_t at, std::size_t off, std::size_t n) {
+                    in_whole.push_back({at, n, p.params + off, p.m + off, p.v + off});
+                  });
+  std::sort(in_whole.begin(), in_whole.end(), [](const StatePiece& a, const StatePiece& b) { return a.offset < b.offset; });
+  return in_whole;
 }
 
 template <class T>
@@ -647,7 +693,26 @@ Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
       t.v.push_back(load_target(adam_v_.data() + opt_offset(s), owned(s)));
     }
   }
-  return t;
+  if (!settings_.tensor) return t;
+  // The file holds the whole model: each range is read from where this rank's slices lie in it.
+  const TensorSplit split{settings_.tensor->size(), settings_.tensor->rank()};
+  LoadTargets in_whole;
+  for (std::size_t i = 0; i < t.param_ranges.size(); ++i)
+    runs_in_whole(*settings_.whole_layout, *slice_layout_, split, t.param_ranges[i].offset, t.param_ranges[i].count,
+                  true, [&](std::size_t at, std::size_t off, std::size_t n) {
+                    in_whole.param_ranges.push_back({at, n});
+                    in_whole.params.push_back(t.params[i] + off);
+                  });
+  for (std::size_t i = 0; i < t.optimizer_ranges.size(); ++i)
+    runs_in_whole(*settings_.whole_layout, *slice_layout_, split, t.optimizer_ranges[i].offset,
+                  t.optimizer_ranges[i].count, true, [&](std::size_t at, std::size_t off, std::size_t n) {
+                    in_whole.optimizer_ranges.push_back({at, n});
+                    in_whole.m.push_back(t.m[i] + off);
+                    in_whole.v.push_back(t.v[i] + off);
+                  });
+  sort_ranges(in_whole.param_ranges, {&in_whole.params});
+  sort_ranges(in_whole.optimizer_ranges, {&in_whole.m, &in_whole.v});
+  return in_whole;
 }
 
 template <class T>

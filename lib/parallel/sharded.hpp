@@ -48,6 +48,11 @@ struct ShardingSettings {
   // gradient norm adds the group's slices, counting the tensors every rank holds once). Null:
   // no tensor parallelism.
   Communicator* tensor = nullptr;
+  // With a tensor group: the whole model's layout, which checkpoints hold. The pieces this rank
+  // writes and the ranges it reads are given in it (its slices' runs; the tensors every rank of
+  // the group holds whole written by the group's first rank), so a checkpoint is the same file
+  // whatever the split, and resumes under another.
+  const ParamLayout* whole_layout = nullptr;
 };
 
 template <class T>
@@ -139,6 +144,7 @@ class ShardedStrategy final : public Strategy {
   // Flat ranges of the tensors every rank of the tensor group holds whole (with a tensor group):
   // their gradients enter the norm on the group's first rank only.
   std::vector<std::pair<std::size_t, std::size_t>> replicated_;
+  const ParamLayout* slice_layout_ = nullptr;  // with a tensor group: the layout this rank holds
   double owned_squares(std::size_t s);
   Memory norm_memory_;  // one double: the gradient norm's sum on its way through the group
   std::span<T> full_grads_;      // stage < 2: padded full buffer

@@ -91,6 +91,7 @@ struct StrategyComms {
   Communicator* group = nullptr;     // hsdp: within a sharding group
   Communicator* replicas = nullptr;  // hsdp: across groups
   Communicator* tensor = nullptr;    // tensor parallelism: the ranks holding the other slices
+  const ParamLayout* whole_layout = nullptr;  // ... and the whole model's layout (checkpoints hold it)
 };
 
 struct ExecutionOrder {

@@ -3,6 +3,8 @@
 #include <optional>
 #include <vector>
 
+#include "comm/watched.hpp"
+#include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "data/batches.hpp"
 
@@ -28,40 +30,96 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
 
 }  // namespace
 
+struct ShardedModel::TensorRanks {
+  OwnedComm group_comm, data_comm;
+  std::unique_ptr<Communicator> backend;
+  std::unique_ptr<Watchdog> watchdog;
+  std::unique_ptr<WatchedCommunicator> group;  // the tensor group, watched for hangs
+  std::unique_ptr<World> data_world;
+  std::unique_ptr<CommStack> data;
+
+  TensorRanks(const World& world, int degree, const CommStack::Settings& settings) {
+    MPI_Comm split = MPI_COMM_NULL;
+    ST_CHECK_MPI(MPI_Comm_split(world.comm(), world.rank() / degree, world.rank(), &split));
+    group_comm = OwnedComm(split);
+    ST_CHECK_MPI(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
+    // Inside a node (deck_tensor_degree checks it): NVLink's NCCL on GPUs, shared memory or MPI
+    // on CPU nodes, as the node's own collectives go.
+    if (settings.device_peers)
+      backend = settings.device_peers(split, TrafficLevel::intra, settings.timeout_seconds);
+    else if (settings.intra_node == IntraNode::shm)
+      backend = std::make_unique<ShmCommunicator>(split, TrafficLevel::intra);
+    else
+      backend = std::make_unique<MpiCommunicator>(split, TrafficLevel::intra, MpiWait::polling);
+    watchdog = std::make_unique<Watchdog>(world.comm(), settings.timeout_seconds);
+    group = std::make_unique<WatchedCommunicator>(*backend, *watchdog, "tensor");
+    ST_CHECK_MPI(MPI_Comm_split(world.comm(), world.rank() % degree, world.rank(), &split));
+    data_comm = OwnedComm(split);
+    // The emulated nodes hold node_size / degree of the data-parallel ranks each.
+    data_world = std::make_unique<World>(split, world.emulated() ? world.local_size() / degree : 0);
+    data = std::make_unique<CommStack>(*data_world, settings);
+  }
+};
+
 ShardedModel::ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline,
                            Use use)
     : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, execution_)) {
   const bool inference = use == Use::inference;
+  const int degree = deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
+  TensorGroup group;
+  if (degree > 1) {
+    tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, execution_));
+    group = {{degree, world.rank() % degree}, tensor_->group.get()};
+  }
+  const World& data_world = tensor_ ? *tensor_->data_world : world;
   model_ = make_model<float>(model_shape(config.model), max_batch, *execution_.exec,
-                             inference ? Recompute::full : recompute_of(config.model));
+                             inference ? Recompute::full : recompute_of(config.model), group);
   scalar_memory_ = execution_.exec->allocate(sizeof(double));
-  StrategyComms comms{comms_.collectives()};
-  if (config.parallel.strategy == StrategyKind::hsdp && config.parallel.shard_group == 0 && !world.uniform())
+  StrategyComms comms{data_comms().collectives()};
+  comms.tensor = group.comm;
+  if (group.active()) comms.whole_layout = &model_->whole_layout();
+  if (config.parallel.strategy == StrategyKind::hsdp && config.parallel.shard_group == 0 && !data_world.uniform())
       throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
                                      "different numbers of ranks (or a node's ranks are not consecutive); set "
                                      "parallel.shard_group",
                   ErrorScope::all_ranks);
   // Forward passes only send nothing per step: micro-batches matter to the plan's traffic alone.
   const std::int64_t micro_batches =
-      inference ? 1 : plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path).accum_steps;
+      inference ? 1 : plan_batches(config.data, config.model.seq_len, data_world.size(), config.deck_path).accum_steps;
   plan_ = std::make_unique<ParallelPlan>(
-      deck_plan(config, model_->layout(), world.size(), world.local_size(), micro_batches));
+      deck_plan(config, model_->layout(), data_world.size(), data_world.local_size(), micro_batches));
   if (plan_->grouped()) {
-    const auto groups = comms_.groups(plan_->mesh().shards);
+    const auto groups = data_comms().groups(plan_->mesh().shards);
     comms.group = &groups.within;
     comms.replicas = &groups.across;
   }
-  comms_.trace_to(timeline);
+  data_comms().trace_to(timeline);
   strategy_ = make_strategy(*plan_, config.parallel.overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
                             adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
 }
 
 ShardedModel::~ShardedModel() = default;
 
+CommStack& ShardedModel::data_comms() { return tensor_ ? *tensor_->data : comms_; }
+
+int ShardedModel::data_rank() const { return tensor_ ? tensor_->data_world->rank() : comms_.world().rank(); }
+int ShardedModel::data_ranks() const { return tensor_ ? tensor_->data_world->size() : comms_.world().size(); }
+
+LevelTraffic ShardedModel::traffic() const {
+  LevelTraffic t = comms_.traffic();
+  if (tensor_) {
+    for (const LevelTraffic& more : {tensor_->data->traffic(), tensor_->backend->traffic()}) {
+      t.intra += more.intra;
+      t.inter += more.inter;
+    }
+  }
+  return t;
+}
+
 void ShardedModel::init_params(std::uint64_t seed) {
-  std::vector<float> full(model_->layout().total());
-  model_->init_params(full, seed);
-  strategy_->load_params(full);
+  std::vector<float> whole(model_->whole_layout().total());
+  model_->init_params(whole, seed);
+  strategy_->load_params(model_->slice_of(whole));
 }
 
 double ShardedModel::sum_over_ranks(double value) {
@@ -69,9 +127,25 @@ double ShardedModel::sum_over_ranks(double value) {
   double* at = scalar_memory_.as<double>().data();
   exec.upload(at, &value, sizeof value);
   const void* ready = exec.before_communication();
-  comms_.collectives().all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
+  // The data-parallel ranks: a tensor group's ranks hold the same value.
+  data_comms().collectives().all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
   exec.download(&value, at, sizeof value);
   return value;
+}
+
+int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes) {
+  const auto degree = static_cast<int>(config.parallel.tensor);
+  if (degree == 1) return 1;
+  const std::string key = config.deck_path + ": parallel.tensor = " + std::to_string(degree);
+  if (world_size % degree != 0 || node_size % degree != 0 || !uniform_nodes)
+    throw Error(key + " splits each layer over consecutive ranks inside one node, so it must divide the ranks per "
+                      "node; this job has " + std::to_string(world_size) + " rank(s), " + std::to_string(node_size) +
+                    " on this node" + (uniform_nodes ? "" : ", nodes holding different numbers of ranks"),
+                ErrorScope::all_ranks);
+  if (const std::string problem = tensor_split_problem(model_shape(config.model), degree); !problem.empty())
+    throw Error(key + ": " + problem + " (the model's heads, n_kv_head, MLP width and padded vocabulary must divide)",
+                ErrorScope::all_ranks);
+  return degree;
 }
 
 Mesh deck_mesh(const Config& config, int world_size, int node_size) {

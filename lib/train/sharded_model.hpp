@@ -43,19 +43,34 @@ class ShardedModel {
   const CommStack& comms() const { return comms_; }
   // What the strategy shards and sends, made once from the deck, the layout and the world.
   const ParallelPlan& plan() const { return *plan_; }
-  // Ranks the strategy splits the model over (hsdp: its group; the others: the world).
+  // Ranks the strategy splits the model over (hsdp: its group; the others: the data-parallel
+  // ranks).
   int shard_group() const { return plan_->mesh().shards; }
+  // The data-parallel ranks: under tensor parallelism (parallel.tensor > 1) those holding the
+  // same slice of the layers, one per tensor group, which split the batch between them; without
+  // it, the world. This rank's place among them and their number.
+  int data_rank() const;
+  int data_ranks() const;
+  // Every byte this job's communicators sent, by level: the world's, and under tensor
+  // parallelism the data-parallel ranks' and the tensor group's.
+  LevelTraffic traffic() const;
 
-  // Every rank initialises the whole model from the same seed and keeps its part, so all start
-  // from the same parameters without a broadcast.
+  // Every rank initialises the whole model from the same seed and keeps its part (its slice of
+  // it under tensor parallelism), so all start from the same parameters without a broadcast.
   void init_params(std::uint64_t seed);
   // Collective: the sum of every rank's value (through the backend's memory: on GPUs the job's
   // collectives reduce device buffers only).
   double sum_over_ranks(double value);
 
  private:
+  // Under tensor parallelism: the tensor group's communicator and the data-parallel world with
+  // its communicators, beneath the strategy.
+  struct TensorRanks;
+  CommStack& data_comms();
+
   Execution execution_;
   CommStack comms_;
+  std::unique_ptr<TensorRanks> tensor_;
   std::unique_ptr<Model<float>> model_;
   std::unique_ptr<ParallelPlan> plan_;
   std::unique_ptr<Strategy> strategy_;
@@ -64,6 +79,9 @@ class ShardedModel {
 
 // The deck's model.recompute (validated by the deck's schema).
 Recompute recompute_of(const ModelConfig& model);
+// The ranks splitting each layer (parallel.tensor), checked against the world and the model:
+// returns it, or throws Error (all ranks) naming parallel.tensor and what it must divide.
+int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes);
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
 // parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
 // not divide the world.

@@ -42,7 +42,10 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   apply_thread_count(threads_);
 
   data_ = open_run_data(config, world.comm());
-  plan_ = plan_batches(config.data, config.model.seq_len, world.size(), config.deck_path);
+  // The batch is split between the data-parallel ranks: under tensor parallelism a tensor group's
+  // ranks share one slice of it (ShardedModel checks that the degree divides the world).
+  const int data_ranks = std::max<int>(1, world.size() / static_cast<int>(std::max<std::int64_t>(1, config.parallel.tensor)));
+  plan_ = plan_batches(config.data, config.model.seq_len, data_ranks, config.deck_path);
 
   // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
   // buffers) is the libraries', not the run's. (So before the communicators too: its two
@@ -94,7 +97,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.world_size = world_.size();
   built.device = net_->execution().choice.note;
   built.batches = plan_;
-  built.parameters = net_->model().layout().total();
+  built.parameters = net_->model().whole_layout().total();
   built.segments = net_->model().layout().segments().size();
   built.strategy = net_->strategy().description();
   built.model_state = net_->strategy().memory();
@@ -141,11 +144,11 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   info.run_id = run_id_;
   info.created_by = std::string("shardtrain ") + ST_VERSION + " on " + world_.host();
   info.shape = shape_;
-  for (const auto& done : checkpointer_->save(info, net_->model().layout(), net_->strategy())) report_checkpoint(done);
+  for (const auto& done : checkpointer_->save(info, net_->model().whole_layout(), net_->strategy())) report_checkpoint(done);
 }
 
 void Trainer::report_checkpoint(const Checkpointer::Done& done) {
-  const double bytes = 3.0 * 4.0 * static_cast<double>(net_->model().layout().total());
+  const double bytes = 3.0 * 4.0 * static_cast<double>(net_->model().whole_layout().total());
   char line[512];
   std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s); training waited %.2f s", done.path.c_str(),
                 format_bytes(bytes).c_str(), done.seconds, bytes / done.seconds / 1e6, done.stall_seconds);
@@ -186,7 +189,7 @@ double Trainer::train_step(std::int64_t step) {
   // ranks by the reduction, the gradient is that of the global batch's mean loss.
   const float loss_scale = 1.0f / static_cast<float>(plan_.accum_steps * plan_.ranks);
   double loss_sum = 0;
-  const std::int64_t first = plan_.first_sequence(world_.rank());
+  const std::int64_t first = plan_.first_sequence(net_->data_rank());
   train_loader_->next_batch();
   for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
     net_->strategy().begin_micro_batch(micro + 1 == plan_.accum_steps);
@@ -214,7 +217,7 @@ double Trainer::train_step(std::int64_t step) {
 }
 
 double Trainer::validation_loss() {
-  return mean_loss(*net_, *val_loader_, plan_, world_.rank(), config_.run.eval_batches);
+  return mean_loss(*net_, *val_loader_, plan_, net_->data_rank(), config_.run.eval_batches);
 }
 
 void Trainer::print_sample(std::int64_t step) {
@@ -252,7 +255,7 @@ TrainSummary Trainer::run() {
   for (const std::string& warning : schedule_warnings(config_.optimizer, config_.run.steps)) say("warning: " + warning);
   if (world_.is_root())
     run_dir_->metric({{"kind", "run"},
-                      {"parameters", net_->model().layout().total()},
+                      {"parameters", net_->model().whole_layout().total()},
                       {"world_size", world_.size()},
                       {"nodes", world_.node_count()},
                       {"strategy", name_of(config_.parallel.strategy)},
@@ -279,7 +282,7 @@ TrainSummary Trainer::run() {
     Stopwatch clock;
     const double loss = train_step(step);
     const double seconds = clock.seconds();
-    const LevelTraffic traffic = net_->comms().traffic();
+    const LevelTraffic traffic = net_->traffic();
     const double waited = net_->strategy().comm_wait_seconds();
     const MemoryReport memory = net_->strategy().memory();
 

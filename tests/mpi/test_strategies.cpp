@@ -152,7 +152,10 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
     strategy_comms.group = &groups.within;
     strategy_comms.replicas = &groups.across;
   }
-  if (split) strategy_comms.tensor = &split->tensor;
+  if (split) {
+    strategy_comms.tensor = &split->tensor;
+    strategy_comms.whole_layout = &model.whole_layout();
+  }
   std::unique_ptr<Strategy> s = make_strategy(plan, parallel.overlap, model.layout(), {model.forward_order(), model.backward_order()},
                                               AdamWSettings{}, strategy_comms, nullptr);
   std::vector<float> init(model.whole_layout().total());
