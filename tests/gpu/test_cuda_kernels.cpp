@@ -431,6 +431,193 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyWithPaddedVocabulary) {
   ST_EXPECT_CLOSE(to_host(e, plain_g), probs_ref, kFp32Tolerance);
 }
 
+// A negative token is a row another tensor-parallel rank's table holds: the forward writes the
+// position row (zeros without wpe), the backward adds to dwpe alone and never touches dwte
+// (the sort puts negative tokens first; they must not index the table).
+TEST_F(CudaKernels, EncoderWithRowsAnotherRankHolds) {
+  CudaExec& e = *fp32;
+  std::vector<int> tokens(N);
+  std::mt19937 rng(18);
+  for (auto& t : tokens) t = static_cast<int>(rng() % 5);
+  tokens[0] = -1;
+  tokens[3] = -1;
+  tokens[4] = -7;  // any negative value
+  tokens[N - 2] = -1;
+  tokens[N - 1] = V - 1;
+  const auto wte = random_floats(std::size_t{1} * V * C, 19), wpe = random_floats(std::size_t{1} * T * C, 20);
+  const auto dout = random_floats(std::size_t{1} * N * C, 21);
+  const auto dwte0 = random_floats(wte.size(), 22), dwpe0 = random_floats(wpe.size(), 23);
+  const auto wte_d = widen(wte), wpe_d = widen(wpe), dout_d = widen(dout);
+  auto tok = to_device(e, tokens);
+  auto wte_g = to_device(e, wte), wpe_g = to_device(e, wpe), dout_g = to_device(e, dout);
+
+  // With a position table.
+  std::vector<double> out_ref(std::size_t{1} * N * C), dwte_ref = widen(dwte0), dwpe_ref = widen(dwpe0);
+  kernels::encoder_forward(out_ref.data(), tokens.data(), wte_d.data(), wpe_d.data(), B, T, C);
+  kernels::encoder_backward(dwte_ref.data(), dwpe_ref.data(), dout_d.data(), tokens.data(), B, T, C);
+  auto out_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f));
+  e.layer_kernels().encoder_forward(out_g.data(), tok.data(), wte_g.data(), wpe_g.data(), B, T, C);
+  const auto out = to_host(e, out_g);
+  ST_EXPECT_CLOSE(out, out_ref, kFp32Tolerance);
+  for (int c = 0; c < C; ++c) ASSERT_EQ(out[std::size_t{4} * C + c], wpe[std::size_t{4} * C + c]) << "position row, c=" << c;
+  std::vector<float> first_dwte;
+  for (int run = 0; run < 2; ++run) {
+    auto dwte_g = to_device(e, dwte0), dwpe_g = to_device(e, dwpe0);
+    e.layer_kernels().encoder_backward(dwte_g.data(), dwpe_g.data(), dout_g.data(), tok.data(), B, T, C);
+    const auto dwte = to_host(e, dwte_g);
+    ST_EXPECT_CLOSE(dwte, dwte_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(to_host(e, dwpe_g), dwpe_ref, kFp32Tolerance);
+    if (run == 0) first_dwte = dwte;
+    else EXPECT_EQ(0, std::memcmp(first_dwte.data(), dwte.data(), dwte.size() * sizeof(float))) << "dwte not deterministic";
+  }
+
+  // Without one: zeros for the other rank's rows, and dwte alone.
+  std::vector<double> plain_ref(out_ref.size()), plain_dwte_ref = widen(dwte0);
+  kernels::encoder_forward(plain_ref.data(), tokens.data(), wte_d.data(), static_cast<const double*>(nullptr), B, T, C);
+  kernels::encoder_backward(plain_dwte_ref.data(), static_cast<double*>(nullptr), dout_d.data(), tokens.data(), B, T,
+                            C);
+  auto plain_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f)), plain_dwte_g = to_device(e, dwte0);
+  e.layer_kernels().encoder_forward(plain_g.data(), tok.data(), wte_g.data(), nullptr, B, T, C);
+  const auto plain = to_host(e, plain_g);
+  ST_EXPECT_CLOSE(plain, plain_ref, kFp32Tolerance);
+  for (int c = 0; c < C; ++c) ASSERT_EQ(plain[c], 0.0f) << "row of token -1, c=" << c;
+  e.layer_kernels().encoder_backward(plain_dwte_g.data(), nullptr, dout_g.data(), tok.data(), B, T, C);
+  ST_EXPECT_CLOSE(to_host(e, plain_dwte_g), plain_dwte_ref, kFp32Tolerance);
+
+  // Every token another rank's: dwte keeps its bits, dwpe still gets the whole gradient.
+  const std::vector<int> foreign(N, -1);
+  std::vector<double> foreign_dwpe_ref = widen(dwpe0), unused_dwte = widen(dwte0);
+  kernels::encoder_backward(unused_dwte.data(), foreign_dwpe_ref.data(), dout_d.data(), foreign.data(), B, T, C);
+  auto foreign_g = to_device(e, foreign);
+  auto dwte_g = to_device(e, dwte0), dwpe_g = to_device(e, dwpe0);
+  e.layer_kernels().encoder_backward(dwte_g.data(), dwpe_g.data(), dout_g.data(), foreign_g.data(), B, T, C);
+  const auto dwte = to_host(e, dwte_g);
+  EXPECT_EQ(0, std::memcmp(dwte0.data(), dwte.data(), dwte.size() * sizeof(float))) << "dwte changed";
+  ST_EXPECT_CLOSE(to_host(e, dwpe_g), foreign_dwpe_ref, kFp32Tolerance);
+}
+
+// Column k of an N x 3 stats array (max, sum, target logit).
+template <class R>
+std::vector<R> stats_column(const std::vector<R>& stats, std::size_t offset, int rows, int k) {
+  std::vector<R> column(static_cast<std::size_t>(rows));
+  for (int i = 0; i < rows; ++i) column[static_cast<std::size_t>(i)] = stats[offset + 3 * static_cast<std::size_t>(i) + k];
+  return column;
+}
+
+// The vocabulary-parallel cross-entropy against the host, slice by slice: three slices of
+// kSliceVp = 24 columns as three ranks hold them (firsts 0, 24, 48), with 24, 19 and 0 real
+// columns (a vocabulary of 43; the last rank's slice is all padding). Targets fall in the first
+// two slices, so each slice sees rows whose target it holds and rows whose target it does not.
+// The combined loss is also checked against the whole vocabulary's softmax cross-entropy.
+TEST_F(CudaKernels, LogitSlicesMatchTheHost) {
+  CudaExec& e = *fp32;
+  constexpr int kRows = 7, kSliceVp = 24, kParts = 3, kVocab = 43;
+  constexpr int kFirst[kParts] = {0, 24, 48}, kReal[kParts] = {24, 19, 0};
+  const std::size_t slice_size = std::size_t{1} * kRows * kSliceVp, stats_size = 3 * std::size_t{kRows};
+  const float scale = 1.0f / kRows;
+  std::vector<int> targets(kRows);
+  std::mt19937 rng(71);
+  for (auto& t : targets) t = static_cast<int>(rng() % kVocab);
+  targets[0] = 30;  // in the second slice
+  targets[1] = 5;   // in the first
+  targets[2] = kVocab - 1;
+  std::vector<std::vector<float>> logits;  // padded columns hold garbage too
+  for (int p = 0; p < kParts; ++p) logits.push_back(random_floats(slice_size, 72 + static_cast<unsigned>(p), 3.0f));
+
+  // Host, in double.
+  std::vector<double> gathered_ref(kParts * stats_size), row_stats_ref(2 * std::size_t{kRows}), losses_ref(kRows);
+  std::vector<std::vector<double>> probs_ref, dlogits_ref;
+  for (int p = 0; p < kParts; ++p) {
+    const auto slice = widen(logits[static_cast<std::size_t>(p)]);
+    kernels::logit_slice_stats(slice.data(), targets.data(), gathered_ref.data() + p * stats_size, kRows, kReal[p],
+                               kSliceVp, kFirst[p]);
+    probs_ref.push_back(slice);
+  }
+  const double sum_ref = kernels::logit_slices_combine(gathered_ref.data(), row_stats_ref.data(), losses_ref.data(),
+                                                       targets.data(), kRows, kParts);
+  for (int p = 0; p < kParts; ++p) {
+    auto& probs = probs_ref[static_cast<std::size_t>(p)];
+    kernels::logit_slice_softmax(probs.data(), row_stats_ref.data(), kRows, kReal[p], kSliceVp);
+    dlogits_ref.push_back(probs);
+    kernels::logit_slice_backward(dlogits_ref.back().data(), targets.data(), kRows, kReal[p], kSliceVp, kFirst[p],
+                                  static_cast<double>(scale));
+  }
+
+  // Device: each rank's stats written where the gather would put them.
+  auto targets_g = to_device(e, targets);
+  auto gathered_g = to_device(e, std::vector<float>(kParts * stats_size, 1e30f));
+  std::vector<DeviceArray<float>> slices_g;
+  for (int p = 0; p < kParts; ++p) {
+    slices_g.push_back(to_device(e, logits[static_cast<std::size_t>(p)]));
+    e.layer_kernels().logit_slice_stats(slices_g.back().data(), targets_g.data(), gathered_g.data() + p * stats_size,
+                                        kRows, kReal[p], kSliceVp, kFirst[p]);
+  }
+  const auto gathered = to_host(e, gathered_g);
+  for (int p = 0; p < kParts; ++p) {
+    const std::size_t offset = p * stats_size;
+    SCOPED_TRACE("slice " + std::to_string(p));
+    if (kReal[p] == 0) {  // no real columns: -inf, 0, 0 exactly
+      for (int i = 0; i < kRows; ++i) {
+        EXPECT_EQ(gathered[offset + 3 * static_cast<std::size_t>(i)], -std::numeric_limits<float>::infinity());
+        EXPECT_EQ(gathered[offset + 3 * static_cast<std::size_t>(i) + 1], 0.0f);
+        EXPECT_EQ(gathered[offset + 3 * static_cast<std::size_t>(i) + 2], 0.0f);
+      }
+      continue;
+    }
+    ST_EXPECT_CLOSE(stats_column(gathered, offset, kRows, 0), stats_column(gathered_ref, offset, kRows, 0),
+                    kFp32Tolerance);
+    ST_EXPECT_CLOSE(stats_column(gathered, offset, kRows, 1), stats_column(gathered_ref, offset, kRows, 1),
+                    kFp32Tolerance);
+    // The target's logit is a copy (exact), 0 where the slice does not hold the target.
+    for (int i = 0; i < kRows; ++i) {
+      const double want = gathered_ref[offset + 3 * static_cast<std::size_t>(i) + 2];
+      EXPECT_EQ(static_cast<double>(gathered[offset + 3 * static_cast<std::size_t>(i) + 2]), want) << "row " << i;
+    }
+  }
+
+  auto row_stats_g = to_device(e, std::vector<float>(row_stats_ref.size(), 1e30f));
+  auto losses_g = to_device(e, std::vector<float>(kRows, 1e30f));
+  const double sum = e.layer_kernels().logit_slices_combine(gathered_g.data(), row_stats_g.data(), losses_g.data(),
+                                                            targets_g.data(), kRows, kParts);
+  EXPECT_NEAR(sum, sum_ref, kFp32Tolerance * std::abs(sum_ref));
+  ST_EXPECT_CLOSE(to_host(e, row_stats_g), row_stats_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, losses_g), losses_ref, kFp32Tolerance);
+  // The same inputs give the same loss sum, bit for bit.
+  EXPECT_EQ(sum, e.layer_kernels().logit_slices_combine(gathered_g.data(), row_stats_g.data(), losses_g.data(),
+                                                        targets_g.data(), kRows, kParts));
+
+  // The same loss as the whole vocabulary's cross-entropy (the real columns side by side).
+  std::vector<double> whole(std::size_t{1} * kRows * kVocab), whole_losses(kRows);
+  for (int i = 0; i < kRows; ++i)
+    for (int p = 0; p < kParts; ++p)
+      for (int j = 0; j < kReal[p]; ++j)
+        whole[static_cast<std::size_t>(i) * kVocab + kFirst[p] + j] =
+            logits[static_cast<std::size_t>(p)][static_cast<std::size_t>(i) * kSliceVp + j];
+  const double whole_sum = kernels::softmax_cross_entropy_forward(whole.data(), whole_losses.data(), targets.data(),
+                                                                  kRows, kVocab, kVocab);
+  EXPECT_NEAR(sum, whole_sum, kFp32Tolerance * std::abs(whole_sum));
+  ST_EXPECT_CLOSE(to_host(e, losses_g), whole_losses, kFp32Tolerance);
+
+  for (int p = 0; p < kParts; ++p) {
+    SCOPED_TRACE("slice " + std::to_string(p));
+    auto& slice_g = slices_g[static_cast<std::size_t>(p)];
+    e.layer_kernels().logit_slice_softmax(slice_g.data(), row_stats_g.data(), kRows, kReal[p], kSliceVp);
+    const auto probs = to_host(e, slice_g);
+    ST_EXPECT_CLOSE(probs, probs_ref[static_cast<std::size_t>(p)], kFp32Tolerance);
+    for (int i = 0; i < kRows; ++i)
+      for (int j = kReal[p]; j < kSliceVp; ++j) ASSERT_EQ(probs[static_cast<std::size_t>(i) * kSliceVp + j], 0.0f);
+    e.layer_kernels().logit_slice_backward(slice_g.data(), targets_g.data(), kRows, kReal[p], kSliceVp, kFirst[p],
+                                           scale);
+    ST_EXPECT_CLOSE(to_host(e, slice_g), dlogits_ref[static_cast<std::size_t>(p)], kFp32Tolerance);
+  }
+
+  // Without targets: the row stats alone, and 0 comes back.
+  auto plain_row_stats_g = to_device(e, std::vector<float>(row_stats_ref.size(), 1e30f));
+  EXPECT_EQ(0.0, e.layer_kernels().logit_slices_combine(gathered_g.data(), plain_row_stats_g.data(), nullptr, nullptr,
+                                                        kRows, kParts));
+  ST_EXPECT_CLOSE(to_host(e, plain_row_stats_g), row_stats_ref, kFp32Tolerance);
+}
+
 // Every backward kernel that reduces over rows gives the same bits on a second run.
 TEST_F(CudaKernels, BackwardIsDeterministic) {
   CudaExec& e = *fp32;

@@ -1,7 +1,8 @@
 // CudaLayerKernels: the encoder, LayerNorm, linear layers, GELU, residual add and the softmax
-// cross-entropy on one device (attention is in cuda_attention.cu). Each kernel matches the host
-// kernel of the same name in exec/host_kernels.cpp: which outputs it overwrites and which it adds
-// to, the padded vocabulary, the order of operations where it is cheap to keep.
+// cross-entropy (whole, or over a tensor-parallel rank's slice of the vocabulary) on one device
+// (attention is in cuda_attention.cu). Each kernel matches the host kernel of the same name in
+// exec/host_kernels.cpp: which outputs it overwrites and which it adds to, the padded
+// vocabulary, the order of operations where it is cheap to keep.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
@@ -25,13 +26,21 @@ constexpr float kGeluCubic = 0.044715f;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < (n); i += std::size_t{gridDim.x} * blockDim.x)
 
 // out[n, c] = wte[tokens[n], c] + wpe[n % T, c] for the N = B*T rows; without wpe (null: no
-// learned positions, llama) the lookup alone.
+// learned positions, llama) the lookup alone. A negative token is a row this rank's table does
+// not hold (another tensor-parallel rank's slice of the vocabulary): the position row alone, or
+// zeros without wpe, as the host writes it.
 __global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int N, int T,
                                        int C) {
   ST_GRID_STRIDE(i, std::size_t{1} * N * C) {
     const std::size_t row = i / C, c = i % C;
-    const float token = wte[static_cast<std::size_t>(tokens[row]) * C + c];
-    out[i] = wpe ? token + wpe[(row % T) * C + c] : token;
+    const int token = tokens[row];
+    const float position = wpe ? wpe[(row % T) * C + c] : 0.0f;
+    if (token < 0) {
+      out[i] = position;
+      continue;
+    }
+    const float embedding = wte[static_cast<std::size_t>(token) * C + c];
+    out[i] = wpe ? embedding + position : embedding;
   }
 }
 
@@ -53,12 +62,15 @@ __global__ void iota_kernel(int* values, int n) {
 // the positions of each token form a run in increasing order. The thread of the run's first
 // entry and channel c owns dwte[token, c]: it sums the run's dout rows in order, then adds once.
 // One thread per (sorted entry, channel); threads not at the start of a run return at once.
+// Negative tokens (rows another rank holds; the signed sort puts them first) have no row here:
+// their threads return at once too, their gradient went to dwpe alone.
 __global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* sorted_tokens,
                                             const int* positions, int N, int C) {
   ST_GRID_STRIDE(i, std::size_t{1} * N * C) {
     const int first = static_cast<int>(i / C);
     const std::size_t c = i % C;
     const int token = sorted_tokens[first];
+    if (token < 0) continue;
     if (first > 0 && sorted_tokens[first - 1] == token) continue;
     float sum = 0;
     for (int k = first; k < N && sorted_tokens[k] == token; ++k) sum += dout[static_cast<std::size_t>(positions[k]) * C + c];
@@ -202,6 +214,85 @@ __global__ void softmax_cross_entropy_backward_kernel(float* probs, const int* t
     if (j < V) {
       d = probs[i] * scale;
       if (j == targets[row]) d -= scale;
+    }
+    probs[i] = d;
+  }
+}
+
+// One slice of a vocabulary split across tensor-parallel ranks (exec/host_kernels.hpp
+// logit_slice_*): Vp columns, the first V real, column j being token first + j.
+
+// Per row, one block: stats[3 row] = the slice's max, stats[3 row + 1] = the sum of e^(x - max)
+// over it, stats[3 row + 2] = the target's logit where the slice holds it, else 0. A slice with no
+// real columns gives -inf, 0, 0 (the combine skips it).
+__global__ void logit_slice_stats_kernel(const float* logits, const int* targets, float* stats, int V, int Vp,
+                                         int first) {
+  __shared__ float shared[kWarp];
+  const int row = blockIdx.x;
+  const float* x = logits + static_cast<std::size_t>(row) * Vp;
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) max = fmaxf(max, x[j]);
+  max = block_reduce(max, Max{}, -INFINITY, shared);
+  float sum = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(x[j] - max);
+  sum = block_reduce(sum, Sum{}, 0.0f, shared);
+  if (threadIdx.x == 0) {
+    const int local = targets ? targets[row] - first : -1;
+    float* out = stats + 3 * static_cast<std::size_t>(row);
+    out[0] = max;
+    out[1] = sum;
+    out[2] = local >= 0 && local < V ? x[local] : 0.0f;
+  }
+}
+
+// One thread per row: the `parts` slices' stats (gathered[part, row, 3]) combined in part order,
+// in double as the host does: row_stats[2 row] = the overall max, row_stats[2 row + 1] = the sum
+// of e^(x - max) over the whole vocabulary; with targets the row's loss log sum + max - target
+// logit to losses (float) and row_losses (double, for the fixed-order total).
+__global__ void logit_slices_combine_kernel(const float* gathered, float* row_stats, float* losses, double* row_losses,
+                                            const int* targets, int N, int parts) {
+  const std::size_t stride = 3 * static_cast<std::size_t>(N);
+  ST_GRID_STRIDE(i, static_cast<std::size_t>(N)) {
+    float max = -INFINITY;
+    for (int p = 0; p < parts; ++p) max = fmaxf(max, gathered[p * stride + 3 * i]);
+    double sum = 0, target_logit = 0;
+    for (int p = 0; p < parts; ++p) {
+      const float* s = gathered + p * stride + 3 * i;
+      // A slice without real columns has sum 0 and max -inf: skipped, not 0 * e^-inf.
+      if (s[1] > 0) sum += static_cast<double>(s[1]) * exp(static_cast<double>(s[0]) - max);
+      target_logit += s[2];  // one slice holds the target; the others add 0
+    }
+    row_stats[2 * i] = max;
+    row_stats[2 * i + 1] = static_cast<float>(sum);
+    if (targets) {
+      const double loss = log(sum) + static_cast<double>(max) - target_logit;
+      losses[i] = static_cast<float>(loss);
+      row_losses[i] = loss;
+    }
+  }
+}
+
+// The slice's probabilities in place from the combined row stats, one block per row; padded
+// columns become 0.
+__global__ void logit_slice_softmax_kernel(float* logits, const float* row_stats, int V, int Vp) {
+  const int row = blockIdx.x;
+  float* x = logits + static_cast<std::size_t>(row) * Vp;
+  const float max = row_stats[2 * row];
+  const float inv = static_cast<float>(1.0 / static_cast<double>(row_stats[2 * row + 1]));
+  for (int j = threadIdx.x; j < Vp; j += blockDim.x) x[j] = j < V ? expf(x[j] - max) * inv : 0.0f;
+}
+
+// probs -> dlogits in place over the slice: (p - onehot(target)) * scale, the target's 1 only
+// where the slice holds it; padded columns 0.
+__global__ void logit_slice_backward_kernel(float* probs, const int* targets, int N, int V, int Vp, int first,
+                                            float scale) {
+  ST_GRID_STRIDE(i, std::size_t{1} * N * Vp) {
+    const std::size_t row = i / Vp;
+    const int j = static_cast<int>(i % Vp);
+    float d = 0.0f;
+    if (j < V) {
+      d = probs[i] * scale;
+      if (j == targets[row] - first) d -= scale;
     }
     probs[i] = d;
   }
@@ -365,6 +456,49 @@ void CudaLayerKernels::softmax_cross_entropy_backward(float* probs_to_dlogits, c
   if (n == 0) return;
   softmax_cross_entropy_backward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(probs_to_dlogits, targets, N, V, Vp,
                                                                              scale);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::logit_slice_stats(const float* logits, const int* targets, float* stats, int N, int V, int Vp,
+                                         int first) {
+  use_device();
+  if (N == 0) return;
+  logit_slice_stats_kernel<<<static_cast<unsigned>(N), kBlock, 0, stream_>>>(logits, targets, stats, V, Vp, first);
+  ST_CHECK_LAUNCH();
+}
+
+double CudaLayerKernels::logit_slices_combine(const float* gathered, float* row_stats, float* losses,
+                                              const int* targets, int N, int parts) {
+  use_device();
+  if (N == 0) return 0.0;
+  double* row_losses = targets ? row_losses_.get<double>(static_cast<std::size_t>(N) + 1, stream_) : nullptr;
+  logit_slices_combine_kernel<<<grid_for(static_cast<std::size_t>(N)), kBlock, 0, stream_>>>(
+      gathered, row_stats, losses, row_losses, targets, N, parts);
+  ST_CHECK_LAUNCH();
+  if (!targets) return 0.0;
+  // The total as softmax_cross_entropy_forward's: one block, an order that depends only on N.
+  double* total = row_losses + N;
+  sum_in_one_block<<<1, 1024, 0, stream_>>>(total, row_losses, N);
+  ST_CHECK_LAUNCH();
+  ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return *pinned_result_;
+}
+
+void CudaLayerKernels::logit_slice_softmax(float* logits_to_probs, const float* row_stats, int N, int V, int Vp) {
+  use_device();
+  if (N == 0 || Vp == 0) return;
+  logit_slice_softmax_kernel<<<static_cast<unsigned>(N), kBlock, 0, stream_>>>(logits_to_probs, row_stats, V, Vp);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::logit_slice_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp,
+                                            int first, float scale) {
+  use_device();
+  const std::size_t n = std::size_t{1} * N * Vp;
+  if (n == 0) return;
+  logit_slice_backward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(probs_to_dlogits, targets, N, V, Vp, first,
+                                                                   scale);
   ST_CHECK_LAUNCH();
 }
 

@@ -2,8 +2,8 @@
 // The layer kernels of GPT-2 and Llama on one CUDA device (exec/layer_kernels.hpp): kernels of
 // our own for the element-wise, normalisation, rotary and softmax work, cuBLAS for every matmul
 // (cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). All work is queued on
-// one stream; the only call that waits is softmax_cross_entropy_forward with targets (it hands
-// the loss sum to the host).
+// one stream; the only calls that wait are softmax_cross_entropy_forward and logit_slices_combine
+// with targets (they hand the loss sum to the host).
 //
 // Deterministic: the same inputs give the same bits on every run on the same device. No kernel
 // uses floating-point atomics; every reduction (over a row, over rows for parameter gradients,
@@ -53,6 +53,13 @@ class CudaLayerKernels final : public LayerKernels<float> {
                                        int Vp) override;
   void softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                       float scale) override;
+  void logit_slice_stats(const float* logits, const int* targets, float* stats, int N, int V, int Vp,
+                         int first) override;
+  double logit_slices_combine(const float* gathered, float* row_stats, float* losses, const int* targets, int N,
+                              int parts) override;
+  void logit_slice_softmax(float* logits_to_probs, const float* row_stats, int N, int V, int Vp) override;
+  void logit_slice_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
+                            float scale) override;
   void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int N, int C,
                        double eps) override;
   void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
@@ -73,7 +80,8 @@ class CudaLayerKernels final : public LayerKernels<float> {
   cublasHandle_t cublas_;
   bool bf16_;
   double* pinned_result_;
-  // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses.
+  // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
+  // (softmax_cross_entropy_forward's and logit_slices_combine's).
   DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;
   // The linear layers' products when bf16_: operands rounded to bf16 in scratch of their own.
   // (Attention's batched products hand cuBLAS fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF.)
