@@ -36,6 +36,30 @@ std::vector<Real> Model<Real>::slice_of(std::span<const Real> whole) const {
 }
 
 template <class Real>
+std::vector<Real> Model<Real>::whole_from_slices(std::span<const Real> slice) const {
+  ST_REQUIRE(slice.size() == layout_.total(), "a slice does not match the model's layout");
+  if (!tensor_.active()) return {slice.begin(), slice.end()};
+  // Through the backend's memory: a device communicator gathers device buffers only.
+  const auto degree = static_cast<std::size_t>(tensor_.split.degree);
+  const std::size_t n = slice.size(), count = (degree + 1) * n;
+  Memory staging = exec_.allocate(count * sizeof(Real));
+  Real* mine = staging.as<Real>().data();
+  Real* all = mine + n;
+  exec_.upload(mine, slice.data(), n * sizeof(Real));
+  tensor_.comm->all_gather(Buffer::of(std::span<Real>(mine, n), exec_.before_communication()),
+                           Buffer::of(std::span<Real>(all, degree * n)));
+  std::vector<Real> slices(degree * n);
+  exec_.download(slices.data(), all, degree * n * sizeof(Real));
+  std::vector<Real> whole(whole_layout_.total());
+  for (std::size_t r = 0; r < degree; ++r)
+    for_each_slice_run(whole_layout_, layout_, TensorSplit{tensor_.split.degree, static_cast<int>(r)},
+                       [&](std::size_t w, std::size_t s, std::size_t count_here) {
+                         std::copy_n(slices.data() + r * n + s, count_here, whole.data() + w);
+                       });
+  return whole;
+}
+
+template <class Real>
 int Model<Real>::vocab_real() const {
   const int real = static_cast<int>(shape_.vocab_size) - vocab_first();
   return std::clamp(real, 0, vocab_rows());

@@ -47,6 +47,10 @@ class Model {
   // This rank's slice of whole parameters (or gradients) laid out as whole_layout(): a copy of
   // them without tensor parallelism.
   std::vector<Real> slice_of(std::span<const Real> whole) const;
+  // The reverse, collective over the tensor group: every rank's slice (laid out as layout(), in
+  // host memory) gathered into whole parameters on every rank of the group (a copy of the slice
+  // without tensor parallelism).
+  std::vector<Real> whole_from_slices(std::span<const Real> slice) const;
   Recompute recompute() const { return recompute_; }
   virtual std::size_t activation_bytes() const = 0;
   Exec& exec() const { return exec_; }

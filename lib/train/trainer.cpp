@@ -100,6 +100,9 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.parameters = net_->model().whole_layout().total();
   built.segments = net_->model().layout().segments().size();
   built.strategy = net_->strategy().description();
+  if (const TensorGroup& group = net_->model().tensor_group(); group.active())
+    built.strategy += "; tensor parallel: each layer split over " + std::to_string(group.split.degree) +
+                      " consecutive ranks (" + std::to_string(net_->data_ranks()) + " data-parallel rank(s) per slice)";
   built.model_state = net_->strategy().memory();
   built.activations = net_->model().activation_bytes();
   built.recompute = net_->model().recompute();
@@ -363,7 +366,7 @@ void Trainer::write_traces() {
 }
 
 void Trainer::save_params(const std::string& path) {
-  const std::vector<float> full = net_->strategy().gather_params();
+  const std::vector<float> full = net_->model().whole_from_slices(net_->strategy().gather_params());
   if (!world_.is_root()) return;
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(full.data()), static_cast<std::streamsize>(full.size() * sizeof(float)));

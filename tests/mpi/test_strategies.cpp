@@ -104,21 +104,6 @@ struct TensorLayout {
   MpiCommunicator tensor;
 };
 
-// The whole model's parameters from each tensor-parallel rank's slice of them: gathered over
-// the group, each slice put where it lies in the whole layout.
-std::vector<float> whole_params(const Model<float>& model, Communicator& tensor, const std::vector<float>& slice) {
-  const int degree = tensor.size();
-  std::vector<float> all(slice.size() * static_cast<std::size_t>(degree));
-  tensor.all_gather(std::span<const float>(slice), std::span<float>(all));
-  std::vector<float> whole(model.whole_layout().total());
-  for (int r = 0; r < degree; ++r)
-    for_each_slice_run(model.whole_layout(), model.layout(), TensorSplit{degree, r},
-                       [&](std::size_t w, std::size_t s, std::size_t n) {
-                         std::copy_n(all.data() + static_cast<std::size_t>(r) * slice.size() + s, n, whole.data() + w);
-                       });
-  return whole;
-}
-
 // Trains kSteps steps of `strategy` on `world`'s ranks as the trainer does: each rank its share
 // of the global batch in kMicroBatches micro-batches, clipping, AdamW. With tensor > 1, each
 // consecutive group of `tensor` ranks splits the layers and shares one slice of the batch, and
@@ -188,7 +173,7 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
     before = now;
   }
   out.params = s->gather_params();
-  if (split) out.params = whole_params(model, split->tensor, out.params);
+  out.params = model.whole_from_slices(out.params);
   out.plan = std::move(plan_holder);
   return out;
 }
