@@ -166,9 +166,11 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
 }
 
 ParallelPlan deck_plan(const Config& config, const Machine& machine) {
-  const BatchPlan batches = plan_batches(config.data, config.model.seq_len, machine.world(), config.deck_path);
-  return st::deck_plan(config, make_layout(model_shape(config.model)), machine.world(), machine.ranks_per_node,
-                       batches.accum_steps);
+  const int tensor = static_cast<int>(config.parallel.tensor);
+  const BatchPlan batches =
+      plan_batches(config.data, config.model.seq_len, machine.world() / tensor, config.deck_path);
+  return st::deck_plan(config, make_layout(model_shape(config.model), TensorSplit{tensor, 0}), machine.world(),
+                       machine.ranks_per_node, batches.accum_steps, batches.micro_batch);
 }
 
 void check_memory_fits(const Config& config, const Machine& m) {

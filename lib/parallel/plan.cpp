@@ -30,16 +30,17 @@ Mesh make_mesh(StrategyKind strategy, std::int64_t shard_group, int world_size, 
 }
 
 ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Precision precision, Mesh mesh,
-                           std::int64_t micro_batches, double bucket_mb)
+                           std::int64_t micro_batches, double bucket_mb, ActivationTraffic activations)
     : strategy_(strategy),
       precision_(precision),
       mesh_(mesh),
       micro_batches_(micro_batches),
       bucket_mb_(bucket_mb),
+      activations_(activations),
       shards_(layout, mesh.shards) {
   const int stage = zero_stage(strategy);
   ST_REQUIRE(stage >= 0, "parallel.strategy = \"auto\" must be resolved before the parallel plan is made");
-  ST_REQUIRE(mesh.tensor == 1, "tensor parallelism is not implemented");
+  ST_REQUIRE(mesh.tensor == 1 || activations.rows > 0, "a tensor-parallel plan needs the activations' sizes");
   ST_REQUIRE(strategy == StrategyKind::hsdp || mesh.replicas == 1, "only hsdp replicates across shard groups");
   // The stage rule, the only copy: what each ZeRO stage shards over the shard group.
   const auto extent = [&](int from_stage) { return stage >= from_stage ? Extent::sharded : Extent::full; };
@@ -104,6 +105,24 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
   if (strategy == StrategyKind::hsdp && mesh.replicas > 1)
     collectives_.push_back({Collective::all_reduce, Level::replicas, Purpose::gradients, 1,
                             2 * ring_share(shards_.shard_total() * t, mesh.replicas)});
+
+  if (mesh.tensor > 1) {
+    // Per micro-batch, as the model issues them (model/gpt2.cpp, model/llama.cpp): the
+    // embedding's sum, two per block forward (and again in a full recomputation), two per block
+    // backward and the LM head's input gradient; the cross-entropy's gather of 3 fp32 per token.
+    const ActivationTraffic& a = activations;
+    const auto T = mesh.tensor;
+    const std::uint64_t tokens = static_cast<std::uint64_t>(a.rows) * static_cast<std::uint64_t>(a.d_model) * 4;
+    const std::int64_t per_block = a.recompute_full ? 6 : 4;
+    const std::int64_t sums = micro_batches * (2 + per_block * a.n_layer);
+    collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, sums,
+                            static_cast<std::uint64_t>(sums) * 2 * ring_share(tokens, T)});
+    const std::uint64_t gathered = static_cast<std::uint64_t>(a.rows) * 3 * 4 * static_cast<std::uint64_t>(T);
+    collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, micro_batches,
+                            static_cast<std::uint64_t>(micro_batches) * ring_share(gathered, T)});
+    // The gradient norm's sum over the tensor group.
+    collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::norm, 1, 2 * ring_share(sizeof(double), T)});
+  }
 }
 
 std::string ParallelPlan::sharded_what() const {
@@ -149,7 +168,28 @@ std::int64_t ParallelPlan::group_calls() const {
 std::uint64_t ParallelPlan::bytes_of(Collective kind) const {
   std::uint64_t sum = 0;
   for (const CollectivePlan& c : collectives_)
-    if (c.kind == kind) sum += c.bytes;
+    if (c.kind == kind && c.level != Level::tensor) sum += c.bytes;
+  return sum;
+}
+
+std::uint64_t ParallelPlan::tensor_bytes_of(Collective kind) const {
+  std::uint64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.kind == kind && c.level == Level::tensor) sum += c.bytes;
+  return sum;
+}
+
+std::uint64_t ParallelPlan::tensor_bytes() const {
+  std::uint64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.level == Level::tensor && c.purpose != Purpose::norm) sum += c.bytes;
+  return sum;
+}
+
+std::int64_t ParallelPlan::tensor_calls() const {
+  std::int64_t sum = 0;
+  for (const CollectivePlan& c : collectives_)
+    if (c.level == Level::tensor && c.purpose != Purpose::norm) sum += c.calls;
   return sum;
 }
 

@@ -5,14 +5,17 @@
 // print and time it, and the checkpoint writer asks it which rank writes what; none of them
 // decides on its own what a ZeRO stage shards or how large an hsdp group is.
 //
-//   mesh        data-parallel replicas x shard group x tensor degree (tensor = 1 for now);
+//   mesh        data-parallel replicas x shard group x tensor degree;
 //   buffers     parameters, gradients, optimizer state: full or sharded over the shard group,
 //               and their size on the rank with the largest shard (segment by segment through
 //               shards(), the one padding rule);
 //   buckets     ddp's gradient all-reduces: consecutive segments in the order backward
 //               finishes them, each closed once it holds bucket_mb;
 //   collectives what one step sends per rank, by kind and level (within the shard group,
-//               across the replicas), with the number of calls.
+//               across the replicas, within the tensor group), with the number of calls.
+// Under tensor parallelism the layout is one rank's slice of the model (make_layout with a
+// split) and the shard group and replicas are among the data-parallel ranks holding the same
+// slice.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +30,7 @@ namespace st {
 struct Mesh {
   int replicas = 1;  // groups holding the same shards (hsdp's replicas; 1 otherwise)
   int shards = 1;    // ranks a shard group splits the model over (ddp: the world, holding it whole)
-  int tensor = 1;    // ranks splitting each layer (tensor parallelism; 1 until it lands)
+  int tensor = 1;    // ranks splitting each layer (parallel.tensor), consecutive in the world
   int world() const { return replicas * shards * tensor; }
 };
 
@@ -48,10 +51,23 @@ struct BufferPlan {
   std::uint64_t bytes = 0;
 };
 
-enum class Level { group, replicas };  // within the shard group, across the groups
+// Within the shard group, across the groups, within the tensor group.
+enum class Level { group, replicas, tensor };
 
-// What a collective is for: the gradients' reduction, the parameters' gather, the gradient norm.
-enum class Purpose { gradients, parameters, norm };
+// What a collective is for: the gradients' reduction, the parameters' gather, the gradient norm,
+// and under tensor parallelism the activations the layers' slices exchange.
+enum class Purpose { gradients, parameters, norm, activations };
+
+// What a tensor group's layers exchange per micro-batch (Megatron's scheme without sequence
+// parallelism): `rows` tokens of `d_model` fp32 activations, summed once after the embedding,
+// after each block's two row-parallel projections, and in backward before the replicated layer
+// beneath each split one (the LM head's and each block's two column-parallel projections'
+// input gradients); `recompute_full` reruns each block's forward sums in backward. The
+// cross-entropy gathers three numbers per token from each slice.
+struct ActivationTraffic {
+  std::int64_t rows = 0, d_model = 0, n_layer = 0;
+  bool recompute_full = false;
+};
 
 struct CollectivePlan {
   Collective kind = Collective::all_reduce;
@@ -75,8 +91,9 @@ class ParallelPlan {
  public:
   // micro_batches: per step (zero3 gathers every segment for each forward and backward);
   // bucket_mb: parallel.bucket_mb (ddp's buckets; 0: one bucket).
+  // activations: what a tensor group exchanges (needed when mesh.tensor > 1).
   ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Precision precision, Mesh mesh,
-               std::int64_t micro_batches, double bucket_mb);
+               std::int64_t micro_batches, double bucket_mb, ActivationTraffic activations = {});
 
   StrategyKind strategy() const { return strategy_; }
   Precision precision() const { return precision_; }
@@ -127,8 +144,13 @@ class ParallelPlan {
   std::uint64_t group_bytes() const;
   std::uint64_t replica_bytes() const;
   std::int64_t group_calls() const;  // collective calls per step within the group (the norm's left out)
-  // Bytes per kind summed over levels and purposes, as a rank's TrafficCounters count a step.
+  // Bytes per kind of the data-parallel collectives (within the group and across replicas),
+  // summed over purposes, as the strategy's communicators count a step.
   std::uint64_t bytes_of(Collective kind) const;
+  // Within the tensor group per step: bytes of one kind, all of them, and the calls.
+  std::uint64_t tensor_bytes_of(Collective kind) const;
+  std::uint64_t tensor_bytes() const;
+  std::int64_t tensor_calls() const;
   // Without replicas, over nodes of node_size ranks with two-level collectives: inside the node
   // on all the data, across nodes on 1/node_size of it.
   LevelBytes two_level_bytes(const ParamLayout& layout, int node_size) const;
@@ -148,6 +170,7 @@ class ParallelPlan {
   Mesh mesh_;
   std::int64_t micro_batches_;
   double bucket_mb_;
+  ActivationTraffic activations_;
   ShardLayout shards_;
   BufferPlan params_, grads_, optimizer_;
   ModelState model_state_;

@@ -1,5 +1,6 @@
 #include "train/sharded_model.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -87,7 +88,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   const std::int64_t micro_batches =
       inference ? 1 : plan_batches(config.data, config.model.seq_len, data_world.size(), config.deck_path).accum_steps;
   plan_ = std::make_unique<ParallelPlan>(
-      deck_plan(config, model_->layout(), data_world.size(), data_world.local_size(), micro_batches));
+      deck_plan(config, model_->layout(), world.size(), world.local_size(), micro_batches, max_batch));
   if (plan_->grouped()) {
     const auto groups = data_comms().groups(plan_->mesh().shards);
     comms.group = &groups.within;
@@ -153,9 +154,15 @@ Mesh deck_mesh(const Config& config, int world_size, int node_size) {
 }
 
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches) {
-  return ParallelPlan(layout, config.parallel.strategy, config.parallel.precision,
-                      deck_mesh(config, world_size, node_size), micro_batches, config.parallel.bucket_mb);
+                       std::int64_t micro_batches, std::int64_t micro_batch) {
+  const int tensor = static_cast<int>(std::max<std::int64_t>(1, config.parallel.tensor));
+  Mesh mesh = deck_mesh(config, world_size / tensor, std::max(1, node_size / tensor));
+  mesh.tensor = tensor;
+  const ModelShape shape = model_shape(config.model);
+  const ActivationTraffic activations{micro_batch * shape.seq_len, shape.d_model, shape.n_layer,
+                                      recompute_of(config.model) == Recompute::full};
+  return ParallelPlan(layout, config.parallel.strategy, config.parallel.precision, mesh, micro_batches,
+                      config.parallel.bucket_mb, activations);
 }
 
 Recompute recompute_of(const ModelConfig& m) {

@@ -86,9 +86,11 @@ int deck_tensor_degree(const Config& config, int world_size, int node_size, bool
 // parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
 // not divide the world.
 Mesh deck_mesh(const Config& config, int world_size, int node_size);
-// The deck's parallel plan for `layout` on that mesh, with micro_batches per optimizer step: what
-// the run makes and what check and the planner predict from.
+// The deck's parallel plan for `layout` (this rank's: under tensor parallelism its slice) on a job
+// of world_size ranks, node_size per node, with micro_batches per optimizer step of
+// micro_batch sequences each: the mesh (the data-parallel ranks are world_size / parallel.tensor)
+// and what the run sends; what the run makes and what check and the planner predict from.
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches);
+                       std::int64_t micro_batches, std::int64_t micro_batch);
 
 }  // namespace st

@@ -68,8 +68,9 @@ void fill_sequence(int step, int i, int* tokens, int* targets) {
 struct Trained {
   std::vector<float> params;
   std::vector<double> norms;
-  // Bytes per collective kind sent by this rank in steps 2..kSteps, step by step.
-  std::vector<TrafficCounters> per_step;
+  // Bytes per collective kind sent by this rank in steps 2..kSteps, step by step: by the
+  // strategy's communicators, and within the tensor group.
+  std::vector<TrafficCounters> per_step, tensor_per_step;
   std::unique_ptr<ParallelPlan> plan;  // the plan it trained by
 };
 
@@ -127,9 +128,10 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
   const TensorGroup group = split ? TensorGroup{{tensor, world.rank() % tensor}, &split->tensor} : TensorGroup{};
   const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro, host_exec(), Recompute::none, group);
   Model<float>& model = *owned;
-  auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision,
-                                               make_mesh(strategy, 0, ranks, data.local_size(), "test"), kMicroBatches,
-                                               bucket_mb);
+  Mesh mesh = make_mesh(strategy, 0, ranks, data.local_size(), "test");
+  mesh.tensor = tensor;
+  auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision, mesh, kMicroBatches, bucket_mb,
+                                                    ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer});
   const ParallelPlan& plan = *plan_holder;
   StrategyComms strategy_comms{comms.collectives()};
   if (plan.grouped()) {
@@ -150,6 +152,8 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
   Trained out;
   std::vector<int> tokens(static_cast<std::size_t>(micro * kShape.seq_len)), targets(tokens.size());
   TrafficCounters before = total_by_kind(comms.traffic());
+  const auto tensor_traffic = [&] { return split ? total_by_kind(split->tensor.traffic()) : TrafficCounters{}; };
+  TrafficCounters tensor_before = tensor_traffic();
   const float loss_scale = 1.0f / static_cast<float>(kMicroBatches * ranks);
   for (int step = 0; step < kSteps; ++step) {
     s->zero_grads();
@@ -171,6 +175,9 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
     // second on, every step sends the same.
     if (step > 0) out.per_step.push_back(minus(now, before));
     before = now;
+    const TrafficCounters tensor_now = tensor_traffic();
+    out.tensor_per_step.push_back(minus(tensor_now, tensor_before));
+    tensor_before = tensor_now;
   }
   out.params = s->gather_params();
   out.params = model.whole_from_slices(out.params);
@@ -285,6 +292,12 @@ TEST_P(TensorParallel, MatchesOneRank) {
       EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5)
           << "tensor " << degree << ", step " << step;
     expect_matches_plan(t, *t.plan, "tensor parallel");
+    // Within the tensor group, every step (the first too: nothing is prefetched there).
+    for (const TrafficCounters& step : t.tensor_per_step)
+      for (const Collective kind : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+                                    Collective::broadcast})
+        EXPECT_EQ(step.of(kind), t.plan->tensor_bytes_of(kind)) << "tensor " << degree << ", kind " << static_cast<int>(kind);
+    EXPECT_GT(t.plan->tensor_bytes(), 0u);
   }
 }
 
