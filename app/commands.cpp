@@ -24,6 +24,7 @@
 #include "train/report.hpp"
 #include "train/run_dir.hpp"
 #include "train/run_settings.hpp"
+#include "train/sharded_model.hpp"
 #include "train/trainer.hpp"
 #include "weights/init_from.hpp"
 
@@ -43,7 +44,8 @@ void write_plan_file(const Config& config, const std::string& table) {
 
 // The planner's figure for the deck's strategy, with the limit it is checked against.
 std::string predicted_memory_line(const Config& config, const Machine& machine, int group) {
-  const StrategyPrediction p = predict_strategy(config, machine, config.parallel.strategy, group);
+  const StrategyPrediction p = predict_strategy(config, machine, config.parallel.strategy, group, std::nullopt,
+                                                static_cast<int>(config.parallel.tensor));
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   return b(p.total_bytes()) + " predicted (model state + activations + workspace " + b(p.workspace_bytes) +
          "); limit " + format_bytes(machine.memory_per_rank) + " (" + machine.memory_source + ")";
@@ -144,17 +146,21 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
                               : job_machine(config, world, world_size, request.machine, ranks == 0, automatic);
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);
+  // The tensor groups the run would form: refused here as run refuses them.
+  deck_tensor_degree(config, world_size, machine.ranks_per_node, true);
   check_memory_fits(config, machine);
   deck_ranks_per_node(config, world_size);  // refuses emulated nodes that do not divide the ranks (GPU path too)
   const RunData data = open_run_data(config, world.comm());
-  const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size, config.deck_path);
+  // The batch splits between the data-parallel ranks (a tensor group's ranks share theirs).
+  const auto tensor = static_cast<int>(config.parallel.tensor);
+  const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size / tensor, config.deck_path);
   // The loaders refuse a sequential batch that does not fit in its part of the data.
   BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, plan.global_batch, "training");
   BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, plan.global_batch, "validation");
   const ModelShape shape = model_shape(config.model);
   const ParamLayout layout = make_layout(shape);
   const Recompute recompute = recompute_of(config.model);
-  const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute);
+  const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute, tensor);
   const auto& p = config.parallel;
   // The plan the run would make: the planner's machine says how the ranks split into nodes.
   const ParallelPlan predicted = deck_plan(config, machine);
@@ -169,7 +175,11 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.parameters = layout.total();
   predicted_settings.segments = layout.segments().size();
   predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
-                                ", " + name_of(p.precision);
+                                ", " + name_of(p.precision) +
+                                (tensor > 1 ? "; tensor parallel: each layer split over " + std::to_string(tensor) +
+                                                  " consecutive ranks (" + std::to_string(world_size / tensor) +
+                                                  " data-parallel rank(s) per slice)"
+                                            : "");
   const ParallelPlan::ModelState& state = predicted.model_state();
   predicted_settings.model_state = {state.params, state.grads, state.optimizer, 0};
   predicted_settings.model_state_note = "largest rank";
@@ -182,6 +192,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   SettingsRows derived = derived_rows(predicted_settings);
   std::string traffic = b(predicted.group_bytes()) + (hsdp ? " within groups of " + std::to_string(group) : "");
   if (hsdp) traffic += ", " + b(predicted.replica_bytes()) + " across groups";
+  if (tensor > 1) traffic += ", " + b(predicted.tensor_bytes()) + " within the tensor group (activations)";
   const SettingsRows predictions = {
       {"comm per step per rank", traffic},
       {"memory per rank", predicted_memory_line(config, machine, group)},

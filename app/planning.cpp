@@ -175,8 +175,11 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine) {
 
 void check_memory_fits(const Config& config, const Machine& m) {
   const StrategyKind strategy = config.parallel.strategy;
-  const int group = strategy == StrategyKind::hsdp ? deck_mesh(config, m.world(), m.ranks_per_node).shards : 0;
-  const StrategyPrediction p = predict_strategy(config, m, strategy, group);
+  const int tensor = static_cast<int>(config.parallel.tensor);
+  const int group = strategy == StrategyKind::hsdp
+                        ? deck_mesh(config, m.world() / tensor, std::max(1, m.ranks_per_node / tensor)).shards
+                        : 0;
+  const StrategyPrediction p = predict_strategy(config, m, strategy, group, std::nullopt, tensor);
   if (p.fits) return;
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   // What would fit: each strategy on this many ranks, else on more nodes like these.
@@ -184,7 +187,7 @@ void check_memory_fits(const Config& config, const Machine& m) {
   std::string with_recompute;
   for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
     if (stronger <= p.recompute) continue;
-    const StrategyPrediction q = predict_strategy(config, m, strategy, group, stronger);
+    const StrategyPrediction q = predict_strategy(config, m, strategy, group, stronger, tensor);
     if (!q.fits) continue;
     with_recompute = "On these ranks it fits with model.recompute = \"" + std::string(recompute_name(stronger)) +
                      "\": " + b(q.total_bytes()) + " per rank (activations " + b(q.activation_bytes) + "), +" +
@@ -199,7 +202,7 @@ void check_memory_fits(const Config& config, const Machine& m) {
       Machine more = m;
       more.nodes = m.nodes * factor;
       try {
-        const StrategyPrediction q = predict_strategy(config, more, s, 0);
+        const StrategyPrediction q = predict_strategy(config, more, s, 0, std::nullopt, tensor);
         largest_split = std::max(largest_split, more.world());
         if (q.fits) {
           fits.push_back(name_of(s) + " on " + std::to_string(more.world()) + " rank(s) (" + b(q.total_bytes()) + ")");
@@ -244,6 +247,11 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   quoted += '"';
   config.resolved["parallel.strategy"] = quoted;
   config.origin["parallel.strategy"] = "auto: chosen by the planner (plan.txt)";
+  if (chosen.tensor > 1) {
+    config.parallel.tensor = chosen.tensor;
+    config.resolved["parallel.tensor"] = std::to_string(chosen.tensor);
+    config.origin["parallel.tensor"] = "auto: the planner splits layers inside the NVLink group";
+  }
   if (chosen.strategy == StrategyKind::hsdp) {
     config.parallel.shard_group = chosen.group;
     config.resolved["parallel.shard_group"] = std::to_string(chosen.group);

@@ -115,24 +115,39 @@ int hsdp_group_for(const Machine& m) {
 }
 
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
-                                         Recompute recompute) {
+                                         Recompute recompute, int tensor) {
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
-  const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head), m.threads_per_rank);
-  return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu).total();
+  const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
+  return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu, tensor).total();
+}
+
+std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) {
+  std::vector<int> degrees;
+  // NVLink's link names in `nvidia-smi topo -m` are NV<count>; PCIe, socket and network ones are not.
+  if (!m.gpu || m.fast_group < 2 || !m.fast_link.starts_with("NV")) return degrees;
+  const ModelShape shape = model_shape(config.model);
+  for (int t = 2; t <= m.fast_group; t *= 2)
+    if (m.fast_group % t == 0 && m.world() % t == 0 && tensor_split_problem(shape, t).empty()) degrees.push_back(t);
+  return degrees;
 }
 
 StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,
-                                    std::optional<Recompute> recompute) {
-  const int world = m.world();
+                                    std::optional<Recompute> recompute, int tensor) {
+  // The strategy runs over the data-parallel ranks: `world` of them, `L` per node, each a
+  // tensor group of `tensor` consecutive ranks.
+  const int world = m.world() / tensor;
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
   const ModelShape shape = model_shape(config.model);
-  const ParamLayout layout = make_layout(shape);
+  const ParamLayout layout = make_layout(shape, TensorSplit{tensor, 0});
   const std::int64_t mb = batches.accum_steps;
   // The plan the run would make: its mesh, buffers, buckets and collectives.
-  const ParallelPlan whole(layout, strategy, config.parallel.precision,
-                           make_mesh(strategy, group, world, m.ranks_per_node, config.deck_path), mb,
-                           config.parallel.bucket_mb);
+  Mesh mesh = make_mesh(strategy, group, world, std::max(1, m.ranks_per_node / tensor), config.deck_path);
+  mesh.tensor = tensor;
+  const Recompute chosen_recompute = recompute.value_or(recompute_of(config.model));
+  const ParallelPlan whole(layout, strategy, config.parallel.precision, mesh, mb, config.parallel.bucket_mb,
+                           ActivationTraffic{batches.micro_batch * batches.seq_len, shape.d_model, shape.n_layer,
+                                             chosen_recompute == Recompute::full});
   const bool hsdp = whole.grouped();
   const int n = whole.mesh().shards;
   const ShardLayout& shards = whole.shards();
@@ -140,20 +155,23 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   StrategyPrediction p;
   p.strategy = strategy;
   p.group = n;
-  p.recompute = recompute.value_or(recompute_of(config.model));
+  p.tensor = tensor;
+  p.recompute = chosen_recompute;
   p.state_bytes = whole.model_state().total();
-  p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute);
+  p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute, tensor);
   p.workspace_bytes = workspace_estimate(whole);
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
 
-  const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world;
+  // A data-parallel rank's tokens, their FLOPs split over its tensor group.
+  const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world / tensor;
   p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute) * tokens / m.flops_per_rank;
   p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   const std::int64_t calls = whole.group_calls();
 
-  // Communication by level. `L` ranks per node; `bw_node` the bottleneck of a ring over them.
-  const int L = m.ranks_per_node;
-  auto bw_inside = [&](int ranks) { return ranks <= m.fast_group ? m.fast_gbps : m.node_gbps; };
+  // Communication by level. `L` data-parallel ranks per node; a ring over `ranks` of them spans
+  // ranks x tensor consecutive ranks, on the fast links while those hold them.
+  const int L = std::max(1, m.ranks_per_node / tensor);
+  auto bw_inside = [&](int ranks) { return ranks * tensor <= m.fast_group ? m.fast_gbps : m.node_gbps; };
   const std::string slower_in_node = m.node_link;
   double comm = 0, replica_comm = 0;
   if (!hsdp && world > 1) {
@@ -186,7 +204,12 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
     replica_comm = seconds(p.slow_bytes, replicas_cross_nodes ? m.inter_node_gbps : m.node_gbps) + m.latency_s +
                    (replicas_cross_nodes ? m.inter_latency_s : 0);
   }
-  p.comm_s = comm + replica_comm;
+  // The tensor group's sums sit between the layers' computations: all of it is exposed.
+  if (tensor > 1) {
+    p.tensor_bytes = whole.tensor_bytes();
+    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(whole.tensor_calls()) * m.latency_s;
+  }
+  p.comm_s = comm + replica_comm + p.tensor_s;
 
   // What compute hides (parallel.overlap): ddp's buckets and zero1/zero2's reduce-scatters run
   // during the last micro-batch's backward (two thirds of its FLOPs), zero1/zero2's parameter all-gather follows the
@@ -214,6 +237,7 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
     const double last = comm / static_cast<double>(2 * mb + 1) * embeddings;
     p.exposed_s = last + std::max(0.0, comm - last - p.compute_s) + replica_comm;
   }
+  if (config.parallel.overlap) p.exposed_s += p.tensor_s;
 
   if (m.memory_gbps > 0) {
     const double updated = static_cast<double>(whole.optimizer().elements);
@@ -227,24 +251,57 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   PlanResult r;
   const int group = hsdp_group_for(m);
   const bool plan_hsdp = group > 0 && m.world() % group == 0;
-  auto plan_all = [&](Recompute recompute) {
+  std::vector<std::string> unsplit;  // why a degree's data-parallel ranks cannot split the batch
+  // Every strategy with each layer split over `tensor` ranks (1: whole layers); none when the
+  // data-parallel ranks cannot split the global batch.
+  auto plan_all = [&](Recompute recompute, int tensor) {
     std::vector<StrategyPrediction> rows;
-    for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-      rows.push_back(predict_strategy(config, m, s, 0, recompute));
-    if (plan_hsdp) rows.push_back(predict_strategy(config, m, StrategyKind::hsdp, group, recompute));
+    try {
+      for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
+        rows.push_back(predict_strategy(config, m, s, 0, recompute, tensor));
+      // hsdp's groups in data-parallel ranks: the fast group's or node's share of them.
+      if (plan_hsdp && group % tensor == 0 && group / tensor > 1)
+        rows.push_back(predict_strategy(config, m, StrategyKind::hsdp, group / tensor, recompute, tensor));
+    } catch (const Error& e) {
+      unsplit.push_back(e.what());
+      rows.clear();
+    }
     return rows;
   };
+  const auto fits = [](const StrategyPrediction& p) { return p.fits; };
   const Recompute asked = recompute_of(config.model);
-  r.rows = plan_all(asked);
+  const std::vector<int> degrees = tensor_degrees_for(config, m);
+  // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch.
+  auto plan_layers = [&](Recompute recompute) {
+    std::vector<StrategyPrediction> rows = plan_all(recompute, 1);
+    if (rows.empty() || std::none_of(rows.begin(), rows.end(), fits))
+      for (const int t : degrees) {
+        std::vector<StrategyPrediction> split = plan_all(recompute, t);
+        rows.insert(rows.end(), split.begin(), split.end());
+      }
+    return rows;
+  };
+  r.rows = plan_layers(asked);
   if (!plan_hsdp)
     r.notes.push_back("hsdp: not planned, the machine has one level of links (no slower level to replicate across)");
-  const auto fits = [](const StrategyPrediction& p) { return p.fits; };
+  const bool wanted_tensor = std::none_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) {
+    return p.tensor == 1 && p.fits;
+  });
+  if (wanted_tensor && degrees.empty())
+    r.notes.push_back("tensor parallelism: not planned, the machine has no NVLink group to split layers in (" +
+                      (m.gpu ? "fast links: " + m.fast_link : std::string("CPU ranks")) +
+                      "; tensor parallelism's per-layer exchanges stay inside NVLink/NVSwitch)");
+  for (const std::string& why : unsplit) r.notes.push_back("not planned: " + why);
+  if (r.rows.empty()) {
+    r.reason = "no strategy can split the global batch over this machine's ranks";
+    return r;
+  }
   // Nothing fits as the deck asks: recomputation is the next lever (selective first, the cheaper).
   std::optional<Recompute> lever;
   if (std::none_of(r.rows.begin(), r.rows.end(), fits))
     for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
       if (stronger <= asked) continue;
-      std::vector<StrategyPrediction> rows = plan_all(stronger);
+      std::vector<StrategyPrediction> rows = plan_layers(stronger);
       if (std::none_of(rows.begin(), rows.end(), fits)) continue;
       lever = stronger;
       for (auto& row : rows)
@@ -277,7 +334,8 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   int chosen = 0;
   for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
     if (r.rows[i].fits && r.rows[i].step_s <= best * (1 + kTieMargin) &&
-        order_of(r.rows[i].strategy) < order_of(r.rows[chosen].strategy))
+        std::make_pair(r.rows[i].tensor, order_of(r.rows[i].strategy)) <
+            std::make_pair(r.rows[chosen].tensor, order_of(r.rows[chosen].strategy)))
       chosen = i;
   r.chosen = chosen;
   if (lever) {
@@ -285,6 +343,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     r.recompute = *lever;
     std::ostringstream why;
     why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "")
+        << (c.tensor > 1 ? " and parallel.tensor = " + std::to_string(c.tensor) : "")
         << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
         << recompute_name(asked) << "\" (the smallest needs " << b(smallest_without(r.rows, asked)) << " per rank, over the "
         << limit << "); recomputing " << (*lever == Recompute::selective ? "the attention probabilities and GELU outputs"
@@ -301,6 +360,30 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     return r;
   }
   const StrategyPrediction& c = r.rows[chosen];
+  if (c.tensor > 1) {
+    // Tensor parallelism was planned because whole layers do not fit, or cannot split the batch.
+    const StrategyPrediction* whole = nullptr;  // the smallest of the whole-layer rows
+    for (const auto& row : r.rows)
+      if (row.tensor == 1 && (!whole || row.total_bytes() < whole->total_bytes())) whole = &row;
+    std::ostringstream why;
+    why << c.strategy << (c.strategy == StrategyKind::hsdp ? " in groups of " + std::to_string(c.group) : "")
+        << " over " << m.world() / c.tensor << " data-parallel rank(s), with parallel.tensor = " << c.tensor
+        << ": each layer split over " << c.tensor << " consecutive GPUs inside an NVLink group (" << m.fast_link << ", ~"
+        << m.fast_gbps << " GB/s). ";
+    if (whole)
+      why << "With whole layers nothing fits: the smallest, " << whole->strategy << ", needs " << b(whole->total_bytes())
+          << " per rank (activations " << b(whole->activation_bytes) << "), over the " << limit << ". ";
+    else
+      why << "With whole layers the " << m.world() << " ranks cannot split the global batch of "
+          << config.data.global_batch << " sequences. ";
+    why << "Split, a rank holds " << b(c.total_bytes()) << " (activations " << b(c.activation_bytes) << ", model state "
+        << b(c.state_bytes) << "); the layers' slices exchange " << b(c.tensor_bytes)
+        << " per rank per step inside the group, predicted " << ms(c.tensor_s)
+        << " ms and not hidden behind compute. Predicted step " << ms(c.step_s) << " ms (compute " << ms(c.compute_s)
+        << ", exposed communication " << ms(c.exposed_s) << ").";
+    r.reason = why.str();
+    return r;
+  }
   const StrategyPrediction* ddp = find(StrategyKind::ddp);
   const StrategyPrediction* zero2 = find(StrategyKind::zero2);
   const StrategyPrediction* zero3 = find(StrategyKind::zero3);
@@ -358,16 +441,16 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
   out << "\n";
   for (const auto& a : m.assumptions) out << "assumed: " << a << "\n";
   char line[320];
-  std::snprintf(line, sizeof line, "%-5s %-8s %6s %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank",
-                "strategy", "group", "recompute", "state", "activations", "workspace", "total", "fits", "compute ms",
+  std::snprintf(line, sizeof line, "%-5s %-8s %6s %6s %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank",
+                "strategy", "tensor", "group", "recompute", "state", "activations", "workspace", "total", "fits", "compute ms",
                 "comm ms", "exposed ms", "step ms");
   out << line;
   int place = 0;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& p = r.rows[i];
     const std::string rank = p.fits ? std::to_string(++place) : "-";
-    std::snprintf(line, sizeof line, "%-5s %-8s %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
-                  rank.c_str(), name_of(p.strategy).c_str(), p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+    std::snprintf(line, sizeof line, "%-5s %-8s %6d %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
+                  rank.c_str(), name_of(p.strategy).c_str(), p.tensor, p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",

@@ -20,7 +20,8 @@ namespace st {
 
 struct StrategyPrediction {
   StrategyKind strategy = StrategyKind::ddp;
-  int group = 0;  // ranks that shard together (hsdp: the group; others: the world)
+  int group = 0;  // ranks that shard together (hsdp: the group; others: the data-parallel ranks)
+  int tensor = 1;  // ranks splitting each layer (parallel.tensor)
   Recompute recompute = Recompute::none;
   std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
   std::uint64_t total_bytes() const { return state_bytes + activation_bytes + workspace_bytes; }
@@ -30,6 +31,8 @@ struct StrategyPrediction {
   std::uint64_t fast_bytes = 0;  // sent per rank per step inside the fastest level used
   std::uint64_t slow_bytes = 0;  // ... across the slowest level crossed (between groups or nodes)
   std::string slow_level;        // its name ("" when nothing crosses a slower level)
+  std::uint64_t tensor_bytes = 0;  // sent per rank per step within the tensor group (its activations)
+  double tensor_s = 0;             // of comm_s and exposed_s: the tensor group's exchanges, never hidden
 };
 
 struct PlanResult {
@@ -40,15 +43,24 @@ struct PlanResult {
   std::vector<std::string> notes;
 };
 
-// One strategy on the machine. `group`: hsdp's sharding group (ignored by the others);
-// `recompute`: the activation recomputation (model.recompute when not given).
+// One strategy on the machine. `group`: hsdp's sharding group, in data-parallel ranks (ignored by
+// the others); `recompute`: the activation recomputation (model.recompute when not given);
+// `tensor`: ranks splitting each layer (consecutive, inside a node), the strategy running over the
+// world / tensor ranks holding the same slice.
 StrategyPrediction predict_strategy(const Config& config, const Machine& machine, StrategyKind strategy,
-                                    int group, std::optional<Recompute> recompute = std::nullopt);
-// Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences.
+                                    int group, std::optional<Recompute> recompute = std::nullopt, int tensor = 1);
+// Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences
+// (its slice of them under tensor parallelism).
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,
-                                         Recompute recompute);
+                                         Recompute recompute, int tensor = 1);
+// The tensor-parallel degrees the planner considers on this machine: 2, 4, ... up to the fast
+// group, when that group is NVLink (or NVSwitch), never across a PCIe, socket or network
+// boundary, and only those that split the model's heads, MLP width and vocabulary.
+std::vector<int> tensor_degrees_for(const Config& config, const Machine& machine);
 // Every strategy (ddp, zero1, zero2, zero3, and hsdp with groups at the fast-link boundary or
-// the node when there is a slower level above it), ranked, with the recommendation. When none
+// the node when there is a slower level above it), ranked, with the recommendation. Tensor
+// parallelism inside an NVLink group (tensor_degrees_for) is planned too when no strategy fits
+// alone or when the data-parallel ranks would outnumber the global batch's sequences. When none
 // fits with the deck's model.recompute, the first stronger recomputation under which some do is
 // planned as well, and the recommendation names it and what it costs.
 PlanResult plan_strategies(const Config& config, const Machine& machine);

@@ -215,5 +215,81 @@ TEST(Planner, AutoLeavesRecomputationToTheDeck) {
   }
 }
 
+// A 22B-parameter GPT whose activations do not fit beside zero3's shards on one 8-GPU node:
+// heads, MLP width and padded vocabulary split by 2, 4 and 8.
+const char* kBig = R"(
+[run]
+steps = 10
+[model]
+n_layer = 48
+d_model = 6144
+n_head = 48
+seq_len = 2048
+vocab_size = 50257
+vocab_pad_to = 128
+[data]
+path = "unused.txt"
+global_batch = 8
+micro_batch = 1
+[parallel]
+precision = "bf16"
+)";
+
+TEST(Planner, NvswitchWithAModelTooBigForShardingAloneGetsTensorParallelInTheNode) {
+  const Config config = parse_deck(kBig, "big.toml", {});
+  const Machine nvswitch = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
+  const PlanResult r = plan_strategies(config, nvswitch);
+  for (const auto& row : r.rows) {
+    if (row.tensor == 1) {
+      EXPECT_FALSE(row.fits) << row.strategy << " fits with whole layers: the case is not one";
+    }
+  }
+  const StrategyPrediction& c = chosen(r);
+  EXPECT_GT(c.tensor, 1);
+  EXPECT_LE(c.tensor, nvswitch.fast_group);
+  EXPECT_TRUE(c.fits);
+  EXPECT_FALSE(r.recompute.has_value()) << r.reason;
+  EXPECT_GT(c.tensor_bytes, 0u);
+  EXPECT_GT(c.tensor_s, 0.0);
+  EXPECT_NE(r.reason.find("parallel.tensor = " + std::to_string(c.tensor)), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("inside an NVLink group (NV18"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("With whole layers nothing fits"), std::string::npos) << r.reason;
+  // The split rank's memory is the slice's: the plan of the slice's layout plus its activations.
+  const ModelShape shape = model_shape(config.model);
+  const ParallelPlan slice(make_layout(shape, TensorSplit{c.tensor, 0}), c.strategy, Precision::bf16,
+                           Mesh{1, 8 / c.tensor, c.tensor}, 8 / (8 / c.tensor),
+                           config.parallel.bucket_mb, ActivationTraffic{2048, 6144, 48});
+  EXPECT_EQ(c.state_bytes, slice.model_state().total());
+  EXPECT_EQ(c.tensor_bytes, slice.tensor_bytes());
+  EXPECT_EQ(c.activation_bytes, predicted_activation_bytes(config, nvswitch, 1, Recompute::none, c.tensor));
+  EXPECT_NE(format_plan(r, nvswitch).find("tensor"), std::string::npos);
+  // parallel.strategy = "auto" takes the degree with the strategy.
+  Config automatic = parse_deck(kBig, "big.toml", {"parallel.strategy=auto"});
+  app::resolve_auto_strategy(automatic, nvswitch);
+  EXPECT_EQ(automatic.parallel.tensor, c.tensor);
+  EXPECT_EQ(automatic.parallel.strategy, c.strategy);
+}
+
+TEST(Planner, PcieOnlyNodeNeverSplitsLayersAcrossItsLinks) {
+  const Config config = parse_deck(kBig, "big.toml", {});
+  for (const char* pcie : {"08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt",
+                           "14_rtx-a5000-8gpu_pcie-pxb-pix_dual-socket_mlx5.txt"}) {
+    const PlanResult r = plan_strategies(config, machine_of(pcie, 80));
+    for (const auto& row : r.rows) EXPECT_EQ(row.tensor, 1) << pcie;
+    bool said = false;
+    for (const auto& note : r.notes) said = said || note.find("tensor parallelism: not planned") != std::string::npos;
+    EXPECT_TRUE(said) << pcie;
+  }
+}
+
+TEST(Planner, MoreRanksThanSequencesSplitLayersInstead) {
+  // 4 sequences per step on 8 GPUs: whole layers cannot split the batch; pairs of GPUs can.
+  const Config config = parse_deck(kXl, "xl.toml", {"data.global_batch=4", "model.n_head=32", "model.vocab_pad_to=128"});
+  const PlanResult r = plan_strategies(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80));
+  const StrategyPrediction& c = chosen(r);
+  EXPECT_EQ(c.tensor, 2) << r.reason;
+  EXPECT_NE(r.reason.find("cannot split the global batch"), std::string::npos) << r.reason;
+}
+
 }  // namespace
 }  // namespace st
