@@ -271,14 +271,21 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const auto fits = [](const StrategyPrediction& p) { return p.fits; };
   const Recompute asked = recompute_of(config.model);
   const std::vector<int> degrees = tensor_degrees_for(config, m);
-  // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch.
+  const int asked_degree = static_cast<int>(config.parallel.tensor);
+  // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch; and
+  // the deck's own parallel.tensor, whatever the links, since it asks for it.
   auto plan_layers = [&](Recompute recompute) {
     std::vector<StrategyPrediction> rows = plan_all(recompute, 1);
-    if (rows.empty() || std::none_of(rows.begin(), rows.end(), fits))
-      for (const int t : degrees) {
+    const bool wanted = rows.empty() || std::none_of(rows.begin(), rows.end(), fits);
+    for (const int t : degrees)
+      if (wanted || t == asked_degree) {
         std::vector<StrategyPrediction> split = plan_all(recompute, t);
         rows.insert(rows.end(), split.begin(), split.end());
       }
+    if (asked_degree > 1 && std::find(degrees.begin(), degrees.end(), asked_degree) == degrees.end()) {
+      std::vector<StrategyPrediction> split = plan_all(recompute, asked_degree);
+      rows.insert(rows.end(), split.begin(), split.end());
+    }
     return rows;
   };
   r.rows = plan_layers(asked);

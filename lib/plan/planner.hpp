@@ -60,7 +60,8 @@ std::vector<int> tensor_degrees_for(const Config& config, const Machine& machine
 // Every strategy (ddp, zero1, zero2, zero3, and hsdp with groups at the fast-link boundary or
 // the node when there is a slower level above it), ranked, with the recommendation. Tensor
 // parallelism inside an NVLink group (tensor_degrees_for) is planned too when no strategy fits
-// alone or when the data-parallel ranks would outnumber the global batch's sequences. When none
+// alone or when the data-parallel ranks would outnumber the global batch's sequences, and the
+// deck's own parallel.tensor (on any links) when it sets one. When none
 // fits with the deck's model.recompute, the first stronger recomputation under which some do is
 // planned as well, and the recommendation names it and what it costs.
 PlanResult plan_strategies(const Config& config, const Machine& machine);

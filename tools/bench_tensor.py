@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""Tensor parallelism against its prediction: step time and memory per rank for (tensor,
+data-parallel) = (1, 4), (2, 2) and (4, 1) on 4 ranks (and (1, 2), (2, 1) on 2) at d_model 768,
+each next to the planner's prediction for it, the settings interleaved round by round.
+
+    /usr/bin/python3 tools/bench_tensor.py [--ranks 4] [--rounds 2] [--steps 6]
+
+For each setting `shardtrain plan` runs first under the same mpirun (its ranks probe the sgemm
+and memory copy rates together, as in training) with the deck's parallel.tensor, then the run
+trains; measured step = median after the first two steps, measured memory = rank 0's peak
+resident growth over what it held before the run's buffers (the run's memory line), predicted
+memory = the plan's total per rank (model state + activations + workspace). This machine's
+speed swings within minutes (docs/benchmarks.md): every sample is printed, with the load average.
+Prints Markdown tables for docs/benchmarks.md."""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+# A row of `shardtrain plan`: rank, strategy, tensor, group, recompute, state, activations,
+# workspace, total (each "<number> <unit>"), fits, compute, comm, exposed, step ms.
+SIZE = r"([\d.]+ \S?i?B)"
+ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)\s+(\d+)\s+(\d+)\s+(\S+)\s+" + r"\s+".join([SIZE] * 4) +
+                 r"\s+(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", re.M)
+MEASURED = re.compile(r"memory per rank after step \d+:.*measured on rank 0: peak resident [\d.]+ \S+, ([\d.]+ \S+) above")
+UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+
+DECK = """[run]
+steps = {steps}
+log_every = 1
+eval_every = 0
+sample_tokens = 0
+[model]
+n_layer = 2
+d_model = 768
+n_head = 12
+seq_len = 256
+vocab_size = 256
+[data]
+path = "{data}"
+global_batch = 8
+micro_batch = 2
+[parallel]
+strategy = "{strategy}"
+tensor = {tensor}
+"""
+
+
+def bytes_of(text):
+    number, unit = text.split()
+    return float(number) * UNITS[unit]
+
+
+def mpirun(ranks, argv):
+    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", "--oversubscribe"] + argv
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def predict(exe, deck, ranks, tensor, strategy):
+    out = mpirun(ranks, [exe, "plan", deck])
+    for m in ROW.finditer(out):
+        if m.group(2) == strategy and int(m.group(3)) == tensor:
+            return {"step": float(m.group(14)), "exposed": float(m.group(13)), "memory": bytes_of(m.group(9))}
+    sys.exit(f"no row for tensor {tensor} x {strategy} in the planner's output:\n{out}")
+
+
+def measure(exe, deck, ranks, out_dir):
+    out = mpirun(ranks, [exe, "run", deck, "--set", f"run.out_dir={out_dir}"])
+    rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+    train = [r for r in rows if r["kind"] == "train"][2:]
+    grown = [bytes_of(m.group(1)) for m in MEASURED.finditer(out)]
+    if not grown:
+        sys.exit(f"no measured memory line in the run's output:\n{out[-2000:]}")
+    return statistics.median(r["ms"] for r in train), statistics.median(r["exposed_comm_ms"] for r in train), grown[-1]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--exe", default=os.path.join(ROOT, "build", "shardtrain"))
+    p.add_argument("--data", default=os.path.join(ROOT, "data", "fortunes.txt"))
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--strategy", default="zero1")
+    a = p.parse_args()
+    work = tempfile.mkdtemp(prefix="st_bench_tensor_")
+    degrees = [t for t in (1, 2, 4) if a.ranks % t == 0]
+    print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
+    print("| round | tensor x data | strategy | predicted step ms | measured step ms | predicted / measured | "
+          "predicted memory MiB | measured memory MiB | predicted / measured | exposed comm ms (predicted, with the tensor group's sums / measured waits of the strategy) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    results = []
+    for r in range(1, a.rounds + 1):
+        for tensor in degrees:
+            deck = os.path.join(work, f"t{tensor}.toml")
+            with open(deck, "w") as f:
+                f.write(DECK.format(steps=a.steps, data=a.data, strategy=a.strategy, tensor=tensor))
+            pred = predict(a.exe, deck, a.ranks, tensor, a.strategy)
+            ms, exposed, grown = measure(a.exe, deck, a.ranks, os.path.join(work, f"r{r}_t{tensor}"))
+            step_ratio, mem_ratio = pred["step"] / ms, pred["memory"] / grown
+            results.append((tensor, step_ratio, mem_ratio))
+            mark = lambda x: "" if abs(x - 1) <= 0.25 else " (miss)"
+            print(f"| {r} | {tensor} x {a.ranks // tensor} | {a.strategy} | {pred['step']:.1f} | {ms:.1f} | "
+                  f"{step_ratio:.2f}{mark(step_ratio)} | {pred['memory'] / 2**20:.1f} | {grown / 2**20:.1f} | "
+                  f"{mem_ratio:.2f}{mark(mem_ratio)} | {pred['exposed']:.1f} / {exposed:.1f} |", flush=True)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    steps_within = sum(abs(s - 1) <= 0.25 for _, s, _ in results)
+    mem_within = sum(abs(m - 1) <= 0.25 for _, _, m in results)
+    print(f"\n{steps_within} of {len(results)} step-time predictions and {mem_within} of {len(results)} memory "
+          "predictions within 25% of the measurement.")
+
+
+if __name__ == "__main__":
+    main()
