@@ -120,7 +120,9 @@ LevelTraffic ShardedModel::traffic() const {
 void ShardedModel::init_params(std::uint64_t seed) {
   std::vector<float> whole(model_->whole_layout().total());
   model_->init_params(whole, seed);
-  strategy_->load_params(model_->slice_of(whole));
+  // Under tensor parallelism the rank keeps its slice; otherwise the whole, without a copy.
+  if (model_->tensor_group().active()) strategy_->load_params(model_->slice_of(whole));
+  else strategy_->load_params(whole);
 }
 
 double ShardedModel::sum_over_ranks(double value) {
