@@ -14,17 +14,21 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     : Model<Real>(shape, exec, recompute, tensor),
       k_(layer_kernels_of<Real>(exec)),
       max_batch_(max_batch),
-      heads_at_once_(k_.attention_heads_at_once(max_batch, static_cast<int>(shape.n_head))),
       C_(static_cast<int>(shape.d_model)),
-      NH_(static_cast<int>(shape.n_head)),
-      NKV_(static_cast<int>(shape.kv_heads())),
+      NH_(static_cast<int>(shape.n_head) / tensor.split.degree),
+      NKV_(static_cast<int>(shape.kv_heads()) / tensor.split.degree),
       hs_(static_cast<int>(shape.head_dim())),
-      W_(static_cast<int>(shape.qkv_width())),
-      F_(static_cast<int>(shape.hidden())) {
+      A_(static_cast<int>(shape.d_model) / tensor.split.degree),
+      W_(static_cast<int>(shape.qkv_width()) / tensor.split.degree),
+      F_(static_cast<int>(shape.hidden()) / tensor.split.degree),
+      heads_at_once_(k_.attention_heads_at_once(max_batch, NH_)) {
+  // The base class's layout has already checked that the group's degree divides the heads, the
+  // key/value heads, the MLP width and the padded vocabulary (tensor_split_problem). A rank's
+  // query heads h0.. read the key/value heads h0 / group..: its share of q, k and v keeps the
+  // whole model's ratio of query to key/value heads, so attention runs on them unchanged.
   ST_REQUIRE(shape.arch == Arch::llama, "Llama built from a shape of another architecture");
-  if (tensor.active()) throw Error("model.arch = \"llama\" does not run with parallel.tensor > 1 yet; use gpt2 or parallel.tensor = 1");
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
-  ST_REQUIRE(NH_ % NKV_ == 0, "n_kv_head must divide n_head");
+  ST_REQUIRE(shape.n_head % shape.kv_heads() == 0, "n_kv_head must divide n_head");
   ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
   {
@@ -53,10 +57,11 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
 
   // Carved by the sizes activation_sizes counts; the check at the end ties the two together.
   const bool device = exec.space() != MemorySpace::host;
-  const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_, device);
-  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, W = W_, F = F_;
+  const ActivationSizes sizes =
+      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree);
+  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, A = A_, W = W_, F = F_;
   const std::size_t T = shape.seq_len;
-  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * shape.n_head * T * T;
+  const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(NH_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
   acts_ = exec.allocate(sizes.total() * sizeof(Real));
   Real* cursor = acts_.as<Real>().data();
@@ -70,7 +75,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     a.ln1_rstd = take(N);
     a.qkv = take(N * W);
     a.att = keep_probs ? take(kept_probs) : nullptr;
-    a.atty = take(N * C);
+    a.atty = take(N * A);
     a.res2 = take(N * C);
     a.ln2 = take(N * C);
     a.ln2_rstd = take(N);
@@ -95,17 +100,19 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   x0_ = take(N * C);
   lnf_ = take(N * C);
   lnf_rstd_ = take(N);
-  logits_ = take(N * shape.padded_vocab);
+  logits_ = take(N * static_cast<std::size_t>(this->vocab_rows()));
   losses_ = take(N);
   tmp_ = take(N * C);
   dres_ = take(N * C);
   dtmp_ = take(N * C);
-  datty_ = take(N * C);
+  datty_ = take(N * A);
   dqkv_ = take(N * W);
   dprobs_ = take(heads);
   dff_a_ = take(2 * N * F);
   dff_b_ = take(2 * N * F);
-  if (const std::size_t n = grouped_gradient_elements(device, N, C, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
+  if (const std::size_t n = grouped_gradient_elements(device, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
+  const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
+  cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
@@ -120,8 +127,9 @@ Llama<Real>::~Llama() = default;
 
 template <class Real>
 void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
-  ST_REQUIRE(params.size() == layout_.total(), "parameter buffer does not match the layout");
-  for (const TensorSlot* t : layout_.all_tensors()) {
+  const ParamLayout& layout = this->whole_layout();
+  ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
+  for (const TensorSlot* t : layout.all_tensors()) {
     Real* p = params.data() + t->offset;
     NormalStream normal(seed, hash_name(t->name));  // each tensor its own stream
     if (t->role == TensorRole::norm) {
@@ -133,8 +141,8 @@ void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const 
   // Padded vocabulary rows are never looked up or predicted.
   const std::size_t used = static_cast<std::size_t>(shape_.vocab_size * shape_.d_model);
   const std::size_t rows = static_cast<std::size_t>(shape_.padded_vocab * shape_.d_model);
-  std::vector<std::size_t> tables{layout_.tensor("wte").offset};
-  if (!shape_.tie_embeddings) tables.push_back(layout_.tensor("lm_head.w").offset);
+  std::vector<std::size_t> tables{layout.tensor("wte").offset};
+  if (!shape_.tie_embeddings) tables.push_back(layout.tensor("lm_head.w").offset);
   for (std::size_t offset : tables) std::fill(params.data() + offset + used, params.data() + offset + rows, Real(0));
 }
 
@@ -142,8 +150,7 @@ template <class Real>
 double Llama<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
   forward_to_logits(buffers, tokens, targets, B, T);
   const int N = B * T;
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  const double total = k_.softmax_cross_entropy_forward(logits_, losses_, targets ? targets_at_ : nullptr, N, V, Vp);
+  const double total = this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_);
   return targets ? total / N : 0.0;
 }
 
@@ -151,11 +158,7 @@ template <class Real>
 std::vector<Real> Llama<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
   FlatBuffers<Real> flat(layout_, params);
   forward_to_logits(flat, tokens, nullptr, B, T);
-  const std::size_t rows = static_cast<std::size_t>(B) * T, V = static_cast<std::size_t>(shape_.vocab_size);
-  const std::size_t Vp = static_cast<std::size_t>(shape_.padded_vocab);
-  std::vector<Real> out(rows * V);
-  for (std::size_t r = 0; r < rows; ++r) exec_.download(out.data() + r * V, logits_ + r * Vp, V * sizeof(Real));
-  return out;
+  return this->whole_logits_on_host(logits_, static_cast<std::size_t>(B) * T);
 }
 
 template <class Real>
@@ -164,16 +167,18 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
   B_ = B;
   T_ = T;
-  const int N = B * T, Vp = static_cast<int>(shape_.padded_vocab);
+  const int N = B * T;
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
-  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(N) * sizeof(int));
+  this->upload_slice_tokens(tokens_at_, tokens, N);
   if (targets) exec_.upload(targets_at_, targets, static_cast<std::size_t>(N) * sizeof(int));
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head is in it
+  // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums them.
   k_.encoder_forward(x0_, tokens_at_, E + wte_, nullptr, B, T, C_);
+  this->sum_over_tensor_group(x0_, static_cast<std::size_t>(N) * C_);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
@@ -184,7 +189,8 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, N, C_, shape_.norm_eps);
   buffers.after_forward(last);
-  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), N, C_, Vp);
+  // This rank's slice of the vocabulary.
+  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), N, C_, this->vocab_rows());
   buffers.after_forward(0);
 }
 
@@ -197,7 +203,7 @@ void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, co
   k_.linear_forward(a.qkv, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
   // q's and k's heads lead each row: rotated in place, attention and its backward read them so.
   k_.rope(a.qkv, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, false);
-  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, C_, NH_, NKV_);
+  k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, A_, NH_, NKV_);
   block_after_attention(l, P, in, a, output, N);
 }
 
@@ -207,13 +213,16 @@ void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real
   const std::size_t NC = static_cast<std::size_t>(N) * C_;
   const BlockOffsets& o = blocks_[l];
   const Real* none = nullptr;
-  k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, C_, C_);
+  // The row-parallel projections' partial products are summed over the group.
+  k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, A_, C_);
+  this->sum_over_tensor_group(tmp_, NC);
   k_.add(a.res2, in, tmp_, NC);
   k_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, N, C_, shape_.norm_eps);
   k_.linear_forward(a.gate_up, a.ln2, P + o.gate_up, none, N, C_, 2 * F_);
   k_.swiglu_forward(a.act, a.gate_up, N, F_);
   if (!output) return;
   k_.linear_forward(tmp_, a.act, P + o.down, none, N, F_, C_);
+  this->sum_over_tensor_group(tmp_, NC);
   k_.add(a.res3, a.res2, tmp_, NC);
 }
 
@@ -221,15 +230,17 @@ template <class Real>
 void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
   const int B = B_, T = T_, N = B * T, C = C_;
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   Real* none = nullptr;
 
-  k_.softmax_cross_entropy_backward(logits_, targets_at_, N, V, Vp, loss_scale / static_cast<Real>(N));
+  this->cross_entropy_backward(logits_, targets_at_, N, loss_scale / static_cast<Real>(N));
   buffers.before_backward(0);  // the embedding (and LM head): the head now, the lookup at the very end
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
-  k_.linear_backward(dtmp_, GE + head_, none, logits_, lnf_, E + head_, N, C, Vp, false);
+  // Under tensor parallelism every input gradient of a split layer is a partial sum over the
+  // group's slices: summed before the replicated layer below it uses it.
+  k_.linear_backward(dtmp_, GE + head_, none, logits_, lnf_, E + head_, N, C, this->vocab_rows(), false);
+  this->sum_over_tensor_group(dtmp_, NC);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
   exec_.zero(dres_, NC * sizeof(Real));
@@ -252,13 +263,15 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     k_.linear_backward(dff_a_, G + o.down, none, dres_, a.act, P + o.down, N, F_, C, false);
     k_.swiglu_backward(dff_b_, a.gate_up, dff_a_, N, F_);
     k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, a.ln2, P + o.gate_up, N, C, 2 * F_, false);
+    this->sum_over_tensor_group(dtmp_, NC);
     k_.rmsnorm_backward(dres_, G + o.mlp_norm, dtmp_, a.res2, P + o.mlp_norm, a.ln2_rstd, N, C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    k_.linear_backward(datty_, G + o.proj, none, dres_, a.atty, P + o.proj, N, C, C, false);
+    k_.linear_backward(datty_, G + o.proj, none, dres_, a.atty, P + o.proj, N, A_, C, false);
     // dqkv: the gradient of q, and of each key/value head summed over its group of query heads.
-    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, C, NH_, NKV_);
+    k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, A_, NH_, NKV_);
     k_.rope(dqkv_, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, true);  // to the unrotated q and k
     k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, a.ln1, P + o.qkv, N, C, W_, false);
+    this->sum_over_tensor_group(dtmp_, NC);
     k_.rmsnorm_backward(dres_, G + o.attn_norm, dtmp_, in, P + o.attn_norm, a.ln1_rstd, N, C);
     buffers.grad_ready(l + 1);
   }
@@ -279,11 +292,12 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
   targets_.clear();  // not a training pass
   B_ = 0;
   T_ = 0;
-  exec_.upload(tokens_at_, tokens, static_cast<std::size_t>(count) * sizeof(int));
+  this->upload_slice_tokens(tokens_at_, tokens, count);
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);
   k_.encoder_forward(x0_, tokens_at_, E + wte_, nullptr, 1, count, C_);
+  this->sum_over_tensor_group(x0_, static_cast<std::size_t>(count) * C_);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     const Real* P = buffers.params(l + 1);
@@ -295,8 +309,8 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
     k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, count, C_, shape_.norm_eps);
     k_.linear_forward(rows, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), count, C_, W_);
     k_.rope(rows, rope_cos_, rope_sin_, 1, count, first, W_, NH_ + NKV_, hs_, false);
-    if (first == 0) k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, C_, NH_, NKV_);
-    else k_.attention_rows(a.atty, cache, first, count, C_, NH_, NKV_);
+    if (first == 0) k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, A_, NH_, NKV_);
+    else k_.attention_rows(a.atty, cache, first, count, A_, NH_, NKV_);
     block_after_attention(l, P, in, a, true, count);
     buffers.after_forward(l + 1);
   }
@@ -306,27 +320,17 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
   const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C_;
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, 1, C_, shape_.norm_eps);
   buffers.after_forward(last);
-  const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), 1, C_, Vp);
+  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), 1, C_, this->vocab_rows());
   buffers.after_forward(0);
-  k_.softmax_cross_entropy_forward(logits_, losses_, nullptr, 1, V, Vp);
+  this->cross_entropy(logits_, losses_, nullptr, 1, cross_entropy_scratch_);
   decoded_ = first + count;
-  return row_on_host(logits_);
+  return this->whole_row_on_host(logits_);
 }
 
 template <class Real>
 std::span<const Real> Llama<Real>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
-  return row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * shape_.padded_vocab);
-}
-
-template <class Real>
-std::span<const Real> Llama<Real>::row_on_host(const Real* row) const {
-  const std::size_t V = static_cast<std::size_t>(shape_.vocab_size);
-  if (exec_.space() == MemorySpace::host) return {row, V};
-  probs_row_.resize(V);
-  exec_.download(probs_row_.data(), row, V * sizeof(Real));
-  return probs_row_;
+  return this->whole_row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * this->vocab_rows());
 }
 
 template class Llama<float>;

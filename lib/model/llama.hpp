@@ -20,6 +20,9 @@ namespace st {
 template <class Real>
 class Llama final : public Model<Real> {
  public:
+  // With an active tensor group, this rank's slice (model/model.hpp TensorGroup): its query heads
+  // and the key/value heads they read, its share of the MLP width and of the vocabulary (of the
+  // token table and of the untied LM head alike).
   Llama(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none,
         TensorGroup tensor = {});
   ~Llama() override;
@@ -36,7 +39,8 @@ class Llama final : public Model<Real> {
   std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
   std::span<const Real> probs(int b, int t) const override;
   // The cache holds n_layer x seq_len rows of q, k, v (d_model + 2 n_kv_head head_dim values:
-  // with grouped-query attention n_kv_head / n_head of multi-head attention's keys and values).
+  // with grouped-query attention n_kv_head / n_head of multi-head attention's keys and values;
+  // under tensor parallelism this rank's heads' share of them).
   std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
 
  private:
@@ -53,15 +57,17 @@ class Llama final : public Model<Real> {
   // projection (what backward needs, recomputed).
   void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
   void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
-  std::span<const Real> row_on_host(const Real* row) const;
   AttentionProbs<Real> attention_probs(const BlockActs& a) const {
     return {a.att, probs_, dprobs_, heads_at_once_, grouped_gradient_};
   }
 
   LayerKernels<Real>& k_;
   int max_batch_;
+  // The residual stream's width (whole on every rank), then this rank's share of the layers (all
+  // of them without tensor parallelism): query heads, key/value heads, q's width, the width of
+  // q, k and v together, the MLP's width.
+  int C_, NH_, NKV_, hs_, A_, W_, F_;
   int heads_at_once_;
-  int C_, NH_, NKV_, hs_, W_, F_;
   Memory rope_memory_;  // kernels::rope_table's cosines, then its sines, in the backend's memory
   const Real *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   std::size_t wte_, head_, lnf_w_;  // within their segments; head_: the embedding's, or lm_head.w's
@@ -70,6 +76,7 @@ class Llama final : public Model<Real> {
   Memory acts_;
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_rstd_, *logits_, *losses_, *tmp_;
+  Real* cross_entropy_scratch_ = nullptr;  // the vocabulary-parallel cross-entropy's (tensor parallelism)
   Real *dres_, *dtmp_, *datty_, *dqkv_, *dff_a_, *dff_b_;
   Real* probs_ = nullptr;
   Real* dprobs_ = nullptr;
@@ -78,10 +85,10 @@ class Llama final : public Model<Real> {
   std::vector<int> tokens_, targets_;  // copies from the last forward
   Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
   int *tokens_at_ = nullptr, *targets_at_ = nullptr;
-  mutable std::vector<Real> probs_row_;  // probs() of a device run, copied to the host
   int B_ = 0, T_ = 0;
 
   using Model<Real>::shape_;
+  using Model<Real>::tensor_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;
   using Model<Real>::recompute_;

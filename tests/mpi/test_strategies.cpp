@@ -3,7 +3,9 @@
 // accumulation on fixed batches, the parameters and gradient norms against one rank training on
 // the whole batch, and the bytes each kind of collective moved in a step against the plan's
 // prediction. Registered on 1..4 ranks and on 2 x 2 emulated nodes (hsdp then replicates
-// across them). ST_TEST_RANKS_PER_NODE (environment) sets the emulated node size.
+// across them). Tensor parallelism of 2 and 4 ranks on both architectures, each strategy over
+// the ranks holding the same slice, against one rank likewise. ST_TEST_RANKS_PER_NODE
+// (environment) sets the emulated node size.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -50,6 +52,18 @@ const ModelShape& shape_of(Arch arch) { return arch == Arch::llama ? kLlamaShape
 // Tensor parallelism over 2 and 4 ranks: heads, MLP width and padded vocabulary divide by both;
 // the 11 real tokens fill 2.75 of 4 slices, so one slice holds padding only.
 const ModelShape kTensorShape{2, 16, 4, 7, 11, 16};
+// Llama's: 8 query heads reading 4 key/value heads, so that a rank of 4 holds 2 query heads and
+// the 1 key/value head they share (of 2, 4 and 2); the MLP width 24 and the untied LM head's
+// padded vocabulary divide by both degrees.
+const ModelShape kLlamaTensorShape = [] {
+  ModelShape s{2, 32, 8, 7, 11, 16};
+  s.arch = Arch::llama;
+  s.n_kv_head = 4;
+  s.ffn_dim = 24;
+  s.tie_embeddings = false;
+  return s;
+}();
+const ModelShape& tensor_shape_of(Arch arch) { return arch == Arch::llama ? kLlamaTensorShape : kTensorShape; }
 constexpr int kGlobalBatch = 24;  // sequences per step: 2 micro-batches on each of 1, 2, 3 or 4 ranks
 constexpr int kMicroBatches = 2;
 constexpr int kSteps = 4;
@@ -198,13 +212,17 @@ const Trained& reference(Arch arch) {
   return arch == Arch::llama ? llama : gpt2;
 }
 
-// The same on kTensorShape, the reference of tensor parallelism.
-const Trained& tensor_reference() {
-  static const Trained whole = [] {
+// The same on the architecture's tensor-parallel shape, the reference of tensor parallelism.
+const Trained& tensor_reference(Arch arch) {
+  static const Trained gpt2 = [] {
     World self(MPI_COMM_SELF);
     return train(self, kTensorShape, StrategyKind::ddp, Precision::fp32, 0);
   }();
-  return whole;
+  static const Trained llama = [] {
+    World self(MPI_COMM_SELF);
+    return train(self, kLlamaTensorShape, StrategyKind::ddp, Precision::fp32, 0);
+  }();
+  return arch == Arch::llama ? llama : gpt2;
 }
 
 void expect_matches_plan(const Trained& t, const ParallelPlan& plan, const char* what) {
@@ -270,24 +288,29 @@ INSTANTIATE_TEST_SUITE_P(EveryStrategy, Strategies,
                                   arch_name(std::get<1>(param_info.param));
                          });
 
-// Tensor parallelism of degree 2 (and 4 where the world allows), each data-parallel strategy
-// over the ranks holding the same slice: parameters and gradient norms equal one rank training
-// the whole model; the data-parallel collectives send what the plan of the slice says.
-class TensorParallel : public ::testing::TestWithParam<StrategyKind> {};
+// Tensor parallelism of degree 2 (and 4 where the world allows) of either architecture, each
+// data-parallel strategy over the ranks holding the same slice: parameters and gradient norms
+// equal one rank training the whole model; the data-parallel collectives send what the plan of the slice says.
+class TensorParallel : public ::testing::TestWithParam<std::tuple<StrategyKind, Arch>> {
+ protected:
+  StrategyKind strategy() const { return std::get<0>(GetParam()); }
+  Arch arch() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(TensorParallel, MatchesOneRank) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
-  const Trained& ref = tensor_reference();
+  const Trained& ref = tensor_reference(arch());
   EXPECT_GT(ref.norms.front(), kClip);
   for (const int degree : {2, 4}) {
     if (world.size() % degree != 0 || (world.emulated() && world.local_size() % degree != 0)) continue;
-    const double bucket_mb = GetParam() == StrategyKind::ddp ? 0.002 : 0;
-    const Trained t = train(world, kTensorShape, GetParam(), Precision::fp32, bucket_mb, degree);
+    const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
+    const Trained t = train(world, tensor_shape_of(arch()), strategy(), Precision::fp32, bucket_mb, degree);
     ASSERT_EQ(t.params.size(), ref.params.size());
     double worst = 0;
     for (std::size_t i = 0; i < t.params.size(); ++i)
       worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
-    EXPECT_LT(worst, 1e-5) << "tensor " << degree << " x " << name_of(GetParam()) << " on " << world.size() << " ranks";
+    EXPECT_LT(worst, 1e-5) << "tensor " << degree << " x " << name_of(strategy()) << " on " << world.size()
+                           << " ranks";
     for (int step = 0; step < kSteps; ++step)
       EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5)
           << "tensor " << degree << ", step " << step;
@@ -302,9 +325,14 @@ TEST_P(TensorParallel, MatchesOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, TensorParallel,
-                         ::testing::Values(StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
-                                           StrategyKind::zero3, StrategyKind::hsdp),
-                         [](const auto& param_info) { return std::string(name_of(param_info.param)); });
+                         ::testing::Combine(::testing::Values(StrategyKind::ddp, StrategyKind::zero1,
+                                                              StrategyKind::zero2, StrategyKind::zero3,
+                                                              StrategyKind::hsdp),
+                                            ::testing::Values(Arch::gpt2, Arch::llama)),
+                         [](const auto& param_info) {
+                           return std::string(name_of(std::get<0>(param_info.param))) + "_" +
+                                  arch_name(std::get<1>(param_info.param));
+                         });
 
 }  // namespace
 }  // namespace st
