@@ -146,8 +146,6 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
                               : job_machine(config, world, world_size, request.machine, ranks == 0, automatic);
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);
-  // The tensor groups the run would form: refused here as run refuses them.
-  deck_tensor_degree(config, world_size, machine.ranks_per_node, true);
   check_memory_fits(config, machine);
   deck_ranks_per_node(config, world_size);  // refuses emulated nodes that do not divide the ranks (GPU path too)
   const RunData data = open_run_data(config, world.comm());

@@ -174,6 +174,9 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine) {
 }
 
 void check_memory_fits(const Config& config, const Machine& m) {
+  // The tensor groups first: a degree the ranks or the model cannot split is refused, naming
+  // parallel.tensor, before anything is predicted for it.
+  deck_tensor_degree(config, m.world(), m.ranks_per_node, true);
   const StrategyKind strategy = config.parallel.strategy;
   const int tensor = static_cast<int>(config.parallel.tensor);
   const int group = strategy == StrategyKind::hsdp

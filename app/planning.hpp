@@ -45,8 +45,9 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
 // machine's: hsdp's group is parallel.shard_group, else the node).
 ParallelPlan deck_plan(const Config& config, const Machine& machine);
 
-// Refuses (st::Error, every rank alike) a deck whose strategy needs more memory per rank than the
-// machine has, naming the figure, the limit and the strategies and rank counts that would fit.
+// Refuses (st::Error, every rank alike) a deck whose tensor degree the machine's ranks or the
+// model cannot split (naming parallel.tensor), or whose strategy needs more memory per rank than
+// the machine has, naming the figure, the limit and the strategies and rank counts that would fit.
 void check_memory_fits(const Config& config, const Machine& machine);
 
 // parallel.strategy = "auto": plans, rewrites config.parallel.strategy (and shard_group for hsdp)

@@ -1,5 +1,5 @@
-"""Tensor parallelism end to end (parallel.tensor): 20 steps of the small GPT with each layer
-split over 2 or 4 ranks, and the data-parallel strategies over the ranks holding the same slice,
+"""Tensor parallelism end to end (parallel.tensor): 20 steps of the small GPT (and of a small
+Llama) with each layer split over 2 or 4 ranks, and the data-parallel strategies over the ranks holding the same slice,
 match one rank's losses, gradient norms, validation losses and final parameters within 1e-5:
 tensor 2 alone on 2 ranks, tensor 2 x zero3 and tensor 2 x hsdp on 2 x 2 emulated nodes (the
 groups inside a node, the strategy across), tensor 4 on 4 ranks, and tensor 2 with gradient
@@ -16,9 +16,11 @@ corpus = h.corpus(args)
 NODES = ["--set", "parallel.ranks_per_node=2"]
 
 
-def run(ranks, label, tensor=1, strategy="ddp", micro=0, extra=(), checkpoint=None):
+def run(ranks, label, tensor=1, strategy="ddp", micro=0, extra=(), checkpoint=None, model=None):
     sections = {"run": {"steps": 20, "eval_every": 10, "eval_batches": 2}, "data": {"micro_batch": micro},
                 "parallel": {"strategy": strategy, "tensor": tensor, "bucket_mb": 0.02}}
+    if model:
+        sections["model"] = model
     if checkpoint:
         sections["checkpoint"] = checkpoint
     deck = h.small_deck(work, label, corpus, **sections)
@@ -50,6 +52,13 @@ for ranks, tensor, strategy, micro, extra, label in [
     got = run(ranks, label, tensor, strategy, micro, extra)
     compare(label, got, ref)
     h.check(close(got["val"], ref["val"], 1e-5), f"{label}: validation losses equal within 1e-5")
+
+# Llama (grouped-query attention, SwiGLU, untied head): each group splits the key/value heads too.
+LLAMA = {"arch": "llama", "n_kv_head": 2, "tie_embeddings": False}
+llama_ref = run(1, "llama_ref", model=LLAMA)
+for ranks, tensor, strategy, extra, label in [(2, 2, "ddp", [], "llama_tensor2_np2"),
+                                              (4, 2, "hsdp", NODES, "llama_tensor2_hsdp_nodes2x2")]:
+    compare(label, run(ranks, label, tensor, strategy, extra=extra, model=LLAMA), llama_ref)
 
 # Checkpoints of the whole model, written by tensor 2 x zero3, resumed elsewhere.
 written = run(4, "written", 2, "zero3", extra=NODES, checkpoint={"dir": f"{work}/written/ckpt", "every": 10})
