@@ -89,6 +89,7 @@ struct ParallelConfig {
   double bucket_mb = 0.0;
   std::int64_t shard_group = 0;
   std::int64_t tensor = 1;  // ranks of a tensor-parallel group (consecutive, inside a node)
+  bool sequence_parallel = false;  // the rows between split layers split over the group too
   bool overlap = true;
 };
 

@@ -369,6 +369,9 @@ class DeckParser {
       problems_.add(0, origin("parallel.tensor") + ": parallel.tensor = " + std::to_string(p.tensor) +
                            " needs a data-parallel parallel.strategy named (ddp, zero1, zero2, zero3, fsdp or hsdp); "
                            "\"auto\" does not plan tensor parallelism");
+    if (p.sequence_parallel && p.tensor == 1)
+      problems_.add(0, origin("parallel.sequence_parallel") + ": parallel.sequence_parallel = true splits the rows "
+                                                                "over a tensor group: it needs parallel.tensor > 1");
     if (p.shard_group != 0 && p.strategy != StrategyKind::hsdp)
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "
                                                         "\"hsdp\" only (this deck has \"" + name_of(p.strategy) + "\")");

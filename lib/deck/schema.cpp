@@ -292,6 +292,12 @@ std::vector<KeySpec> build_schema() {
               "the ranks holding the same slice (world = tensor x data-parallel ranks). Must divide the ranks per "
               "node, n_head (and n_kv_head), the MLP width and the padded vocabulary. 1: none.",
               store(&C::parallel, &ParallelConfig::tensor)),
+      boolean("parallel", "sequence_parallel", "false",
+              "With parallel.tensor > 1: the rows between the split layers (the norms, the residual stream, the "
+              "embedding's output) are split over the tensor group too, each rank holding micro_batch x seq_len / "
+              "tensor of them, and the group's sums become reduce-scatters and all-gathers (Megatron's sequence "
+              "parallelism). micro_batch x seq_len must divide by parallel.tensor.",
+              store(&C::parallel, &ParallelConfig::sequence_parallel)),
       boolean("parallel", "overlap", "true",
               "Overlap communication with compute: ddp starts each bucket's all-reduce during backward, "
               "zero2/zero3/hsdp reduce-scatter segments while backward goes on, zero3/hsdp prefetch the next "

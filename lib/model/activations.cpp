@@ -1,5 +1,7 @@
 #include "model/activations.hpp"
 
+#include <algorithm>
+
 #include "exec/attention_probs.hpp"
 
 namespace st {
@@ -30,8 +32,10 @@ std::size_t logit_slice_scratch(std::size_t N, int tensor) {
 }
 
 ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                      int heads_at_once, int tensor) {
+                                      int heads_at_once, int tensor, bool sequence_parallel) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  // The rows a rank keeps between split layers (R = N without sequence parallelism).
+  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor, sequence_parallel);
   // A rank of a tensor-parallel group holds its heads (A = its share of C) and its share of the
   // MLP width (H) and of the vocabulary (V); the residual stream (C) is whole on every rank.
   const std::size_t split = static_cast<std::size_t>(tensor);
@@ -39,30 +43,32 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
   const std::size_t T = shape.seq_len, block = T * T;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * (shape.n_head / tensor) * block;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once) * block;
-  // A block computes ln1 (N C) and its statistics (2 N), qkv (3 N A), the attention
-  // probabilities, atty (N A), res2, ln2 (N C each, 2 N statistics), fch and its GELU (N H each)
-  // and res3 (N C), its output and the next block's input.
+  // A block computes ln1 (R C) and its statistics (2 R), qkv (3 N A), the attention
+  // probabilities, atty (N A), res2, ln2 (R C each, 2 R statistics), fch and its GELU (N H each)
+  // and res3 (R C), its output and the next block's input.
   ActivationSizes s;
   s.blocks = shape.n_layer;
   switch (recompute) {
     case Recompute::none:
-      s.per_block = 4 * N * C + 4 * N * A + 2 * N * H + 4 * N + kept_probs;
+      s.per_block = 4 * R * C + 4 * N * A + 2 * N * H + 4 * R + kept_probs;
       break;
     case Recompute::selective:  // no probabilities, no GELU output
-      s.per_block = 4 * N * C + 4 * N * A + N * H + 4 * N;
+      s.per_block = 4 * R * C + 4 * N * A + N * H + 4 * R;
       s.working = heads;
       break;
     case Recompute::full:  // the output only; one block's worth, less its output and GELU, to recompute into
-      s.per_block = N * C;
-      s.working = 3 * N * C + 4 * N * A + N * H + 4 * N + heads;
+      s.per_block = R * C;
+      s.working = 3 * R * C + 4 * N * A + N * H + 4 * R + heads;
       break;
   }
-  // The embedding output (x0), final norm (N C, 2 N), logits (N V), losses (N), the projection
-  // output (tmp), then the backward scratch every block reuses: dres, dtmp (N C each), datty
-  // (N A), dqkv (3 N A), the probabilities' gradient (one block per head in flight), and two of
-  // the MLP's width (N H each; the recomputed GELU output goes to the second).
-  s.shared = N * C + N * C + 2 * N + N * V + N + N * C + 2 * N * C + N * A + 3 * N * A + heads + 2 * N * H +
-             logit_slice_scratch(N, tensor);
+  // The embedding output (x0), final norm (R C, 2 R), logits (N V), losses (N), the projection
+  // output (tmp, N C: whole rows, summed), then the backward scratch every block reuses: dres
+  // (R C), dtmp (N C), datty (N A), dqkv (3 N A), the probabilities' gradient (one block per head
+  // in flight), and two of the MLP's width (N H each; the recomputed GELU output goes to the
+  // second). With rows split: the gathered rows a split layer reads (N C), the rows' shares of
+  // the two sums (R C each), and the norms' gradients on their way through the group (4 C).
+  s.shared = R * C + R * C + 2 * R + N * V + N + N * C + R * C + N * C + N * A + 3 * N * A + heads + 2 * N * H +
+             logit_slice_scratch(N, tensor) + (sequence_parallel ? N * C + 2 * R * C + 4 * C : 0);
   return s;
 }
 
@@ -108,10 +114,16 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
 
 }  // namespace
 
+std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool sequence_parallel) {
+  if (tensor <= 1 || !sequence_parallel) return rows;
+  return std::max(rows / static_cast<std::size_t>(tensor), seq_len);
+}
+
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device, int tensor) {
+                                 bool device, int tensor, bool sequence_parallel) {
   return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device, tensor)
-                                   : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once, tensor);
+                                   : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once, tensor,
+                                                           sequence_parallel);
 }
 
 double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute) {

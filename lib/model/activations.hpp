@@ -33,9 +33,14 @@ struct ActivationSizes {
   std::int64_t blocks = 0;
   std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
 };
-// `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them).
+// `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them);
+// `sequence_parallel`: the rows between split layers split over them too (split_rows).
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device, int tensor = 1);
+                                 bool device, int tensor = 1, bool sequence_parallel = false);
+// The rows a rank keeps of what lies between split layers (norm outputs, the residual stream):
+// all `rows` without sequence parallelism; with it its share, rows / tensor, but at least a whole
+// sequence of seq_len (decoding works on whole rows).
+std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool sequence_parallel);
 
 // FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
 // leave them out, as is usual).

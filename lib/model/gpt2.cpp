@@ -37,9 +37,13 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
 
   // Carved by the sizes activation_sizes counts (the blocks' own, the working set, the rest); the
   // check at the end ties the two together.
+  const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_,
-                                                 exec.space() != MemorySpace::host, tensor.split.degree);
+                                                 exec.space() != MemorySpace::host, tensor.split.degree,
+                                                 split_rows_ever);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
+  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
   const std::size_t A = static_cast<std::size_t>(attn_width_), H = static_cast<std::size_t>(mlp_width_);
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(heads_) * T * T;
@@ -53,23 +57,23 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   };
   // Everything a block computes, in one place.
   auto whole_block = [&](BlockActs& a, bool keep_probs) {
-    a.ln1 = take(N * C);
-    a.ln1_mean = take(N);
-    a.ln1_rstd = take(N);
+    a.ln1 = take(R * C);
+    a.ln1_mean = take(R);
+    a.ln1_rstd = take(R);
     a.qkv = take(3 * N * A);
     a.att = keep_probs ? take(kept_probs) : nullptr;
     a.atty = take(N * A);
-    a.res2 = take(N * C);
-    a.ln2 = take(N * C);
-    a.ln2_mean = take(N);
-    a.ln2_rstd = take(N);
+    a.res2 = take(R * C);
+    a.ln2 = take(R * C);
+    a.ln2_mean = take(R);
+    a.ln2_rstd = take(R);
     a.fch = take(N * H);
   };
   block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
     a.fch_gelu = recompute == Recompute::none ? take(N * H) : nullptr;
-    a.res3 = take(N * C);
+    a.res3 = take(R * C);
   }
   if (recompute == Recompute::full) {
     BlockActs working{};
@@ -81,14 +85,14 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
     }
   }
   if (recompute != Recompute::none) probs_ = take(heads);
-  x0_ = take(N * C);
-  lnf_ = take(N * C);
-  lnf_mean_ = take(N);
-  lnf_rstd_ = take(N);
+  x0_ = take(R * C);
+  lnf_ = take(R * C);
+  lnf_mean_ = take(R);
+  lnf_rstd_ = take(R);
   logits_ = take(N * static_cast<std::size_t>(this->vocab_rows()));
   losses_ = take(N);
   tmp_ = take(N * C);
-  dres_ = take(N * C);
+  dres_ = take(R * C);
   dtmp_ = take(N * C);
   datty_ = take(N * A);
   dqkv_ = take(3 * N * A);
@@ -97,6 +101,12 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   d4c_b_ = take(N * H);
   const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
+  if (split_rows_ever) {
+    gathered_ = take(N * C);
+    tmp_rows_ = take(R * C);
+    dtmp_rows_ = take(R * C);
+    norm_grads_ = take(4 * C);
+  }
   // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
@@ -162,6 +172,11 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   B_ = B;
   T_ = T;
   const int N = B * T, C = static_cast<int>(shape_.d_model);
+  // Sequence parallelism splits the pass's rows between the split layers over the group.
+  rows_split_ = tensor_.active() && tensor_.sequence_parallel;
+  ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
+             "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
+  const int Nr = this->local_rows(N);
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
@@ -171,9 +186,10 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again
   // A vocabulary slice looks up the tokens it holds; the group sums the slices' rows, the
-  // positions added once.
-  k_.encoder_forward(x0_, tokens_at_, E + wte_, row_parallel_bias(E + wpe_), B, T, C);
-  this->sum_over_tensor_group(x0_, static_cast<std::size_t>(N) * C);
+  // positions added once (with rows split, each rank keeps its share of the sum).
+  Real* looked_up = rows_split_ ? tmp_ : x0_;
+  k_.encoder_forward(looked_up, tokens_at_, E + wte_, row_parallel_bias(E + wpe_), B, T, C);
+  this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
@@ -183,10 +199,11 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   buffers.before_forward(last);
   const Real* F = buffers.params(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, N, C);
+  k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, Nr, C);
   buffers.after_forward(last);
-  // LM head tied to the token embedding (this rank's slice of the vocabulary).
-  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), N, C, this->vocab_rows());
+  // LM head tied to the token embedding (this rank's slice of the vocabulary), on every row.
+  const Real* normed = this->gather_rows(lnf_, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
+  k_.linear_forward(logits_, normed, E + wte_, static_cast<const Real*>(nullptr), N, C, this->vocab_rows());
   buffers.after_forward(0);
 }
 
@@ -194,8 +211,10 @@ template <class Real>
 void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
   const int B = B_, T = T_, N = B * T, C = static_cast<int>(shape_.d_model), NH = heads_;
-  const int A = attn_width_, H = mlp_width_;
-  const std::size_t NC = static_cast<std::size_t>(N) * C, NH4 = static_cast<std::size_t>(N) * H;
+  const int A = attn_width_, H = mlp_width_, Nr = this->local_rows(N);
+  const std::size_t NH4 = static_cast<std::size_t>(N) * H, rows = static_cast<std::size_t>(N);
+  const auto width = static_cast<std::size_t>(C);
+  const bool split = this->rows_split();
 
   // The loss is the mean over N tokens.
   this->cross_entropy_backward(logits_, targets_at_, N, loss_scale / static_cast<Real>(N));
@@ -203,17 +222,24 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
   // Under tensor parallelism every input gradient of a split layer is a partial sum over the
-  // group's slices: summed before the replicated layer below it uses it.
-  k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_, lnf_, E + wte_, N, C, this->vocab_rows(),
-                     false);
-  this->sum_over_tensor_group(dtmp_, NC);
+  // group's slices: summed before the replicated layer below it uses it (with rows split, each
+  // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
+  // gradient rather than kept whole.
+  k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_,
+                     this->gather_rows(lnf_, gathered_, rows, width), E + wte_, N, C, this->vocab_rows(), false);
+  const Real* d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
   const Real* F = buffers.params(last);
   Real* GF = buffers.grads(last);
-  exec_.zero(dres_, NC * sizeof(Real));
+  exec_.zero(dres_, static_cast<std::size_t>(Nr) * C * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  k_.layernorm_backward(dres_, GF + lnfw_, GF + lnfb_, dtmp_, top, F + lnfw_, lnf_mean_, lnf_rstd_, N, C);
+  // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
+  Real* dlnf = split ? norm_grads_ : GF + lnfw_;
+  if (split) exec_.zero(norm_grads_, 2 * width * sizeof(Real));
+  k_.layernorm_backward(dres_, dlnf, dlnf + (split ? width : lnfb_ - lnfw_), d, top, F + lnfw_, lnf_mean_, lnf_rstd_,
+                        Nr, C);
+  if (split) add_norm_gradients(GF, {lnfw_, lnfb_});
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -228,23 +254,44 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     // or only the GELU output. The attention probabilities come back inside attention_backward.
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
     else if (recompute_ == Recompute::selective) k_.gelu_forward(a.fch_gelu, a.fch, NH4);
+    // The norms' gradients: the block's own (whole rows), or this rank's rows' share in scratch.
+    Real* dln1 = split ? norm_grads_ : G + o.ln1w;
+    Real* dln2 = split ? norm_grads_ + 2 * width : G + o.ln2w;
+    const std::size_t bias_at = split ? width : o.ln1b - o.ln1w;  // the bias after the weight
+    if (split) exec_.zero(norm_grads_, 4 * width * sizeof(Real));
     // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
-    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, dres_, a.fch_gelu, P + o.fcprojw, N, H, C, false);
+    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, this->gather_rows(dres_, gathered_, rows, width),
+                       a.fch_gelu, P + o.fcprojw, N, H, C, false);
     k_.gelu_backward(d4c_b_, a.fch, d4c_a_, NH4);
-    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, a.ln2, P + o.fcw, N, C, H, false);
-    this->sum_over_tensor_group(dtmp_, NC);
-    k_.layernorm_backward(dres_, G + o.ln2w, G + o.ln2b, dtmp_, a.res2, P + o.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, this->gather_rows(a.ln2, gathered_, rows, width),
+                       P + o.fcw, N, C, H, false);
+    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+    k_.layernorm_backward(dres_, dln2, dln2 + (split ? width : o.ln2b - o.ln2w), d, a.res2, P + o.ln2w, a.ln2_mean,
+                          a.ln2_rstd, Nr, C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    k_.linear_backward(datty_, G + o.projw, G + o.projb, dres_, a.atty, P + o.projw, N, A, C, false);
+    k_.linear_backward(datty_, G + o.projw, G + o.projb, this->gather_rows(dres_, gathered_, rows, width), a.atty,
+                       P + o.projw, N, A, C, false);
     k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, A, NH, NH);
-    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, a.ln1, P + o.qkvw, N, C, 3 * A, false);
-    this->sum_over_tensor_group(dtmp_, NC);
-    k_.layernorm_backward(dres_, G + o.ln1w, G + o.ln1b, dtmp_, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, this->gather_rows(a.ln1, gathered_, rows, width),
+                       P + o.qkvw, N, C, 3 * A, false);
+    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+    k_.layernorm_backward(dres_, dln1, dln1 + bias_at, d, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, Nr, C);
+    if (split) add_norm_gradients(G, {o.ln1w, o.ln1b, o.ln2w, o.ln2b});
     buffers.grad_ready(l + 1);
   }
-  k_.encoder_backward(GE + wte_, GE + wpe_, dres_, tokens_at_, B, T, C);
+  // The embedding's gradient from every row (the rows' shares gathered).
+  k_.encoder_backward(GE + wte_, GE + wpe_, this->gather_rows(dres_, gathered_, rows, width), tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
+}
+
+template <class Real>
+void Gpt2<Real>::add_norm_gradients(Real* G, std::initializer_list<std::size_t> offsets) {
+  // The rows' shares, summed over the group, join the gradients (accumulating micro-batches).
+  const std::size_t C = static_cast<std::size_t>(shape_.d_model);
+  this->sum_split_row_gradients(norm_grads_, offsets.size() * C);
+  std::size_t i = 0;
+  for (const std::size_t at : offsets) k_.add(G + at, G + at, norm_grads_ + C * i++, C);
 }
 
 template <class Real>
@@ -252,8 +299,9 @@ void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, con
                                int T) {
   const int N = B * T, C = static_cast<int>(shape_.d_model), A = attn_width_;
   const BlockOffsets& o = blocks_[l];
-  k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, N, C);
-  k_.linear_forward(a.qkv, a.ln1, P + o.qkvw, P + o.qkvb, N, C, 3 * A);
+  k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, this->local_rows(N), C);
+  k_.linear_forward(a.qkv, this->gather_rows(a.ln1, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C)),
+                    P + o.qkvw, P + o.qkvb, N, C, 3 * A);
   k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, A, heads_, heads_);
   block_after_attention(l, P, in, a, output, N);
 }
@@ -261,20 +309,20 @@ void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, con
 template <class Real>
 void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
                                        int N) {
-  const int C = static_cast<int>(shape_.d_model), A = attn_width_, H = mlp_width_;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const int C = static_cast<int>(shape_.d_model), A = attn_width_, H = mlp_width_, Nr = this->local_rows(N);
+  const std::size_t kept = static_cast<std::size_t>(Nr) * C, rows = static_cast<std::size_t>(N);
+  const auto width = static_cast<std::size_t>(C);
   const BlockOffsets& o = blocks_[l];
-  // The row-parallel projections' partial products are summed over the group.
+  // The row-parallel projections' partial products are summed over the group (with rows split,
+  // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
-  this->sum_over_tensor_group(tmp_, NC);
-  k_.add(a.res2, in, tmp_, NC);
-  k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, N, C);
-  k_.linear_forward(a.fch, a.ln2, P + o.fcw, P + o.fcb, N, C, H);
+  k_.add(a.res2, in, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
+  k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, Nr, C);
+  k_.linear_forward(a.fch, this->gather_rows(a.ln2, gathered_, rows, width), P + o.fcw, P + o.fcb, N, C, H);
   k_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * H);
   if (!output) return;
   k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, row_parallel_bias(P + o.fcprojb), N, H, C);
-  this->sum_over_tensor_group(tmp_, NC);
-  k_.add(a.res3, a.res2, tmp_, NC);
+  k_.add(a.res3, a.res2, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
 }
 
 template <class Real>
@@ -290,6 +338,7 @@ std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const in
   targets_.clear();
   B_ = 0;
   T_ = 0;
+  rows_split_ = false;  // whole rows: a few at a time
   this->upload_slice_tokens(tokens_at_, tokens, count);
 
   buffers.before_forward(0);

@@ -6,6 +6,7 @@
 // causal multi-head self-attention and a 4x MLP with tanh-GELU; final LayerNorm; LM head tied to
 // the token embedding.
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -82,6 +83,11 @@ class Gpt2 final : public Model<Real> {
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *losses_, *tmp_;
   Real* cross_entropy_scratch_ = nullptr;  // the vocabulary-parallel cross-entropy's (tensor parallelism)
+  // Sequence parallelism's: the rows a split layer reads, gathered; this rank's rows of the
+  // forward's and the backward's sums; the norms' gradients on their way through the group.
+  Real *gathered_ = nullptr, *tmp_rows_ = nullptr, *dtmp_rows_ = nullptr, *norm_grads_ = nullptr;
+  // Adds norm_grads_ (summed over the group) to the norm tensors at `offsets` of G.
+  void add_norm_gradients(Real* G, std::initializer_list<std::size_t> offsets);
   // backward scratch
   Real *dres_, *dtmp_, *datty_, *dqkv_, *d4c_a_, *d4c_b_;
   Real* probs_ = nullptr;   // attention probabilities in flight, when blocks do not keep them
@@ -97,6 +103,7 @@ class Gpt2 final : public Model<Real> {
   // copy).
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
+  using Model<Real>::rows_split_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;
   using Model<Real>::recompute_;

@@ -27,6 +27,10 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   // query heads h0.. read the key/value heads h0 / group..: its share of q, k and v keeps the
   // whole model's ratio of query to key/value heads, so attention runs on them unchanged.
   ST_REQUIRE(shape.arch == Arch::llama, "Llama built from a shape of another architecture");
+  if (tensor.active() && tensor.sequence_parallel)
+    throw Error("parallel.sequence_parallel = true: model.arch = \"llama\" does not split its rows over the tensor "
+                "group yet; set parallel.sequence_parallel = false (tensor parallelism alone works)",
+                ErrorScope::all_ranks);
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.n_head % shape.kv_heads() == 0, "n_kv_head must divide n_head");
   ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");

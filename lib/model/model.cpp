@@ -91,6 +91,33 @@ void Model<Real>::sum_over_tensor_group(Real* data, std::size_t count) {
 }
 
 template <class Real>
+const Real* Model<Real>::gather_rows(const Real* local, Real* whole, std::size_t rows, std::size_t width) {
+  if (!rows_split_) return local;
+  const std::size_t mine = rows / static_cast<std::size_t>(tensor_.split.degree) * width;
+  tensor_.comm->all_gather(
+      Buffer::of(std::span<Real>(const_cast<Real*>(local), mine), exec_.before_communication()),
+      Buffer::of(std::span<Real>(whole, rows * width)));
+  return whole;
+}
+
+template <class Real>
+Real* Model<Real>::sum_rows(Real* whole, Real* local, std::size_t rows, std::size_t width) {
+  if (!rows_split_) {
+    sum_over_tensor_group(whole, rows * width);
+    return whole;
+  }
+  const std::size_t mine = rows / static_cast<std::size_t>(tensor_.split.degree) * width;
+  tensor_.comm->reduce_scatter(Buffer::of(std::span<Real>(whole, rows * width), exec_.before_communication()),
+                               Buffer::of(std::span<Real>(local, mine)), ReduceOp::sum);
+  return local;
+}
+
+template <class Real>
+void Model<Real>::sum_split_row_gradients(Real* grads, std::size_t count) {
+  if (rows_split_) sum_over_tensor_group(grads, count);
+}
+
+template <class Real>
 double Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch) {
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
   if (!tensor_.active()) return kernels_.softmax_cross_entropy_forward(logits, losses, targets, rows, V, Vp);

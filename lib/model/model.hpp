@@ -27,6 +27,11 @@ namespace st {
 struct TensorGroup {
   TensorSplit split;
   Communicator* comm = nullptr;
+  // Sequence parallelism (Megatron's): the rows between the split layers (norms, residual
+  // stream) split over the group as well, rows / degree per rank; the sums after the
+  // row-parallel layers become reduce-scatters, and the column-parallel layers' inputs are
+  // all-gathered. Training and evaluation passes only; decoding works on whole rows.
+  bool sequence_parallel = false;
   bool active() const { return split.active(); }
 };
 
@@ -126,6 +131,21 @@ class Model {
   // Sums the group's partial results in place (the row-parallel projections' outputs, the
   // input gradients of the column-parallel ones).
   void sum_over_tensor_group(Real* data, std::size_t count);
+  // Sequence parallelism (TensorGroup::sequence_parallel), for the pass under way: whether the
+  // rows between split layers are split (set by the pass: a training or evaluation forward
+  // splits them, decoding does not), and this rank's share of `rows` rows.
+  bool rows_split() const { return rows_split_; }
+  int local_rows(int rows) const { return rows_split_ ? rows / tensor_.split.degree : rows; }
+  // Into a split layer: this rank's rows `local` (rows / degree of `width`) gathered into
+  // `whole` when rows are split; else `local` itself (it is whole).
+  const Real* gather_rows(const Real* local, Real* whole, std::size_t rows, std::size_t width);
+  // Out of a split layer: the group's partial results `whole` (rows x width) summed, this rank's
+  // rows into `local` when rows are split (a reduce-scatter); else summed in place (an
+  // all-reduce). Returns where the summed rows are.
+  Real* sum_rows(Real* whole, Real* local, std::size_t rows, std::size_t width);
+  // Gradients of tensors every rank of the group holds whole but, with rows split, computed from
+  // its own rows only (the norms'): summed over the group. A no-op otherwise.
+  void sum_split_row_gradients(Real* grads, std::size_t count);
   // Softmax and cross-entropy over `rows` rows of logits (vocab_rows() columns each: this rank's
   // slice), in place to probabilities; losses per row; returns their sum (0 without targets).
   // `scratch`: cross_entropy_scratch(rows) elements.
@@ -140,6 +160,7 @@ class Model {
 
   ModelShape shape_;
   TensorGroup tensor_;
+  bool rows_split_ = false;  // the pass under way splits rows (sequence parallelism)
   ParamLayout layout_;
   ParamLayout whole_layout_;
   Exec& exec_;

@@ -115,8 +115,24 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
     const std::uint64_t tokens = static_cast<std::uint64_t>(a.rows) * static_cast<std::uint64_t>(a.d_model) * 4;
     const std::int64_t per_block = a.recompute_full ? 6 : 4;
     const std::int64_t sums = micro_batches * (2 + per_block * a.n_layer);
-    collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, sums,
-                            static_cast<std::uint64_t>(sums) * 2 * ring_share(tokens, T)});
+    if (!a.sequence_parallel) {
+      collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, sums,
+                              static_cast<std::uint64_t>(sums) * 2 * ring_share(tokens, T)});
+    } else {
+      // The same sums as reduce-scatters; the gathers: 2 per block forward (again in a full
+      // recomputation) and 4 in backward, the LM head's input twice and the embedding's gradient.
+      const std::int64_t gathers = micro_batches * (3 + (a.recompute_full ? 8 : 6) * a.n_layer);
+      collectives_.push_back({Collective::reduce_scatter, Level::tensor, Purpose::activations, sums,
+                              static_cast<std::uint64_t>(sums) * ring_share(tokens, T)});
+      collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, gathers,
+                              static_cast<std::uint64_t>(gathers) * ring_share(tokens, T)});
+      const std::uint64_t norms = static_cast<std::uint64_t>(a.d_model) * 4;  // one norm's weight, bytes
+      collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations,
+                              micro_batches * (a.n_layer + 1),
+                              static_cast<std::uint64_t>(micro_batches) *
+                                  (static_cast<std::uint64_t>(a.n_layer) * 2 * ring_share(4 * norms, T) +
+                                   2 * ring_share(2 * norms, T))});
+    }
     const std::uint64_t gathered = static_cast<std::uint64_t>(a.rows) * 3 * 4 * static_cast<std::uint64_t>(T);
     collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, micro_batches,
                             static_cast<std::uint64_t>(micro_batches) * ring_share(gathered, T)});

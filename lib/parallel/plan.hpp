@@ -64,9 +64,15 @@ enum class Purpose { gradients, parameters, norm, activations };
 // beneath each split one (the LM head's and each block's two column-parallel projections'
 // input gradients); `recompute_full` reruns each block's forward sums in backward. The
 // cross-entropy gathers three numbers per token from each slice.
+// With sequence parallelism (model/model.hpp TensorGroup) each of those sums is a
+// reduce-scatter, and each split layer's input an all-gather: in forward before each block's two
+// column-parallel projections and the LM head, in backward again (the inputs are not kept whole)
+// with the gathered rows of each block's two row-parallel projections' output gradients and the
+// embedding's; the norms' gradients (4 d_model per block, 2 for the final norm) are summed.
 struct ActivationTraffic {
   std::int64_t rows = 0, d_model = 0, n_layer = 0;
   bool recompute_full = false;
+  bool sequence_parallel = false;
 };
 
 struct CollectivePlan {

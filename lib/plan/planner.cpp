@@ -119,7 +119,9 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
-  return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu, tensor).total();
+  return sizeof(float) *
+         activation_sizes(shape, B, recompute, heads, m.gpu, tensor, tensor > 1 && config.parallel.sequence_parallel)
+             .total();
 }
 
 std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) {
@@ -147,7 +149,8 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   const Recompute chosen_recompute = recompute.value_or(recompute_of(config.model));
   const ParallelPlan whole(layout, strategy, config.parallel.precision, mesh, mb, config.parallel.bucket_mb,
                            ActivationTraffic{batches.micro_batch * batches.seq_len, shape.d_model, shape.n_layer,
-                                             chosen_recompute == Recompute::full});
+                                             chosen_recompute == Recompute::full,
+                                             tensor > 1 && config.parallel.sequence_parallel});
   const bool hsdp = whole.grouped();
   const int n = whole.mesh().shards;
   const ShardLayout& shards = whole.shards();

@@ -70,7 +70,13 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   TensorGroup group;
   if (degree > 1) {
     tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, execution_));
-    group = {{degree, world.rank() % degree}, tensor_->group.get()};
+    group = {{degree, world.rank() % degree}, tensor_->group.get(), config.parallel.sequence_parallel};
+    if (config.parallel.sequence_parallel && (max_batch * config.model.seq_len) % degree != 0)
+      throw Error(config.deck_path + ": parallel.sequence_parallel = true splits a micro-batch's " +
+                      std::to_string(max_batch) + " x " + std::to_string(config.model.seq_len) +
+                      " rows over parallel.tensor = " + std::to_string(degree) +
+                      " ranks, which do not divide them (set data.micro_batch or model.seq_len so they do)",
+                  ErrorScope::all_ranks);
   }
   const World& data_world = tensor_ ? *tensor_->data_world : world;
   model_ = make_model<float>(model_shape(config.model), max_batch, *execution_.exec,
@@ -162,7 +168,8 @@ ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int worl
   mesh.tensor = tensor;
   const ModelShape shape = model_shape(config.model);
   const ActivationTraffic activations{micro_batch * shape.seq_len, shape.d_model, shape.n_layer,
-                                      recompute_of(config.model) == Recompute::full};
+                                      recompute_of(config.model) == Recompute::full,
+                                      tensor > 1 && config.parallel.sequence_parallel};
   return ParallelPlan(layout, config.parallel.strategy, config.parallel.precision, mesh, micro_batches,
                       config.parallel.bucket_mb, activations);
 }

@@ -2,10 +2,12 @@
 Llama) with each layer split over 2 or 4 ranks, and the data-parallel strategies over the ranks holding the same slice,
 match one rank's losses, gradient norms, validation losses and final parameters within 1e-5:
 tensor 2 alone on 2 ranks, tensor 2 x zero3 and tensor 2 x hsdp on 2 x 2 emulated nodes (the
-groups inside a node, the strategy across), tensor 4 on 4 ranks, and tensor 2 with gradient
-accumulation and full recomputation. Checkpoints hold the whole model: a tensor 2 x zero3
+groups inside a node, the strategy across), tensor 4 on 4 ranks, tensor 2 with gradient
+accumulation and full recomputation, and sequence parallelism (tensor 2 x zero3 across emulated
+nodes; tensor 4 with accumulation and selective recomputation). Checkpoints hold the whole model: a tensor 2 x zero3
 checkpoint resumes on 1 rank with ddp and on tensor 4, and continues as the uninterrupted run.
-A degree the heads or the ranks per node do not divide is refused, naming parallel.tensor."""
+A degree the heads or the ranks per node do not divide, sequence parallelism without a tensor
+group, and rows the group does not divide are refused, naming the key."""
 import os
 
 import harness as h
@@ -14,6 +16,7 @@ args = h.parse_args()
 work = h.tmpdir()
 corpus = h.corpus(args)
 NODES = ["--set", "parallel.ranks_per_node=2"]
+SEQ = ["--set", "parallel.sequence_parallel=true"]
 
 
 def run(ranks, label, tensor=1, strategy="ddp", micro=0, extra=(), checkpoint=None, model=None):
@@ -48,7 +51,9 @@ for ranks, tensor, strategy, micro, extra, label in [
         (4, 2, "zero3", 0, NODES, "tensor2_zero3_nodes2x2"),
         (4, 2, "hsdp", 0, NODES, "tensor2_hsdp_nodes2x2"),
         (4, 4, "zero1", 0, [], "tensor4_zero1_np4"),
-        (2, 2, "zero2", 3, ["--set", "model.recompute=full"], "tensor2_zero2_micro3_recompute")]:
+        (2, 2, "zero2", 3, ["--set", "model.recompute=full"], "tensor2_zero2_micro3_recompute"),
+        (4, 2, "zero3", 0, NODES + SEQ, "tensor2_sequence_parallel_zero3_nodes2x2"),
+        (4, 4, "ddp", 2, SEQ + ["--set", "model.recompute=selective"], "tensor4_sequence_parallel_micro2_selective")]:
     got = run(ranks, label, tensor, strategy, micro, extra)
     compare(label, got, ref)
     h.check(close(got["val"], ref["val"], 1e-5), f"{label}: validation losses equal within 1e-5")
@@ -74,12 +79,15 @@ compare("one rank's checkpoint resumed under tensor 2 x zero3", got, ref, first_
 
 # Degrees that cannot split: the heads (4) by 3, and a group across emulated nodes of 1 rank.
 for ranks, sets, needle in [(3, ["parallel.tensor=3"], "n_head 4 does not divide"),
-                            (2, ["parallel.tensor=2", "parallel.ranks_per_node=1"], "must divide the ranks per node")]:
+                            (2, ["parallel.tensor=2", "parallel.ranks_per_node=1"], "must divide the ranks per node"),
+                            (1, ["parallel.sequence_parallel=true"], "needs parallel.tensor > 1"),
+                            (2, ["parallel.tensor=2", "parallel.sequence_parallel=true", "data.micro_batch=1",
+                                 "model.seq_len=33"], "which do not divide them")]:
     deck = h.small_deck(work, "bad", corpus)
     argv = ["run", deck]
     for s in sets:
         argv += ["--set", s]
     proc = h.mpirun(args, ranks, argv)
-    h.check(proc.returncode != 0 and "parallel.tensor" in proc.stderr and needle in proc.stderr,
+    h.check(proc.returncode != 0 and "parallel." in proc.stderr and needle in proc.stderr,
             f"parallel.tensor that cannot split is refused naming the key ({needle})\n{proc.stderr[-800:]}")
 print("passed")

@@ -124,7 +124,8 @@ struct TensorLayout {
 // consecutive group of `tensor` ranks splits the layers and shares one slice of the batch, and
 // the strategy runs over the ranks holding the same slice; the parameters returned are whole.
 Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Precision precision, double bucket_mb,
-              int tensor = 1) {
+              int tensor = 1,
+              bool sequence_parallel = false) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -139,13 +140,15 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
   const int ranks = data.size();
   const int per_rank = kGlobalBatch / ranks;
   const int micro = per_rank / kMicroBatches;
-  const TensorGroup group = split ? TensorGroup{{tensor, world.rank() % tensor}, &split->tensor} : TensorGroup{};
+  const TensorGroup group =
+      split ? TensorGroup{{tensor, world.rank() % tensor}, &split->tensor, sequence_parallel} : TensorGroup{};
   const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro, host_exec(), Recompute::none, group);
   Model<float>& model = *owned;
   Mesh mesh = make_mesh(strategy, 0, ranks, data.local_size(), "test");
   mesh.tensor = tensor;
   auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision, mesh, kMicroBatches, bucket_mb,
-                                                    ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer});
+                                                    ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer, false,
+                                                                      sequence_parallel});
   const ParallelPlan& plan = *plan_holder;
   StrategyComms strategy_comms{comms.collectives()};
   if (plan.grouped()) {
@@ -301,27 +304,35 @@ TEST_P(TensorParallel, MatchesOneRank) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
   const Trained& ref = tensor_reference(arch());
   EXPECT_GT(ref.norms.front(), kClip);
-  for (const int degree : {2, 4}) {
-    if (world.size() % degree != 0 || (world.emulated() && world.local_size() % degree != 0)) continue;
-    const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
-    const Trained t = train(world, tensor_shape_of(arch()), strategy(), Precision::fp32, bucket_mb, degree);
-    ASSERT_EQ(t.params.size(), ref.params.size());
-    double worst = 0;
-    for (std::size_t i = 0; i < t.params.size(); ++i)
-      worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
-    EXPECT_LT(worst, 1e-5) << "tensor " << degree << " x " << name_of(strategy()) << " on " << world.size()
-                           << " ranks";
-    for (int step = 0; step < kSteps; ++step)
-      EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5)
-          << "tensor " << degree << ", step " << step;
-    expect_matches_plan(t, *t.plan, "tensor parallel");
-    // Within the tensor group, every step (the first too: nothing is prefetched there).
-    for (const TrafficCounters& step : t.tensor_per_step)
-      for (const Collective kind : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
-                                    Collective::broadcast})
-        EXPECT_EQ(step.of(kind), t.plan->tensor_bytes_of(kind)) << "tensor " << degree << ", kind " << static_cast<int>(kind);
-    EXPECT_GT(t.plan->tensor_bytes(), 0u);
-  }
+  // GPT-2 also with sequence parallelism (its rows between split layers split over the group).
+  const std::vector<bool> row_splits = arch() == Arch::gpt2 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  for (const int degree : {2, 4})
+    for (const bool rows_split : row_splits) {
+      if (world.size() % degree != 0 || (world.emulated() && world.local_size() % degree != 0)) continue;
+      const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
+      const Trained t =
+          train(world, tensor_shape_of(arch()), strategy(), Precision::fp32, bucket_mb, degree, rows_split);
+      const std::string what = "tensor " + std::to_string(degree) + (rows_split ? " with sequence parallelism" : "") +
+                               " x " + name_of(strategy()) + " on " + std::to_string(world.size()) + " ranks";
+      ASSERT_EQ(t.params.size(), ref.params.size());
+      double worst = 0;
+      for (std::size_t i = 0; i < t.params.size(); ++i)
+        worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
+      EXPECT_LT(worst, 1e-5) << what;
+      for (int step = 0; step < kSteps; ++step)
+        EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5)
+            << what << ", step " << step;
+      expect_matches_plan(t, *t.plan, "tensor parallel");
+      // Within the tensor group, every step (the first too: nothing is prefetched there).
+      for (const TrafficCounters& step : t.tensor_per_step)
+        for (const Collective kind : {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+                                      Collective::broadcast})
+          EXPECT_EQ(step.of(kind), t.plan->tensor_bytes_of(kind)) << what << ", kind " << static_cast<int>(kind);
+      EXPECT_GT(t.plan->tensor_bytes(), 0u);
+      if (rows_split) {
+        EXPECT_GT(t.plan->tensor_bytes_of(Collective::reduce_scatter), 0u) << what;
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, TensorParallel,

@@ -38,11 +38,23 @@ ModelShape llama_shape(bool tied) {
   return s;
 }
 
-enum class Variant { gpt2, llama, llama_tied };
+// gpt2_sequence_parallel: GPT-2 with the rows between split layers split over the group too.
+enum class Variant { gpt2, gpt2_sequence_parallel, llama, llama_tied };
 const char* variant_name(Variant v) {
-  return v == Variant::gpt2 ? "gpt2" : v == Variant::llama ? "llama" : "llama_tied";
+  switch (v) {
+    case Variant::gpt2: return "gpt2";
+    case Variant::gpt2_sequence_parallel: return "gpt2_sequence_parallel";
+    case Variant::llama: return "llama";
+    case Variant::llama_tied: return "llama_tied";
+  }
+  return "?";
 }
-ModelShape shape_of(Variant v) { return v == Variant::gpt2 ? kGpt2Shape : llama_shape(v == Variant::llama_tied); }
+bool is_gpt2(Variant v) { return v == Variant::gpt2 || v == Variant::gpt2_sequence_parallel; }
+bool sequence_parallel(Variant v) { return v == Variant::gpt2_sequence_parallel; }
+ModelShape shape_of(Variant v) { return is_gpt2(v) ? kGpt2Shape : llama_shape(v == Variant::llama_tied); }
+// The positions a training pass covers: the whole context, or with rows split 6 of its 7, so
+// that the 2 x 6 rows divide by 2 and 4.
+int pass_length(Variant v) { return sequence_parallel(v) ? 6 : static_cast<int>(shape_of(v).seq_len); }
 // Test names and messages show the variant and the recomputation by name.
 void PrintTo(Variant v, std::ostream* out) { *out << variant_name(v); }
 
@@ -51,10 +63,10 @@ constexpr std::uint64_t kSeed = 99;
 
 // Consecutive groups of `degree` ranks of the world, this rank's group's communicator.
 struct Group {
-  explicit Group(int degree) : comm(split(degree)), tensor(comm.get(), TrafficLevel::intra) {
+  Group(int degree, bool sequence_parallel) : comm(split(degree)), tensor(comm.get(), TrafficLevel::intra) {
     int rank = 0;
     ST_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    group = TensorGroup{{degree, rank % degree}, &tensor};
+    group = TensorGroup{{degree, rank % degree}, &tensor, sequence_parallel};
   }
   static OwnedComm split(int degree) {
     int rank = 0;
@@ -76,21 +88,6 @@ std::vector<int> degrees() {
   for (const int d : {2, 4})
     if (size % d == 0) out.push_back(d);
   return out;
-}
-
-// Whole values (laid out as whole_layout()) from every rank's slice of them: gathered over the
-// group, each slice put where it lies in the whole layout.
-std::vector<float> whole_of(const Model<float>& model, Communicator& tensor, const std::vector<float>& slice) {
-  const int degree = tensor.size();
-  std::vector<float> all(slice.size() * static_cast<std::size_t>(degree));
-  tensor.all_gather(std::span<const float>(slice), std::span<float>(all));
-  std::vector<float> whole(model.whole_layout().total());
-  for (int r = 0; r < degree; ++r)
-    for_each_slice_run(model.whole_layout(), model.layout(), TensorSplit{degree, r},
-                       [&](std::size_t w, std::size_t s, std::size_t n) {
-                         std::copy_n(all.data() + static_cast<std::size_t>(r) * slice.size() + s, n, whole.data() + w);
-                       });
-  return whole;
 }
 
 // Tokens covering every vocabulary slice (the real ones: 0..10), targets the next ones.
@@ -123,7 +120,7 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheWholeModel) {
   std::vector<float> params(whole->whole_layout().total());
   whole->init_params(params, kSeed);
   std::vector<int> tokens, targets;
-  const int T = static_cast<int>(shape.seq_len);
+  const int T = pass_length(variant());
   fill_batch(tokens, targets, T, static_cast<int>(shape.vocab_size));
   std::vector<float> whole_grads(params.size(), 0.0f);
   const double whole_loss = whole->forward(std::span<const float>(params), tokens.data(), targets.data(), kBatch, T);
@@ -134,7 +131,7 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheWholeModel) {
   EXPECT_GT(largest, 1e-3);
 
   for (const int degree : degrees()) {
-    Group g(degree);
+    Group g(degree, sequence_parallel(variant()));
     const std::unique_ptr<Model<float>> model = make_model<float>(shape, kBatch, host_exec(), recompute(), g.group);
     EXPECT_LT(model->layout().total(), params.size());
     const std::vector<float> slice = model->slice_of(params);
@@ -142,13 +139,14 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheWholeModel) {
     const double loss = model->forward(std::span<const float>(slice), tokens.data(), targets.data(), kBatch, T);
     model->backward(std::span<const float>(slice), std::span<float>(grads), 1.0f);
     EXPECT_NEAR(loss, whole_loss, 1e-5) << "tensor " << degree;
-    const std::vector<float> gathered = whole_of(*model, g.tensor, grads);
+    const std::vector<float> gathered = model->whole_from_slices(grads);
     EXPECT_LT(worst_difference(gathered, whole_grads), 1e-5) << "tensor " << degree;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryArchitecture, TensorParallelModel,
-                         ::testing::Combine(::testing::Values(Variant::gpt2, Variant::llama, Variant::llama_tied),
+                         ::testing::Combine(::testing::Values(Variant::gpt2, Variant::gpt2_sequence_parallel,
+                                                              Variant::llama, Variant::llama_tied),
                                             ::testing::Values(Recompute::none, Recompute::selective,
                                                               Recompute::full)),
                          [](const auto& param_info) {
@@ -177,13 +175,15 @@ TEST_P(TensorParallelDecode, ProbabilitiesAndLogitsEqualTheWholeModel) {
     expected.emplace_back(p.begin(), p.end());
     at += count;
   }
-  const std::vector<float> whole_logits = whole->logits(params, tokens.data(), kBatch, T);
-  whole->forward(std::span<const float>(params), tokens.data(), nullptr, kBatch, T);
-  const std::vector<float> last_probs(whole->probs(1, T - 1).begin(), whole->probs(1, T - 1).end());
+  // Whole passes (with rows split, of a length the group divides).
+  const int Tp = pass_length(GetParam());
+  const std::vector<float> whole_logits = whole->logits(params, tokens.data(), kBatch, Tp);
+  whole->forward(std::span<const float>(params), tokens.data(), nullptr, kBatch, Tp);
+  const std::vector<float> last_probs(whole->probs(1, Tp - 1).begin(), whole->probs(1, Tp - 1).end());
   const std::vector<float> first_probs(whole->probs(0, 2).begin(), whole->probs(0, 2).end());
 
   for (const int degree : degrees()) {
-    Group g(degree);
+    Group g(degree, sequence_parallel(GetParam()));
     const std::unique_ptr<Model<float>> model = make_model<float>(shape, kBatch, host_exec(), Recompute::none, g.group);
     const std::vector<float> slice = model->slice_of(params);
     FlatBuffers<float> flat(model->layout(), slice);
@@ -200,17 +200,18 @@ TEST_P(TensorParallelDecode, ProbabilitiesAndLogitsEqualTheWholeModel) {
     for (const float x : expected.back()) sum += x;
     EXPECT_NEAR(sum, 1.0, 1e-5);
 
-    const std::vector<float> logits = model->logits(slice, tokens.data(), kBatch, T);
-    ASSERT_EQ(logits.size(), static_cast<std::size_t>(kBatch * T * V));
+    const std::vector<float> logits = model->logits(slice, tokens.data(), kBatch, Tp);
+    ASSERT_EQ(logits.size(), static_cast<std::size_t>(kBatch * Tp * V));
     EXPECT_LT(worst_difference(logits, whole_logits), 1e-5) << "tensor " << degree;
-    model->forward(std::span<const float>(slice), tokens.data(), nullptr, kBatch, T);
-    EXPECT_LT(worst_difference(model->probs(1, T - 1), last_probs), 1e-5) << "tensor " << degree;
+    model->forward(std::span<const float>(slice), tokens.data(), nullptr, kBatch, Tp);
+    EXPECT_LT(worst_difference(model->probs(1, Tp - 1), last_probs), 1e-5) << "tensor " << degree;
     EXPECT_LT(worst_difference(model->probs(0, 2), first_probs), 1e-5) << "tensor " << degree;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryArchitecture, TensorParallelDecode,
-                         ::testing::Values(Variant::gpt2, Variant::llama, Variant::llama_tied),
+                         ::testing::Values(Variant::gpt2, Variant::gpt2_sequence_parallel, Variant::llama,
+                                           Variant::llama_tied),
                          [](const auto& param_info) { return std::string(variant_name(param_info.param)); });
 
 }  // namespace
