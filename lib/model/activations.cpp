@@ -73,8 +73,10 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
 }
 
 ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                       int heads_at_once, bool device, int tensor) {
+                                       int heads_at_once, bool device, int tensor, bool sequence_parallel) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
+  // The rows a rank keeps between split layers (R = N without sequence parallelism).
+  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor, sequence_parallel);
   // On a rank of a tensor-parallel group: its share of the heads (q's A = C / tensor wide, and
   // W of q, k and v), of the MLP width (F) and of the vocabulary (V).
   const std::size_t split = static_cast<std::size_t>(tensor);
@@ -84,31 +86,33 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
   const std::size_t T = shape.seq_len, block = T * T;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * heads_here * block;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once) * block;
-  // A block computes attn_norm (N C, N statistics), qkv (N W, q and k rotated in place), the
-  // attention probabilities, atty, res2, mlp_norm (N C each, N statistics), the gate and up
-  // projections (2 N F), their SwiGLU product (N F) and res3 (N C).
+  // A block computes attn_norm (R C, R statistics), qkv (N W, q and k rotated in place), the
+  // attention probabilities, atty (N A), res2, mlp_norm (R C each, R statistics), the gate and
+  // up projections (2 N F), their SwiGLU product (N F) and res3 (R C).
   ActivationSizes s;
   s.blocks = shape.n_layer;
   switch (recompute) {
     case Recompute::none:
-      s.per_block = 4 * N * C + N * A + N * W + 3 * N * F + 2 * N + kept_probs;
+      s.per_block = 4 * R * C + N * A + N * W + 3 * N * F + 2 * R + kept_probs;
       break;
     case Recompute::selective:  // no probabilities, no SwiGLU product
-      s.per_block = 4 * N * C + N * A + N * W + 2 * N * F + 2 * N;
+      s.per_block = 4 * R * C + N * A + N * W + 2 * N * F + 2 * R;
       s.working = heads;
       break;
     case Recompute::full:  // the output only; one block's worth, less its output and product
-      s.per_block = N * C;
-      s.working = 3 * N * C + N * A + N * W + 2 * N * F + 2 * N + heads;
+      s.per_block = R * C;
+      s.working = 3 * R * C + N * A + N * W + 2 * N * F + 2 * R + heads;
       break;
   }
-  // x0, the final norm (N C, N), logits (N V), losses (N), tmp, then the backward scratch:
-  // dres, dtmp (N C each), datty (N A), dqkv (N W), the probabilities' gradient, two of the
+  // x0, the final norm (R C, R), logits (N V), losses (N), tmp (N C), then the backward scratch:
+  // dres (R C), dtmp (N C), datty (N A), dqkv (N W), the probabilities' gradient, two of the
   // MLP's width (2 N F each; the recomputed product goes to the second), and where the backend
   // folds grouped-query gradients (the host), the per-query-head gradient it folds from (3 N A).
-  s.shared = N * C + N * C + N + N * V + N + N * C + 2 * N * C + N * A + N * W + heads + 2 * 2 * N * F +
+  // With rows split: the gathered rows a split layer reads (N C), the rows' shares of the two
+  // sums (R C each), and the norms' gradients on their way through the group (2 C).
+  s.shared = R * C + R * C + R + N * V + N + N * C + R * C + N * C + N * A + N * W + heads + 2 * 2 * N * F +
              grouped_gradient_elements(device, N, static_cast<int>(A), heads_here, kv_here) +
-             logit_slice_scratch(N, tensor);
+             logit_slice_scratch(N, tensor) + (sequence_parallel ? N * C + 2 * R * C + 2 * C : 0);
   return s;
 }
 
@@ -121,7 +125,8 @@ std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool s
 
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
                                  bool device, int tensor, bool sequence_parallel) {
-  return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device, tensor)
+  return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device, tensor,
+                                                            sequence_parallel)
                                    : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once, tensor,
                                                            sequence_parallel);
 }

@@ -239,7 +239,7 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   if (split) exec_.zero(norm_grads_, 2 * width * sizeof(Real));
   k_.layernorm_backward(dres_, dlnf, dlnf + (split ? width : lnfb_ - lnfw_), d, top, F + lnfw_, lnf_mean_, lnf_rstd_,
                         Nr, C);
-  if (split) add_norm_gradients(GF, {lnfw_, lnfb_});
+  if (split) this->add_split_row_gradients(GF, {lnfw_, lnfb_}, norm_grads_, width);
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -276,22 +276,13 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
                        P + o.qkvw, N, C, 3 * A, false);
     d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
     k_.layernorm_backward(dres_, dln1, dln1 + bias_at, d, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, Nr, C);
-    if (split) add_norm_gradients(G, {o.ln1w, o.ln1b, o.ln2w, o.ln2b});
+    if (split) this->add_split_row_gradients(G, {o.ln1w, o.ln1b, o.ln2w, o.ln2b}, norm_grads_, width);
     buffers.grad_ready(l + 1);
   }
   // The embedding's gradient from every row (the rows' shares gathered).
   k_.encoder_backward(GE + wte_, GE + wpe_, this->gather_rows(dres_, gathered_, rows, width), tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
-}
-
-template <class Real>
-void Gpt2<Real>::add_norm_gradients(Real* G, std::initializer_list<std::size_t> offsets) {
-  // The rows' shares, summed over the group, join the gradients (accumulating micro-batches).
-  const std::size_t C = static_cast<std::size_t>(shape_.d_model);
-  this->sum_split_row_gradients(norm_grads_, offsets.size() * C);
-  std::size_t i = 0;
-  for (const std::size_t at : offsets) k_.add(G + at, G + at, norm_grads_ + C * i++, C);
 }
 
 template <class Real>

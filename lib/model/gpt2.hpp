@@ -6,7 +6,6 @@
 // causal multi-head self-attention and a 4x MLP with tanh-GELU; final LayerNorm; LM head tied to
 // the token embedding.
 #include <cstdint>
-#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -86,8 +85,7 @@ class Gpt2 final : public Model<Real> {
   // Sequence parallelism's: the rows a split layer reads, gathered; this rank's rows of the
   // forward's and the backward's sums; the norms' gradients on their way through the group.
   Real *gathered_ = nullptr, *tmp_rows_ = nullptr, *dtmp_rows_ = nullptr, *norm_grads_ = nullptr;
-  // Adds norm_grads_ (summed over the group) to the norm tensors at `offsets` of G.
-  void add_norm_gradients(Real* G, std::initializer_list<std::size_t> offsets);
+
   // backward scratch
   Real *dres_, *dtmp_, *datty_, *dqkv_, *d4c_a_, *d4c_b_;
   Real* probs_ = nullptr;   // attention probabilities in flight, when blocks do not keep them

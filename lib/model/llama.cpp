@@ -27,10 +27,6 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   // query heads h0.. read the key/value heads h0 / group..: its share of q, k and v keeps the
   // whole model's ratio of query to key/value heads, so attention runs on them unchanged.
   ST_REQUIRE(shape.arch == Arch::llama, "Llama built from a shape of another architecture");
-  if (tensor.active() && tensor.sequence_parallel)
-    throw Error("parallel.sequence_parallel = true: model.arch = \"llama\" does not split its rows over the tensor "
-                "group yet; set parallel.sequence_parallel = false (tensor parallelism alone works)",
-                ErrorScope::all_ranks);
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.n_head % shape.kv_heads() == 0, "n_kv_head must divide n_head");
   ST_REQUIRE(hs_ % 2 == 0, "the head width must be even (rotary embeddings rotate pairs)");
@@ -61,9 +57,12 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
 
   // Carved by the sizes activation_sizes counts; the check at the end ties the two together.
   const bool device = exec.space() != MemorySpace::host;
+  const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes =
-      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree);
+      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree, split_rows_ever);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, A = A_, W = W_, F = F_;
+  // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
+  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(NH_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
@@ -75,21 +74,21 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     return p;
   };
   auto whole_block = [&](BlockActs& a, bool keep_probs) {
-    a.ln1 = take(N * C);
-    a.ln1_rstd = take(N);
+    a.ln1 = take(R * C);
+    a.ln1_rstd = take(R);
     a.qkv = take(N * W);
     a.att = keep_probs ? take(kept_probs) : nullptr;
     a.atty = take(N * A);
-    a.res2 = take(N * C);
-    a.ln2 = take(N * C);
-    a.ln2_rstd = take(N);
+    a.res2 = take(R * C);
+    a.ln2 = take(R * C);
+    a.ln2_rstd = take(R);
     a.gate_up = take(2 * N * F);
   };
   block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
     a.act = recompute == Recompute::none ? take(N * F) : nullptr;
-    a.res3 = take(N * C);
+    a.res3 = take(R * C);
   }
   if (recompute == Recompute::full) {
     BlockActs working{};
@@ -101,13 +100,13 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     }
   }
   if (recompute != Recompute::none) probs_ = take(heads);
-  x0_ = take(N * C);
-  lnf_ = take(N * C);
-  lnf_rstd_ = take(N);
+  x0_ = take(R * C);
+  lnf_ = take(R * C);
+  lnf_rstd_ = take(R);
   logits_ = take(N * static_cast<std::size_t>(this->vocab_rows()));
   losses_ = take(N);
   tmp_ = take(N * C);
-  dres_ = take(N * C);
+  dres_ = take(R * C);
   dtmp_ = take(N * C);
   datty_ = take(N * A);
   dqkv_ = take(N * W);
@@ -117,6 +116,12 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   if (const std::size_t n = grouped_gradient_elements(device, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
   const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
+  if (split_rows_ever) {
+    gathered_ = take(N * C);
+    tmp_rows_ = take(R * C);
+    dtmp_rows_ = take(R * C);
+    norm_grads_ = take(2 * C);
+  }
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
@@ -172,6 +177,10 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   B_ = B;
   T_ = T;
   const int N = B * T;
+  // Sequence parallelism splits the pass's rows between the split layers over the group.
+  rows_split_ = tensor_.active() && tensor_.sequence_parallel;
+  ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
+             "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
   tokens_.assign(tokens, tokens + N);
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
@@ -180,9 +189,11 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head is in it
-  // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums them.
-  k_.encoder_forward(x0_, tokens_at_, E + wte_, nullptr, B, T, C_);
-  this->sum_over_tensor_group(x0_, static_cast<std::size_t>(N) * C_);
+  // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums them
+  // (with rows split, each rank keeps its share of the sum).
+  Real* looked_up = rows_split_ ? tmp_ : x0_;
+  k_.encoder_forward(looked_up, tokens_at_, E + wte_, nullptr, B, T, C_);
+  this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
     block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
@@ -191,10 +202,11 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_forward(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, N, C_, shape_.norm_eps);
+  k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, this->local_rows(N), C_, shape_.norm_eps);
   buffers.after_forward(last);
-  // This rank's slice of the vocabulary.
-  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), N, C_, this->vocab_rows());
+  // This rank's slice of the vocabulary, on every row.
+  const Real* normed = this->gather_rows(lnf_, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
+  k_.linear_forward(logits_, normed, E + head_, static_cast<const Real*>(nullptr), N, C_, this->vocab_rows());
   buffers.after_forward(0);
 }
 
@@ -203,8 +215,9 @@ void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, co
                                 int T) {
   const int N = B * T;
   const BlockOffsets& o = blocks_[l];
-  k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, N, C_, shape_.norm_eps);
-  k_.linear_forward(a.qkv, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
+  k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, this->local_rows(N), C_, shape_.norm_eps);
+  k_.linear_forward(a.qkv, this->gather_rows(a.ln1, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_)),
+                    P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
   // q's and k's heads lead each row: rotated in place, attention and its backward read them so.
   k_.rope(a.qkv, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, false);
   k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, A_, NH_, NKV_);
@@ -214,27 +227,29 @@ void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, co
 template <class Real>
 void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
                                         int N) {
-  const std::size_t NC = static_cast<std::size_t>(N) * C_;
+  const int Nr = this->local_rows(N);
+  const std::size_t kept = static_cast<std::size_t>(Nr) * C_, rows = static_cast<std::size_t>(N);
+  const auto width = static_cast<std::size_t>(C_);
   const BlockOffsets& o = blocks_[l];
   const Real* none = nullptr;
-  // The row-parallel projections' partial products are summed over the group.
+  // The row-parallel projections' partial products are summed over the group (with rows split,
+  // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, A_, C_);
-  this->sum_over_tensor_group(tmp_, NC);
-  k_.add(a.res2, in, tmp_, NC);
-  k_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, N, C_, shape_.norm_eps);
-  k_.linear_forward(a.gate_up, a.ln2, P + o.gate_up, none, N, C_, 2 * F_);
+  k_.add(a.res2, in, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
+  k_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, Nr, C_, shape_.norm_eps);
+  k_.linear_forward(a.gate_up, this->gather_rows(a.ln2, gathered_, rows, width), P + o.gate_up, none, N, C_, 2 * F_);
   k_.swiglu_forward(a.act, a.gate_up, N, F_);
   if (!output) return;
   k_.linear_forward(tmp_, a.act, P + o.down, none, N, F_, C_);
-  this->sum_over_tensor_group(tmp_, NC);
-  k_.add(a.res3, a.res2, tmp_, NC);
+  k_.add(a.res3, a.res2, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
 }
 
 template <class Real>
 void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
-  const int B = B_, T = T_, N = B * T, C = C_;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const int B = B_, T = T_, N = B * T, C = C_, Nr = this->local_rows(N);
+  const std::size_t rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(C);
+  const bool split = this->rows_split();
   Real* none = nullptr;
 
   this->cross_entropy_backward(logits_, targets_at_, N, loss_scale / static_cast<Real>(N));
@@ -242,15 +257,22 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
   // Under tensor parallelism every input gradient of a split layer is a partial sum over the
-  // group's slices: summed before the replicated layer below it uses it.
-  k_.linear_backward(dtmp_, GE + head_, none, logits_, lnf_, E + head_, N, C, this->vocab_rows(), false);
-  this->sum_over_tensor_group(dtmp_, NC);
+  // group's slices: summed before the replicated layer below it uses it (with rows split, each
+  // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
+  // gradient rather than kept whole.
+  k_.linear_backward(dtmp_, GE + head_, none, logits_, this->gather_rows(lnf_, gathered_, rows, width), E + head_, N,
+                     C, this->vocab_rows(), false);
+  const Real* d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
-  exec_.zero(dres_, NC * sizeof(Real));
+  exec_.zero(dres_, static_cast<std::size_t>(Nr) * width * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  k_.rmsnorm_backward(dres_, buffers.grads(last) + lnf_w_, dtmp_, top, buffers.params(last) + lnf_w_, lnf_rstd_, N,
+  // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
+  Real* GF = buffers.grads(last);
+  if (split) exec_.zero(norm_grads_, width * sizeof(Real));
+  k_.rmsnorm_backward(dres_, split ? norm_grads_ : GF + lnf_w_, d, top, buffers.params(last) + lnf_w_, lnf_rstd_, Nr,
                       C);
+  if (split) this->add_split_row_gradients(GF, {lnf_w_}, norm_grads_, width);
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -263,23 +285,32 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     // What the block did not keep, recomputed by the same kernels from what it kept.
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
     else if (recompute_ == Recompute::selective) k_.swiglu_forward(a.act, a.gate_up, N, F_);
+    // The norms' gradients: the block's own (whole rows), or this rank's rows' share in scratch.
+    if (split) exec_.zero(norm_grads_, 2 * width * sizeof(Real));
     // dres holds d(res3); the residual passes it to res2, the MLP adds its part.
-    k_.linear_backward(dff_a_, G + o.down, none, dres_, a.act, P + o.down, N, F_, C, false);
+    k_.linear_backward(dff_a_, G + o.down, none, this->gather_rows(dres_, gathered_, rows, width), a.act, P + o.down, N,
+                       F_, C, false);
     k_.swiglu_backward(dff_b_, a.gate_up, dff_a_, N, F_);
-    k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, a.ln2, P + o.gate_up, N, C, 2 * F_, false);
-    this->sum_over_tensor_group(dtmp_, NC);
-    k_.rmsnorm_backward(dres_, G + o.mlp_norm, dtmp_, a.res2, P + o.mlp_norm, a.ln2_rstd, N, C);
+    k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, this->gather_rows(a.ln2, gathered_, rows, width),
+                       P + o.gate_up, N, C, 2 * F_, false);
+    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+    k_.rmsnorm_backward(dres_, split ? norm_grads_ + width : G + o.mlp_norm, d, a.res2, P + o.mlp_norm, a.ln2_rstd, Nr,
+                        C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    k_.linear_backward(datty_, G + o.proj, none, dres_, a.atty, P + o.proj, N, A_, C, false);
+    k_.linear_backward(datty_, G + o.proj, none, this->gather_rows(dres_, gathered_, rows, width), a.atty, P + o.proj,
+                       N, A_, C, false);
     // dqkv: the gradient of q, and of each key/value head summed over its group of query heads.
     k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, A_, NH_, NKV_);
     k_.rope(dqkv_, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, true);  // to the unrotated q and k
-    k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, a.ln1, P + o.qkv, N, C, W_, false);
-    this->sum_over_tensor_group(dtmp_, NC);
-    k_.rmsnorm_backward(dres_, G + o.attn_norm, dtmp_, in, P + o.attn_norm, a.ln1_rstd, N, C);
+    k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, this->gather_rows(a.ln1, gathered_, rows, width), P + o.qkv, N,
+                       C, W_, false);
+    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+    k_.rmsnorm_backward(dres_, split ? norm_grads_ : G + o.attn_norm, d, in, P + o.attn_norm, a.ln1_rstd, Nr, C);
+    if (split) this->add_split_row_gradients(G, {o.attn_norm, o.mlp_norm}, norm_grads_, width);
     buffers.grad_ready(l + 1);
   }
-  k_.encoder_backward(GE + wte_, none, dres_, tokens_at_, B, T, C);
+  // The embedding's gradient from every row (the rows' shares gathered).
+  k_.encoder_backward(GE + wte_, none, this->gather_rows(dres_, gathered_, rows, width), tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
@@ -296,6 +327,7 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
   targets_.clear();  // not a training pass
   B_ = 0;
   T_ = 0;
+  rows_split_ = false;  // whole rows: a few at a time
   this->upload_slice_tokens(tokens_at_, tokens, count);
 
   buffers.before_forward(0);

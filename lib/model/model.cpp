@@ -113,8 +113,12 @@ Real* Model<Real>::sum_rows(Real* whole, Real* local, std::size_t rows, std::siz
 }
 
 template <class Real>
-void Model<Real>::sum_split_row_gradients(Real* grads, std::size_t count) {
-  if (rows_split_) sum_over_tensor_group(grads, count);
+void Model<Real>::add_split_row_gradients(Real* G, std::initializer_list<std::size_t> offsets, Real* scratch,
+                                          std::size_t width) {
+  if (!rows_split_) return;
+  sum_over_tensor_group(scratch, offsets.size() * width);
+  std::size_t i = 0;
+  for (const std::size_t at : offsets) kernels_.add(G + at, G + at, scratch + width * i++, width);
 }
 
 template <class Real>

@@ -7,6 +7,7 @@
 // out by make_layout, in the backend's memory space; a model owns only activations (in the same
 // space) and its copies of the batch's tokens.
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -143,9 +144,11 @@ class Model {
   // rows into `local` when rows are split (a reduce-scatter); else summed in place (an
   // all-reduce). Returns where the summed rows are.
   Real* sum_rows(Real* whole, Real* local, std::size_t rows, std::size_t width);
-  // Gradients of tensors every rank of the group holds whole but, with rows split, computed from
-  // its own rows only (the norms'): summed over the group. A no-op otherwise.
-  void sum_split_row_gradients(Real* grads, std::size_t count);
+  // With rows split, the norms' gradients come from the rank's own rows: `scratch` holds that
+  // share for the norm tensors at `offsets` of the segment's gradients G (width each, in that
+  // order); summed over the group, it is added to them (micro-batches accumulate).
+  void add_split_row_gradients(Real* G, std::initializer_list<std::size_t> offsets, Real* scratch,
+                               std::size_t width);
   // Softmax and cross-entropy over `rows` rows of logits (vocab_rows() columns each: this rank's
   // slice), in place to probabilities; losses per row; returns their sum (0 without targets).
   // `scratch`: cross_entropy_scratch(rows) elements.

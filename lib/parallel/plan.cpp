@@ -126,12 +126,19 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
                               static_cast<std::uint64_t>(sums) * ring_share(tokens, T)});
       collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, gathers,
                               static_cast<std::uint64_t>(gathers) * ring_share(tokens, T)});
-      const std::uint64_t norms = static_cast<std::uint64_t>(a.d_model) * 4;  // one norm's weight, bytes
-      collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations,
-                              micro_batches * (a.n_layer + 1),
-                              static_cast<std::uint64_t>(micro_batches) *
-                                  (static_cast<std::uint64_t>(a.n_layer) * 2 * ring_share(4 * norms, T) +
-                                   2 * ring_share(2 * norms, T))});
+      // Each segment's norms' gradients (computed from the rank's rows) in one sum per micro-batch.
+      std::int64_t calls = 0;
+      std::uint64_t bytes = 0;
+      for (const Segment& segment : layout.segments()) {
+        std::uint64_t norms = 0;
+        for (const TensorSlot& tensor_slot : segment.tensors)
+          if (tensor_slot.role == TensorRole::norm) norms += tensor_slot.size * 4;
+        if (norms == 0) continue;
+        ++calls;
+        bytes += 2 * ring_share(norms, T);
+      }
+      collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, micro_batches * calls,
+                              static_cast<std::uint64_t>(micro_batches) * bytes});
     }
     const std::uint64_t gathered = static_cast<std::uint64_t>(a.rows) * 3 * 4 * static_cast<std::uint64_t>(T);
     collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, micro_batches,

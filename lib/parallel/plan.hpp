@@ -68,7 +68,7 @@ enum class Purpose { gradients, parameters, norm, activations };
 // reduce-scatter, and each split layer's input an all-gather: in forward before each block's two
 // column-parallel projections and the LM head, in backward again (the inputs are not kept whole)
 // with the gathered rows of each block's two row-parallel projections' output gradients and the
-// embedding's; the norms' gradients (4 d_model per block, 2 for the final norm) are summed.
+// embedding's; each segment's norms' gradients are summed (one call per segment holding norms).
 struct ActivationTraffic {
   std::int64_t rows = 0, d_model = 0, n_layer = 0;
   bool recompute_full = false;

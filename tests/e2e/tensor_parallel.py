@@ -62,7 +62,8 @@ for ranks, tensor, strategy, micro, extra, label in [
 LLAMA = {"arch": "llama", "n_kv_head": 2, "tie_embeddings": False}
 llama_ref = run(1, "llama_ref", model=LLAMA)
 for ranks, tensor, strategy, extra, label in [(2, 2, "ddp", [], "llama_tensor2_np2"),
-                                              (4, 2, "hsdp", NODES, "llama_tensor2_hsdp_nodes2x2")]:
+                                              (4, 2, "hsdp", NODES, "llama_tensor2_hsdp_nodes2x2"),
+                                              (4, 4, "zero3", SEQ, "llama_tensor4_sequence_parallel_zero3")]:
     compare(label, run(ranks, label, tensor, strategy, extra=extra, model=LLAMA), llama_ref)
 
 # Checkpoints of the whole model, written by tensor 2 x zero3, resumed elsewhere.

@@ -304,10 +304,9 @@ TEST_P(TensorParallel, MatchesOneRank) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
   const Trained& ref = tensor_reference(arch());
   EXPECT_GT(ref.norms.front(), kClip);
-  // GPT-2 also with sequence parallelism (its rows between split layers split over the group).
-  const std::vector<bool> row_splits = arch() == Arch::gpt2 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  // Also with sequence parallelism (the rows between split layers split over the group).
   for (const int degree : {2, 4})
-    for (const bool rows_split : row_splits) {
+    for (const bool rows_split : {false, true}) {
       if (world.size() % degree != 0 || (world.emulated() && world.local_size() % degree != 0)) continue;
       const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
       const Trained t =

@@ -38,19 +38,22 @@ ModelShape llama_shape(bool tied) {
   return s;
 }
 
-// gpt2_sequence_parallel: GPT-2 with the rows between split layers split over the group too.
-enum class Variant { gpt2, gpt2_sequence_parallel, llama, llama_tied };
+// *_sequence_parallel: the rows between split layers split over the group too.
+enum class Variant { gpt2, gpt2_sequence_parallel, llama, llama_tied, llama_sequence_parallel };
 const char* variant_name(Variant v) {
   switch (v) {
     case Variant::gpt2: return "gpt2";
     case Variant::gpt2_sequence_parallel: return "gpt2_sequence_parallel";
     case Variant::llama: return "llama";
     case Variant::llama_tied: return "llama_tied";
+    case Variant::llama_sequence_parallel: return "llama_sequence_parallel";
   }
   return "?";
 }
 bool is_gpt2(Variant v) { return v == Variant::gpt2 || v == Variant::gpt2_sequence_parallel; }
-bool sequence_parallel(Variant v) { return v == Variant::gpt2_sequence_parallel; }
+bool sequence_parallel(Variant v) {
+  return v == Variant::gpt2_sequence_parallel || v == Variant::llama_sequence_parallel;
+}
 ModelShape shape_of(Variant v) { return is_gpt2(v) ? kGpt2Shape : llama_shape(v == Variant::llama_tied); }
 // The positions a training pass covers: the whole context, or with rows split 6 of its 7, so
 // that the 2 x 6 rows divide by 2 and 4.
@@ -146,7 +149,8 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheWholeModel) {
 
 INSTANTIATE_TEST_SUITE_P(EveryArchitecture, TensorParallelModel,
                          ::testing::Combine(::testing::Values(Variant::gpt2, Variant::gpt2_sequence_parallel,
-                                                              Variant::llama, Variant::llama_tied),
+                                                              Variant::llama, Variant::llama_tied,
+                                                              Variant::llama_sequence_parallel),
                                             ::testing::Values(Recompute::none, Recompute::selective,
                                                               Recompute::full)),
                          [](const auto& param_info) {
@@ -211,7 +215,7 @@ TEST_P(TensorParallelDecode, ProbabilitiesAndLogitsEqualTheWholeModel) {
 
 INSTANTIATE_TEST_SUITE_P(EveryArchitecture, TensorParallelDecode,
                          ::testing::Values(Variant::gpt2, Variant::gpt2_sequence_parallel, Variant::llama,
-                                           Variant::llama_tied),
+                                           Variant::llama_tied, Variant::llama_sequence_parallel),
                          [](const auto& param_info) { return std::string(variant_name(param_info.param)); });
 
 }  // namespace
