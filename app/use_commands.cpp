@@ -158,7 +158,7 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
     resolve_init_from(m.config, world.comm());
     tokenizer_for_weights(m.config);
     build_model(m, world, max_batch);
-    m.net->strategy().load_params(load_initial_weights(m.path, model_shape(m.config.model), world.comm()).params);
+    m.net->load_whole_params(load_initial_weights(m.path, model_shape(m.config.model), world.comm()).params);
     return m;
   }
   // The checkpoint a run would resume from this path (ckpt/locate.hpp): a damaged one is skipped

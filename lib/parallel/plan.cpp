@@ -113,7 +113,8 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
     const ActivationTraffic& a = activations;
     const auto T = mesh.tensor;
     const std::uint64_t tokens = static_cast<std::uint64_t>(a.rows) * static_cast<std::uint64_t>(a.d_model) * 4;
-    const std::int64_t per_block = a.recompute_full ? 6 : 4;
+    // A full recomputation reruns a block's forward up to its MLP: the attention's sum again.
+    const std::int64_t per_block = a.recompute_full ? 5 : 4;
     const std::int64_t sums = micro_batches * (2 + per_block * a.n_layer);
     if (!a.sequence_parallel) {
       collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, sums,

@@ -62,7 +62,8 @@ enum class Purpose { gradients, parameters, norm, activations };
 // parallelism): `rows` tokens of `d_model` fp32 activations, summed once after the embedding,
 // after each block's two row-parallel projections, and in backward before the replicated layer
 // beneath each split one (the LM head's and each block's two column-parallel projections'
-// input gradients); `recompute_full` reruns each block's forward sums in backward. The
+// input gradients); `recompute_full` reruns each block's forward up to its MLP in backward (the
+// attention's sum again, and with rows split both gathers). The
 // cross-entropy gathers three numbers per token from each slice.
 // With sequence parallelism (model/model.hpp TensorGroup) each of those sums is a
 // reduce-scatter, and each split layer's input an all-gather: in forward before each block's two

@@ -33,7 +33,7 @@ void start_from_initial_params(const Context& c, RunStart& start) {
   if (!c.config.model.init_from.empty()) {
     const InitialWeights initial =
         load_initial_weights(c.config.model.init_from, model_shape(c.config.model), c.world.comm());
-    c.net.strategy().load_params(initial.params);
+    c.net.load_whole_params(initial.params);
     start.notes.push_back(initial.note);
     return;
   }

@@ -101,7 +101,11 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
     comms.replicas = &groups.across;
   }
   data_comms().trace_to(timeline);
-  strategy_ = make_strategy(*plan_, config.parallel.overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
+  // On GPUs the tensor group's NCCL collectives run on this thread; the strategy's, overlapped,
+  // on the progress thread, in an order that could differ between ranks, which NCCL does not
+  // allow across communicators (it may hang). So there the strategy waits for each of its own.
+  const bool overlap = config.parallel.overlap && !(group.active() && execution_.device_peers);
+  strategy_ = make_strategy(*plan_, overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
                             adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
 }
 
@@ -126,6 +130,10 @@ LevelTraffic ShardedModel::traffic() const {
 void ShardedModel::init_params(std::uint64_t seed) {
   std::vector<float> whole(model_->whole_layout().total());
   model_->init_params(whole, seed);
+  load_whole_params(whole);
+}
+
+void ShardedModel::load_whole_params(std::span<const float> whole) {
   // Under tensor parallelism the rank keeps its slice; otherwise the whole, without a copy.
   if (model_->tensor_group().active()) strategy_->load_params(model_->slice_of(whole));
   else strategy_->load_params(whole);

@@ -58,6 +58,9 @@ class ShardedModel {
   // Every rank initialises the whole model from the same seed and keeps its part (its slice of
   // it under tensor parallelism), so all start from the same parameters without a broadcast.
   void init_params(std::uint64_t seed);
+  // Loads whole parameters (laid out as the whole model, e.g. from a weights file) into the
+  // strategy: this rank's slice of them under tensor parallelism.
+  void load_whole_params(std::span<const float> whole);
   // Collective: the sum of every rank's value (through the backend's memory: on GPUs the job's
   // collectives reduce device buffers only).
   double sum_over_ranks(double value);

@@ -43,8 +43,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
 
   data_ = open_run_data(config, world.comm());
   // The batch is split between the data-parallel ranks: under tensor parallelism a tensor group's
-  // ranks share one slice of it (ShardedModel checks that the degree divides the world).
-  const int data_ranks = std::max<int>(1, world.size() / static_cast<int>(std::max<std::int64_t>(1, config.parallel.tensor)));
+  // ranks share one slice of it (a degree the job cannot split is refused here, naming it).
+  const int data_ranks = world.size() / deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
   plan_ = plan_batches(config.data, config.model.seq_len, data_ranks, config.deck_path);
 
   // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
@@ -273,9 +273,10 @@ TrainSummary Trainer::run() {
        << ", unigram entropy of the validation text = " << summary.val_unigram_entropy << " nats";
     say(os.str());
   }
+  // Per rank: a tensor group's ranks share their data-parallel rank's FLOPs.
   const double flops_per_step =
       train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
-      static_cast<double>(plan_.ranks);
+      static_cast<double>(world_.size());
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));
 

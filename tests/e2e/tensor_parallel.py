@@ -4,10 +4,12 @@ match one rank's losses, gradient norms, validation losses and final parameters 
 tensor 2 alone on 2 ranks, tensor 2 x zero3 and tensor 2 x hsdp on 2 x 2 emulated nodes (the
 groups inside a node, the strategy across), tensor 4 on 4 ranks, tensor 2 with gradient
 accumulation and full recomputation, and sequence parallelism (tensor 2 x zero3 across emulated
-nodes; tensor 4 with accumulation and selective recomputation). Checkpoints hold the whole model: a tensor 2 x zero3
+nodes; tensor 4 with accumulation and selective recomputation); in bf16, tensor 2 x zero3 with
+sequence parallelism matches bf16 on one rank within 2e-3. Checkpoints hold the whole model: a tensor 2 x zero3
 checkpoint resumes on 1 rank with ddp and on tensor 4, and continues as the uninterrupted run.
 A degree the heads or the ranks per node do not divide, sequence parallelism without a tensor
 group, and rows the group does not divide are refused, naming the key."""
+import json
 import os
 
 import harness as h
@@ -58,12 +60,21 @@ for ranks, tensor, strategy, micro, extra, label in [
     compare(label, got, ref)
     h.check(close(got["val"], ref["val"], 1e-5), f"{label}: validation losses equal within 1e-5")
 
+# bf16 mixed precision: the split run against bf16 on one rank (the same rounding points, another
+# summation order), as the strategies' bf16 runs are compared.
+BF16 = ["--set", 'parallel.precision="bf16"']
+bf16_one = run(1, "bf16_ref", extra=BF16)
+bf16_split = run(4, "bf16_tensor2_zero3_sequence_parallel", 2, "zero3", extra=BF16 + NODES + SEQ)
+h.check(close(bf16_split["loss"], bf16_one["loss"], 2e-3),
+        f"bf16 tensor 2 x zero3 with sequence parallelism matches bf16 on 1 rank within 2e-3\n"
+        f"{bf16_split['loss']}\n{bf16_one['loss']}")
+
 # Llama (grouped-query attention, SwiGLU, untied head): each group splits the key/value heads too.
 LLAMA = {"arch": "llama", "n_kv_head": 2, "tie_embeddings": False}
 llama_ref = run(1, "llama_ref", model=LLAMA)
 for ranks, tensor, strategy, extra, label in [(2, 2, "ddp", [], "llama_tensor2_np2"),
                                               (4, 2, "hsdp", NODES, "llama_tensor2_hsdp_nodes2x2"),
-                                              (4, 4, "zero3", SEQ, "llama_tensor4_sequence_parallel_zero3")]:
+                                              (4, 2, "zero3", NODES + SEQ, "llama_tensor2_sequence_parallel_zero3_nodes2x2")]:
     compare(label, run(ranks, label, tensor, strategy, extra=extra, model=LLAMA), llama_ref)
 
 # Checkpoints of the whole model, written by tensor 2 x zero3, resumed elsewhere.
@@ -77,6 +88,33 @@ for ranks, tensor, strategy, label in [(1, 1, "ddp", "resumed_np1_ddp"), (4, 4, 
 # The reverse: one rank's checkpoint resumed under tensor 2 x zero3.
 got = run(4, "resumed_from_np1", 2, "zero3", extra=NODES + ["--set", f"checkpoint.resume={work}/ref/ckpt/ckpt_00000010.h5"])
 compare("one rank's checkpoint resumed under tensor 2 x zero3", got, ref, first_step=10)
+
+# Whole parameters from elsewhere into a split model: `eval` of a checkpoint and of exported
+# llm.c weights, and a run started from those weights (model.init_from), with tensor 2 on 2 ranks
+# against 1 rank.
+weights = f"{work}/ref_step20.bin"
+proc = h.mpirun(args, 1, ["ckpt", "export", f"{work}/ref/ckpt/ckpt_00000020.h5", weights, "--format", "llmc"])
+h.check(proc.returncode == 0, f"export to llm.c weights\n{proc.stderr[-800:]}")
+
+
+def evaluate(ranks, source, sets):
+    argv = ["eval", source, "--json", "--data", corpus, "--batches", "2"]
+    for s_ in sets:
+        argv += ["--set", s_]
+    out = h.mpirun(args, ranks, argv)
+    h.check(out.returncode == 0, f"eval {source} on {ranks} rank(s) {sets}\n{out.stderr[-800:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["loss"]
+
+
+for source in (f"{work}/ref/ckpt/ckpt_00000020.h5", weights):
+    one, split = evaluate(1, source, []), evaluate(2, source, ["parallel.tensor=2"])
+    h.check(abs(one - split) <= 1e-5 * abs(one), f"eval of {os.path.basename(source)} with tensor 2 equals 1 rank "
+                                                  f"({split} against {one})")
+init_sets = ["--set", f"model.init_from={weights}", "--set", "run.steps=3", "--set", "run.eval_every=0"]
+from_one = run(1, "init_from_np1", extra=init_sets)
+from_split = run(2, "init_from_tensor2", 2, extra=init_sets)
+h.check(close(from_split["loss"], from_one["loss"], 1e-5) and from_one["loss"][0] < ref["loss"][0] - 0.5,
+        f"a run from the exported weights with tensor 2 equals 1 rank's\n{from_split['loss']}\n{from_one['loss']}")
 
 # Degrees that cannot split: the heads (4) by 3, and a group across emulated nodes of 1 rank.
 for ranks, sets, needle in [(3, ["parallel.tensor=3"], "n_head 4 does not divide"),

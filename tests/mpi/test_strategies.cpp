@@ -125,7 +125,7 @@ struct TensorLayout {
 // the strategy runs over the ranks holding the same slice; the parameters returned are whole.
 Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Precision precision, double bucket_mb,
               int tensor = 1,
-              bool sequence_parallel = false) {
+              bool sequence_parallel = false, Recompute recompute = Recompute::none) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -142,13 +142,13 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
   const int micro = per_rank / kMicroBatches;
   const TensorGroup group =
       split ? TensorGroup{{tensor, world.rank() % tensor}, &split->tensor, sequence_parallel} : TensorGroup{};
-  const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro, host_exec(), Recompute::none, group);
+  const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro, host_exec(), recompute, group);
   Model<float>& model = *owned;
   Mesh mesh = make_mesh(strategy, 0, ranks, data.local_size(), "test");
   mesh.tensor = tensor;
   auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision, mesh, kMicroBatches, bucket_mb,
-                                                    ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer, false,
-                                                                      sequence_parallel});
+                                                    ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer,
+                                                                      recompute == Recompute::full, sequence_parallel});
   const ParallelPlan& plan = *plan_holder;
   StrategyComms strategy_comms{comms.collectives()};
   if (plan.grouped()) {
@@ -304,15 +304,24 @@ TEST_P(TensorParallel, MatchesOneRank) {
   World world(MPI_COMM_WORLD, emulated_ranks_per_node());
   const Trained& ref = tensor_reference(arch());
   EXPECT_GT(ref.norms.front(), kClip);
-  // Also with sequence parallelism (the rows between split layers split over the group).
-  for (const int degree : {2, 4})
-    for (const bool rows_split : {false, true}) {
+  // Also with sequence parallelism (the rows between split layers split over the group), and
+  // with full recomputation (its sums and gathers again in backward).
+  struct Case {
+    int degree;
+    bool rows_split;
+    Recompute recompute;
+  };
+  for (const Case c : {Case{2, false, Recompute::none}, Case{2, true, Recompute::none}, Case{4, false, Recompute::none},
+                       Case{4, true, Recompute::none}, Case{2, false, Recompute::full}, Case{2, true, Recompute::full}}) {
+      const int degree = c.degree;
+      const bool rows_split = c.rows_split;
       if (world.size() % degree != 0 || (world.emulated() && world.local_size() % degree != 0)) continue;
       const double bucket_mb = strategy() == StrategyKind::ddp ? 0.002 : 0;
-      const Trained t =
-          train(world, tensor_shape_of(arch()), strategy(), Precision::fp32, bucket_mb, degree, rows_split);
+      const Trained t = train(world, tensor_shape_of(arch()), strategy(), Precision::fp32, bucket_mb, degree,
+                              rows_split, c.recompute);
       const std::string what = "tensor " + std::to_string(degree) + (rows_split ? " with sequence parallelism" : "") +
-                               " x " + name_of(strategy()) + " on " + std::to_string(world.size()) + " ranks";
+                               " x " + name_of(strategy()) + ", recompute " + recompute_name(c.recompute) + ", on " +
+                               std::to_string(world.size()) + " ranks";
       ASSERT_EQ(t.params.size(), ref.params.size());
       double worst = 0;
       for (std::size_t i = 0; i < t.params.size(); ++i)
