@@ -17,13 +17,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+sys.path.insert(0, HERE)
+from validate_planner import mpirun  # noqa: E402  (mpirun as root, failing loudly)
 # A row of `shardtrain plan`: rank, strategy, tensor, group, recompute, state, activations,
 # workspace, total (each "<number> <unit>"), fits, compute, comm, exposed, step ms.
 SIZE = r"([\d.]+ \S?i?B)"
@@ -56,14 +56,6 @@ tensor = {tensor}
 def bytes_of(text):
     number, unit = text.split()
     return float(number) * UNITS[unit]
-
-
-def mpirun(ranks, argv):
-    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", "--oversubscribe"] + argv
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
 def predict(exe, deck, ranks, tensor, strategy):

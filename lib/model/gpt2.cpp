@@ -101,12 +101,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   d4c_b_ = take(N * H);
   const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
-  if (split_rows_ever) {
-    gathered_ = take(N * C);
-    tmp_rows_ = take(R * C);
-    dtmp_rows_ = take(R * C);
-    norm_grads_ = take(4 * C);
-  }
+  if (split_rows_ever) rows_.carve(take, N, R, C, 4 * C);
   // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
@@ -202,7 +197,7 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, Nr, C);
   buffers.after_forward(last);
   // LM head tied to the token embedding (this rank's slice of the vocabulary), on every row.
-  const Real* normed = this->gather_rows(lnf_, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
+  const Real* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
   k_.linear_forward(logits_, normed, E + wte_, static_cast<const Real*>(nullptr), N, C, this->vocab_rows());
   buffers.after_forward(0);
 }
@@ -226,8 +221,8 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
   // gradient rather than kept whole.
   k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_,
-                     this->gather_rows(lnf_, gathered_, rows, width), E + wte_, N, C, this->vocab_rows(), false);
-  const Real* d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+                     this->gather_rows(lnf_, rows_.gathered, rows, width), E + wte_, N, C, this->vocab_rows(), false);
+  const Real* d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
   const Real* F = buffers.params(last);
@@ -235,11 +230,11 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   exec_.zero(dres_, static_cast<std::size_t>(Nr) * C * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
-  Real* dlnf = split ? norm_grads_ : GF + lnfw_;
-  if (split) exec_.zero(norm_grads_, 2 * width * sizeof(Real));
+  Real* dlnf = split ? rows_.norm_grads : GF + lnfw_;
+  if (split) exec_.zero(rows_.norm_grads, 2 * width * sizeof(Real));
   k_.layernorm_backward(dres_, dlnf, dlnf + (split ? width : lnfb_ - lnfw_), d, top, F + lnfw_, lnf_mean_, lnf_rstd_,
                         Nr, C);
-  if (split) this->add_split_row_gradients(GF, {lnfw_, lnfb_}, norm_grads_, width);
+  if (split) this->add_split_row_gradients(GF, {lnfw_, lnfb_}, rows_.norm_grads, width);
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -255,32 +250,32 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
     else if (recompute_ == Recompute::selective) k_.gelu_forward(a.fch_gelu, a.fch, NH4);
     // The norms' gradients: the block's own (whole rows), or this rank's rows' share in scratch.
-    Real* dln1 = split ? norm_grads_ : G + o.ln1w;
-    Real* dln2 = split ? norm_grads_ + 2 * width : G + o.ln2w;
+    Real* dln1 = split ? rows_.norm_grads : G + o.ln1w;
+    Real* dln2 = split ? rows_.norm_grads + 2 * width : G + o.ln2w;
     const std::size_t bias_at = split ? width : o.ln1b - o.ln1w;  // the bias after the weight
-    if (split) exec_.zero(norm_grads_, 4 * width * sizeof(Real));
+    if (split) exec_.zero(rows_.norm_grads, 4 * width * sizeof(Real));
     // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
-    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, this->gather_rows(dres_, gathered_, rows, width),
+    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, this->gather_rows(dres_, rows_.gathered, rows, width),
                        a.fch_gelu, P + o.fcprojw, N, H, C, false);
     k_.gelu_backward(d4c_b_, a.fch, d4c_a_, NH4);
-    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, this->gather_rows(a.ln2, gathered_, rows, width),
+    k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, this->gather_rows(a.ln2, rows_.gathered, rows, width),
                        P + o.fcw, N, C, H, false);
-    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+    d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
     k_.layernorm_backward(dres_, dln2, dln2 + (split ? width : o.ln2b - o.ln2w), d, a.res2, P + o.ln2w, a.ln2_mean,
                           a.ln2_rstd, Nr, C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    k_.linear_backward(datty_, G + o.projw, G + o.projb, this->gather_rows(dres_, gathered_, rows, width), a.atty,
+    k_.linear_backward(datty_, G + o.projw, G + o.projb, this->gather_rows(dres_, rows_.gathered, rows, width), a.atty,
                        P + o.projw, N, A, C, false);
     k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, A, NH, NH);
-    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, this->gather_rows(a.ln1, gathered_, rows, width),
+    k_.linear_backward(dtmp_, G + o.qkvw, G + o.qkvb, dqkv_, this->gather_rows(a.ln1, rows_.gathered, rows, width),
                        P + o.qkvw, N, C, 3 * A, false);
-    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+    d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
     k_.layernorm_backward(dres_, dln1, dln1 + bias_at, d, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, Nr, C);
-    if (split) this->add_split_row_gradients(G, {o.ln1w, o.ln1b, o.ln2w, o.ln2b}, norm_grads_, width);
+    if (split) this->add_split_row_gradients(G, {o.ln1w, o.ln1b, o.ln2w, o.ln2b}, rows_.norm_grads, width);
     buffers.grad_ready(l + 1);
   }
   // The embedding's gradient from every row (the rows' shares gathered).
-  k_.encoder_backward(GE + wte_, GE + wpe_, this->gather_rows(dres_, gathered_, rows, width), tokens_at_, B, T, C);
+  k_.encoder_backward(GE + wte_, GE + wpe_, this->gather_rows(dres_, rows_.gathered, rows, width), tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
@@ -291,7 +286,7 @@ void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, con
   const int N = B * T, C = static_cast<int>(shape_.d_model), A = attn_width_;
   const BlockOffsets& o = blocks_[l];
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, this->local_rows(N), C);
-  k_.linear_forward(a.qkv, this->gather_rows(a.ln1, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C)),
+  k_.linear_forward(a.qkv, this->gather_rows(a.ln1, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C)),
                     P + o.qkvw, P + o.qkvb, N, C, 3 * A);
   k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, A, heads_, heads_);
   block_after_attention(l, P, in, a, output, N);
@@ -307,13 +302,13 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
   // The row-parallel projections' partial products are summed over the group (with rows split,
   // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
-  k_.add(a.res2, in, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
+  k_.add(a.res2, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
   k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, Nr, C);
-  k_.linear_forward(a.fch, this->gather_rows(a.ln2, gathered_, rows, width), P + o.fcw, P + o.fcb, N, C, H);
+  k_.linear_forward(a.fch, this->gather_rows(a.ln2, rows_.gathered, rows, width), P + o.fcw, P + o.fcb, N, C, H);
   k_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * H);
   if (!output) return;
   k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, row_parallel_bias(P + o.fcprojb), N, H, C);
-  k_.add(a.res3, a.res2, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
+  k_.add(a.res3, a.res2, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
 }
 
 template <class Real>

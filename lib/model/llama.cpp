@@ -116,12 +116,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   if (const std::size_t n = grouped_gradient_elements(device, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
   const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
-  if (split_rows_ever) {
-    gathered_ = take(N * C);
-    tmp_rows_ = take(R * C);
-    dtmp_rows_ = take(R * C);
-    norm_grads_ = take(2 * C);
-  }
+  if (split_rows_ever) rows_.carve(take, N, R, C, 2 * C);
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
@@ -205,7 +200,7 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, this->local_rows(N), C_, shape_.norm_eps);
   buffers.after_forward(last);
   // This rank's slice of the vocabulary, on every row.
-  const Real* normed = this->gather_rows(lnf_, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
+  const Real* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
   k_.linear_forward(logits_, normed, E + head_, static_cast<const Real*>(nullptr), N, C_, this->vocab_rows());
   buffers.after_forward(0);
 }
@@ -216,7 +211,7 @@ void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, co
   const int N = B * T;
   const BlockOffsets& o = blocks_[l];
   k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, this->local_rows(N), C_, shape_.norm_eps);
-  k_.linear_forward(a.qkv, this->gather_rows(a.ln1, gathered_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_)),
+  k_.linear_forward(a.qkv, this->gather_rows(a.ln1, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C_)),
                     P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
   // q's and k's heads lead each row: rotated in place, attention and its backward read them so.
   k_.rope(a.qkv, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, false);
@@ -235,13 +230,13 @@ void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real
   // The row-parallel projections' partial products are summed over the group (with rows split,
   // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, A_, C_);
-  k_.add(a.res2, in, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
+  k_.add(a.res2, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
   k_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, Nr, C_, shape_.norm_eps);
-  k_.linear_forward(a.gate_up, this->gather_rows(a.ln2, gathered_, rows, width), P + o.gate_up, none, N, C_, 2 * F_);
+  k_.linear_forward(a.gate_up, this->gather_rows(a.ln2, rows_.gathered, rows, width), P + o.gate_up, none, N, C_, 2 * F_);
   k_.swiglu_forward(a.act, a.gate_up, N, F_);
   if (!output) return;
   k_.linear_forward(tmp_, a.act, P + o.down, none, N, F_, C_);
-  k_.add(a.res3, a.res2, this->sum_rows(tmp_, tmp_rows_, rows, width), kept);
+  k_.add(a.res3, a.res2, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
 }
 
 template <class Real>
@@ -260,19 +255,19 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   // group's slices: summed before the replicated layer below it uses it (with rows split, each
   // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
   // gradient rather than kept whole.
-  k_.linear_backward(dtmp_, GE + head_, none, logits_, this->gather_rows(lnf_, gathered_, rows, width), E + head_, N,
+  k_.linear_backward(dtmp_, GE + head_, none, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + head_, N,
                      C, this->vocab_rows(), false);
-  const Real* d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
+  const Real* d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
   exec_.zero(dres_, static_cast<std::size_t>(Nr) * width * sizeof(Real));
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
   Real* GF = buffers.grads(last);
-  if (split) exec_.zero(norm_grads_, width * sizeof(Real));
-  k_.rmsnorm_backward(dres_, split ? norm_grads_ : GF + lnf_w_, d, top, buffers.params(last) + lnf_w_, lnf_rstd_, Nr,
+  if (split) exec_.zero(rows_.norm_grads, width * sizeof(Real));
+  k_.rmsnorm_backward(dres_, split ? rows_.norm_grads : GF + lnf_w_, d, top, buffers.params(last) + lnf_w_, lnf_rstd_, Nr,
                       C);
-  if (split) this->add_split_row_gradients(GF, {lnf_w_}, norm_grads_, width);
+  if (split) this->add_split_row_gradients(GF, {lnf_w_}, rows_.norm_grads, width);
   buffers.grad_ready(last);
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
@@ -286,31 +281,31 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
     else if (recompute_ == Recompute::selective) k_.swiglu_forward(a.act, a.gate_up, N, F_);
     // The norms' gradients: the block's own (whole rows), or this rank's rows' share in scratch.
-    if (split) exec_.zero(norm_grads_, 2 * width * sizeof(Real));
+    if (split) exec_.zero(rows_.norm_grads, 2 * width * sizeof(Real));
     // dres holds d(res3); the residual passes it to res2, the MLP adds its part.
-    k_.linear_backward(dff_a_, G + o.down, none, this->gather_rows(dres_, gathered_, rows, width), a.act, P + o.down, N,
+    k_.linear_backward(dff_a_, G + o.down, none, this->gather_rows(dres_, rows_.gathered, rows, width), a.act, P + o.down, N,
                        F_, C, false);
     k_.swiglu_backward(dff_b_, a.gate_up, dff_a_, N, F_);
-    k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, this->gather_rows(a.ln2, gathered_, rows, width),
+    k_.linear_backward(dtmp_, G + o.gate_up, none, dff_b_, this->gather_rows(a.ln2, rows_.gathered, rows, width),
                        P + o.gate_up, N, C, 2 * F_, false);
-    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
-    k_.rmsnorm_backward(dres_, split ? norm_grads_ + width : G + o.mlp_norm, d, a.res2, P + o.mlp_norm, a.ln2_rstd, Nr,
+    d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
+    k_.rmsnorm_backward(dres_, split ? rows_.norm_grads + width : G + o.mlp_norm, d, a.res2, P + o.mlp_norm, a.ln2_rstd, Nr,
                         C);
     // dres now holds d(res2); likewise through attention to the block's input.
-    k_.linear_backward(datty_, G + o.proj, none, this->gather_rows(dres_, gathered_, rows, width), a.atty, P + o.proj,
+    k_.linear_backward(datty_, G + o.proj, none, this->gather_rows(dres_, rows_.gathered, rows, width), a.atty, P + o.proj,
                        N, A_, C, false);
     // dqkv: the gradient of q, and of each key/value head summed over its group of query heads.
     k_.attention_backward(dqkv_, attention_probs(a), datty_, a.qkv, B, T, A_, NH_, NKV_);
     k_.rope(dqkv_, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, true);  // to the unrotated q and k
-    k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, this->gather_rows(a.ln1, gathered_, rows, width), P + o.qkv, N,
+    k_.linear_backward(dtmp_, G + o.qkv, none, dqkv_, this->gather_rows(a.ln1, rows_.gathered, rows, width), P + o.qkv, N,
                        C, W_, false);
-    d = this->sum_rows(dtmp_, dtmp_rows_, rows, width);
-    k_.rmsnorm_backward(dres_, split ? norm_grads_ : G + o.attn_norm, d, in, P + o.attn_norm, a.ln1_rstd, Nr, C);
-    if (split) this->add_split_row_gradients(G, {o.attn_norm, o.mlp_norm}, norm_grads_, width);
+    d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
+    k_.rmsnorm_backward(dres_, split ? rows_.norm_grads : G + o.attn_norm, d, in, P + o.attn_norm, a.ln1_rstd, Nr, C);
+    if (split) this->add_split_row_gradients(G, {o.attn_norm, o.mlp_norm}, rows_.norm_grads, width);
     buffers.grad_ready(l + 1);
   }
   // The embedding's gradient from every row (the rows' shares gathered).
-  k_.encoder_backward(GE + wte_, none, this->gather_rows(dres_, gathered_, rows, width), tokens_at_, B, T, C);
+  k_.encoder_backward(GE + wte_, none, this->gather_rows(dres_, rows_.gathered, rows, width), tokens_at_, B, T, C);
   buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }

@@ -77,9 +77,7 @@ class Llama final : public Model<Real> {
   std::vector<BlockActs> block_acts_;
   Real *x0_, *lnf_, *lnf_rstd_, *logits_, *losses_, *tmp_;
   Real* cross_entropy_scratch_ = nullptr;  // the vocabulary-parallel cross-entropy's (tensor parallelism)
-  // Sequence parallelism's: the rows a split layer reads, gathered; this rank's rows of the
-  // forward's and the backward's sums; the norms' gradients on their way through the group.
-  Real *gathered_ = nullptr, *tmp_rows_ = nullptr, *dtmp_rows_ = nullptr, *norm_grads_ = nullptr;
+  RowSplitScratch<Real> rows_;  // sequence parallelism's
   Real *dres_, *dtmp_, *datty_, *dqkv_, *dff_a_, *dff_b_;
   Real* probs_ = nullptr;
   Real* dprobs_ = nullptr;

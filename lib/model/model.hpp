@@ -36,6 +36,22 @@ struct TensorGroup {
   bool active() const { return split.active(); }
 };
 
+// Sequence parallelism's scratch in a model's activations (model/activations.cpp counts it): the
+// rows a split layer reads, gathered (N x C); this rank's rows of the forward's and the
+// backward's sums (R x C each); the norms' gradients on their way through the group (`norms`
+// elements: a block's norm tensors).
+template <class Real>
+struct RowSplitScratch {
+  Real *gathered = nullptr, *tmp_rows = nullptr, *dtmp_rows = nullptr, *norm_grads = nullptr;
+  template <class Take>
+  void carve(Take&& take, std::size_t N, std::size_t R, std::size_t C, std::size_t norms) {
+    gathered = take(N * C);
+    tmp_rows = take(R * C);
+    dtmp_rows = take(R * C);
+    norm_grads = take(norms);
+  }
+};
+
 template <class Real>
 class Model {
  public:

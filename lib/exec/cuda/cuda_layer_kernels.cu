@@ -432,6 +432,17 @@ void CudaLayerKernels::add(float* out, const float* a, const float* b, std::size
   ST_CHECK_LAUNCH();
 }
 
+double CudaLayerKernels::sum_row_losses(double* row_losses, int N) {
+  // One block, in an order that depends only on N (the same total on every run), into the
+  // N + 1st element, then to the host: the one wait of a training step's kernels.
+  double* total = row_losses + N;
+  sum_in_one_block<<<1, 1024, 0, stream_>>>(total, row_losses, N);
+  ST_CHECK_LAUNCH();
+  ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return *pinned_result_;
+}
+
 double CudaLayerKernels::softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N,
                                                        int V, int Vp) {
   use_device();
@@ -441,12 +452,7 @@ double CudaLayerKernels::softmax_cross_entropy_forward(float* logits_to_probs, f
                                                                                           row_losses, targets, V, Vp);
   ST_CHECK_LAUNCH();
   if (!targets) return 0.0;
-  double* total = row_losses + N;
-  sum_in_one_block<<<1, 1024, 0, stream_>>>(total, row_losses, N);
-  ST_CHECK_LAUNCH();
-  ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  ST_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return *pinned_result_;
+  return sum_row_losses(row_losses, N);
 }
 
 void CudaLayerKernels::softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V,
@@ -476,13 +482,7 @@ double CudaLayerKernels::logit_slices_combine(const float* gathered, float* row_
       gathered, row_stats, losses, row_losses, targets, N, parts);
   ST_CHECK_LAUNCH();
   if (!targets) return 0.0;
-  // The total as softmax_cross_entropy_forward's: one block, an order that depends only on N.
-  double* total = row_losses + N;
-  sum_in_one_block<<<1, 1024, 0, stream_>>>(total, row_losses, N);
-  ST_CHECK_LAUNCH();
-  ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  ST_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return *pinned_result_;
+  return sum_row_losses(row_losses, N);
 }
 
 void CudaLayerKernels::logit_slice_softmax(float* logits_to_probs, const float* row_stats, int N, int V, int Vp) {

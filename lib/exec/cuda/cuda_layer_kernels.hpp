@@ -72,6 +72,8 @@ class CudaLayerKernels final : public LayerKernels<float> {
  private:
   // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.
   void add_column_sums(float* dst, const float* src, int N, int C);
+  // The sum of row_losses[0..N) (N + 1 elements: the total goes to the last), on the host.
+  double sum_row_losses(double* row_losses, int N);
 
   void use_device() const { ST_CHECK_CUDA(cudaSetDevice(device_)); }
 
