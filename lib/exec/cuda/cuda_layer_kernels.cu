@@ -204,20 +204,6 @@ __global__ void softmax_cross_entropy_forward_kernel(float* logits, float* losse
   }
 }
 
-// probs -> dlogits in place: (p - onehot(target)) * scale, padded columns 0.
-__global__ void softmax_cross_entropy_backward_kernel(float* probs, const int* targets, int N, int V, int Vp,
-                                                      float scale) {
-  ST_GRID_STRIDE(i, std::size_t{1} * N * Vp) {
-    const std::size_t row = i / Vp;
-    const int j = static_cast<int>(i % Vp);
-    float d = 0.0f;
-    if (j < V) {
-      d = probs[i] * scale;
-      if (j == targets[row]) d -= scale;
-    }
-    probs[i] = d;
-  }
-}
 
 // One slice of a vocabulary split across tensor-parallel ranks (exec/host_kernels.hpp
 // logit_slice_*): Vp columns, the first V real, column j being token first + j.
@@ -282,8 +268,8 @@ __global__ void logit_slice_softmax_kernel(float* logits, const float* row_stats
   for (int j = threadIdx.x; j < Vp; j += blockDim.x) x[j] = j < V ? expf(x[j] - max) * inv : 0.0f;
 }
 
-// probs -> dlogits in place over the slice: (p - onehot(target)) * scale, the target's 1 only
-// where the slice holds it; padded columns 0.
+// probs -> dlogits in place over a slice of the vocabulary starting at token `first`:
+// (p - onehot(target)) * scale, the target's 1 only where the slice holds it; padded columns 0.
 __global__ void logit_slice_backward_kernel(float* probs, const int* targets, int N, int V, int Vp, int first,
                                             float scale) {
   ST_GRID_STRIDE(i, std::size_t{1} * N * Vp) {
@@ -460,8 +446,8 @@ void CudaLayerKernels::softmax_cross_entropy_backward(float* probs_to_dlogits, c
   use_device();
   const std::size_t n = std::size_t{1} * N * Vp;
   if (n == 0) return;
-  softmax_cross_entropy_backward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(probs_to_dlogits, targets, N, V, Vp,
-                                                                             scale);
+  // The whole vocabulary is the slice that starts at token 0 and holds every target.
+  logit_slice_backward_kernel<<<grid_for(n), kBlock, 0, stream_>>>(probs_to_dlogits, targets, N, V, Vp, 0, scale);
   ST_CHECK_LAUNCH();
 }
 
