@@ -22,7 +22,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)\s+(\d+)\s+.*\s(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+# rank, strategy, tensor (1 here: whole layers), group, ..., fits, compute, comm, exposed, step
+ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)\s+1\s+(\d+)\s+.*\s(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
                  r"(\s+<- chosen)?$", re.M)
 
 
