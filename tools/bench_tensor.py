@@ -7,9 +7,11 @@ each next to the planner's prediction for it, the settings interleaved round by 
 
 For each setting `shardtrain plan` runs first under the same mpirun (its ranks probe the sgemm
 and memory copy rates together, as in training) with the deck's parallel.tensor, then the run
-trains; measured step = median after the first two steps, measured memory = rank 0's peak
-resident growth over what it held before the run's buffers (the run's memory line), predicted
-memory = the plan's total per rank (model state + activations + workspace). This machine's
+trains; measured step = median after the first two steps; measured memory = rank 0's growth over
+what it held before the run's buffers, at the end, both as its peak resident set (which counts the
+pages of other ranks' shared-memory windows it reads) and as its proportional set (those pages
+split between the ranks); predicted memory = the plan's total per rank (model state +
+activations + workspace). This machine's
 speed swings within minutes (docs/benchmarks.md): every sample is printed, with the load average.
 Prints Markdown tables for docs/benchmarks.md."""
 import argparse
@@ -29,7 +31,7 @@ from validate_planner import mpirun  # noqa: E402  (mpirun as root, failing loud
 SIZE = r"([\d.]+ \S?i?B)"
 ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)\s+(\d+)\s+(\d+)\s+(\S+)\s+" + r"\s+".join([SIZE] * 4) +
                  r"\s+(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", re.M)
-MEASURED = re.compile(r"memory per rank after step \d+:.*measured on rank 0: peak resident [\d.]+ \S+, ([\d.]+ \S+) above")
+
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
 
 DECK = """[run]
@@ -67,13 +69,14 @@ def predict(exe, deck, ranks, tensor, strategy):
 
 
 def measure(exe, deck, ranks, out_dir):
-    out = mpirun(ranks, [exe, "run", deck, "--set", f"run.out_dir={out_dir}"])
+    mpirun(ranks, [exe, "run", deck, "--set", f"run.out_dir={out_dir}"])
     rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
     train = [r for r in rows if r["kind"] == "train"][2:]
-    grown = [bytes_of(m.group(1)) for m in MEASURED.finditer(out)]
-    if not grown:
-        sys.exit(f"no measured memory line in the run's output:\n{out[-2000:]}")
-    return statistics.median(r["ms"] for r in train), statistics.median(r["exposed_comm_ms"] for r in train), grown[-1]
+    memory = [r for r in rows if r["kind"] == "memory"][-1]
+    resident = memory["resident_peak"] - memory["resident_before"]
+    proportional = memory["proportional_now"] - memory["proportional_before"]
+    return (statistics.median(r["ms"] for r in train), statistics.median(r["exposed_comm_ms"] for r in train),
+            resident, proportional)
 
 
 def main():
@@ -89,8 +92,9 @@ def main():
     degrees = [t for t in (1, 2, 4) if a.ranks % t == 0]
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
     print("| round | tensor x data | strategy | predicted step ms | measured step ms | predicted / measured | "
-          "predicted memory MiB | measured memory MiB | predicted / measured | exposed comm ms (predicted, with the tensor group's sums / measured waits of the strategy) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "predicted memory MiB | measured: proportional MiB | predicted / measured | peak resident MiB | "
+          "exposed comm ms (predicted, with the tensor group's sums / measured waits of the strategy) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     for r in range(1, a.rounds + 1):
         for tensor in degrees:
@@ -98,13 +102,14 @@ def main():
             with open(deck, "w") as f:
                 f.write(DECK.format(steps=a.steps, data=a.data, strategy=a.strategy, tensor=tensor))
             pred = predict(a.exe, deck, a.ranks, tensor, a.strategy)
-            ms, exposed, grown = measure(a.exe, deck, a.ranks, os.path.join(work, f"r{r}_t{tensor}"))
+            ms, exposed, resident, grown = measure(a.exe, deck, a.ranks, os.path.join(work, f"r{r}_t{tensor}"))
             step_ratio, mem_ratio = pred["step"] / ms, pred["memory"] / grown
             results.append((tensor, step_ratio, mem_ratio))
             mark = lambda x: "" if abs(x - 1) <= 0.25 else " (miss)"
             print(f"| {r} | {tensor} x {a.ranks // tensor} | {a.strategy} | {pred['step']:.1f} | {ms:.1f} | "
                   f"{step_ratio:.2f}{mark(step_ratio)} | {pred['memory'] / 2**20:.1f} | {grown / 2**20:.1f} | "
-                  f"{mem_ratio:.2f}{mark(mem_ratio)} | {pred['exposed']:.1f} / {exposed:.1f} |", flush=True)
+                  f"{mem_ratio:.2f}{mark(mem_ratio)} | {resident / 2**20:.1f} | "
+                  f"{pred['exposed']:.1f} / {exposed:.1f} |", flush=True)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     steps_within = sum(abs(s - 1) <= 0.25 for _, s, _ in results)
     mem_within = sum(abs(m - 1) <= 0.25 for _, _, m in results)

@@ -6,9 +6,9 @@
 namespace st {
 namespace {
 
-// A "Name:   1234 kB" line of /proc/self/status, in bytes.
-std::uint64_t status_field(const char* name) {
-  std::ifstream in("/proc/self/status");
+// A "Name:   1234 kB" line of a /proc/self file, in bytes (0 where it is not there).
+std::uint64_t kilobytes_field(const char* file, const char* name) {
+  std::ifstream in(file);
   const std::string prefix = std::string(name) + ":";
   for (std::string line; std::getline(in, line);)
     if (line.rfind(prefix, 0) == 0) return std::stoull(line.substr(prefix.size())) * 1024;
@@ -17,8 +17,9 @@ std::uint64_t status_field(const char* name) {
 
 }  // namespace
 
-std::uint64_t resident_bytes() { return status_field("VmRSS"); }
-std::uint64_t peak_resident_bytes() { return status_field("VmHWM"); }
+std::uint64_t resident_bytes() { return kilobytes_field("/proc/self/status", "VmRSS"); }
+std::uint64_t peak_resident_bytes() { return kilobytes_field("/proc/self/status", "VmHWM"); }
+std::uint64_t proportional_bytes() { return kilobytes_field("/proc/self/smaps_rollup", "Pss"); }
 
 bool restart_peak_resident() {
   std::ofstream out("/proc/self/clear_refs");

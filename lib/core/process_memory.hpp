@@ -9,6 +9,11 @@ namespace st {
 // not say (not Linux).
 std::uint64_t resident_bytes();
 std::uint64_t peak_resident_bytes();
+// The proportional set size now (Pss, /proc/self/smaps_rollup): the resident set with each page
+// shared with other processes (another rank's shared-memory window this one reads) divided
+// between the processes that map it, so that the ranks of a host add up to what they hold
+// together. 0 where the kernel does not say.
+std::uint64_t proportional_bytes();
 // Starts the high-water mark again from the resident set now (Linux: /proc/self/clear_refs),
 // so that a peak measured later belongs to what ran after this call. False where it cannot.
 bool restart_peak_resident();

@@ -9,7 +9,7 @@
 
 namespace st {
 
-MemoryMeter::MemoryMeter() : resident_before_(resident_bytes()) {}
+MemoryMeter::MemoryMeter() : resident_before_(resident_bytes()), proportional_before_(proportional_bytes()) {}
 
 void MemoryMeter::buffers_ready() { peak_restarted_ = restart_peak_resident(); }
 
@@ -35,6 +35,10 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
       fields["resident_before"] = resident_before_;
       fields["resident_peak"] = peak_resident_bytes();
     }
+    if (proportional_before_ > 0) {
+      fields["proportional_before"] = proportional_before_;
+      fields["proportional_now"] = proportional_bytes();
+    }
     metrics->metric(fields);
   }
   const std::string where =
@@ -54,9 +58,16 @@ std::string MemoryMeter::measured_on_host(const ShardedModel& net) const {
   if (!peak_restarted_ || net.execution().choice.cuda) return "";
   const std::uint64_t peak = peak_resident_bytes();
   const double grown = static_cast<double>(peak) - static_cast<double>(resident_before_);
-  return "; measured on rank 0: peak resident " + format_bytes(static_cast<double>(peak)) + ", " +
-         format_bytes(std::max(0.0, grown)) + " above the " + format_bytes(static_cast<double>(resident_before_)) +
-         " before the run's buffers";
+  std::string text = "; measured on rank 0: peak resident " + format_bytes(static_cast<double>(peak)) + ", " +
+                     format_bytes(std::max(0.0, grown)) + " above the " +
+                     format_bytes(static_cast<double>(resident_before_)) + " before the run's buffers";
+  // The resident set counts the pages of other ranks' shared-memory windows this rank reads; the
+  // proportional set splits them between the ranks, so the ranks' own memory shows.
+  if (proportional_before_ > 0) {
+    const double now = static_cast<double>(proportional_bytes()) - static_cast<double>(proportional_before_);
+    text += "; proportional set now " + format_bytes(std::max(0.0, now)) + " above";
+  }
+  return text;
 }
 
 }  // namespace st

@@ -1,7 +1,8 @@
 #pragma once
 // The run's memory lines: what its buffers hold per rank (parameters, gradients, optimizer
 // state, workspace, activations, the checkpoint copy), the largest rank's total, and on the host
-// the process's measured peak above what it held before the run's buffers.
+// the process's measured peak above what it held before the run's buffers, and its proportional
+// set above the same point (shared pages split between the ranks that read them).
 #include <cstdint>
 #include <string>
 
@@ -28,6 +29,7 @@ class MemoryMeter {
   std::string measured_on_host(const ShardedModel& net) const;
 
   std::uint64_t resident_before_ = 0;
+  std::uint64_t proportional_before_ = 0;
   bool peak_restarted_ = false;
 };
 
