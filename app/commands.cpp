@@ -173,11 +173,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.parameters = layout.total();
   predicted_settings.segments = layout.segments().size();
   predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
-                                ", " + name_of(p.precision) +
-                                (tensor > 1 ? "; tensor parallel: each layer split over " + std::to_string(tensor) +
-                                                  " consecutive ranks (" + std::to_string(world_size / tensor) +
-                                                  " data-parallel rank(s) per slice)"
-                                            : "");
+                                ", " + name_of(p.precision) + tensor_split_note(tensor, world_size / tensor);
   const ParallelPlan::ModelState& state = predicted.model_state();
   predicted_settings.model_state = {state.params, state.grads, state.optimizer, 0};
   predicted_settings.model_state_note = "largest rank";

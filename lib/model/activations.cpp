@@ -24,13 +24,6 @@ const char* recompute_name(Recompute recompute) {
 
 namespace {
 
-// The vocabulary-parallel cross-entropy's scratch on a rank of a tensor-parallel group of
-// `tensor` ranks: its slice's statistics (3 N), everyone's gathered (3 N tensor), the rows' max
-// and sum (2 N). None without tensor parallelism.
-std::size_t logit_slice_scratch(std::size_t N, int tensor) {
-  return tensor > 1 ? (3 + 3 * static_cast<std::size_t>(tensor) + 2) * N : 0;
-}
-
 ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
                                       int heads_at_once, int tensor, bool sequence_parallel) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
@@ -117,6 +110,10 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
 }
 
 }  // namespace
+
+std::size_t logit_slice_scratch(std::size_t rows, int tensor) {
+  return tensor > 1 ? (3 + 3 * static_cast<std::size_t>(tensor) + 2) * rows : 0;
+}
 
 std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool sequence_parallel) {
   if (tensor <= 1 || !sequence_parallel) return rows;

@@ -41,6 +41,10 @@ ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompu
 // all `rows` without sequence parallelism; with it its share, rows / tensor, but at least a whole
 // sequence of seq_len (decoding works on whole rows).
 std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool sequence_parallel);
+// The vocabulary-parallel cross-entropy's scratch for `rows` rows on a rank of a tensor-parallel
+// group of `tensor` ranks: its slice's statistics (3 per row), everyone's gathered (3 tensor per
+// row), the rows' max and sum (2 per row). None without tensor parallelism.
+std::size_t logit_slice_scratch(std::size_t rows, int tensor);
 
 // FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
 // leave them out, as is usual).

@@ -99,7 +99,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   dprobs_ = take(heads);
   d4c_a_ = take(N * H);
   d4c_b_ = take(N * H);
-  const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
+  const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   if (split_rows_ever) rows_.carve(take, N, R, C, 4 * C);
   // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.

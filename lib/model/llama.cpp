@@ -114,7 +114,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   dff_a_ = take(2 * N * F);
   dff_b_ = take(2 * N * F);
   if (const std::size_t n = grouped_gradient_elements(device, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
-  const std::size_t scratch = Model<Real>::cross_entropy_scratch(N, tensor.split.degree);
+  const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   if (split_rows_ever) rows_.carve(take, N, R, C, 2 * C);
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.

@@ -66,11 +66,6 @@ int Model<Real>::vocab_real() const {
 }
 
 template <class Real>
-std::size_t Model<Real>::cross_entropy_scratch(std::size_t rows, int degree) {
-  return degree > 1 ? (3 + 3 * static_cast<std::size_t>(degree) + 2) * rows : 0;
-}
-
-template <class Real>
 void Model<Real>::upload_slice_tokens(int* to, const int* tokens, int count) {
   const auto n = static_cast<std::size_t>(count);
   if (!tensor_.active()) {

@@ -140,8 +140,6 @@ class Model {
   int vocab_rows() const { return static_cast<int>(shape_.padded_vocab) / tensor_.split.degree; }
   int vocab_first() const { return tensor_.split.rank * vocab_rows(); }
   int vocab_real() const;
-  // The elements logit_slice_scratch needs: carved by the architecture with its activations.
-  static std::size_t cross_entropy_scratch(std::size_t rows, int degree);
   // `tokens` as this rank's slice of the token table numbers them (a token another rank holds
   // becomes -1: the encoder looks it up as zeros), uploaded to `to` (count ints).
   void upload_slice_tokens(int* to, const int* tokens, int count);
@@ -167,7 +165,8 @@ class Model {
                                std::size_t width);
   // Softmax and cross-entropy over `rows` rows of logits (vocab_rows() columns each: this rank's
   // slice), in place to probabilities; losses per row; returns their sum (0 without targets).
-  // `scratch`: cross_entropy_scratch(rows) elements.
+  // `scratch`: logit_slice_scratch(rows, degree) elements (model/activations.hpp), carved by the
+  // architecture with its activations.
   double cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch);
   // probabilities -> d(loss)/d(logits) x scale, in place.
   void cross_entropy_backward(Real* probs, const int* targets, int rows, Real scale);

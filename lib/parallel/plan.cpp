@@ -168,53 +168,49 @@ std::size_t ParallelPlan::optimizer_offset(std::size_t s) const {
   return optimizer_sharded() ? shards_.segment(s).shard_offset : shards_.segment(s).offset;
 }
 
-std::uint64_t ParallelPlan::group_bytes() const {
-  std::uint64_t sum = 0;
+template <class Keep>
+CollectivePlan ParallelPlan::sum_of(Keep keep) const {
+  CollectivePlan sum;
   for (const CollectivePlan& c : collectives_)
-    if (c.level == Level::group && c.purpose != Purpose::norm) sum += c.bytes;
+    if (keep(c)) {
+      sum.calls += c.calls;
+      sum.bytes += c.bytes;
+    }
   return sum;
+}
+
+namespace {
+// Within the group or the tensor group, the gradient norm's few bytes left out (as the traffic
+// formulas leave them out).
+bool carries_data(const CollectivePlan& c, Level level) { return c.level == level && c.purpose != Purpose::norm; }
+}  // namespace
+
+std::uint64_t ParallelPlan::group_bytes() const {
+  return sum_of([](const CollectivePlan& c) { return carries_data(c, Level::group); }).bytes;
 }
 
 std::uint64_t ParallelPlan::replica_bytes() const {
-  std::uint64_t sum = 0;
-  for (const CollectivePlan& c : collectives_)
-    if (c.level == Level::replicas) sum += c.bytes;
-  return sum;
+  return sum_of([](const CollectivePlan& c) { return c.level == Level::replicas; }).bytes;
 }
 
 std::int64_t ParallelPlan::group_calls() const {
-  std::int64_t sum = 0;
-  for (const CollectivePlan& c : collectives_)
-    if (c.level == Level::group && c.purpose != Purpose::norm) sum += c.calls;
-  return sum;
+  return sum_of([](const CollectivePlan& c) { return carries_data(c, Level::group); }).calls;
 }
 
 std::uint64_t ParallelPlan::bytes_of(Collective kind) const {
-  std::uint64_t sum = 0;
-  for (const CollectivePlan& c : collectives_)
-    if (c.kind == kind && c.level != Level::tensor) sum += c.bytes;
-  return sum;
+  return sum_of([kind](const CollectivePlan& c) { return c.kind == kind && c.level != Level::tensor; }).bytes;
 }
 
 std::uint64_t ParallelPlan::tensor_bytes_of(Collective kind) const {
-  std::uint64_t sum = 0;
-  for (const CollectivePlan& c : collectives_)
-    if (c.kind == kind && c.level == Level::tensor) sum += c.bytes;
-  return sum;
+  return sum_of([kind](const CollectivePlan& c) { return c.kind == kind && c.level == Level::tensor; }).bytes;
 }
 
 std::uint64_t ParallelPlan::tensor_bytes() const {
-  std::uint64_t sum = 0;
-  for (const CollectivePlan& c : collectives_)
-    if (c.level == Level::tensor && c.purpose != Purpose::norm) sum += c.bytes;
-  return sum;
+  return sum_of([](const CollectivePlan& c) { return carries_data(c, Level::tensor); }).bytes;
 }
 
 std::int64_t ParallelPlan::tensor_calls() const {
-  std::int64_t sum = 0;
-  for (const CollectivePlan& c : collectives_)
-    if (c.level == Level::tensor && c.purpose != Purpose::norm) sum += c.calls;
-  return sum;
+  return sum_of([](const CollectivePlan& c) { return carries_data(c, Level::tensor); }).calls;
 }
 
 LevelBytes ParallelPlan::two_level_bytes(const ParamLayout& layout, int node_size) const {

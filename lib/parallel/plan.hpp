@@ -172,6 +172,10 @@ class ParallelPlan {
   std::vector<WrittenPiece> checkpoint_pieces(int group_rank, int replica_rank) const;
 
  private:
+  // The calls and bytes of the collectives `keep` accepts, summed.
+  template <class Keep>
+  CollectivePlan sum_of(Keep keep) const;
+
   StrategyKind strategy_;
   Precision precision_;
   Mesh mesh_;

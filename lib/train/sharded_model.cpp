@@ -165,6 +165,12 @@ int deck_tensor_degree(const Config& config, int world_size, int node_size, bool
   return degree;
 }
 
+std::string tensor_split_note(int degree, int data_ranks) {
+  if (degree <= 1) return "";
+  return "; tensor parallel: each layer split over " + std::to_string(degree) + " consecutive ranks (" +
+         std::to_string(data_ranks) + " data-parallel rank(s) per slice)";
+}
+
 Mesh deck_mesh(const Config& config, int world_size, int node_size) {
   return make_mesh(config.parallel.strategy, config.parallel.shard_group, world_size, node_size, config.deck_path);
 }

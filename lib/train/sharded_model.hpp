@@ -85,6 +85,9 @@ Recompute recompute_of(const ModelConfig& model);
 // The ranks splitting each layer (parallel.tensor), checked against the world and the model:
 // returns it, or throws Error (all ranks) naming parallel.tensor and what it must divide.
 int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes);
+// "; tensor parallel: each layer split over T consecutive ranks (D data-parallel rank(s) per
+// slice)" for the settings tables of run and check; "" without tensor parallelism.
+std::string tensor_split_note(int degree, int data_ranks);
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
 // parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
 // not divide the world.

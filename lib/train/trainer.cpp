@@ -100,9 +100,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.parameters = net_->model().whole_layout().total();
   built.segments = net_->model().layout().segments().size();
   built.strategy = net_->strategy().description();
-  if (const TensorGroup& group = net_->model().tensor_group(); group.active())
-    built.strategy += "; tensor parallel: each layer split over " + std::to_string(group.split.degree) +
-                      " consecutive ranks (" + std::to_string(net_->data_ranks()) + " data-parallel rank(s) per slice)";
+  built.strategy += tensor_split_note(net_->model().tensor_group().split.degree, net_->data_ranks());
   built.model_state = net_->strategy().memory();
   built.activations = net_->model().activation_bytes();
   built.recompute = net_->model().recompute();

@@ -2,6 +2,8 @@
 // fits, one that fits only sharded, and GPUs joined by slow links.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "app/planning.hpp"
 #include "core/error.hpp"
 #include "deck/parse.hpp"
@@ -262,7 +264,14 @@ TEST(Planner, NvswitchWithAModelTooBigForShardingAloneGetsTensorParallelInTheNod
   EXPECT_EQ(c.state_bytes, slice.model_state().total());
   EXPECT_EQ(c.tensor_bytes, slice.tensor_bytes());
   EXPECT_EQ(c.activation_bytes, predicted_activation_bytes(config, nvswitch, 1, Recompute::none, c.tensor));
-  EXPECT_NE(format_plan(r, nvswitch).find("tensor"), std::string::npos);
+  // The table's chosen row shows the degree in its tensor column.
+  const std::string table = format_plan(r, nvswitch);
+  const std::size_t chosen_at = table.find("<- chosen");
+  ASSERT_NE(chosen_at, std::string::npos);
+  const std::string chosen_row = table.substr(table.rfind('\n', chosen_at) + 1, chosen_at - table.rfind('\n', chosen_at));
+  char columns[32];
+  std::snprintf(columns, sizeof columns, "%-8s %6d", name_of(c.strategy).c_str(), c.tensor);
+  EXPECT_NE(chosen_row.find(columns), std::string::npos) << chosen_row;
   // parallel.strategy = "auto" takes the degree with the strategy.
   Config automatic = parse_deck(kBig, "big.toml", {"parallel.strategy=auto"});
   app::resolve_auto_strategy(automatic, nvswitch);
