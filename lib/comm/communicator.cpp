@@ -81,6 +81,34 @@ void accumulate_buffer(Buffer into, const void* from, std::size_t count) {
 }
 
 namespace {
+// out[i] = ((out[i] + t0[i]) + t1[i]) + ... over K terms (kStart: t0[i] + t1[i] + ..., out not
+// read), for the n elements from lo: the K input streams are read side by side, so that the
+// memory system keeps all of them in flight.
+template <class T, std::size_t K, bool kStart>
+void add_terms(T* out, const void* const* terms, std::size_t lo, std::size_t n) {
+  const T* term[K];
+  for (std::size_t k = 0; k < K; ++k) term[k] = static_cast<const T*>(terms[k]) + lo;
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    T sum = kStart ? term[0][i] : out[i] + term[0][i];
+    for (std::size_t k = 1; k < K; ++k) sum += term[k][i];
+    out[i] = sum;
+  }
+}
+
+// Up to kMaxStreams terms at once (with the output, at most five streams read).
+constexpr std::size_t kMaxStreams = 4;
+
+template <class T, bool kStart>
+void add_group(T* out, const void* const* terms, std::size_t k, std::size_t lo, std::size_t n) {
+  switch (k) {
+    case 1: add_terms<T, 1, kStart>(out, terms, lo, n); break;
+    case 2: add_terms<T, 2, kStart>(out, terms, lo, n); break;
+    case 3: add_terms<T, 3, kStart>(out, terms, lo, n); break;
+    default: add_terms<T, kMaxStreams, kStart>(out, terms, lo, n); break;
+  }
+}
+
 // The sum of one element's terms in order, as sum_buffers describes.
 template <class T>
 void sum_terms(T* into, std::span<const void* const> terms, std::size_t count) {
@@ -91,22 +119,19 @@ void sum_terms(T* into, std::span<const void* const> terms, std::size_t count) {
   }
   // Block by block, so that a block of the output stays in the closest cache while every term is
   // added: one read of each input and one write of the output from memory (a memcpy and then an
-  // accumulate per term would read and write the output again for each).
+  // accumulate per term would read and write the output again for each). Within a block, up to
+  // four terms are added in one pass: adding one term at a time reads one stream at a time, and
+  // a core then keeps fewer reads in flight than memory can serve (docs/benchmarks.md,
+  // "Reduce-scatter: several terms in one pass").
   constexpr std::size_t kBlock = 2048;
-  const std::size_t blocks = (count + kBlock - 1) / kBlock;
+  const std::size_t blocks = (count + kBlock - 1) / kBlock, terms_count = terms.size();
 #pragma omp parallel for schedule(static)
   for (std::size_t b = 0; b < blocks; ++b) {
     const std::size_t lo = b * kBlock, n = std::min(kBlock, count - lo);
-    T* out = into + lo;
-    const T* x = first + lo;
-    const T* y = static_cast<const T*>(terms[1]) + lo;
-#pragma omp simd
-    for (std::size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
-    for (std::size_t t = 2; t < terms.size(); ++t) {
-      const T* z = static_cast<const T*>(terms[t]) + lo;
-#pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) out[i] += z[i];
-    }
+    std::size_t done = std::min(kMaxStreams, terms_count);
+    add_group<T, true>(into + lo, terms.data(), done, lo, n);
+    for (; done < terms_count; done += kMaxStreams)
+      add_group<T, false>(into + lo, terms.data() + done, std::min(kMaxStreams, terms_count - done), lo, n);
   }
 }
 }  // namespace
