@@ -42,14 +42,17 @@ std::string step_line(const StepRecord& r) {
   char gemm[48] = "";
   if (r.mfu_of_measured_gemm > 0)
     std::snprintf(gemm, sizeof gemm, " (%.1f%% of measured GEMM)", r.mfu_of_measured_gemm * 100.0);
+  // Under tensor parallelism, the group's share: per-layer activations, often most of the bytes.
+  const std::string tensor =
+      r.comm_tensor_bytes > 0 ? "tensor group " + format_bytes(static_cast<double>(r.comm_tensor_bytes)) + ", " : "";
   char line[560];
   std::snprintf(line, sizeof line,
                 "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | MFU %5.1f%%%s | "
-                "mem %s | comm %s (inter-node %s), exposed %.1f ms | %s elapsed, ETA %s",
+                "mem %s | comm %s (%sinter-node %s), exposed %.1f ms | %s elapsed, ETA %s",
                 static_cast<long long>(r.step), static_cast<long long>(r.steps), r.loss, r.lr, r.grad_norm,
                 r.seconds * 1e3, r.tokens_per_second, r.mfu * 100.0, gemm,
                 format_bytes(static_cast<double>(r.memory_bytes)).c_str(),
-                format_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes)).c_str(),
+                format_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes)).c_str(), tensor.c_str(),
                 format_bytes(static_cast<double>(r.comm_inter_bytes)).c_str(), r.exposed_comm_seconds * 1e3,
                 format_duration(r.elapsed_seconds).c_str(), format_duration(r.eta_seconds).c_str());
   return line;
@@ -68,6 +71,7 @@ nlohmann::ordered_json step_metrics(const StepRecord& r) {
                                {"comm_bytes", r.comm_intra_bytes + r.comm_inter_bytes},
                                {"comm_intra_bytes", r.comm_intra_bytes},
                                {"comm_inter_bytes", r.comm_inter_bytes},
+                               {"comm_tensor_bytes", r.comm_tensor_bytes},
                                {"exposed_comm_ms", r.exposed_comm_seconds * 1e3},
                                {"elapsed_s", r.elapsed_seconds},
                                {"eta_s", r.eta_seconds}};

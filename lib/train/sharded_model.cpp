@@ -116,15 +116,17 @@ CommStack& ShardedModel::data_comms() { return tensor_ ? *tensor_->data : comms_
 int ShardedModel::data_rank() const { return tensor_ ? tensor_->data_world->rank() : comms_.world().rank(); }
 int ShardedModel::data_ranks() const { return tensor_ ? tensor_->data_world->size() : comms_.world().size(); }
 
-LevelTraffic ShardedModel::traffic() const {
-  LevelTraffic t = comms_.traffic();
+ShardedModel::CommTotals ShardedModel::comm_totals() const {
+  CommTotals totals{comms_.traffic(), 0, strategy_->comm_wait_seconds()};
   if (tensor_) {
     for (const LevelTraffic& more : {tensor_->data->traffic(), tensor_->backend->traffic()}) {
-      t.intra += more.intra;
-      t.inter += more.inter;
+      totals.traffic.intra += more.intra;
+      totals.traffic.inter += more.inter;
     }
+    totals.tensor_bytes = tensor_->backend->traffic().total();
+    totals.waited_seconds += tensor_->group->seconds_in_calls();
   }
-  return t;
+  return totals;
 }
 
 void ShardedModel::init_params(std::uint64_t seed) {

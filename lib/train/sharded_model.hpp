@@ -51,9 +51,18 @@ class ShardedModel {
   // it, the world. This rank's place among them and their number.
   int data_rank() const;
   int data_ranks() const;
-  // Every byte this job's communicators sent, by level: the world's, and under tensor
-  // parallelism the data-parallel ranks' and the tensor group's.
-  LevelTraffic traffic() const;
+  // What this rank's communication came to so far; a step's is the difference across it.
+  struct CommTotals {
+    // Every byte this job's communicators sent, by level: the world's, and under tensor
+    // parallelism the data-parallel ranks' and the tensor group's.
+    LevelTraffic traffic;
+    // Of those, the tensor group's (inside a node: part of traffic.intra); 0 without a group.
+    std::uint64_t tensor_bytes = 0;
+    // Seconds the training thread waited for communication: the strategy's waits, and the
+    // tensor group's collectives, which block it.
+    double waited_seconds = 0;
+  };
+  CommTotals comm_totals() const;
 
   // Every rank initialises the whole model from the same seed and keeps its part (its slice of
   // it under tensor parallelism), so all start from the same parameters without a broadcast.

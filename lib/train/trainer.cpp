@@ -281,25 +281,26 @@ TrainSummary Trainer::run() {
   const Stopwatch run_clock;  // for elapsed time and the ETA
   for (std::int64_t step = start_step_; step < config_.run.steps; ++step) {
     timeline_.set_enabled(step < config_.run.trace_steps);
+    // The step's own communication: what evaluations, samples and checkpoints send between steps
+    // is not counted in it.
+    const ShardedModel::CommTotals before = net_->comm_totals();
     Stopwatch clock;
     const double loss = train_step(step);
     const double seconds = clock.seconds();
-    const LevelTraffic traffic = net_->traffic();
-    const double waited = net_->strategy().comm_wait_seconds();
+    const ShardedModel::CommTotals after = net_->comm_totals();
     const MemoryReport memory = net_->strategy().memory();
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
-                      yardstick_->mfu(flops_per_step / seconds), waited - waited_seen_,
+                      yardstick_->mfu(flops_per_step / seconds), after.waited_seconds - before.waited_seconds,
                       memory.model_state() + memory.workspace + net_->model().activation_bytes(),
-                      traffic.intra.total() - traffic_seen_.intra.total(),
-                      traffic.inter.total() - traffic_seen_.inter.total()};
+                      after.traffic.intra.total() - before.traffic.intra.total(),
+                      after.traffic.inter.total() - before.traffic.inter.total()};
+    record.comm_tensor_bytes = after.tensor_bytes - before.tensor_bytes;
     record.mfu_of_measured_gemm = yardstick_->of_measured(flops_per_step / seconds);
     record.elapsed_seconds = run_clock.seconds();
     record.eta_seconds = record.elapsed_seconds / static_cast<double>(step + 1 - start_step_) *
                          static_cast<double>(config_.run.steps - step - 1);
-    waited_seen_ = waited;
-    traffic_seen_ = traffic;
     if (step == start_step_) summary.first_loss = loss;
     summary.last_loss = loss;
     summary.steps = step + 1;

@@ -70,8 +70,7 @@ class Trainer {
   std::optional<MfuYardstick> yardstick_;  // measured first thing, before the run's buffers
   bool finished_ = false;  // resumed from a checkpoint at or past run.steps: nothing to do
   std::optional<MemoryMeter> memory_;  // made before the run's buffers, which it does not count
-  LevelTraffic traffic_seen_;
-  double last_grad_norm_ = 0, last_lr_ = 0, waited_seen_ = 0;
+  double last_grad_norm_ = 0, last_lr_ = 0;
   std::int64_t start_step_ = 0;
   std::string checkpoint_dir_;
   std::string run_id_;  // kept by every checkpoint this run writes (retention deletes only this run's)

@@ -88,13 +88,14 @@ TEST(StepMetrics, FieldsInOrderAndADivergedLossIsNull) {
   r.memory_bytes = 5'000'000'000ull;  // beyond 32 bits
   r.comm_intra_bytes = 1000;
   r.comm_inter_bytes = 24;
+  r.comm_tensor_bytes = 600;
   r.elapsed_seconds = 1.5;
   r.eta_seconds = 0.5;
   const Json row = parse(json_text(step_metrics(r)));
   // The names tools/plot_metrics.py and the end-to-end tests read, in this order.
   EXPECT_EQ(keys(row), (std::vector<std::string>{"kind", "step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "mfu",
                                                   "memory_bytes", "comm_bytes", "comm_intra_bytes", "comm_inter_bytes",
-                                                  "exposed_comm_ms", "elapsed_s", "eta_s"}));
+                                                  "comm_tensor_bytes", "exposed_comm_ms", "elapsed_s", "eta_s"}));
   EXPECT_EQ(row["kind"], "train");
   EXPECT_EQ(row["step"], 7);
   EXPECT_TRUE(row["loss"].is_null());
@@ -104,6 +105,14 @@ TEST(StepMetrics, FieldsInOrderAndADivergedLossIsNull) {
   EXPECT_EQ(row["exposed_comm_ms"].get<double>(), 62.5);
   EXPECT_EQ(row["memory_bytes"].get<std::uint64_t>(), 5'000'000'000ull);
   EXPECT_EQ(row["comm_bytes"], 1024);
+  EXPECT_EQ(row["comm_tensor_bytes"], 600);
+  // The step line names the tensor group's share only when there is one.
+  EXPECT_NE(step_line(r).find("| comm 1.00 KiB (tensor group 600 B, inter-node 24 B), exposed 62.5 ms |"),
+            std::string::npos)
+      << step_line(r);
+  r.comm_tensor_bytes = 0;
+  EXPECT_NE(step_line(r).find("| comm 1.00 KiB (inter-node 24 B), exposed 62.5 ms |"), std::string::npos)
+      << step_line(r);
   EXPECT_EQ(row["eta_s"].get<double>(), 0.5);
 }
 
