@@ -93,7 +93,7 @@ def main():
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
     print("| round | tensor x data | strategy | predicted step ms | measured step ms | predicted / measured | "
           "predicted memory MiB | measured: proportional MiB | predicted / measured | peak resident MiB | "
-          "exposed comm ms (predicted, with the tensor group's sums / measured waits of the strategy) |")
+          "exposed comm ms (predicted / measured, both with the tensor group's collectives) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     for r in range(1, a.rounds + 1):
