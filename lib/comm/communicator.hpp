@@ -262,8 +262,8 @@ void scale_buffer(Buffer b, double factor);                // b *= factor
 void accumulate_buffer(Buffer into, const void* from, std::size_t count);  // into += from (same type)
 // into = ((terms[0] + terms[1]) + terms[2]) + ..., element by element in one pass, with the bits
 // of copying terms[0] and then accumulate_buffer of each later term in order (bf16 rounds after
-// every addition). One of the first four terms may be `into` itself (read before it is
-// written). count elements of into.type; terms.size() >= 1.
+// every addition). terms[0] may be `into` itself (the in-place reductions' own part); no later
+// term may. count elements of into.type; terms.size() >= 1.
 void sum_buffers(Buffer into, std::span<const void* const> terms, std::size_t count);
 
 }  // namespace st

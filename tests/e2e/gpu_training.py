@@ -127,14 +127,12 @@ for strategy in ["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]:
 # in another order (the data-parallel runs above keep the shapes): 1e-4, not 1e-5.
 if gpus >= 2:
     tp_batch = {"global_batch": 12}
-    for model, label in ((None, "gpt2"), (dict(LLAMA), "llama")):
-        extra = {"model": model} if model else {}
+    for label, extra in (("gpt2", {}), ("llama", {"model": LLAMA})):
         _, tp_ref, tp_ref_params = run(f"gpu_{label}_tp_ref", 1, "cuda", steps=20, data=tp_batch, **extra)
         for sequence_parallel in (False, True):
             name = f"gpu_{label}_tensor2{'_sp' if sequence_parallel else ''}"
             _, losses, params = run(name, 2, "cuda", steps=20, data=tp_batch,
-                                    parallel={"tensor": 2, "sequence_parallel": sequence_parallel},
-                                    **({"model": dict(model)} if model else {}))
+                                    parallel={"tensor": 2, "sequence_parallel": sequence_parallel}, **extra)
             h.check(close(losses, tp_ref, 1e-4) and worst(params, tp_ref_params) <= 1e-4,
                     f"{name}: tensor 2 on 2 GPUs matches one GPU within 1e-4 (worst parameter "
                     f"{worst(params, tp_ref_params):.2e})\n{losses}\n{tp_ref}")
