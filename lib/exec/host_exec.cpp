@@ -60,7 +60,8 @@ void HostExec::accumulate(Buffer into, const float* from) {
 double HostExec::sum_squares(Buffer values) {
   // One loop per element type, so the type is not decided per element.
   auto sum_of = [n = values.count](const auto* x) {
-    return ordered_parallel_sum(n, [x](std::size_t i) {
+    // Blocks of 4096 squares: a block's sum is cheap to keep and long enough to be worth a thread.
+    return ordered_parallel_sum(n, 4096, [x](std::size_t i) {
       const double v = as_double(x[i]);
       return v * v;
     });

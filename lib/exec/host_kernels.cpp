@@ -93,43 +93,48 @@ void layernorm_forward(R* out, R* mean, R* rstd, const R* in, const R* weight, c
 template <class R>
 void layernorm_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, const R* mean,
                         const R* rstd, int N, int C) {
-  // Parameter gradients are sums over rows: each thread sums its rows, then the partial sums
-  // are added in thread order, so the result is the same on every run (and when backward
-  // recomputes activations) for a given thread count.
-  const int teams = omp_get_max_threads();
-  std::vector<R> partial(static_cast<std::size_t>(teams) * 2 * C, R(0));
-#pragma omp parallel num_threads(teams)
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const R* x = in + static_cast<std::size_t>(i) * C;
+    const R* d = dout + static_cast<std::size_t>(i) * C;
+    R* dx = din + static_cast<std::size_t>(i) * C;
+    const R m = mean[i], s = rstd[i];
+    double dnorm_mean = 0, dnorm_xhat_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      const R xhat = (x[c] - m) * s;
+      const R dnorm = d[c] * weight[c];
+      dnorm_mean += dnorm;
+      dnorm_xhat_mean += dnorm * xhat;
+    }
+    const R a = static_cast<R>(dnorm_mean / C), b = static_cast<R>(dnorm_xhat_mean / C);
+    for (int c = 0; c < C; ++c) {
+      const R xhat = (x[c] - m) * s;
+      dx[c] += s * (d[c] * weight[c] - a - xhat * b);
+    }
+  }
+  // Parameter gradients are sums over rows: each thread takes a block of columns and adds every
+  // row in order into sums of its own, then into dweight and dbias (micro-batches accumulate),
+  // so the bits are those of one thread whatever the thread count (and a recomputed block's
+  // are the kept one's).
+#pragma omp parallel
   {
-    R* dw = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * 2 * C;
-    R* db = dw + C;
-#pragma omp for schedule(static)
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int begin = C * id / threads, end = C * (id + 1) / threads;
+    std::vector<R> dw(static_cast<std::size_t>(C), R(0)), db(static_cast<std::size_t>(C), R(0));
     for (int i = 0; i < N; ++i) {
       const R* x = in + static_cast<std::size_t>(i) * C;
       const R* d = dout + static_cast<std::size_t>(i) * C;
-      R* dx = din + static_cast<std::size_t>(i) * C;
       const R m = mean[i], s = rstd[i];
-      double dnorm_mean = 0, dnorm_xhat_mean = 0;
-      for (int c = 0; c < C; ++c) {
+      for (int c = begin; c < end; ++c) {
         const R xhat = (x[c] - m) * s;
-        const R dnorm = d[c] * weight[c];
-        dnorm_mean += dnorm;
-        dnorm_xhat_mean += dnorm * xhat;
-      }
-      const R a = static_cast<R>(dnorm_mean / C), b = static_cast<R>(dnorm_xhat_mean / C);
-      for (int c = 0; c < C; ++c) {
-        const R xhat = (x[c] - m) * s;
-        dw[c] += d[c] * xhat;
-        db[c] += d[c];
-        dx[c] += s * (d[c] * weight[c] - a - xhat * b);
+        dw[static_cast<std::size_t>(c)] += d[c] * xhat;
+        db[static_cast<std::size_t>(c)] += d[c];
       }
     }
-    // (the loop's barrier: every partial sum is complete)
-#pragma omp for schedule(static)
-    for (int c = 0; c < C; ++c)
-      for (int t = 0; t < teams; ++t) {
-        dweight[c] += partial[static_cast<std::size_t>(t) * 2 * C + c];
-        dbias[c] += partial[static_cast<std::size_t>(t) * 2 * C + C + c];
-      }
+    for (int c = begin; c < end; ++c) {
+      dweight[c] += dw[static_cast<std::size_t>(c)];
+      dbias[c] += db[static_cast<std::size_t>(c)];
+    }
   }
 }
 
@@ -455,7 +460,7 @@ void accumulate(R* out, const R* a, std::size_t n) {
 
 template <class R>
 double softmax_cross_entropy_forward(R* logits, R* losses, const int* targets, int N, int V, int Vp) {
-  const double total = ordered_parallel_sum(static_cast<std::size_t>(N), [&](std::size_t n) {
+  const double total = ordered_parallel_sum(static_cast<std::size_t>(N), 1, [&](std::size_t n) {
     const int i = static_cast<int>(n);
     R* row = logits + static_cast<std::size_t>(i) * Vp;
     R max = row[0];
@@ -509,7 +514,7 @@ void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int
 template <class R>
 double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N, int parts) {
   const std::size_t stride = 3 * static_cast<std::size_t>(N);
-  return ordered_parallel_sum(static_cast<std::size_t>(N), [&](std::size_t i) {
+  return ordered_parallel_sum(static_cast<std::size_t>(N), 1, [&](std::size_t i) {
     R max = -std::numeric_limits<R>::infinity();
     for (int p = 0; p < parts; ++p) max = std::max(max, gathered[p * stride + 3 * i]);
     double sum = 0, target_logit = 0;

@@ -33,8 +33,7 @@ template <class R>
 }
 
 template <class R>
-[[gnu::always_inline]] inline void rmsnorm_backward_row(R* dx, R* dw, const R* d, const R* x, const R* weight, R s,
-                                                        int C) {
+[[gnu::always_inline]] inline void rmsnorm_backward_row(R* dx, const R* d, const R* x, const R* weight, R s, int C) {
   double dnorm_xhat = 0;
 #pragma omp simd reduction(+ : dnorm_xhat)
   for (int c = 0; c < C; ++c) dnorm_xhat += static_cast<double>(d[c] * weight[c]) * static_cast<double>(x[c] * s);
@@ -42,8 +41,25 @@ template <class R>
 #pragma omp simd
   for (int c = 0; c < C; ++c) {
     const R xhat = x[c] * s;
-    dw[c] += d[c] * xhat;
     dx[c] += s * (d[c] * weight[c] - xhat * b);
+  }
+}
+
+// The weight's gradient over `rows` rows, columns [begin, end) only: dw[c] += d[c] x xhat[c], the
+// rows added one after another, so each column's sum is the same however the columns are shared
+// between threads.
+template <class R>
+[[gnu::always_inline]] inline void rmsnorm_weight_grad_columns(R* dw, const R* dout, const R* in, const R* rstd,
+                                                               int rows, int C, int begin, int end) {
+  for (int i = 0; i < rows; ++i) {
+    const R* d = dout + static_cast<std::size_t>(i) * C;
+    const R* x = in + static_cast<std::size_t>(i) * C;
+    const R s = rstd[i];
+#pragma omp simd
+    for (int c = begin; c < end; ++c) {
+      const R xhat = x[c] * s;
+      dw[c] += d[c] * xhat;
+    }
   }
 }
 
@@ -85,7 +101,8 @@ template <class R>
 // (FMA rounds once), each deterministic.
 struct FloatRows {
   float (*rmsnorm_forward)(float*, const float*, const float*, int, double);
-  void (*rmsnorm_backward)(float*, float*, const float*, const float*, const float*, float, int);
+  void (*rmsnorm_backward)(float*, const float*, const float*, const float*, float, int);
+  void (*rmsnorm_weight_grad)(float*, const float*, const float*, const float*, int, int, int, int);
   void (*rope)(float*, const float*, const float*, int, int, float);
   void (*swiglu_forward)(float*, const float*, const float*, int);
   void (*swiglu_backward)(float*, float*, const float*, const float*, const float*, int);
@@ -95,9 +112,12 @@ struct FloatRows {
   ATTR float NAME##_rmsnorm_forward(float* o, const float* x, const float* w, int C, double eps) {                \
     return rmsnorm_forward_row(o, x, w, C, eps);                                                                  \
   }                                                                                                                \
-  ATTR void NAME##_rmsnorm_backward(float* dx, float* dw, const float* d, const float* x, const float* w, float s, \
-                                    int C) {                                                                       \
-    rmsnorm_backward_row(dx, dw, d, x, w, s, C);                                                                   \
+  ATTR void NAME##_rmsnorm_backward(float* dx, const float* d, const float* x, const float* w, float s, int C) {   \
+    rmsnorm_backward_row(dx, d, x, w, s, C);                                                                       \
+  }                                                                                                                \
+  ATTR void NAME##_rmsnorm_weight_grad(float* dw, const float* d, const float* x, const float* rstd, int rows,      \
+                                       int C, int begin, int end) {                                                \
+    rmsnorm_weight_grad_columns(dw, d, x, rstd, rows, C, begin, end);                                              \
   }                                                                                                                \
   ATTR void NAME##_rope(float* row, const float* c, const float* s, int heads, int hs, float sign) {               \
     rope_row(row, c, s, heads, hs, sign);                                                                          \
@@ -109,7 +129,8 @@ struct FloatRows {
                                    int F) {                                                                        \
     swiglu_backward_row(dgate, dup, gate, up, d, F);                                                               \
   }                                                                                                                \
-  constexpr FloatRows NAME##_rows{NAME##_rmsnorm_forward, NAME##_rmsnorm_backward, NAME##_rope,                    \
+  constexpr FloatRows NAME##_rows{NAME##_rmsnorm_forward, NAME##_rmsnorm_backward, NAME##_rmsnorm_weight_grad,    \
+                                  NAME##_rope,                                                                     \
                                   NAME##_swiglu_forward, NAME##_swiglu_backward};
 
 ST_FLOAT_ROWS(baseline, )
@@ -136,9 +157,14 @@ R rmsnorm_forward_of(R* o, const R* x, const R* w, int C, double eps) {
   else return rmsnorm_forward_row(o, x, w, C, eps);
 }
 template <class R>
-void rmsnorm_backward_of(R* dx, R* dw, const R* d, const R* x, const R* w, R s, int C) {
-  if constexpr (std::is_same_v<R, float>) float_rows().rmsnorm_backward(dx, dw, d, x, w, s, C);
-  else rmsnorm_backward_row(dx, dw, d, x, w, s, C);
+void rmsnorm_backward_of(R* dx, const R* d, const R* x, const R* w, R s, int C) {
+  if constexpr (std::is_same_v<R, float>) float_rows().rmsnorm_backward(dx, d, x, w, s, C);
+  else rmsnorm_backward_row(dx, d, x, w, s, C);
+}
+template <class R>
+void rmsnorm_weight_grad_of(R* dw, const R* d, const R* x, const R* rstd, int rows, int C, int begin, int end) {
+  if constexpr (std::is_same_v<R, float>) float_rows().rmsnorm_weight_grad(dw, d, x, rstd, rows, C, begin, end);
+  else rmsnorm_weight_grad_columns(dw, d, x, rstd, rows, C, begin, end);
 }
 template <class R>
 void rope_of(R* row, const R* c, const R* s, int heads, int hs, R sign) {
@@ -172,21 +198,21 @@ void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C
 
 template <class R>
 void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N, int C) {
-  // As layernorm_backward: per-thread partial sums of dweight, added in thread order, so the
-  // result does not depend on the schedule.
-  const int teams = omp_get_max_threads();
-  std::vector<R> partial(static_cast<std::size_t>(teams) * C, R(0));
-#pragma omp parallel num_threads(teams)
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const std::size_t row = static_cast<std::size_t>(i) * C;
+    rmsnorm_backward_of(din + row, dout + row, in + row, weight, rstd[i], C);
+  }
+  // The weight's gradient is a sum over rows: each thread takes a block of columns and adds every
+  // row in order into a sum of its own, then into dweight (micro-batches accumulate), so the
+  // bits are those of one thread whatever the thread count.
+#pragma omp parallel
   {
-    R* dw = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * C;
-#pragma omp for schedule(static)
-    for (int i = 0; i < N; ++i) {
-      const std::size_t row = static_cast<std::size_t>(i) * C;
-      rmsnorm_backward_of(din + row, dw, dout + row, in + row, weight, rstd[i], C);
-    }
-#pragma omp for schedule(static)
-    for (int c = 0; c < C; ++c)
-      for (int t = 0; t < teams; ++t) dweight[c] += partial[static_cast<std::size_t>(t) * C + c];
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int begin = C * id / threads, end = C * (id + 1) / threads;
+    std::vector<R> sum(static_cast<std::size_t>(C), R(0));
+    rmsnorm_weight_grad_of(sum.data(), dout, in, rstd, N, C, begin, end);
+    for (int c = begin; c < end; ++c) dweight[c] += sum[static_cast<std::size_t>(c)];
   }
 }
 
