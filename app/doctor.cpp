@@ -2,7 +2,6 @@
 // and, for a problem, the fix. Run it the way the training will run (mpirun -n N, srun).
 #include <cblas.h>
 #include <mpi.h>
-#include <sched.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/doctor_cpus.hpp"
 #include "app/doctor_nodes.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -120,9 +120,7 @@ int doctor_command(World& world) {
   // Ranks per host against its cores.
   Topology host;
   fill_host_counts(host);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : host.cores;
+  const int allowed = static_cast<int>(given_cpus().size());  // what the launcher gave, OpenMP's binding aside
   const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   double over = static_cast<double>(world.host_ranks()) / host.cores;
   over = min_max(over, world.comm()).second;
@@ -141,16 +139,17 @@ int doctor_command(World& world) {
   const std::string thread_line = "the run uses " + std::to_string(threads) + " thread(s) per rank (OMP_NUM_THREADS " +
                                   (omp > 0 ? std::to_string(omp) : std::string("unset")) + ", OPENBLAS_NUM_THREADS " +
                                   (env("OPENBLAS_NUM_THREADS").empty() ? "unset" : env("OPENBLAS_NUM_THREADS")) + ")";
-  if (allowed < hardware && world.host_ranks() * allowed > hardware)
-    r.add(Verdict::warn, "threads", thread_line + "; ranks are bound to overlapping CPU sets",
-          "bind ranks to separate cores (mpirun --bind-to core) or not at all (--bind-to none)");
-  else if (omp > 0 && omp * world.host_ranks() > hardware)
+  if (omp > 0 && omp * world.host_ranks() > hardware)
     r.add(Verdict::warn, "threads",
           thread_line + "; OMP_NUM_THREADS x ranks = " + std::to_string(omp * world.host_ranks()) + " exceeds the " +
               std::to_string(hardware) + " CPUs (run.threads = 0 ignores it only when the deck sets no count)",
           "unset OMP_NUM_THREADS or set it to " + std::to_string(std::max(1, hardware / world.host_ranks())));
   else
     r.add(Verdict::ok, "threads", thread_line);
+
+  // Where each rank's threads run: ranks taking turns on shared CPUs while others sit idle.
+  const CpuCheck sets = check_cpu_sets(world, threads);
+  if (world.is_root()) r.add(sets.problem() ? Verdict::warn : Verdict::ok, "cpu sets", sets.detail, sets.fix);
 
   // BLAS: the kernel in use (the build's baseline target is not it).
   const std::string core = openblas_get_corename();
@@ -197,14 +196,12 @@ int doctor_command(World& world) {
           low ? std::string("free space in ") + where + " (checkpoints; shared-memory buffers live in /dev/shm)" : "");
   }
 
-  // A short probe: sgemm rate per rank (all ranks at once, as in training), memory copy rate,
-  // and the bandwidth of an all-reduce over the world.
+  // A short probe: each rank's sgemm rate with every rank busy against one rank alone on its
+  // host, memory copy rate, and the bandwidth of an all-reduce over the world.
   apply_thread_count(threads);
-  ST_CHECK_MPI(MPI_Barrier(world.comm()));
-  const auto sgemm = min_max(measure_sgemm_flops(1024, 768, 768, 0.2) / 1e9, world.comm());
+  const CpuCheck sgemm = probe_sgemm(world, 0.2);
   const auto copy = min_max(measure_copy_gbps(0.1), world.comm());
-  std::string probe = "sgemm " + fixed(sgemm.first) + "-" + fixed(sgemm.second) + " GFLOP/s per rank, memcpy " +
-                      fixed(copy.first) + "-" + fixed(copy.second) + " GB/s per rank";
+  std::string probe = sgemm.detail + "; memcpy " + fixed(copy.first) + "-" + fixed(copy.second) + " GB/s per rank";
   if (size > 1) {
     std::vector<float> buffer(4u << 20, 1.0f);  // 16 MiB
     ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, MPI_SUM, world.comm()));
@@ -219,9 +216,7 @@ int doctor_command(World& world) {
     // nccl-tests' bus bandwidth: algbw x 2 (N-1)/N.
     probe += ", all-reduce of 16 MiB " + fixed(bytes / t / 1e9 * 2.0 * (size - 1) / size, 2) + " GB/s bus bandwidth";
   }
-  const bool spread = sgemm.second > 2 * sgemm.first;
-  r.add(spread ? Verdict::warn : Verdict::ok, "probe", probe + (spread ? ": ranks differ by more than 2x" : ""),
-        spread ? "check for other jobs on the slow ranks' cores, or uneven binding" : "");
+  if (world.is_root()) r.add(sgemm.problem() ? Verdict::warn : Verdict::ok, "probe", probe, sgemm.fix);
 
   if (world.is_root()) {
     for (const auto& line : r.lines) std::cout << line << "\n";

@@ -75,8 +75,8 @@ double ping_pong(const World& world, int peer, std::size_t bytes, int runs) {
   return times[times.size() / 2];
 }
 
-// Waits for every rank without spinning: the ranks that take no part in a measurement must not
-// take the cores of the two that do (several ranks per core is common on a test host).
+}  // namespace
+
 void quiet_barrier(MPI_Comm comm) {
   MPI_Request request = MPI_REQUEST_NULL;
   ST_CHECK_MPI(MPI_Ibarrier(comm, &request));
@@ -87,8 +87,6 @@ void quiet_barrier(MPI_Comm comm) {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
 }
-
-}  // namespace
 
 NodeReport describe_nodes(const World& world) {
   const int size = world.size();

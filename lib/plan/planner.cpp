@@ -106,6 +106,28 @@ std::string ms(double s) {
   return b;
 }
 
+// A ratio as the reasons print it: "8.5x". Tests read it back against the rows to this precision.
+std::string times(double ratio) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1fx", ratio);
+  return b;
+}
+
+std::string percent(double fraction) { return std::to_string(std::lround(100 * fraction)) + "%"; }
+
+// What a rank sends per step over the data-parallel ranks (the tensor group's sums aside).
+std::uint64_t sent(const StrategyPrediction& p) { return p.fast_bytes + p.slow_bytes; }
+
+// When the choice is not the fastest row (rows[0]), why: the tie margin. Empty otherwise.
+std::string tie_clause(const PlanResult& r, int chosen) {
+  if (chosen == 0) return "";
+  const StrategyPrediction &c = r.rows[static_cast<std::size_t>(chosen)], &best = r.rows.front();
+  return "; " + name_of(best.strategy) + (best.tensor > 1 ? " with parallel.tensor = " + std::to_string(best.tensor) : "") +
+         " is predicted " + ms(best.step_s) + " ms (this choice " + percent(c.step_s / best.step_s - 1) +
+         " slower): inside the planner's " + percent(kTieMargin) +
+         " margin, where the less sharded strategy is preferred (fewer collectives, less hidden behind compute)";
+}
+
 }  // namespace
 
 int hsdp_group_for(const Machine& m) {
@@ -124,15 +146,31 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
              .total();
 }
 
-std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) {
-  std::vector<int> degrees;
+TensorDegrees tensor_degrees(const Config& config, const Machine& m) {
+  TensorDegrees d;
   // NVLink's link names in `nvidia-smi topo -m` are NV<count>; PCIe, socket and network ones are not.
-  if (!m.gpu || m.fast_group < 2 || !m.fast_link.starts_with("NV")) return degrees;
+  if (!m.gpu) {
+    d.no_group = "the ranks are CPU ranks (tensor parallelism's per-layer exchanges stay inside NVLink/NVSwitch)";
+    return d;
+  }
+  if (m.fast_group < 2 || !m.fast_link.starts_with("NV")) {
+    d.no_group = "the machine has no NVLink group to split layers in (fast links: " + m.fast_link +
+                 "; tensor parallelism's per-layer exchanges stay inside NVLink/NVSwitch)";
+    return d;
+  }
   const ModelShape shape = model_shape(config.model);
-  for (int t = 2; t <= m.fast_group; t *= 2)
-    if (m.fast_group % t == 0 && m.world() % t == 0 && tensor_split_problem(shape, t).empty()) degrees.push_back(t);
-  return degrees;
+  for (int t = 2; t <= m.fast_group; t *= 2) {
+    if (m.fast_group % t != 0) continue;
+    std::string problem = m.world() % t != 0 ? std::to_string(t) + " does not divide the " + std::to_string(m.world()) +
+                                                   " ranks"
+                                             : tensor_split_problem(shape, t);
+    if (problem.empty()) d.degrees.push_back(t);
+    else d.refused.push_back("parallel.tensor = " + std::to_string(t) + ": " + problem);
+  }
+  return d;
 }
+
+std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) { return tensor_degrees(config, m).degrees; }
 
 StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,
                                     std::optional<Recompute> recompute, int tensor) {
@@ -266,14 +304,15 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
       if (plan_hsdp && group % tensor == 0 && group / tensor > 1)
         rows.push_back(predict_strategy(config, m, StrategyKind::hsdp, group / tensor, recompute, tensor));
     } catch (const Error& e) {
-      unsplit.push_back(e.what());
+      unsplit.push_back(tensor > 1 ? "with parallel.tensor = " + std::to_string(tensor) + ", " + e.what() : e.what());
       rows.clear();
     }
     return rows;
   };
   const auto fits = [](const StrategyPrediction& p) { return p.fits; };
   const Recompute asked = recompute_of(config.model);
-  const std::vector<int> degrees = tensor_degrees_for(config, m);
+  const TensorDegrees candidates = tensor_degrees(config, m);
+  const std::vector<int>& degrees = candidates.degrees;
   const int asked_degree = static_cast<int>(config.parallel.tensor);
   // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch; and
   // the deck's own parallel.tensor, whatever the links, since it asks for it.
@@ -294,16 +333,24 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   r.rows = plan_layers(asked);
   if (!plan_hsdp)
     r.notes.push_back("hsdp: not planned, the machine has one level of links (no slower level to replicate across)");
+  // Tensor parallelism is wanted when whole layers cannot split the batch or do not fit; when it
+  // is wanted and no degree could be planned, the note says both causes from what was computed.
+  const bool whole_split = std::any_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) {
+    return p.tensor == 1;
+  });
   const bool wanted_tensor = std::none_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) {
     return p.tensor == 1 && p.fits;
   });
   if (wanted_tensor && degrees.empty())
-    r.notes.push_back("tensor parallelism: not planned, the machine has no NVLink group to split layers in (" +
-                      (m.gpu ? "fast links: " + m.fast_link : std::string("CPU ranks")) +
-                      "; tensor parallelism's per-layer exchanges stay inside NVLink/NVSwitch)");
+    r.notes.push_back(std::string("tensor parallelism: not planned, though ") +
+                      (whole_split ? "no strategy fits with whole layers"
+                                   : "whole layers cannot split the global batch of " +
+                                         std::to_string(config.data.global_batch) + " sequences over the " +
+                                         std::to_string(m.world()) + " ranks") +
+                      ": " + (candidates.no_group.empty() ? join(candidates.refused, "; ") : candidates.no_group));
   for (const std::string& why : unsplit) r.notes.push_back("not planned: " + why);
   if (r.rows.empty()) {
-    r.reason = "no strategy can split the global batch over this machine's ranks";
+    r.reason = "no strategy can split the global batch: " + join(unsplit, "; ");
     return r;
   }
   // Nothing fits as the deck asks: recomputation is the next lever (selective first, the cheaper).
@@ -323,11 +370,6 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     if (a.fits != b.fits) return a.fits;
     return a.fits ? a.step_s < b.step_s : a.total_bytes() < b.total_bytes();
   });
-  const auto find = [&](StrategyKind s) -> const StrategyPrediction* {
-    for (const auto& row : r.rows)
-      if (row.strategy == s) return &row;
-    return nullptr;
-  };
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   const std::string limit = format_bytes(m.memory_per_rank) + " per rank (" + m.memory_source + ")";
   if (r.rows.empty() || !r.rows.front().fits) {
@@ -362,25 +404,41 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         << " per rank, for " << ms(c.recompute_s) << " ms more compute per step (+"
         << std::round(100 * c.recompute_s / (c.step_s - c.recompute_s)) << "% step time). Predicted step " << ms(c.step_s)
         << " ms";
-    if (chosen != 0)
-      why << "; " << r.rows.front().strategy << " is predicted " << ms(best) << " ms, inside the planner's "
-          << 100 * kTieMargin << "% margin, where the less sharded strategy is preferred";
-    why << ". Set model.recompute = \"" << recompute_name(*lever) << "\" in the deck.";
+    why << tie_clause(r, chosen) << ". Set model.recompute = \"" << recompute_name(*lever) << "\" in the deck.";
     r.reason = why.str();
     return r;
   }
   const StrategyPrediction& c = r.rows[chosen];
-  if (c.tensor > 1) {
-    // Tensor parallelism was planned because whole layers do not fit, or cannot split the batch.
-    const StrategyPrediction* whole = nullptr;  // the smallest of the whole-layer rows
+  // What the choice is compared with: the other strategies with the same split and recomputation.
+  const auto find = [&](StrategyKind s) -> const StrategyPrediction* {
     for (const auto& row : r.rows)
-      if (row.tensor == 1 && (!whole || row.total_bytes() < whole->total_bytes())) whole = &row;
+      if (row.strategy == s && row.tensor == c.tensor && row.recompute == c.recompute) return &row;
+    return nullptr;
+  };
+  const std::string tie = tie_clause(r, chosen);
+  if (c.tensor > 1) {
+    // Tensor parallelism was planned because whole layers do not fit or cannot split the batch,
+    // or because the deck asks for it.
+    const StrategyPrediction* whole = nullptr;  // the fastest whole-layer row that fits, else the smallest
+    for (const auto& row : r.rows)
+      if (row.tensor == 1 && (!whole || (row.fits && !whole->fits) ||
+                              (row.fits == whole->fits && (row.fits ? row.step_s < whole->step_s
+                                                                    : row.total_bytes() < whole->total_bytes()))))
+        whole = &row;
+    const bool nvlink = c.tensor <= m.fast_group && m.fast_link.starts_with("NV");
     std::ostringstream why;
     why << c.strategy << (c.strategy == StrategyKind::hsdp ? " in groups of " + std::to_string(c.group) : "")
         << " over " << m.world() / c.tensor << " data-parallel rank(s), with parallel.tensor = " << c.tensor
-        << ": each layer split over " << c.tensor << " consecutive GPUs inside an NVLink group (" << m.fast_link << ", ~"
-        << m.fast_gbps << " GB/s). ";
-    if (whole)
+        << ": each layer split over " << c.tensor << " consecutive GPUs ";
+    if (nvlink)
+      why << "inside an NVLink group (" << m.fast_link << ", ~" << m.fast_gbps << " GB/s). ";
+    else
+      why << "across " << (c.tensor <= m.fast_group ? m.fast_link : m.node_link)
+          << " links, as the deck's parallel.tensor asks. ";
+    if (whole && whole->fits)
+      why << "With whole layers the fastest, " << whole->strategy << ", is predicted " << ms(whole->step_s)
+          << " ms, slower than this split. ";
+    else if (whole)
       why << "With whole layers nothing fits: the smallest, " << whole->strategy << ", needs " << b(whole->total_bytes())
           << " per rank (activations " << b(whole->activation_bytes) << "), over the " << limit << ". ";
     else
@@ -390,51 +448,74 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         << b(c.state_bytes) << "); the layers' slices exchange " << b(c.tensor_bytes)
         << " per rank per step inside the group, predicted " << ms(c.tensor_s)
         << " ms and not hidden behind compute. Predicted step " << ms(c.step_s) << " ms (compute " << ms(c.compute_s)
-        << ", exposed communication " << ms(c.exposed_s) << ").";
+        << ", exposed communication " << ms(c.exposed_s) << ")" << tie << ".";
     r.reason = why.str();
     return r;
   }
   const StrategyPrediction* ddp = find(StrategyKind::ddp);
   const StrategyPrediction* zero2 = find(StrategyKind::zero2);
   const StrategyPrediction* zero3 = find(StrategyKind::zero3);
+  // Bytes against ddp's, as the reasons print them: "8.5x ddp's", or "as much as ddp" when the
+  // printed ratio would be 1.0.
+  const auto against_ddp = [&](const StrategyPrediction& p) -> std::string {
+    if (!ddp || sent(*ddp) == 0) return "";
+    const std::string ratio = times(static_cast<double>(sent(p)) / static_cast<double>(sent(*ddp)));
+    return ratio == "1.0x" ? "as much as ddp" : ratio + " ddp's";
+  };
+  // Communication compute hides (exposed time is the rest): "12.5 of its 13.0 ms hidden behind compute".
+  const auto hidden = [](const StrategyPrediction& p) {
+    return ms(std::max(0.0, p.comm_s - p.exposed_s)) + " of its " + ms(p.comm_s) +
+           " ms of communication hidden behind compute";
+  };
   std::ostringstream why;
   why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "") << ": ";
-  if (c.strategy == StrategyKind::ddp && c.fast_bytes + c.slow_bytes == 0) {
+  if (c.strategy == StrategyKind::ddp && sent(c) == 0) {
     why << "the whole model state (" << b(c.state_bytes) << ") fits in " << limit
         << "; on one rank no strategy sends anything or holds less, and ddp keeps the model in one piece";
   } else if (c.strategy == StrategyKind::ddp) {
-    why << "the whole model state (" << b(c.state_bytes) << " per rank) fits in " << limit
-        << ", and ddp sends the least per step (" << b(c.fast_bytes + c.slow_bytes)
-        << "), its all-reduce overlapping backward";
-    if (zero3)
-      why << "; zero3 would hold " << b(zero3->total_bytes()) << " instead of " << b(c.total_bytes()) << " but send "
-          << b(zero3->fast_bytes + zero3->slow_bytes) << ", 1.5x as much";
+    const bool least = std::none_of(r.rows.begin(), r.rows.end(), [&](const StrategyPrediction& p) {
+      return p.fits && p.tensor == c.tensor && sent(p) < sent(c);
+    });
+    why << "the whole model state (" << b(c.state_bytes) << " per rank) fits in " << limit << ", and ddp sends "
+        << (least ? "the least per step (" + b(sent(c)) + ")" : b(sent(c)) + " per step") << ", its all-reduce "
+        << (config.parallel.overlap ? "overlapping backward" : "after backward (parallel.overlap = false)");
+    if (zero3) {
+      const double ratio = static_cast<double>(sent(*zero3)) / static_cast<double>(sent(c));
+      why << "; zero3 would hold " << b(zero3->total_bytes()) << " instead of " << b(c.total_bytes())
+          << (ratio > 1 ? " but send " : " and send ") << b(sent(*zero3)) << ", " << times(ratio) << " as much";
+    }
   } else if (c.strategy == StrategyKind::hsdp) {
-    why << "it shards inside the fast groups (" << m.fast_link << ", ~" << m.fast_gbps << " GB/s) and sends only "
+    why << "it shards inside the fast groups (" << m.fast_link << ", ~" << m.fast_gbps << " GB/s) and sends "
         << b(c.slow_bytes) << " per step across the " << c.slow_level << " (~"
         << (c.slow_level == "network" ? m.inter_node_gbps : m.node_gbps) << " GB/s)";
-    if (zero3) why << ", where zero3 over all ranks sends " << b(zero3->fast_bytes + zero3->slow_bytes) << " through it";
+    if (zero3 && zero3->slow_level == c.slow_level && zero3->slow_bytes > 0)
+      why << ", where zero3 over all ranks sends " << b(zero3->slow_bytes) << " through it ("
+          << times(static_cast<double>(zero3->slow_bytes) / static_cast<double>(std::max<std::uint64_t>(c.slow_bytes, 1)))
+          << " as much)";
     if (ddp && !ddp->fits) why << "; ddp does not fit (" << b(ddp->total_bytes()) << ")";
   } else {
     if (ddp && !ddp->fits) why << "ddp does not fit (it needs " << b(ddp->total_bytes()) << " per rank, over the " << limit << "); ";
+    if (ddp && ddp->fits)
+      why << "ddp fits too but is predicted " << ms(ddp->step_s) << " ms (exposed communication " << ms(ddp->exposed_s)
+          << "); ";
     if (c.strategy == StrategyKind::zero3 && zero2 && !zero2->fits) why << "neither does zero2 (" << b(zero2->total_bytes()) << "); ";
+    const std::string relative = against_ddp(c);
     if (c.strategy == StrategyKind::zero3)
-      why << "zero3 shards everything to " << b(c.total_bytes()) << " per rank at 1.5x ddp's traffic, most of it hidden behind compute";
+      why << "zero3 shards everything to " << b(c.total_bytes()) << " per rank, sending " << b(sent(c)) << " per step"
+          << (relative.empty() ? "" : " (" + relative + ")") << ", " << hidden(c);
     else
-      why << c.strategy << " shards the optimizer state" << (c.strategy == StrategyKind::zero2 ? " and gradients" : "") << " to "
-          << b(c.total_bytes()) << " per rank at ddp's traffic";
+      why << c.strategy << " shards the optimizer state" << (c.strategy == StrategyKind::zero2 ? " and gradients" : "")
+          << " to " << b(c.total_bytes()) << " per rank, sending " << b(sent(c)) << " per step"
+          << (relative.empty() ? "" : " (" + relative + ")");
   }
   why << ". Predicted step " << ms(c.step_s) << " ms (compute " << ms(c.compute_s) << ", exposed communication "
-      << ms(c.exposed_s) << ")";
-  if (chosen != 0)
-    why << "; " << r.rows.front().strategy << " is predicted " << ms(best) << " ms, "
-        << std::round(100 * (c.step_s / best - 1)) << "% faster: inside the planner's " << 100 * kTieMargin
-        << "% margin, where the less sharded strategy is preferred (fewer collectives, less hidden behind compute)";
-  else for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
-    if (i != chosen && r.rows[i].fits) {
-      why << "; next " << r.rows[i].strategy << " " << ms(r.rows[i].step_s) << " ms";
-      break;
-    }
+      << ms(c.exposed_s) << ")" << tie;
+  if (chosen == 0)
+    for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
+      if (i != chosen && r.rows[i].fits) {
+        why << "; next " << r.rows[i].strategy << " " << ms(r.rows[i].step_s) << " ms";
+        break;
+      }
   why << ".";
   r.reason = why.str();
   return r;

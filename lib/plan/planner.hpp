@@ -57,6 +57,15 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& ma
 // group, when that group is NVLink (or NVSwitch), never across a PCIe, socket or network
 // boundary, and only those that split the model's heads, MLP width and vocabulary.
 std::vector<int> tensor_degrees_for(const Config& config, const Machine& machine);
+// The same degrees, and why the others are not: `no_group` when the machine has no NVLink group
+// at all (CPU ranks, PCIe, one GPU), else one line per power of two up to the group refused
+// ("parallel.tensor = 8: n_head 25 does not divide by 8 tensor-parallel ranks").
+struct TensorDegrees {
+  std::vector<int> degrees;
+  std::vector<std::string> refused;
+  std::string no_group;
+};
+TensorDegrees tensor_degrees(const Config& config, const Machine& machine);
 // Every strategy (ddp, zero1, zero2, zero3, and hsdp with groups at the fast-link boundary or
 // the node when there is a slower level above it), ranked, with the recommendation. Tensor
 // parallelism inside an NVLink group (tensor_degrees_for) is planned too when no strategy fits

@@ -47,4 +47,17 @@ double measure_sgemm_flops(int m, int n, int k, double min_seconds) {
   return best;
 }
 
+double measure_sgemm_throughput(int m, int n, int k, double seconds) {
+  std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f), b(static_cast<std::size_t>(n) * k, 0.25f),
+      c(static_cast<std::size_t>(m) * n, 0.0f);
+  gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);  // packing buffers, threads
+  Stopwatch total;
+  int runs = 0;
+  while (runs < 3 || total.seconds() < seconds) {
+    gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    ++runs;
+  }
+  return 2.0 * m * n * k * runs / total.seconds();
+}
+
 }  // namespace st

@@ -12,5 +12,8 @@ std::string blas_description();
 // runs over at least min_seconds, with the current thread settings): the yardstick MFU is
 // reported against.
 double measure_sgemm_flops(int m, int n, int k, double min_seconds = 0.5);
+// This rank's sgemm rate in FLOP/s sustained over `seconds`: every product in that time counts,
+// not the best one, so a rank that shares its CPUs with another gets its share of them.
+double measure_sgemm_throughput(int m, int n, int k, double seconds);
 
 }  // namespace st

@@ -10,7 +10,11 @@
   the script's name);
 - jobscripts/train_gpu.sbatch passes `sbatch --test-only` and trains on CPU nodes with zero GPUs
   requested, handing CUDA_DEVICE_ORDER and the NCCL_* variables to every rank;
-- tools/launch.sh in a batch job (srun) turns a SIGTERM into a checkpoint and exit code 4.
+- tools/launch.sh in a batch job (srun) turns a SIGTERM into a checkpoint and exit code 4;
+- the ranks' threads do not share one CPU while another of the node idles: `shardtrain doctor`
+  in place of the run under train.sbatch reports its CPU sets OK (on this cluster, which does not
+  bind tasks, OpenMP is left unbound); each script's per-task rule binds OpenMP only in a task
+  whose mask holds no more than its --cpus-per-task CPUs (run under taskset, without Slurm).
 Accounting is off on the local cluster (no sacct): states and exit codes come from `scontrol show
 job`, which keeps finished jobs for MinJobAge (300 s)."""
 import atexit
@@ -109,7 +113,12 @@ gpu = submit("train_gpu.sbatch", *gpu_options,
              env={"DECK": deck, "SHARDTRAIN": reporter, "REAL_EXE": os.path.abspath(args.exe), "NCCL_DEBUG": "WARN"},
              script_args=["--set", f"run.out_dir={gpu_dir}"])
 
-wait_all([array, spaced, gpu] + [job for job, _ in failures.values()])
+# Where the ranks' threads run: doctor in place of `shardtrain run`, launched as the script launches.
+instead = h.write_deck(work, "doctor_instead.sh", "#!/bin/sh\nexec \"$REAL_EXE\" doctor\n")
+os.chmod(instead, 0o755)
+placement = submit("train.sbatch", env={"DECK": deck, "SHARDTRAIN": instead, "REAL_EXE": os.path.abspath(args.exe)})
+
+wait_all([array, spaced, gpu, placement] + [job for job, _ in failures.values()])
 
 # ---- the array ----
 tasks = {int(r["ArrayTaskId"]): r for r in records(array)}
@@ -167,6 +176,35 @@ for rank in (0, 1):
             f"rank {rank} gets NCCL_DEBUG and CUDA_DEVICE_ORDER")
 h.check([row["step"] for row in h.metrics(gpu_dir) if row["kind"] == "train"] == list(range(1, 7)),
         "and trains its 6 steps on the CPUs")
+# ---- where the ranks' threads run ----
+r = records(placement)[0]
+text = log(f"shardtrain-{placement}.out")
+sets = next((l for l in text.splitlines() if l[6:].startswith("cpu sets")), "")
+h.check(r["JobState"] == "COMPLETED" and sets.startswith("OK"),
+        "train.sbatch: no two ranks' threads share a CPU while another CPU of the node idles" +
+        ("" if sets.startswith("OK") else f" ({r['JobState']})\n{text[-1500:]}"))
+task_plugin = re.search(r"^TaskPlugin\s*=\s*(\S+)", subprocess.run(["scontrol", "show", "config"], capture_output=True,
+                                                                   text=True).stdout, re.M)
+if task_plugin and task_plugin.group(1) == "task/none":
+    h.check("(OpenMP does not bind threads)" in sets, "TaskPlugin=task/none: the script leaves OpenMP unbound" +
+            ("" if "(OpenMP does not bind threads)" in sets else "\n" + sets))
+# The rule each task applies, taken from each script: bind OpenMP only where the task's CPUs are its own.
+cpus = sorted(os.sched_getaffinity(0))
+for script in ("train.sbatch", "sweep.sbatch", "train_gpu.sbatch"):
+    with open(os.path.join(scripts, script)) as f:
+        source = f.read()
+    rule = re.search(r"^bind_own_cores='(.*?)'$", source, re.M | re.S)
+    h.check(rule is not None and 'bash -c "$bind_own_cores" task' in source,
+            f"{script}: each task runs the binding rule before it becomes the executable")
+
+    def bound(*prefix):
+        return subprocess.run([*prefix, "bash", "-c", rule.group(1), "task", "sh", "-c", "echo \"$OMP_PROC_BIND\""],
+                              capture_output=True, text=True, env=dict(os.environ, SLURM_CPUS_PER_TASK="1")
+                              ).stdout.strip()
+    h.check(bound("taskset", "-c", str(cpus[0])) == "close", f"{script}: a task given 1 CPU of its own binds OpenMP")
+    if len(cpus) > 1:
+        h.check(bound() == "", f"{script}: a task of 1 CPU that may run on {len(cpus)} leaves OpenMP unbound")
+
 # ---- tools/launch.sh inside an allocation (srun): SIGTERM to it stops the run with a checkpoint ----
 long_deck = h.small_deck(work, "long", corpus, run={"steps": 5000, "log_every": 1},
                          checkpoint={"dir": f"{work}/long/ckpt"})

@@ -2,10 +2,13 @@
 // fits, one that fits only sharded, and GPUs joined by slow links.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <regex>
 
 #include "app/planning.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "deck/parse.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/plan.hpp"
@@ -256,6 +259,15 @@ TEST(Planner, NvswitchWithAModelTooBigForShardingAloneGetsTensorParallelInTheNod
   EXPECT_NE(r.reason.find("parallel.tensor = " + std::to_string(c.tensor)), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find("inside an NVLink group (NV18"), std::string::npos) << r.reason;
   EXPECT_NE(r.reason.find("With whole layers nothing fits"), std::string::npos) << r.reason;
+  // Its figures are the rows': the smallest whole-layer row's need, the split row's exchange.
+  std::uint64_t smallest_whole = UINT64_MAX;
+  for (const auto& row : r.rows)
+    if (row.tensor == 1) smallest_whole = std::min(smallest_whole, row.total_bytes());
+  EXPECT_NE(r.reason.find("needs " + format_bytes(static_cast<double>(smallest_whole)) + " per rank"), std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find("exchange " + format_bytes(static_cast<double>(c.tensor_bytes)) + " per rank per step"),
+            std::string::npos)
+      << r.reason;
   // The split rank's memory is the slice's: the plan of the slice's layout plus its activations.
   const ModelShape shape = model_shape(config.model);
   const ParallelPlan slice(make_layout(shape, TensorSplit{c.tensor, 0}), c.strategy, Precision::bf16,
@@ -298,6 +310,163 @@ TEST(Planner, MoreRanksThanSequencesSplitLayersInstead) {
   const StrategyPrediction& c = chosen(r);
   EXPECT_EQ(c.tensor, 2) << r.reason;
   EXPECT_NE(r.reason.find("cannot split the global batch"), std::string::npos) << r.reason;
+}
+
+// ---- The reasons' numbers are the rows' ----
+
+// The row of a strategy with whole layers and the deck's recomputation.
+const StrategyPrediction& row_of(const PlanResult& r, StrategyKind s) {
+  for (const auto& row : r.rows)
+    if (row.strategy == s && row.tensor == 1 && row.recompute == Recompute::none) return row;
+  ADD_FAILURE() << "no " << s << " row";
+  return r.rows.front();
+}
+
+std::uint64_t sent(const StrategyPrediction& p) { return p.fast_bytes + p.slow_bytes; }
+
+// The first match of `pattern` in the reason (its first group), as a number; NaN when absent.
+double number_in(const std::string& reason, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(reason, m, std::regex(pattern))) {
+    ADD_FAILURE() << "no /" << pattern << "/ in: " << reason;
+    return std::nan("");
+  }
+  return std::stod(m[1].str());
+}
+
+// A printed figure equals the rows' to its printed precision: half a unit of its last digit.
+void expect_printed(double printed, double from_rows, double last_digit, const std::string& reason) {
+  EXPECT_NEAR(printed, from_rows, last_digit / 2 + 1e-9) << reason;
+}
+
+// The figures every reason ends with: the chosen row's step, compute and exposed time.
+void expect_step_figures(const PlanResult& r) {
+  const StrategyPrediction& c = chosen(r);
+  const std::regex step(R"(Predicted step ([\d.]+) ms \(compute ([\d.]+), exposed communication ([\d.]+)\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.reason, m, step)) << r.reason;
+  for (int i = 1; i <= 3; ++i) {
+    const std::string text = m[i].str();
+    const double digit = std::pow(10.0, -static_cast<double>(text.size() - text.find('.') - 1));
+    const double row = (i == 1 ? c.step_s : i == 2 ? c.compute_s : c.exposed_s) * 1e3;
+    expect_printed(std::stod(text), row, digit, r.reason);
+  }
+}
+
+TEST(PlannerReasons, DdpAgainstZero3SaysTheRowsByteRatio) {
+  // Micro-batches per rank 4, 8 and 16: zero3 gathers every segment again for each, so its
+  // traffic against ddp's is (2 x micro-batches + 1) / 2, not the 1.5x of one micro-batch.
+  const Machine nvswitch = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
+  for (const int global : {32, 64, 128}) {
+    const Config config = parse_deck(kXl, "xl.toml", {"data.global_batch=" + std::to_string(global)});
+    const PlanResult r = plan_strategies(config, nvswitch);
+    ASSERT_EQ(chosen(r).strategy, StrategyKind::ddp) << r.reason;
+    const StrategyPrediction &ddp = row_of(r, StrategyKind::ddp), &zero3 = row_of(r, StrategyKind::zero3);
+    const double rows = static_cast<double>(sent(zero3)) / static_cast<double>(sent(ddp));
+    const double printed = number_in(r.reason, R"(but send [\d.]+ \w+, ([\d.]+)x as much)");
+    expect_printed(printed, rows, 0.1, r.reason);
+    EXPECT_GT(rows, 4.0) << "the case must be far from 1.5x";
+    EXPECT_NEAR(rows, (2.0 * (global / 8) + 1) / 2, 0.05) << r.reason;
+    EXPECT_NE(r.reason.find("send " + format_bytes(static_cast<double>(sent(zero3))) + ","), std::string::npos)
+        << r.reason;
+    EXPECT_NE(r.reason.find("the least per step (" + format_bytes(static_cast<double>(sent(ddp))) + ")"),
+              std::string::npos)
+        << r.reason;
+    expect_step_figures(r);
+  }
+}
+
+TEST(PlannerReasons, TieMarginSaysHowMuchSlowerTheChoiceIs) {
+  // 8 micro-batches: zero3 is predicted a little faster, within the 5% margin that prefers ddp.
+  const PlanResult r = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80));
+  ASSERT_GT(r.chosen, 0) << "the case must be a tie won by the less sharded strategy: " << r.reason;
+  const double slower = 100 * (chosen(r).step_s / r.rows.front().step_s - 1);
+  expect_printed(number_in(r.reason, R"(this choice (\d+)% slower)"), slower, 1, r.reason);
+  expect_printed(number_in(r.reason, name_of(r.rows.front().strategy) + R"( is predicted ([\d.]+) ms)"),
+                 r.rows.front().step_s * 1e3, 0.01, r.reason);
+}
+
+TEST(PlannerReasons, Zero3SaysItsTrafficAgainstDdpAndWhatComputeHides) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("03_a100-sxm4-80gb-8gpu_nv12_8nic_dual-socket.txt", 20, 1, 0, 300));
+  const StrategyPrediction& c = chosen(r);
+  ASSERT_EQ(c.strategy, StrategyKind::zero3) << r.reason;
+  const double rows = static_cast<double>(sent(c)) / static_cast<double>(sent(row_of(r, StrategyKind::ddp)));
+  expect_printed(number_in(r.reason, R"(\(([\d.]+)x ddp's\))"), rows, 0.1, r.reason);
+  EXPECT_GT(std::abs(rows - 1.5), 1.0) << r.reason;
+  expect_printed(number_in(r.reason, R"(([\d.]+) of its [\d.]+ ms of communication hidden)"),
+                 (c.comm_s - c.exposed_s) * 1e3, 0.01, r.reason);
+  expect_printed(number_in(r.reason, R"(of its ([\d.]+) ms of communication hidden)"), c.comm_s * 1e3, 0.01, r.reason);
+  expect_step_figures(r);
+}
+
+TEST(PlannerReasons, Zero1SaysItSendsAsMuchAsDdpWhenItDoes) {
+  const PlanResult r = plan_strategies(kConfig, machine_of("03_a100-sxm4-80gb-8gpu_nv12_8nic_dual-socket.txt", 24, 1, 0, 300));
+  const StrategyPrediction& c = chosen(r);
+  ASSERT_EQ(c.strategy, StrategyKind::zero1) << r.reason;
+  EXPECT_EQ(sent(c), sent(row_of(r, StrategyKind::ddp)));
+  EXPECT_NE(r.reason.find("sending " + format_bytes(static_cast<double>(sent(c))) + " per step (as much as ddp)"),
+            std::string::npos)
+      << r.reason;
+  expect_step_figures(r);
+}
+
+TEST(PlannerReasons, HsdpSaysZero3sBytesAcrossTheSlowLinksAndTheirRatio) {
+  const PlanResult r =
+      plan_strategies(kConfig, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
+  const StrategyPrediction& c = chosen(r);
+  ASSERT_EQ(c.strategy, StrategyKind::hsdp) << r.reason;
+  const StrategyPrediction& zero3 = row_of(r, StrategyKind::zero3);
+  EXPECT_EQ(zero3.slow_level, c.slow_level);
+  EXPECT_NE(r.reason.find("sends " + format_bytes(static_cast<double>(c.slow_bytes)) + " per step across the SYS"),
+            std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find("zero3 over all ranks sends " + format_bytes(static_cast<double>(zero3.slow_bytes))),
+            std::string::npos)
+      << r.reason;
+  expect_printed(number_in(r.reason, R"(through it \(([\d.]+)x as much\))"),
+                 static_cast<double>(zero3.slow_bytes) / static_cast<double>(c.slow_bytes), 0.1, r.reason);
+  expect_step_figures(r);
+}
+
+TEST(PlannerReasons, NvswitchWithTooSmallABatchNamesTheBatchNotTheLinks) {
+  // 4 sequences on 8 GPUs: whole layers cannot split them, and GPT-2 XL's 25 heads split by no
+  // power of two, so no tensor-parallel degree can either. The node has NVSwitch.
+  const Config config = parse_deck(kXl, "xl.toml", {"data.global_batch=4"});
+  const PlanResult r = plan_strategies(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80));
+  EXPECT_EQ(r.chosen, -1);
+  EXPECT_NE(r.reason.find("data.global_batch = 4 cannot be split over 8 ranks"), std::string::npos) << r.reason;
+  const std::string notes = join(r.notes, "\n");
+  EXPECT_EQ(notes.find("no NVLink group"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("tensor parallelism: not planned, though whole layers cannot split the global batch of 4 "
+                       "sequences over the 8 ranks"),
+            std::string::npos)
+      << notes;
+  for (const int t : {2, 4, 8})
+    EXPECT_NE(notes.find("parallel.tensor = " + std::to_string(t) + ": n_head 25 does not divide by " +
+                         std::to_string(t)),
+              std::string::npos)
+        << notes;
+}
+
+TEST(PlannerReasons, NvswitchThatNeedsRecomputationNamesTheHeadsNotTheLinks) {
+  // Nothing fits with whole layers and no recomputation; the 25 heads rule out tensor parallelism
+  // and selective recomputation makes the model fit.
+  const Config config = parse_deck(kXl, "xl.toml", {"data.micro_batch=4"});
+  const PlanResult r = plan_strategies(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 30));
+  ASSERT_TRUE(r.recompute.has_value()) << r.reason;
+  const std::string notes = join(r.notes, "\n");
+  EXPECT_EQ(notes.find("no NVLink group"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("tensor parallelism: not planned, though no strategy fits with whole layers: parallel.tensor "
+                       "= 2: n_head 25 does not divide"),
+            std::string::npos)
+      << notes;
+}
+
+TEST(PlannerReasons, PcieNodeNamesItsLinks) {
+  const Config config = parse_deck(kBig, "big.toml", {});
+  const PlanResult r = plan_strategies(config, machine_of("08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt", 80));
+  const std::string notes = join(r.notes, "\n");
+  EXPECT_NE(notes.find("no NVLink group to split layers in (fast links: SYS"), std::string::npos) << notes;
 }
 
 }  // namespace
