@@ -1,6 +1,5 @@
 #include "train/threads.hpp"
 
-#include <cblas.h>
 #include <omp.h>
 #include <sched.h>
 
@@ -87,8 +86,8 @@ int choose_thread_count(int requested, int ranks_on_node) {
 }
 
 void apply_thread_count(int threads) {
+  // BLAS itself runs one thread per call: exec/gemm.hpp spreads a product's tiles over these.
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
 }
 
 }  // namespace st

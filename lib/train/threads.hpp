@@ -7,7 +7,7 @@ namespace st {
 // Threads for OpenMP and BLAS on this rank: `requested` if > 0, else the CPUs this process was
 // given (given_cpus), shared among the ranks of the node when they are not bound to separate cores.
 int choose_thread_count(int requested, int ranks_on_node);
-// Sets both the OpenMP and the OpenBLAS thread counts.
+// Sets the OpenMP thread count (matrix products use them too: exec/gemm.hpp).
 void apply_thread_count(int threads);
 
 // The CPUs the launcher gave this process. Where OpenMP binds threads (OMP_PROC_BIND), its
