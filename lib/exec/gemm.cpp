@@ -33,11 +33,14 @@ inline void blas_gemv(bool ta, int m, int n, double alpha, const double* a, int 
   cblas_dgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, m, n, alpha, a, lda, x, 1, beta, y, 1);
 }
 
-// OpenBLAS runs every call on the calling thread: the tiles are the parallelism. (Set once, before
-// the first product, whatever thread count the process was given.)
+// OpenBLAS runs every call on the calling thread: the tiles are the parallelism. Set once, before
+// the first product. OpenBLAS's OpenMP build sets OpenMP's thread count with its own, so that is
+// put back; with its own count at 1 it no longer follows OpenMP's (num_cpu_avail).
 void blas_on_one_thread() {
   static const bool set = [] {
+    const int threads = omp_get_max_threads();
     openblas_set_num_threads(1);
+    omp_set_num_threads(threads);
     return true;
   }();
   (void)set;
