@@ -33,30 +33,40 @@ inline void blas_gemv(bool ta, int m, int n, double alpha, const double* a, int 
   cblas_dgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, m, n, alpha, a, lda, x, 1, beta, y, 1);
 }
 
-// OpenBLAS runs every call on the calling thread: the tiles are the parallelism. Set once, before
-// the first product. OpenBLAS's OpenMP build sets OpenMP's thread count with its own, so that is
-// put back; with its own count at 1 it no longer follows OpenMP's (num_cpu_avail).
-void blas_on_one_thread() {
-  static const bool set = [] {
-    const int threads = omp_get_max_threads();
-    openblas_set_num_threads(1);
-    omp_set_num_threads(threads);
-    return true;
-  }();
-  (void)set;
-}
+// OpenBLAS runs every call on the calling thread: the tiles are the parallelism. Its OpenMP build
+// uses one thread inside a parallel region, and outside one as many as OpenMP's count says at the
+// call (set with omp_set_num_threads, it follows it): outside, the count is 1 for the call.
+class OneBlasThread {
+ public:
+  OneBlasThread() : threads_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneBlasThread() { omp_set_num_threads(threads_); }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
 
-// Runs tile(t) for t < tiles on the OpenMP threads; in order on this thread when there is one
-// tile or the caller is already one of a parallel region's threads (attention's per-head products).
+ private:
+  int threads_;
+};
+
+// Runs tile(t) for t < tiles on the OpenMP threads, each tile's BLAS call on one thread: inside
+// an active parallel region (more than one thread) OpenBLAS uses one by itself; elsewhere (one
+// tile, a region of one thread, a caller already inside attention's per-head region) the count
+// is 1 for the call.
 template <class Tile>
 void for_tiles(int tiles, Tile&& tile) {
-  blas_on_one_thread();
+  auto one = [&](int t) {
+    if (omp_in_parallel()) {
+      tile(t);
+    } else {
+      const OneBlasThread single;
+      tile(t);
+    }
+  };
   if (tiles == 1 || omp_in_parallel()) {
-    for (int t = 0; t < tiles; ++t) tile(t);
+    for (int t = 0; t < tiles; ++t) one(t);
     return;
   }
 #pragma omp parallel for schedule(static)
-  for (int t = 0; t < tiles; ++t) tile(t);
+  for (int t = 0; t < tiles; ++t) one(t);
 }
 
 template <class R>
