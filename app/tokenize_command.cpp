@@ -53,6 +53,9 @@ int tokenize_command(const TokenizeRequest& request, World& world) {
                                                   "\", each preceded by token " +
                                                   std::to_string(tokenizer->document_start()))
               << "\n";
+    if (request.separator.empty() && world.size() > 1 && !tokenizer->cuts_streams_at_line_breaks())
+      std::cout << "note: the stream was encoded by rank 0 alone (this tokenizer puts a prefix before the text or "
+                   "its pieces may reach across lines, so it cannot be cut); --separator shares documents among ranks\n";
     const std::string width = token_bytes == 2 ? " uint16 tokens\n" : " uint32 tokens\n";
     for (const auto& w : written) std::cout << "wrote " << w.path << ": " << w.tokens << width;
   }

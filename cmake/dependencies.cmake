@@ -4,9 +4,10 @@ find_package(toml11 3.7 REQUIRED CONFIG)
 find_package(CLI11 2.1 REQUIRED CONFIG)
 # JSON headers of safetensors files, Hugging Face config.json, tokenizer vocabularies, and every
 # JSON the program writes (metrics, timelines; Debian: nlohmann-json3-dev); Unicode character
-# classes for GPT-2's pre-tokenizer (ICU, libicu-dev).
+# classes for GPT-2's pre-tokenizer, the regex engine and NFC of tokenizer.json files (ICU,
+# libicu-dev: uc, and i18n for RegexMatcher).
 find_package(nlohmann_json 3.10 REQUIRED CONFIG)
-find_package(ICU REQUIRED COMPONENTS uc)
+find_package(ICU REQUIRED COMPONENTS uc i18n)
 
 # Parallel HDF5 (MPI-IO driver) for checkpoints.
 set(HDF5_PREFER_PARALLEL ON)

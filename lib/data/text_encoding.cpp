@@ -22,10 +22,11 @@ std::pair<std::string_view, std::size_t> line_at(std::string_view text, std::siz
 
 }  // namespace
 
-std::size_t next_text_cut(std::string_view text, std::size_t from, const std::string& separator) {
+std::size_t next_text_cut(std::string_view text, std::size_t from, const std::string& separator, bool line_cuts) {
   const std::size_t n = text.size();
   if (from == 0 || from >= n) return std::min(from, n);
   if (separator.empty()) {
+    if (!line_cuts) return n;
     for (std::size_t p = std::max<std::size_t>(from, 2); p < n; ++p)
       if (text[p - 1] == '\n' && printable_ascii(text[p - 2]) && printable_ascii(text[p])) return p;
     return n;
@@ -41,12 +42,13 @@ std::size_t next_text_cut(std::string_view text, std::size_t from, const std::st
   return n;
 }
 
-std::pair<std::size_t, std::size_t> text_share(std::string_view text, int rank, int ranks, const std::string& separator) {
+std::pair<std::size_t, std::size_t> text_share(std::string_view text, int rank, int ranks, const std::string& separator,
+                                               bool line_cuts) {
   auto boundary = [&](int r) {
     // size * r / ranks without overflow.
     const std::size_t size = text.size(), n = static_cast<std::size_t>(ranks), k = static_cast<std::size_t>(r);
     const std::size_t at = size / n * k + size % n * k / n;
-    return next_text_cut(text, at, separator);
+    return next_text_cut(text, at, separator, line_cuts);
   };
   return {boundary(rank), boundary(rank + 1)};
 }
@@ -82,7 +84,7 @@ std::vector<std::uint32_t> encode_rank_share(std::string_view text, const std::s
   int rank = 0, ranks = 1;
   ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
-  const auto [begin, end] = text_share(text, rank, ranks, separator);
+  const auto [begin, end] = text_share(text, rank, ranks, separator, tokenizer.cuts_streams_at_line_breaks());
   std::vector<int> tokens;
   encode_text_share(text, begin, end, separator, tokenizer, tokens);
   return std::vector<std::uint32_t>(tokens.begin(), tokens.end());

@@ -6,7 +6,9 @@
 // Two layouts:
 // - A stream (separator ""): the text is encoded as it is, as tiktoken's encode_ordinary does.
 //   Shares are cut after a newline that has a printable ASCII character on both sides: there
-//   GPT-2's and cl100k's pre-tokenizers always end a piece, whatever comes before or after.
+//   GPT-2's and cl100k's pre-tokenizers always end a piece, whatever comes before or after. A
+//   tokenizer that cannot promise this (Tokenizer::cuts_streams_at_line_breaks: Llama 2's puts
+//   "▁" before the text and its pieces reach across lines) has the whole stream on rank 0.
 // - Documents separated by lines that hold exactly `separator` (fortune files use "%"): each
 //   document (the lines between two separator lines, newlines included; empty ones skipped)
 //   is encoded alone and preceded by the tokenizer's document start (GPT-2's <|endoftext|>,
@@ -25,12 +27,15 @@
 
 namespace st {
 
-// The first place at or after `from` where the text may be cut (text.size() if none).
-std::size_t next_text_cut(std::string_view text, std::size_t from, const std::string& separator);
+// The first place at or after `from` where the text may be cut (text.size() if none). Without
+// `line_cuts` a stream has no cut but its ends.
+std::size_t next_text_cut(std::string_view text, std::size_t from, const std::string& separator,
+                          bool line_cuts = true);
 
 // The bytes [begin, end) rank `rank` of `ranks` encodes: from the first cut at or after
 // rank/ranks of the text to the next rank's.
-std::pair<std::size_t, std::size_t> text_share(std::string_view text, int rank, int ranks, const std::string& separator);
+std::pair<std::size_t, std::size_t> text_share(std::string_view text, int rank, int ranks, const std::string& separator,
+                                               bool line_cuts = true);
 
 // Appends the tokens of text[begin, end), which must start and end at cuts.
 void encode_text_share(std::string_view text, std::size_t begin, std::size_t end, const std::string& separator,

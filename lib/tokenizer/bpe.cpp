@@ -24,10 +24,32 @@ struct PairLookup {
   }
 };
 
-void merge_by_scan(const BpeVocabulary& vocab, std::string_view piece, std::vector<int>& out) {
+// The tokens a piece starts as: its bytes' one-byte tokens, or (BpeSymbols::characters) the token
+// of each character, its bytes' fallback tokens where the vocabulary lacks it (as tokenizers'
+// merge_word; a byte that is not UTF-8 is a character the vocabulary lacks).
+std::vector<int> initial_tokens(const BpeVocabulary& vocab, std::string_view piece) {
+  std::vector<int> tokens;
+  if (vocab.symbols == BpeSymbols::bytes) {
+    tokens.resize(piece.size());
+    for (std::size_t i = 0; i < piece.size(); ++i) tokens[i] = vocab.byte_token[static_cast<unsigned char>(piece[i])];
+    return tokens;
+  }
+  tokens.reserve(piece.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(piece.data());
+  for (std::size_t i = 0; i < piece.size();) {
+    const std::size_t length = decode_utf8(s + i, piece.size() - i).length;
+    if (const auto it = vocab.whole_tokens.find(piece.substr(i, length)); it != vocab.whole_tokens.end()) {
+      tokens.push_back(it->second);
+    } else {
+      for (std::size_t k = i; k < i + length; ++k) tokens.push_back(vocab.byte_token[s[k]]);
+    }
+    i += length;
+  }
+  return tokens;
+}
+
+void merge_by_scan(const BpeVocabulary& vocab, std::vector<int> tokens, std::vector<int>& out) {
   const PairLookup lookup{vocab};
-  std::vector<int> tokens(piece.size());
-  for (std::size_t i = 0; i < piece.size(); ++i) tokens[i] = vocab.byte_token[static_cast<unsigned char>(piece[i])];
   // merges[i]: the merge of tokens[i] and tokens[i + 1].
   std::vector<BpeMerge> merges(tokens.size() - 1);
   for (std::size_t i = 0; i + 1 < tokens.size(); ++i) merges[i] = lookup(tokens[i], tokens[i + 1]);
@@ -45,15 +67,14 @@ void merge_by_scan(const BpeVocabulary& vocab, std::string_view piece, std::vect
   out.insert(out.end(), tokens.begin(), tokens.end());
 }
 
-void merge_by_heap(const BpeVocabulary& vocab, std::string_view piece, std::vector<int>& out) {
-  // Symbols are a linked list over the piece's bytes; symbol i starts at byte i, so ordering
-  // candidate pairs by (rank, left symbol) merges the leftmost of equal ranks first, as the scan
-  // does. A candidate is stale once either symbol changed: it is skipped when popped.
+void merge_by_heap(const BpeVocabulary& vocab, std::vector<int> token, std::vector<int>& out) {
+  // Symbols are a linked list over the piece's initial tokens, in order, so ordering candidate
+  // pairs by (rank, left symbol) merges the leftmost of equal ranks first, as the scan does. A
+  // candidate is stale once either symbol changed: it is skipped when popped.
   const PairLookup lookup{vocab};
-  const int n = static_cast<int>(piece.size());
-  std::vector<int> token(static_cast<std::size_t>(n)), next(static_cast<std::size_t>(n)), prev(static_cast<std::size_t>(n));
+  const int n = static_cast<int>(token.size());
+  std::vector<int> next(static_cast<std::size_t>(n)), prev(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
-    token[static_cast<std::size_t>(i)] = vocab.byte_token[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])];
     next[static_cast<std::size_t>(i)] = i + 1;
     prev[static_cast<std::size_t>(i)] = i - 1;
   }
@@ -90,21 +111,31 @@ void merge_by_heap(const BpeVocabulary& vocab, std::string_view piece, std::vect
 
 void bpe_merge(const BpeVocabulary& vocab, std::string_view piece, std::vector<int>& out, MergeAlgorithm algorithm) {
   if (piece.empty()) return;
-  if (const auto whole = vocab.whole_tokens.find(piece); whole != vocab.whole_tokens.end()) {
-    out.push_back(whole->second);
-    return;
-  }
-  if (algorithm == MergeAlgorithm::scan) merge_by_scan(vocab, piece, out);
-  else merge_by_heap(vocab, piece, out);
+  if (vocab.whole_pieces)
+    if (const auto whole = vocab.whole_tokens.find(piece); whole != vocab.whole_tokens.end()) {
+      out.push_back(whole->second);
+      return;
+    }
+  if (algorithm == MergeAlgorithm::scan) merge_by_scan(vocab, initial_tokens(vocab, piece), out);
+  else merge_by_heap(vocab, initial_tokens(vocab, piece), out);
 }
 
 void bpe_merge(const BpeVocabulary& vocab, std::string_view piece, std::vector<int>& out) {
   bpe_merge(vocab, piece, out, piece.size() <= kScanLimit ? MergeAlgorithm::scan : MergeAlgorithm::heap);
 }
 
-BpeTokenizer::BpeTokenizer(BpeVocabulary vocab, std::string name) : vocab_(std::move(vocab)), name_(std::move(name)) {}
+BpeTokenizer::BpeTokenizer(BpeVocabulary vocab, std::string name) : vocab_(std::move(vocab)), name_(std::move(name)) {
+  if (vocab_.pattern == PreTokenizerPattern::custom)
+    splitter_ = std::make_unique<PieceSplitter>(vocab_.pipeline, vocab_.vocab_path);
+}
+
+BpeTokenizer::~BpeTokenizer() = default;
 
 std::string BpeTokenizer::description() const {
+  const char* kind = vocab_.symbols == BpeSymbols::bytes ? "byte-level BPE, " : "BPE with byte fallback, ";
+  if (vocab_.pattern == PreTokenizerPattern::custom)
+    return name_ + " (" + kind + std::to_string(vocab_.size()) + " tokens, " + vocab_.pipeline.summary() + ", from " +
+           vocab_.vocab_path + ")";
   if (vocab_.merges_path.empty()) {
     const char* pattern = vocab_.pattern == PreTokenizerPattern::gpt2 ? "gpt2" : "cl100k";
     return name_ + " (byte-level BPE, " + std::to_string(vocab_.size()) + " tokens, " + pattern + " pattern, from " +
@@ -120,7 +151,7 @@ int BpeTokenizer::document_start() const {
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) {
-  if (piece.size() == 1) {  // most punctuation and line breaks: no lookup needed
+  if (piece.size() == 1 && vocab_.symbols == BpeSymbols::bytes) {  // most punctuation and line breaks
     out.push_back(vocab_.byte_token[static_cast<unsigned char>(piece[0])]);
     return;
   }
@@ -141,7 +172,15 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int>& out) {
   cached_tokens_.insert(cached_tokens_.end(), out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
 }
 
+bool BpeTokenizer::cuts_streams_at_line_breaks() const {
+  return vocab_.pattern != PreTokenizerPattern::custom || vocab_.pipeline.cuts_streams_at_line_breaks();
+}
+
 void BpeTokenizer::encode(std::string_view text, std::vector<int>& out) {
+  if (splitter_) {
+    splitter_->split(text, [&](std::string_view piece) { encode_piece(piece, out); });
+    return;
+  }
   if (vocab_.pattern == PreTokenizerPattern::cl100k) {
     cl100k_pretokenizer_.split(text, [&](std::size_t offset, std::size_t length) { encode_piece(text.substr(offset, length), out); });
     return;
@@ -150,13 +189,18 @@ void BpeTokenizer::encode(std::string_view text, std::vector<int>& out) {
 }
 
 std::string BpeTokenizer::decode(std::span<const int> tokens) const {
-  std::string text;
-  for (const int t : tokens) {
+  for (const int t : tokens)
     if (t < 0 || t >= vocab_.size())
       throw Error("token id " + std::to_string(t) + " is outside " + name_ + "'s vocabulary of " +
                   std::to_string(vocab_.size()) + " tokens");
-    text += vocab_.token_bytes[static_cast<std::size_t>(t)];
+  if (vocab_.symbols == BpeSymbols::characters) {  // token strings through the file's decoder
+    std::vector<std::string> strings;
+    strings.reserve(tokens.size());
+    for (const int t : tokens) strings.push_back(vocab_.token_bytes[static_cast<std::size_t>(t)]);
+    return decode_token_strings(vocab_.pipeline.decoder, std::move(strings));
   }
+  std::string text;
+  for (const int t : tokens) text += vocab_.token_bytes[static_cast<std::size_t>(t)];
   return text;
 }
 

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/pipeline.hpp"
+
 namespace st {
 
 struct StringHash {
@@ -19,8 +21,15 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
-// The pre-tokenizer patterns this project implements (pretokenize.hpp, pretokenize_cl100k.hpp).
-enum class PreTokenizerPattern { gpt2, cl100k };
+// The pre-tokenizer: GPT-2's or cl100k's pattern alone (matched by hand: pretokenize.hpp,
+// pretokenize_cl100k.hpp), or a tokenizer.json's own normalizer and pre-tokenizer steps (custom:
+// BpeVocabulary::pipeline).
+enum class PreTokenizerPattern { gpt2, cl100k, custom };
+
+// What a piece is before merging: its bytes, each the one-byte token (byte-level BPE: GPT-2,
+// Llama 3, SmolLM, Qwen2), or its characters, each the token of that character or, when the
+// vocabulary lacks it, the byte-fallback tokens <0xAB> of its UTF-8 bytes (Llama 2, Mistral).
+enum class BpeSymbols { bytes, characters };
 
 struct BpeMerge {
   std::int32_t rank;   // the merge's line among the merges: lower merges first
@@ -28,15 +37,23 @@ struct BpeMerge {
 };
 
 struct BpeVocabulary {
-  std::vector<std::string> token_bytes;  // id -> the token's bytes
-  std::array<std::int32_t, 256> byte_token{};  // byte -> the id of its one-byte token
-  // (left id << 32 | right id) -> the merge whose token is their concatenation. Every split of a
-  // merged token into two tokens of the vocabulary is listed, not only the one on its merge
-  // line: tiktoken merges any adjacent pair whose bytes form a merged token, and so do we.
+  // id -> the token's bytes. With BpeSymbols::characters, the token's string as the vocabulary
+  // spells it ("▁the", "<0x0A>"): the decoder's steps make text of them.
+  std::vector<std::string> token_bytes;
+  // byte -> the id of its one-byte token (characters: of its byte-fallback token <0xAB>)
+  std::array<std::int32_t, 256> byte_token{};
+  // (left id << 32 | right id) -> the merge that joins them. From GPT-2's files and tiktoken's,
+  // every split of a merged token into two tokens of the vocabulary is listed, not only the one
+  // on its merge line: tiktoken merges any adjacent pair whose bytes form a merged token, and so
+  // do we. From a tokenizer.json, the pairs its merges list, as Hugging Face's tokenizers merges
+  // (its conversions of tiktoken encodings list every split).
   std::unordered_map<std::uint64_t, BpeMerge> pair_merges;
-  // The bytes of every one-byte and merged token -> its id: a piece that is a token whole is
-  // that token.
+  // Token bytes (characters: strings) -> id: every one-byte and merged token (tokenizer.json:
+  // every token of model.vocab). With whole_pieces, a piece that is a token whole is that token.
   std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>> whole_tokens;
+  bool whole_pieces = true;  // tiktoken's rule; tokenizer.json's model.ignore_merges
+  BpeSymbols symbols = BpeSymbols::bytes;
+  TextPipeline pipeline;  // PreTokenizerPattern::custom: the file's steps; characters: its decoder
   std::int32_t end_of_text = -1;  // "<|endoftext|>" (or another end-of-text token) when the vocabulary has it
   PreTokenizerPattern pattern = PreTokenizerPattern::gpt2;
   std::int32_t begin_of_text = -1;  // a beginning-of-text token ("<|begin_of_text|>") when it has one

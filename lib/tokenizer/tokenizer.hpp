@@ -19,14 +19,21 @@ class Tokenizer {
   // Appends the ids of `text`. Text is taken as ordinary text: no special token is recognised in
   // it. Any bytes are accepted, valid UTF-8 or not. Not thread-safe (an encoder may cache).
   virtual void encode(std::string_view text, std::vector<int>& out) = 0;
-  // The bytes of the tokens; decode(encode(x)) == x for every byte string x. Throws Error on an
-  // id outside the vocabulary.
+  // The text of the tokens. For bytes and byte-level BPE without a normalizer, decode(encode(x))
+  // == x for every byte string x; a tokenizer.json with a normalizer or byte fallback decodes as
+  // Hugging Face's tokenizers does (NFC text stays composed, Llama 2's "▁" in a text comes back a
+  // space). Throws Error on an id outside the vocabulary.
   virtual std::string decode(std::span<const int> tokens) const = 0;
   // The token a document starts from, so an empty prompt has something to continue: a newline
   // for bytes, <|endoftext|> for GPT-2 (as GPT-2 and llm.c begin each document with it), the
   // file's beginning-of-text token where it has one (Llama 3's <|begin_of_text|>), else its
   // end-of-text token.
   virtual int document_start() const = 0;
+  // Whether a text cut after a line break with a printable ASCII character on each side ("x\ny")
+  // encodes as its two parts do, joined: then ranks may encode shares of one stream. False for a
+  // tokenizer that puts something before the text ("▁") or whose pieces may reach across such a
+  // line break: a stream is then encoded whole, by one rank.
+  virtual bool cuts_streams_at_line_breaks() const { return true; }
 
   std::vector<int> encode(std::string_view text) {
     std::vector<int> out;

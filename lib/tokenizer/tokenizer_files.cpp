@@ -9,18 +9,18 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "tokenizer/hf_pipeline.hpp"
+#include "tokenizer/pipeline_run.hpp"
 
 namespace st {
-
-const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-const char* const kCl100kPattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 namespace {
 
 using nlohmann::json;
 
-const char* pattern_text(PreTokenizerPattern p) { return p == PreTokenizerPattern::gpt2 ? "gpt2" : "cl100k"; }
+const char* pattern_text(PreTokenizerPattern p) {
+  return p == PreTokenizerPattern::gpt2 ? "gpt2" : p == PreTokenizerPattern::cl100k ? "cl100k" : "custom";
+}
 
 // Token names a model's beginning and end of text go by, in the order they are preferred.
 const char* const kBeginNames[] = {"<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>"};
@@ -37,70 +37,102 @@ void find_document_tokens(BpeVocabulary& v) {
   v.end_of_text = find(kEndNames);
 }
 
-// The file's pattern from its pre_tokenizer, or an Error that quotes what it has instead.
-PreTokenizerPattern hf_pattern(const json& pre, const std::string& file) {
-  const std::string allowed =
-      "; this reader takes byte-level BPE pre-tokenizers: {\"type\": \"ByteLevel\", \"use_regex\": true} (GPT-2's "
-      "pattern) or a Sequence of a Split by GPT-2's or cl100k's pattern and a ByteLevel with \"use_regex\": false";
-  auto refuse = [&](const std::string& key, const std::string& what) -> PreTokenizerPattern {
-    throw Error("tokenizer file '" + file + "': " + key + " " + what + allowed);
-  };
-  auto byte_level = [&](const json& p, const std::string& key, bool regex) {
-    if (p.value("add_prefix_space", false))
-      refuse(key + ".add_prefix_space", "is true (a space would be added before the text)");
-    if (p.value("use_regex", true) != regex)
-      refuse(key + ".use_regex", std::string("is ") + (regex ? "false" : "true") + " here");
-  };
-  auto split = [&](const json& p, const std::string& key) {
-    const json* regex = p.contains("pattern") && p["pattern"].is_object() && p["pattern"].contains("Regex")
-                            ? &p["pattern"]["Regex"]
-                            : nullptr;
-    if (!regex || !regex->is_string())
-      refuse(key + ".pattern", "is " + (p.contains("pattern") ? p["pattern"].dump() : std::string("missing")) +
-                                   ", not {\"Regex\": pattern}");
-    const std::string text = regex->get<std::string>();
-    if (p.value("behavior", std::string("Isolated")) != "Isolated" || p.value("invert", false))
-      refuse(key + ".behavior", "is " + p.value("behavior", std::string("?")) + " (with invert " +
-                                    (p.value("invert", false) ? "true" : "false") +
-                                    "); the pieces must be the matches, \"Isolated\" and not inverted");
-    if (text == kGpt2Pattern) return PreTokenizerPattern::gpt2;
-    if (text == kCl100kPattern) return PreTokenizerPattern::cl100k;
-    return refuse(key + ".pattern.Regex", "is the pattern " + json(text).dump() +
-                                              ", which this project does not implement (it implements GPT-2's " +
-                                              json(kGpt2Pattern).dump() + " and cl100k's " +
-                                              json(kCl100kPattern).dump() + ")");
-  };
-  const std::string type = pre.is_object() ? pre.value("type", std::string()) : std::string();
-  if (type == "ByteLevel") {
-    byte_level(pre, "pre_tokenizer", true);
-    return PreTokenizerPattern::gpt2;
-  }
-  if (type == "Split") return split(pre, "pre_tokenizer");
-  if (type == "Sequence" && pre.contains("pretokenizers") && pre["pretokenizers"].is_array()) {
-    const json& list = pre["pretokenizers"];
-    if (list.size() == 1 && list[0].value("type", std::string()) == "ByteLevel") {
-      byte_level(list[0], "pre_tokenizer.pretokenizers[0]", true);
-      return PreTokenizerPattern::gpt2;
-    }
-    if (list.size() == 2 && list[0].value("type", std::string()) == "Split" &&
-        list[1].value("type", std::string()) == "ByteLevel") {
-      byte_level(list[1], "pre_tokenizer.pretokenizers[1]", false);
-      return split(list[0], "pre_tokenizer.pretokenizers[0]");
-    }
-    std::string types;
-    for (const auto& p : list) types += (types.empty() ? "" : ", ") + p.value("type", std::string("?"));
-    return refuse("pre_tokenizer", "is a Sequence of [" + types + "]");
-  }
-  return refuse("pre_tokenizer", "is " + (pre.is_null() ? std::string("null") : pre.dump().substr(0, 200)));
+// GPT-2's or cl100k's pattern when the file's steps are that pattern alone, as GPT-2's and
+// Llama 3's files have it (matched by hand, as tiktoken's files are); else its own steps.
+PreTokenizerPattern pattern_of(const TextPipeline& p) {
+  using Kind = PreTokenizerStep::Kind;
+  const auto& steps = p.pre_tokenizer;
+  if (!p.normalizer.empty() || steps.empty() || steps.size() > 2) return PreTokenizerPattern::custom;
+  const PreTokenizerStep& last = steps.back();
+  if (last.kind != Kind::byte_level || last.add_prefix_space) return PreTokenizerPattern::custom;
+  if (steps.size() == 1) return last.use_regex ? PreTokenizerPattern::gpt2 : PreTokenizerPattern::custom;
+  const PreTokenizerStep& split = steps[0];
+  if (last.use_regex || split.kind != Kind::split || split.literal || split.invert ||
+      split.behavior != SplitBehavior::isolated)
+    return PreTokenizerPattern::custom;
+  if (split.pattern == kGpt2Pattern) return PreTokenizerPattern::gpt2;
+  if (split.pattern == kCl100kPattern) return PreTokenizerPattern::cl100k;
+  return PreTokenizerPattern::custom;
 }
 
-PreTokenizerPattern chosen_pattern(PreTokenizerPattern from_file, const std::string& asked, const std::string& file) {
-  if (asked == "auto") return from_file;
+PreTokenizerPattern chosen_pattern(const BpeVocabulary& v, const std::string& asked, const std::string& file) {
+  if (asked == "auto") return v.pattern;
   const PreTokenizerPattern p = pattern_named(asked, "data.tokenizer_pattern");
-  if (p != from_file)
+  if (v.pattern == PreTokenizerPattern::custom)
+    throw Error("data.tokenizer_pattern = \"" + asked + "\" but the tokenizer file '" + file +
+                "' has steps of its own (" + v.pipeline.summary() + "); set \"auto\"");
+  if (p != v.pattern)
     throw Error("data.tokenizer_pattern = \"" + asked + "\" but the tokenizer file '" + file + "' names the " +
-                pattern_text(from_file) + " pattern; set \"auto\" or \"" + pattern_text(from_file) + "\"");
+                pattern_text(v.pattern) + " pattern; set \"auto\" or \"" + pattern_text(v.pattern) + "\"");
   return p;
+}
+
+std::string hex_byte_token(unsigned b) {
+  const char* digits = "0123456789ABCDEF";
+  return std::string("<0x") + digits[b >> 4] + digits[b & 15] + ">";
+}
+
+// model.vocab and model.merges, as Hugging Face's BPE model reads them: a merge joins exactly the
+// pair it lists, at its line's rank (a pair listed twice takes the later line, as tokenizers'
+// map does).
+void read_hf_model(const json& model, const std::string& where, BpeVocabulary& v) {
+  const bool bytes = v.symbols == BpeSymbols::bytes;
+  std::unordered_map<std::string, std::int32_t> id_of;  // the vocabulary's spelling -> id
+  std::string token, why;
+  for (const auto& [key, value] : model["vocab"].items()) {
+    const std::string here = where + "model.vocab[" + json(key).dump() + "]";
+    if (!value.is_number_unsigned() || value.get<std::uint64_t>() >= (1u << 30))
+      throw Error(here + " is " + value.dump() + "; ids are integers from 0 to 2^30 - 1");
+    const auto id = value.get<std::size_t>();
+    if (id >= v.token_bytes.size()) v.token_bytes.resize(id + 1);
+    if (!v.token_bytes[id].empty())
+      throw Error(here + " has the id " + std::to_string(id) + ", which another token has too");
+    if (bytes && !alphabet_bytes(key, token, why)) throw Error(here + " " + why);
+    if (!bytes && key.empty()) throw Error(here + " is an empty token");
+    v.token_bytes[id] = bytes ? token : key;
+    id_of.emplace(key, static_cast<std::int32_t>(id));
+    v.whole_tokens.emplace(v.token_bytes[id], static_cast<std::int32_t>(id));
+  }
+  for (unsigned b = 0; b < 256; ++b) {
+    const auto it = bytes ? v.whole_tokens.find(std::string(1, static_cast<char>(b))) : v.whole_tokens.find(hex_byte_token(b));
+    if (it == v.whole_tokens.end())
+      throw Error(where + "model.vocab lacks " +
+                  (bytes ? "the one-byte token of byte " + hex_byte_token(b).substr(1, 4) +
+                               "; a byte-level BPE vocabulary holds all 256"
+                         : "the byte-fallback token " + hex_byte_token(b) +
+                               "; with byte_fallback every byte has one, so any text can be encoded"));
+    v.byte_token[b] = it->second;
+  }
+  const json& merges = model["merges"];
+  for (std::size_t k = 0; k < merges.size(); ++k) {
+    const json& m = merges[k];
+    const std::string key = "model.merges[" + std::to_string(k) + "]";
+    std::string parts[2];
+    if (m.is_string()) {
+      const std::string text = m.get<std::string>();
+      const auto space = text.find(' ');
+      if (space == std::string::npos || space == 0 || space + 1 == text.size() || text.find(' ', space + 1) != std::string::npos)
+        throw Error(where + key + " is " + m.dump() + "; expected two tokens separated by one space");
+      parts[0] = text.substr(0, space), parts[1] = text.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      parts[0] = m[0].get<std::string>(), parts[1] = m[1].get<std::string>();
+    } else {
+      throw Error(where + key + " is " + m.dump().substr(0, 200) + "; expected \"a b\" or [\"a\", \"b\"]");
+    }
+    std::int32_t ids[2];
+    for (int p = 0; p < 2; ++p) {
+      const auto it = id_of.find(parts[p]);
+      if (it == id_of.end()) throw Error(where + key + ": token '" + parts[p] + "' is not in model.vocab");
+      ids[p] = it->second;
+    }
+    const auto merged = id_of.find(parts[0] + parts[1]);
+    if (merged == id_of.end())
+      throw Error(where + key + ": merging '" + parts[0] + "' and '" + parts[1] + "' gives a token that the "
+                  "model.vocab lacks");
+    v.pair_merges.insert_or_assign(static_cast<std::uint64_t>(ids[0]) << 32 | static_cast<std::uint32_t>(ids[1]),
+                                   BpeMerge{static_cast<std::int32_t>(k), merged->second});
+  }
+  if (merges.empty()) throw Error(where + "model.merges holds no merges");
 }
 
 std::string base64_decode(std::string_view text, bool& ok) {
@@ -173,12 +205,11 @@ BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& patt
   const json& model = file["model"];
   if (model.value("type", std::string("BPE")) != "BPE")
     throw Error(where + "model.type is \"" + model.value("type", std::string()) + "\"; this reader takes \"BPE\"");
-  if (model.value("byte_fallback", false))
-    throw Error(where + "model.byte_fallback is true (a SentencePiece-style BPE); this reader takes byte-level BPE "
-                "with byte_fallback false");
-  if (file.contains("normalizer") && !file["normalizer"].is_null())
-    throw Error(where + "normalizer is " + file["normalizer"].dump().substr(0, 200) +
-                "; this reader takes tokenizers without a normalizer (null), as byte-level BPE models have");
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
+      throw Error(where + "model." + affix + " is " + model[affix].dump() + "; this reader takes BPE without one (null)");
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0)
+    throw Error(where + "model.dropout is " + model["dropout"].dump() + "; encoding must be deterministic (null)");
   if (!model.contains("vocab") || !model["vocab"].is_object())
     throw Error(where + "model.vocab is missing or not an object from token strings to ids");
   if (!model.contains("merges") || !model["merges"].is_array())
@@ -186,40 +217,21 @@ BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& patt
 
   BpeVocabulary v;
   v.vocab_path = path;
-  v.pattern = chosen_pattern(hf_pattern(file.contains("pre_tokenizer") ? file["pre_tokenizer"] : json(), path),
-                             pattern, path);
-  const json& vocab = model["vocab"];
-  std::string bytes, why;
-  for (const auto& [key, value] : vocab.items()) {
-    const std::string here = where + "model.vocab[" + json(key).dump() + "]";
-    if (!value.is_number_unsigned() || value.get<std::uint64_t>() >= (1u << 30))
-      throw Error(here + " is " + value.dump() + "; ids are integers from 0 to 2^30 - 1");
-    const auto id = value.get<std::size_t>();
-    if (id >= v.token_bytes.size()) v.token_bytes.resize(id + 1);
-    if (!v.token_bytes[id].empty())
-      throw Error(here + " has the id " + std::to_string(id) + ", which another token has too");
-    if (!alphabet_bytes(key, bytes, why)) throw Error(here + " " + why);
-    v.token_bytes[id] = bytes;
+  v.pipeline = read_hf_text_steps(file, path);
+  const bool byte_level = is_byte_level(v.pipeline);
+  if (!byte_level && !model.value("byte_fallback", false))
+    throw Error(where + "pre_tokenizer has no ByteLevel step (" + v.pipeline.summary() +
+                ") and model.byte_fallback is not true; this reader takes byte-level BPE (a ByteLevel pre-tokenizer: "
+                "GPT-2, Llama 3, Qwen2, SmolLM) or BPE with byte fallback (<0xAB> tokens: Llama 2, Mistral)");
+  v.symbols = byte_level ? BpeSymbols::bytes : BpeSymbols::characters;
+  v.pipeline.decoder = read_hf_decoder(file, path, byte_level);
+  v.whole_pieces = model.value("ignore_merges", false);
+  v.pattern = pattern_of(v.pipeline);
+  v.pattern = chosen_pattern(v, pattern, path);
+  if (v.pattern == PreTokenizerPattern::custom) {
+    const PieceSplitter compiled(v.pipeline, path);  // refuses a regex ICU cannot compile, now rather than later
   }
-  MergeBuilder builder(v, "tokenizer file '" + path + "' model.vocab");
-  const json& merges = model["merges"];
-  for (std::size_t k = 0; k < merges.size(); ++k) {
-    const json& m = merges[k];
-    const std::string key = "model.merges[" + std::to_string(k) + "]";
-    if (m.is_string()) {
-      const std::string text = m.get<std::string>();
-      const auto space = text.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 == text.size() || text.find(' ', space + 1) != std::string::npos)
-        throw Error(where + key + " is " + m.dump() + "; expected two tokens separated by one space");
-      builder.add(std::string_view(text).substr(0, space), std::string_view(text).substr(space + 1), where + key + ": ",
-                  key);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      builder.add(m[0].get_ref<const std::string&>(), m[1].get_ref<const std::string&>(), where + key + ": ", key);
-    } else {
-      throw Error(where + key + " is " + m.dump().substr(0, 200) + "; expected \"a b\" or [\"a\", \"b\"]");
-    }
-  }
-  builder.finish(where + "model.merges");
+  read_hf_model(model, where, v);
   // The added tokens join after the merges, so none of them takes part in merging.
   if (file.contains("added_tokens") && !file["added_tokens"].is_null()) {
     const json& added = file["added_tokens"];

@@ -1,10 +1,10 @@
 #pragma once
 // The byte-level BPE tokenizers of today's models from their own files:
-// - Hugging Face's tokenizer.json (GPT-2, SmolLM, Llama 3, ... as published with the model):
-//   model.vocab (token strings in GPT-2's byte alphabet -> ids), model.merges ("a b" strings or
-//   [a, b] pairs, in rank order), the pre-tokenizer (ByteLevel with use_regex, which is GPT-2's
-//   pattern, or a Split by a regex this project implements: GPT-2's or cl100k's), and
-//   added_tokens (the special tokens: <|begin_of_text|>, <|endoftext|>, ...).
+// - Hugging Face's tokenizer.json (GPT-2, SmolLM, Llama 3, Qwen2, Llama 2, Mistral, ... as
+//   published with the model): model.vocab (token strings -> ids: bytes in GPT-2's byte alphabet
+//   for byte-level models, text with <0xAB> byte-fallback tokens for SentencePiece-style ones),
+//   model.merges ("a b" strings or [a, b] pairs, in rank order), the normalizer, pre-tokenizer and
+//   decoder steps (hf_pipeline.hpp), and added_tokens (the special tokens: <|begin_of_text|>, <s>).
 // - A tiktoken rank file (cl100k_base.tiktoken): one "base64-of-token-bytes rank" per line; the
 //   rank of a token is its id and its merge priority. The file holds no pattern and no special
 //   tokens: they come from the encoding's name (cl100k_base: cl100k's pattern and its five
@@ -16,10 +16,6 @@
 
 namespace st {
 
-// The two patterns, as tokenizer.json's Split.pattern.Regex spells them (JSON-decoded).
-extern const char* const kGpt2Pattern;
-extern const char* const kCl100kPattern;
-
 // "auto", "gpt2" or "cl100k" -> the pattern; for messages, what is allowed. Throws Error.
 PreTokenizerPattern pattern_named(const std::string& name, const std::string& where);
 
@@ -27,8 +23,8 @@ PreTokenizerPattern pattern_named(const std::string& name, const std::string& wh
 std::string locate_hf_tokenizer(const std::vector<std::string>& files);
 
 // Reads and checks tokenizer.json; throws Error naming the file, the key (model.merges[12],
-// pre_tokenizer.pretokenizers[0].pattern.Regex, ...) and what is allowed. `pattern` "auto"
-// takes the file's; a named one must be the file's.
+// pre_tokenizer.pretokenizers[0].type, ...), what it has and what is allowed. `pattern` "auto"
+// takes the file's; a named one ("gpt2", "cl100k") must be the file's pre-tokenizer alone.
 BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& pattern = "auto");
 
 // Reads a tiktoken rank file. `pattern` "auto" takes it from the file's name (cl100k_base.*,

@@ -7,8 +7,11 @@
 //
 //   node tiktoken_files.js OUT_DIR
 //
-// The merge listed for a token is a split of it into two lower-ranked tokens (the first such
-// split); its rank among the merges is the token's rank order, as in published conversions.
+// The merges are every split of each token into two tokens of the vocabulary, the token's splits
+// in its rank order and among them by the parts' ranks: what transformers' TikTokenConverter writes
+// (Llama 3's tokenizer.json has 280147 merges for 128000 tokens). Hugging Face's BPE merges only
+// the pairs listed; tiktoken merges any pair whose bytes form a token, and with every split listed
+// the two agree.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -46,16 +49,15 @@ let unsplittable = 0;
 for (const [bytes, rank] of tokens.slice().sort((a, b) => a[1] - b[1])) {
   vocab[spell(bytes)] = rank;
   if (bytes.length < 2) continue;
-  let found = false;
-  for (let k = 1; k < bytes.length && !found; k++) {
+  const splits = [];  // [left rank, right rank, left, right]
+  for (let k = 1; k < bytes.length; k++) {
     const left = bytes.subarray(0, k), right = bytes.subarray(k);
     const l = rankOf.get(left.toString("latin1")), r = rankOf.get(right.toString("latin1"));
-    if (l !== undefined && r !== undefined && l < rank && r < rank) {
-      merges.push([spell(left), spell(right)]);
-      found = true;
-    }
+    if (l !== undefined && r !== undefined) splits.push([l, r, left, right]);
   }
-  if (!found) unsplittable++;
+  if (!splits.some(([l, r]) => l < rank && r < rank)) unsplittable++;
+  splits.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  for (const [, , left, right] of splits) merges.push([spell(left), spell(right)]);
 }
 const added = Object.entries(encoding.special_tokens).map(([content, id]) => ({
   id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true,
