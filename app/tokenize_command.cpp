@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -36,6 +37,15 @@ int tokenize_command(const TokenizeRequest& request, World& world) {
   double seconds = clock.seconds();
   ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
   const std::size_t token_bytes = token_file_bytes(*tokenizer);
+  // The output's directory is made if it is missing (rank 0; every rank hears whether it could be).
+  agreed(comm, [&] {
+    const std::filesystem::path dir = std::filesystem::path(request.output).parent_path();
+    std::error_code ec;
+    if (world.is_root() && !dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      std::filesystem::create_directories(dir, ec);
+      if (ec) throw Error("cannot create the output's directory " + dir.string() + ": " + ec.message());
+    }
+  });
   const std::vector<WrittenShard> written =
       write_token_shards(request.output, tokens, token_bytes, request.shard_tokens, comm);
 

@@ -21,6 +21,7 @@
 #include "ckpt/skeleton_file.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "deck/parse.hpp"
 #include "core/input_file.hpp"
 #include "core/text.hpp"
 
@@ -634,6 +635,22 @@ VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm) {
   return out;
 }
 
+namespace {
+// How the run that wrote a checkpoint split its layers (its settings' parallel.tensor): ", each
+// layer split over 2 ranks (parallel.tensor, with sequence parallelism)", or "" (whole layers, or
+// settings this version does not read). The file holds the whole model either way.
+std::string tensor_split_of(const CheckpointInfo& info) {
+  try {
+    const Config config = parse_deck(info.settings_or_deck(), "the checkpoint's settings", {});
+    if (config.parallel.tensor <= 1) return "";
+    return ", each layer split over " + std::to_string(config.parallel.tensor) + " ranks (parallel.tensor" +
+           (config.parallel.sequence_parallel ? ", with sequence parallelism)" : ")");
+  } catch (const Error&) {
+    return "";
+  }
+}
+}  // namespace
+
 std::string inspect_checkpoint(const std::string& path) {
   // Verified as a resume verifies it, chunk by chunk, so a damaged file is named as a resume names it.
   const VerifiedCheckpoint verified = verify_checkpoint(path, MPI_COMM_SELF);
@@ -652,7 +669,7 @@ std::string inspect_checkpoint(const std::string& path) {
        << "\n"
        << "  written by " << info.world_size << " rank(s) with strategy " << info.strategy << " ("
        << info.precision << (info.strategy == "hsdp" ? ", groups of " + std::to_string(info.shard_group) : "")
-       << "), " << info.created_by << (info.run_id.empty() ? "" : ", run " + info.run_id) << "\n"
+       << ")" << tensor_split_of(info) << ", " << info.created_by << (info.run_id.empty() ? "" : ", run " + info.run_id) << "\n"
        << "  model: " << model_summary(s) << ", " << elements << " parameters\n";
     h5::Handle file = h5::open_file_serial(path);
     const auto names = h5::read_strings(h5::open_group(file.get(), "layout").get(), "names");

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "comm/agree.hpp"
@@ -24,19 +25,42 @@ class GlobMatches {
   glob_t matches_{};
 };
 
+// " (relative to the working directory /home/me/run)" for a relative path, else "".
+std::string where_relative(const std::string& path) {
+  if (path.empty() || path.front() == '/') return "";
+  std::error_code ec;
+  return " (relative to the working directory " + std::filesystem::current_path(ec).string() + ")";
+}
+
+// The directory part of a glob that does not exist ("" when it exists or has no pattern-free part).
+std::string missing_directory(const std::string& entry) {
+  const std::string fixed = entry.substr(0, entry.find_first_of("*?["));
+  const std::string dir = std::filesystem::path(fixed).parent_path().string();
+  std::error_code ec;
+  return dir.empty() || std::filesystem::is_directory(dir, ec) ? "" : dir;
+}
+
 }  // namespace
 
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, const std::string& key) {
   std::vector<std::string> files;
   for (const std::string& entry : entries) {
     if (entry.find_first_of("*?[") == std::string::npos) {
+      std::error_code ec;
+      if (!std::filesystem::exists(entry, ec))
+        throw Error(key + ": '" + entry + "' does not exist" + where_relative(entry), ErrorScope::all_ranks);
       files.push_back(entry);
       continue;
     }
+    if (const std::string dir = missing_directory(entry); !dir.empty())
+      throw Error(key + ": '" + entry + "' matches no file: the directory '" + dir + "' does not exist" +
+                      where_relative(dir),
+                  ErrorScope::all_ranks);
     GlobMatches matches;
     // GLOB_MARK: directories end in '/', so a glob that reaches one is refused, not mapped.
     const int status = glob(entry.c_str(), GLOB_MARK | GLOB_ERR, nullptr, matches.get());
-    if (status == GLOB_NOMATCH) throw Error(key + ": '" + entry + "' matches no file", ErrorScope::all_ranks);
+    if (status == GLOB_NOMATCH)
+      throw Error(key + ": '" + entry + "' matches no file" + where_relative(entry), ErrorScope::all_ranks);
     if (status != 0)
       throw Error(key + ": cannot expand '" + entry + "' (" + (status == GLOB_ABORTED ? "a directory could not be read" : "out of memory") + ")",
                   ErrorScope::all_ranks);

@@ -159,7 +159,10 @@ int deck_tensor_degree(const Config& config, int world_size, int node_size, bool
   if (world_size % degree != 0 || node_size % degree != 0 || !uniform_nodes)
     throw Error(key + " splits each layer over consecutive ranks inside one node, so it must divide the ranks per "
                       "node; this job has " + std::to_string(world_size) + " rank(s), " + std::to_string(node_size) +
-                    " on this node" + (uniform_nodes ? "" : ", nodes holding different numbers of ranks"),
+                    " on this node" + (uniform_nodes ? "" : ", nodes holding different numbers of ranks") +
+                    "; launch it on a multiple of " + std::to_string(degree) + " ranks per node (`shardtrain check " +
+                    config.deck_path + " --ranks " + std::to_string(degree) + "` checks it for " +
+                    std::to_string(degree) + " ranks from here)",
                 ErrorScope::all_ranks);
   if (const std::string problem = tensor_split_problem(model_shape(config.model), degree); !problem.empty())
     throw Error(key + ": " + problem + " (the model's heads, n_kv_head, MLP width and padded vocabulary must divide)",

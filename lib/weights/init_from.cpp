@@ -113,8 +113,13 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
   // A key the deck leaves at its default takes the file's value with model.from_file; one it sets
   // must agree (a Llama's seq_len may be shorter: rotary positions have no table).
   auto take = [&](const char* key, auto& value, const auto& in_file, const std::string& text, bool agrees) {
-    if (agrees) return;
-    if (m.from_file && config.origin[key] == "default") {
+    const bool left_to_the_file = m.from_file && config.origin[key] == "default";
+    if (agrees) {
+      // The file's value is the default's too: the settings table says where it came from all the same.
+      if (left_to_the_file) config.origin[key] = origin;
+      return;
+    }
+    if (left_to_the_file) {
       value = in_file;
       config.origin[key] = origin;
       config.resolved[key] = text;

@@ -73,7 +73,12 @@ cases = [
     ("bad override", GOOD, ["--set", "optimizer.lrr=1"],
      ["--set optimizer.lrr=1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?"]),
     ("missing data file", GOOD.replace(corpus, "/nonexistent/corpus.txt"), [],
-     ["cannot open data file '/nonexistent/corpus.txt': No such file or directory"]),
+     ["data.path: '/nonexistent/corpus.txt' does not exist"]),
+    ("missing data file, relative", GOOD.replace(corpus, "nowhere/corpus.txt"), [],
+     [f"data.path: 'nowhere/corpus.txt' does not exist (relative to the working directory {os.getcwd()})"]),
+    ("glob in a missing directory", GOOD.replace(corpus, "nowhere/*.bin"), [],
+     [f"data.path: 'nowhere/*.bin' matches no file: the directory 'nowhere' does not exist (relative to the "
+      f"working directory {os.getcwd()})"]),
     ("glob that matches nothing", GOOD.replace(corpus, os.path.join(work, "none_*.bin")), [],
      [f"data.path: '{os.path.join(work, 'none_*.bin')}' matches no file"]),
     ("shard cut short", GOOD.replace(f'"{corpus}"', f'"{os.path.join(work, "cut", "s_*.bin")}"'), [],
