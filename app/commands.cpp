@@ -99,6 +99,7 @@ int run_deck(const DeckRequest& request, World& world) {
   Trainer trainer(config, training_world, device);
   const TrainSummary summary = trainer.run();
   if (!request.save_params.empty()) trainer.save_params(request.save_params);
+  if (summary.diverged) return kExitDiverged;
   return summary.stop_signal != 0 ? kExitStopped : kExitOk;
 }
 
@@ -211,8 +212,8 @@ int print_deck_doc() {
 
 int main_with_mpi(int argc, char** argv) {
   World world;
-  CLI::App cli{"shardtrain: train GPT-2 models with MPI; parameters, gradients and optimizer state sharded "
-               "per the deck's parallel strategy.",
+  CLI::App cli{"shardtrain: train GPT-2 and Llama models with MPI (and CUDA/NCCL on GPUs); parameters, gradients "
+               "and optimizer state sharded per the deck's parallel strategy, layers split over tensor-parallel ranks.",
                "shardtrain"};
   cli.set_version_flag("--version", [] { return version_text(); });
   cli.require_subcommand(1);
@@ -340,12 +341,18 @@ int main_with_mpi(int argc, char** argv) {
       ->check(kPositive);
 
   auto add_checkpoint_options = [](CLI::App* sub, std::string& checkpoint, std::vector<std::string>& overrides) {
-    sub->add_option("checkpoint", checkpoint, "Checkpoint file, checkpoint directory, run directory, or GPT-2 weights (llm.c model file, model.safetensors or its directory)")->required();
+    sub->add_option("checkpoint", checkpoint,
+                    "Checkpoint file, checkpoint directory or run directory (its latest checkpoint), or weights: "
+                    "GPT-2 (llm.c model file) or GPT-2 and Llama in Hugging Face's layout (model.safetensors, a "
+                    "sharded model's index.json, or their directory)")
+        ->required();
     sub->add_option("--set", overrides, "Override a key of the checkpoint's deck (e.g. parallel.strategy)")
         ->type_name("KEY=VALUE");
   };
   GenerateRequest gen;
-  auto* generate = cli.add_subcommand("generate", "Sample text from a checkpoint (a file, its directory, or a run directory)");
+  auto* generate = cli.add_subcommand(
+      "generate", "Sample text from a trained GPT-2 or Llama (a checkpoint, a run directory, or weights), on any "
+                  "number of ranks");
   add_checkpoint_options(generate, gen.checkpoint, gen.overrides);
   generate->add_option("--prompt", gen.prompt, "Text to continue, encoded by the deck's data.tokenizer (default: a newline for bytes, <|endoftext|> for gpt2)");
   generate->add_option("--prompt-tokens", gen.prompt_tokens, "Token ids to continue, \"1 2 3\" or \"1,2,3\"");
@@ -357,10 +364,15 @@ int main_with_mpi(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "Seed of the draws");
   generate->add_flag("--json", gen.json, "One JSON object: the samples' tokens and text");
   EvalRequest ev;
-  auto* eval = cli.add_subcommand("eval", "Mean loss and perplexity of a checkpoint on held-out data");
+  auto* eval = cli.add_subcommand(
+      "eval", "Mean loss and perplexity of a trained GPT-2 or Llama (a checkpoint, a run directory, or weights) on "
+              "its run's validation batches or on a whole file, on any number of ranks");
   add_checkpoint_options(eval, ev.checkpoint, ev.overrides);
-  eval->add_option("--data", ev.data, "Evaluate on all of this file (default: the deck's validation split)");
-  eval->add_option("--batches", ev.batches, "Batches of data.global_batch sequences (default: run.eval_batches)")
+  eval->add_option("--data", ev.data,
+                   "Evaluate every token of this file once, in order, in windows of model.seq_len (default: the "
+                   "run's validation batches)");
+  eval->add_option("--batches", ev.batches,
+                   "Validation batches of data.global_batch sequences (default: run.eval_batches; not with --data)")
       ->check(kPositive);
   eval->add_flag("--json", ev.json, "One JSON object");
 

@@ -132,17 +132,42 @@ void fit_parallel_settings(Config& config, World& world) {
   }
 }
 
+// Tensor parallelism is how the model was trained, not how it must be used: a degree that the
+// ranks of `world` (this job, grouped into nodes as the deck says) cannot split by becomes the
+// largest of its divisors that they can (1: whole layers on every rank); any divisor splits the
+// model, since the degree split its heads and vocabulary. A degree given with --set is this
+// job's own, and deck_tensor_degree refuses it instead when it does not fit.
+void fit_tensor_degree(Config& config, const World& world) {
+  ParallelConfig& p = config.parallel;
+  const std::string& from = config.origin["parallel.tensor"];
+  if (p.tensor <= 1 || from == "--set") return;
+  std::int64_t fits = p.tensor;
+  while (fits > 1 &&
+         (p.tensor % fits != 0 || world.size() % fits != 0 || world.local_size() % fits != 0 || !world.uniform()))
+    --fits;
+  if (fits == p.tensor) return;
+  if (world.is_root())
+    std::cerr << "note: the model was trained with parallel.tensor = " << p.tensor << ", which does not fit this job's "
+              << world.size() << " rank(s) (" << world.local_size() << " per node): "
+              << (fits == 1 ? std::string("every rank holds whole layers")
+                            : "layers are split over " + std::to_string(fits) + " ranks")
+              << "\n";
+  p.tensor = fits;
+  if (fits == 1) p.sequence_parallel = false;
+}
+
 // The model on this job's ranks, set up from `config`; its parameters are read by the caller.
 void build_model(LoadedModel& m, World& world, int max_batch) {
   fit_parallel_settings(m.config, world);
   ParallelConfig& p = m.config.parallel;
   apply_thread_count(choose_thread_count(static_cast<int>(m.config.run.threads), world.host_ranks()));
   const DeviceChoice device = choose_device(p.device, world.comm(), m.path);
+  m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
+  fit_tensor_degree(m.config, *m.world);
+  const int tensor = deck_tensor_degree(m.config, m.world->size(), m.world->local_size(), m.world->uniform());
   if (max_batch == 0)
     max_batch = static_cast<int>(
-        plan_batches(m.config.data, m.config.model.seq_len, world.size() / static_cast<int>(p.tensor), m.config.deck_path)
-            .micro_batch);
-  m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
+        plan_batches(m.config.data, m.config.model.seq_len, world.size() / tensor, m.config.deck_path).micro_batch);
   m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16),
                                          max_batch, nullptr, ShardedModel::Use::inference);
 }
@@ -181,8 +206,13 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
           return e.what();
         }
       });
-  if (world.is_root())
+  if (world.is_root()) {
     for (const std::string& note : located.skip_notes("read")) std::cerr << "note: " << note << "\n";
+    // A run stopped early (or still running) leaves a model that is not the trained one: say so.
+    if (m.info.step < m.config.run.steps)
+      std::cerr << "note: checkpoint " << m.path << " is at step " << m.info.step << " of the "
+                << m.config.run.steps << " its run was set to train (the run stopped early, or is still running)\n";
+  }
   return m;
 }
 
@@ -318,38 +348,64 @@ int generate_command(const GenerateRequest& r, World& world) {
 
 int eval_command(const EvalRequest& r, World& world) {
   std::vector<std::string> overrides = r.overrides;
-  if (!r.data.empty()) overrides.push_back("data.path=" + toml_string(r.data, "--data"));
-  if (r.data.empty() && names_weights(r.checkpoint))
+  const bool whole_file = !r.data.empty();
+  if (whole_file) {
+    overrides.push_back("data.path=" + toml_string(r.data, "--data"));
+    // A file is read in windows of any length, its last one as short as what is left: rows that
+    // sequence parallelism could not split between a tensor group's ranks. Splitting them only
+    // saves activation memory; the loss is the same.
+    overrides.push_back("parallel.sequence_parallel=false");
+  }
+  if (!whole_file && names_weights(r.checkpoint))
     throw Error("weights " + r.checkpoint + ": weights hold no data to evaluate on: give --data FILE",
+                ErrorScope::all_ranks);
+  if (whole_file && r.batches > 0)
+    throw Error("--batches applies to the validation split; --data FILE evaluates every token of the file once",
                 ErrorScope::all_ranks);
   LoadedModel m = load_model(r.checkpoint, overrides, world, 0);
   const Config& c = m.config;
   // The deck's validation data (its split of data.path, or data.val_path), or all of another file.
-  const RunData data = open_run_data(c, world.comm(), !r.data.empty());
+  const RunData data = open_run_data(c, world.comm(), whole_file);
   const Split& split = data.splits.val;
   // The data-parallel ranks split the batches (a tensor group's ranks share theirs).
   const BatchPlan plan = plan_batches(c.data, c.model.seq_len, m.net->data_ranks(), c.deck_path);
-  const std::int64_t batches = r.batches > 0 ? r.batches : c.run.eval_batches;
-  BatchLoader loader(split, c.data.order, static_cast<std::uint64_t>(c.run.seed), kValStream, c.model.seq_len,
-                     plan.global_batch, "validation");
-  const double loss = mean_loss(*m.net, loader, plan, m.net->data_rank(), batches);
-  if (!world.is_root()) return kExitOk;
-  const std::string source = split.data->name() + (r.data.empty() ? " (validation split" : " (all") + ", tokens " +
-                             std::to_string(split.begin) + " to " + std::to_string(split.end) + ")";
-  if (r.json) {
-    nlohmann::ordered_json json = model_json(m);
-    json["loss"] = loss;
-    json["perplexity"] = std::exp(loss);
+  nlohmann::ordered_json json = model_json(m);
+  std::string summary;
+  double loss = 0;
+  if (whole_file) {
+    const InOrderLoss in_order = mean_loss_in_order(*m.net, split, plan.seq_len, plan.micro_batch);
+    loss = in_order.mean;
+    json["tokens"] = in_order.predicted;
+    json["windows"] = in_order.windows;
+    json["last_window"] = in_order.last_window;
+    summary = "over all " + std::to_string(in_order.predicted) + " predicted tokens of " + split.data->name() + " (" +
+              std::to_string(split.size()) + " tokens, in order: " + std::to_string(in_order.windows) +
+              " window(s) of " + std::to_string(plan.seq_len) +
+              (in_order.last_window > 0 ? " and one of " + std::to_string(in_order.last_window) : std::string()) + ")";
+  } else {
+    const std::int64_t batches = r.batches > 0 ? r.batches : c.run.eval_batches;
+    BatchLoader loader(split, c.data.order, static_cast<std::uint64_t>(c.run.seed), kValStream, c.model.seq_len,
+                       plan.global_batch, "validation");
+    loss = mean_loss(*m.net, loader, plan, m.net->data_rank(), batches);
     json["batches"] = batches;
     json["sequences_per_batch"] = plan.global_batch;
     json["seq_len"] = plan.seq_len;
-    json["data"] = source;
+    summary = "over " + std::to_string(batches) + " batch(es) of " + std::to_string(plan.global_batch) +
+              " sequences of " + std::to_string(plan.seq_len) + " tokens drawn from " + split.data->name() +
+              " (validation split, tokens " + std::to_string(split.begin) + " to " + std::to_string(split.end) + ")";
+    json["data"] = split.data->name() + " (validation split, tokens " + std::to_string(split.begin) + " to " +
+                   std::to_string(split.end) + ")";
+  }
+  if (!world.is_root()) return kExitOk;
+  if (r.json) {
+    json["loss"] = loss;
+    json["perplexity"] = std::exp(loss);
+    if (whole_file) json["data"] = split.data->name();
     std::cout << json_text(json) << std::endl;
   } else {
-    char line[160];
-    std::snprintf(line, sizeof line, "eval: loss %.6f, perplexity %.4f", loss, std::exp(loss));
-    std::cout << line << " over " << batches << " batch(es) of " << plan.global_batch << " sequences of "
-              << plan.seq_len << " tokens from " << source << "; " << m.origin() << std::endl;
+    char line[96];
+    std::snprintf(line, sizeof line, "eval: loss %.6f, perplexity %.4f ", loss, std::exp(loss));
+    std::cout << line << summary << "; " << m.origin() << std::endl;
   }
   return kExitOk;
 }

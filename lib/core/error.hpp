@@ -26,6 +26,7 @@ inline constexpr int kExitUsage = 2;    // bad command line or deck (every rank 
 inline constexpr int kExitFailure = 1;  // a rank failed at run time
 inline constexpr int kExitStopped = 4;  // SIGUSR1/SIGTERM: a checkpoint was written, then the job stopped
 inline constexpr int kExitAborted = 5;  // a second signal, or a checkpoint that overran checkpoint.timeout_s
+inline constexpr int kExitDiverged = 6;  // a loss or gradient norm not finite: the step before was checkpointed
 
 [[noreturn]] void fail_mpi_call(int code, const char* call, const char* file, int line);
 [[noreturn]] void fail_call(const char* library, long code, const char* call, const char* file, int line);

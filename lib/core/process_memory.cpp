@@ -6,7 +6,7 @@
 namespace st {
 namespace {
 
-// A "Name:   1234 kB" line of a /proc/self file, in bytes (0 where it is not there).
+// A "Name:   1234 kB" line of a /proc file, in bytes (0 where it is not there).
 std::uint64_t kilobytes_field(const char* file, const char* name) {
   std::ifstream in(file);
   const std::string prefix = std::string(name) + ":";
@@ -20,6 +20,7 @@ std::uint64_t kilobytes_field(const char* file, const char* name) {
 std::uint64_t resident_bytes() { return kilobytes_field("/proc/self/status", "VmRSS"); }
 std::uint64_t peak_resident_bytes() { return kilobytes_field("/proc/self/status", "VmHWM"); }
 std::uint64_t proportional_bytes() { return kilobytes_field("/proc/self/smaps_rollup", "Pss"); }
+std::uint64_t node_memory_bytes() { return kilobytes_field("/proc/meminfo", "MemTotal"); }
 
 bool restart_peak_resident() {
   std::ofstream out("/proc/self/clear_refs");

@@ -14,6 +14,8 @@ std::uint64_t peak_resident_bytes();
 // between the processes that map it, so that the ranks of a host add up to what they hold
 // together. 0 where the kernel does not say.
 std::uint64_t proportional_bytes();
+// The node's memory (MemTotal, /proc/meminfo), in bytes; 0 where the kernel does not say.
+std::uint64_t node_memory_bytes();
 // Starts the high-water mark again from the resident set now (Linux: /proc/self/clear_refs),
 // so that a peak measured later belongs to what ran after this call. False where it cannot.
 bool restart_peak_resident();

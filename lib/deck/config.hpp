@@ -23,6 +23,7 @@ struct RunConfig {
   std::string sample_prompt;
   std::string out_dir;
   std::int64_t threads = 0;
+  std::string export_at_end;  // "none" or "safetensors": the trained model in Hugging Face's layout
 };
 
 struct ModelConfig {
@@ -96,6 +97,7 @@ struct ParallelConfig {
 struct CheckpointConfig {
   std::string dir;
   std::int64_t every = 0;
+  bool at_end = true;
   std::int64_t keep = 0;
   std::string resume;
   double timeout_s = 0.0;

@@ -104,6 +104,10 @@ std::vector<KeySpec> build_schema() {
       integer("run", "threads", "0", 0, 4096,
               "OpenMP/BLAS threads per rank (0: the node's cores divided by the ranks on the node).",
               store(&C::run, &RunConfig::threads)),
+      choice("run", "export_at_end", "\"none\"", {"none", "safetensors"},
+             "After the last step, also write the trained model for other tools: \"safetensors\" writes Hugging "
+             "Face's layout (model.safetensors and config.json; a Llama's shards and index) to <run dir>/model/.",
+             store(&C::run, &RunConfig::export_at_end)),
       // [model]
       integer("model", "n_layer", "4", 1, 4096, "Transformer blocks.", store(&C::model, &ModelConfig::n_layer)),
       integer("model", "d_model", "128", 1, 65536, "Embedding width; divisible by model.n_head.",
@@ -330,8 +334,13 @@ std::vector<KeySpec> build_schema() {
       text("checkpoint", "dir", "\"\"", "Checkpoint directory (empty: <run.out_dir>/checkpoints).",
            store(&C::checkpoint, &CheckpointConfig::dir)),
       integer("checkpoint", "every", "0", 0, kMaxInt,
-              "Write a checkpoint every this many steps and after the last step (0: only on SIGUSR1, SIGTERM or SIGINT).",
+              "Write a checkpoint every this many steps (0: none on the way; checkpoint.at_end, SIGUSR1, SIGTERM and "
+              "SIGINT still write one).",
               store(&C::checkpoint, &CheckpointConfig::every)),
+      boolean("checkpoint", "at_end", "true",
+              "Write a checkpoint after the last step, so the trained model is kept: eval, generate, ckpt export and "
+              "a later resume read it from the run directory. false: only checkpoint.every's and a stop signal's.",
+              store(&C::checkpoint, &CheckpointConfig::at_end)),
       integer("checkpoint", "keep", "3", 1, 100000, "Checkpoints kept; older ones are deleted.",
               store(&C::checkpoint, &CheckpointConfig::keep)),
       text("checkpoint", "resume", "\"none\"",

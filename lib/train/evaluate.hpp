@@ -18,4 +18,16 @@ inline constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
 // Collective.
 double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& plan, int rank, std::int64_t batches);
 
+// Every token of `split` but its first predicted once, in order: windows of seq_len + 1 tokens
+// that overlap by one (each predicts its last seq_len from what comes before in the window), the
+// last window as short as what is left. The data-parallel ranks share the windows, forwarding up
+// to `micro_batch` at a time. Collective.
+struct InOrderLoss {
+  double mean = 0;               // per predicted token
+  std::int64_t predicted = 0;    // tokens predicted: the split's size less one
+  std::int64_t windows = 0;      // of seq_len targets
+  std::int64_t last_window = 0;  // targets of the shorter last window (0: none)
+};
+InOrderLoss mean_loss_in_order(ShardedModel& net, const Split& split, std::int64_t seq_len, std::int64_t micro_batch);
+
 }  // namespace st

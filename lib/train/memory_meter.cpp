@@ -41,33 +41,21 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
     }
     metrics->metric(fields);
   }
-  const std::string where =
-      net.execution().choice.cuda
-          ? " (GPU memory; shardtrain's buffers on the device " + b(net.execution().device_bytes()) + ", at most " +
-                b(net.execution().device_peak_bytes()) + "; the device has " +
-                b(net.execution().device_used_bytes()) + " of " + b(net.execution().device_total_bytes()) +
-                " in use, with the CUDA context, cuBLAS and NCCL)"
-          : std::string();
-  return "memory per rank " + when + where + ": params " + b(m.params) + ", grads " + b(m.grads) +
-         ", optimizer " + b(m.optimizer) + ", workspace " + b(m.workspace) + ", activations " + b(activations) +
-         (checkpoint_copy > 0 ? ", checkpoint copy " + b(checkpoint_copy) : std::string()) + " = " + b(total) +
-         " on rank 0 (largest rank " + b(largest) + ")" + measured_on_host(net);
-}
-
-std::string MemoryMeter::measured_on_host(const ShardedModel& net) const {
-  if (!peak_restarted_ || net.execution().choice.cuda) return "";
-  const std::uint64_t peak = peak_resident_bytes();
-  const double grown = static_cast<double>(peak) - static_cast<double>(resident_before_);
-  std::string text = "; measured on rank 0: peak resident " + format_bytes(static_cast<double>(peak)) + ", " +
-                     format_bytes(std::max(0.0, grown)) + " above the " +
-                     format_bytes(static_cast<double>(resident_before_)) + " before the run's buffers";
-  // The resident set counts the pages of other ranks' shared-memory windows this rank reads; the
-  // proportional set splits them between the ranks, so the ranks' own memory shows.
-  if (proportional_before_ > 0) {
-    const double now = static_cast<double>(proportional_bytes()) - static_cast<double>(proportional_before_);
-    text += "; proportional set now " + format_bytes(std::max(0.0, now)) + " above";
-  }
-  return text;
+  // The accounted buffers on rank 0, then what was measured: the metrics row has every figure.
+  std::string text = "memory " + when + " (rank 0): params " + b(m.params) + ", grads " + b(m.grads) + ", optimizer " +
+                     b(m.optimizer);
+  if (m.workspace > 0) text += ", workspace " + b(m.workspace);
+  text += ", activations " + b(activations);
+  if (checkpoint_copy > 0) text += ", checkpoint copy " + b(checkpoint_copy);
+  text += " = " + b(total) + " (largest rank " + b(largest) + ")";
+  const Execution& e = net.execution();
+  if (e.choice.cuda)
+    return text + "; GPU " + b(e.device_used_bytes()) + " of " + b(e.device_total_bytes()) + " in use (" +
+           b(e.device_bytes()) + " of it shardtrain's buffers)";
+  if (!peak_restarted_) return text;
+  const double grown = static_cast<double>(peak_resident_bytes()) - static_cast<double>(resident_before_);
+  return text + "; measured peak " + b(peak_resident_bytes()) + ", +" + format_bytes(std::max(0.0, grown)) +
+         " in the run";
 }
 
 }  // namespace st

@@ -19,15 +19,13 @@ class MemoryMeter {
   // kernel lets the peak be restarted).
   void buffers_ready();
 
-  // "memory per rank WHEN: params ..., = TOTAL on rank 0 (largest rank ...); measured ...", and
-  // the same as a metrics line on rank 0 (metrics may be null elsewhere). Collective (the
-  // largest rank's total).
+  // "memory WHEN (rank 0): params ..., = TOTAL (largest rank ...); measured peak ...", and every
+  // figure (the proportional set too) as a metrics line on rank 0 (metrics may be null
+  // elsewhere). Collective (the largest rank's total).
   std::string line(const std::string& when, ShardedModel& net, std::uint64_t checkpoint_copy,
                    RunDirectory* metrics) const;
 
  private:
-  std::string measured_on_host(const ShardedModel& net) const;
-
   std::uint64_t resident_before_ = 0;
   std::uint64_t proportional_before_ = 0;
   bool peak_restarted_ = false;

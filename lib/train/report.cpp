@@ -1,6 +1,7 @@
 #include "train/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -38,23 +39,52 @@ std::string settings_table(const Config& config, const std::vector<std::pair<std
   return os.str();
 }
 
+namespace {
+// A value of the step line: "nan" and "inf" whatever their sign bit, else printf's form.
+std::string number(const char* format, double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char text[48];
+  std::snprintf(text, sizeof text, format, x);
+  return text;
+}
+
+// Three significant digits: "7.07 MiB", "61.2 GiB", "942 MiB" (metrics.jsonl has the bytes).
+std::string short_bytes(double bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  for (; bytes >= 1024.0 && unit < 4; ++unit) bytes /= 1024.0;
+  const char* format = unit == 0 || bytes >= 99.95 ? "%.0f %s" : bytes >= 9.995 ? "%.1f %s" : "%.2f %s";
+  char text[32];
+  std::snprintf(text, sizeof text, format, bytes, units[unit]);
+  return text;
+}
+
+// "512.3 ms", "123 ms", "12.35 s".
+std::string short_seconds(double seconds) {
+  if (seconds >= 1) return number("%.2f s", seconds);
+  return number(seconds >= 0.1 ? "%.0f ms" : "%.1f ms", seconds * 1e3);
+}
+}  // namespace
+
 std::string step_line(const StepRecord& r) {
-  char gemm[48] = "";
-  if (r.mfu_of_measured_gemm > 0)
-    std::snprintf(gemm, sizeof gemm, " (%.1f%% of measured GEMM)", r.mfu_of_measured_gemm * 100.0);
-  // Under tensor parallelism, the group's share: per-layer activations, often most of the bytes.
-  const std::string tensor =
-      r.comm_tensor_bytes > 0 ? "tensor group " + format_bytes(static_cast<double>(r.comm_tensor_bytes)) + ", " : "";
-  char line[560];
-  std::snprintf(line, sizeof line,
-                "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %8.1f ms | %9.0f tok/s | MFU %5.1f%%%s | "
-                "mem %s | comm %s (%sinter-node %s), exposed %.1f ms | %s elapsed, ETA %s",
-                static_cast<long long>(r.step), static_cast<long long>(r.steps), r.loss, r.lr, r.grad_norm,
-                r.seconds * 1e3, r.tokens_per_second, r.mfu * 100.0, gemm,
-                format_bytes(static_cast<double>(r.memory_bytes)).c_str(),
-                format_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes)).c_str(), tensor.c_str(),
-                format_bytes(static_cast<double>(r.comm_inter_bytes)).c_str(), r.exposed_comm_seconds * 1e3,
-                format_duration(r.elapsed_seconds).c_str(), format_duration(r.eta_seconds).c_str());
+  std::string line = "step " + std::to_string(r.step) + "/" + std::to_string(r.steps) + " | loss " +
+                     number("%.4f", r.loss) + " | lr " + number("%.1e", r.lr) + " | norm " + number("%.3g", r.grad_norm) +
+                     " | " + number("%.1f ms", r.seconds * 1e3) + " | " +
+                     (r.tokens_per_second >= 1e6 ? number("%.2fM", r.tokens_per_second / 1e6)
+                                                 : number("%.0f", r.tokens_per_second)) +
+                     " tok/s | MFU " + number("%.1f", r.mfu * 100.0) + "%";
+  if (r.mfu_of_measured_gemm > 0) line += " (" + number("%.0f", r.mfu_of_measured_gemm * 100.0) + "% of GEMM)";
+  if (r.largest_peak_bytes > 0)
+    line += " | mem " + short_bytes(static_cast<double>(r.largest_peak_bytes)) +
+            (r.peak_share > 0 ? " " + number("%.0f", r.peak_share * 100.0) + "%" : std::string());
+  // The bytes this rank sent; under tensor parallelism and across nodes, their share of them.
+  std::vector<std::string> parts;
+  if (r.comm_tensor_bytes > 0) parts.push_back("tensor " + short_bytes(static_cast<double>(r.comm_tensor_bytes)));
+  if (r.comm_inter_bytes > 0) parts.push_back("inter-node " + short_bytes(static_cast<double>(r.comm_inter_bytes)));
+  line += " | comm " + short_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes)) +
+          (parts.empty() ? std::string() : " (" + join(parts, ", ") + ")") + ", " +
+          short_seconds(r.exposed_comm_seconds) + " exposed | ETA " + format_duration(r.eta_seconds);
   return line;
 }
 
@@ -74,7 +104,9 @@ nlohmann::ordered_json step_metrics(const StepRecord& r) {
                                {"comm_tensor_bytes", r.comm_tensor_bytes},
                                {"exposed_comm_ms", r.exposed_comm_seconds * 1e3},
                                {"elapsed_s", r.elapsed_seconds},
-                               {"eta_s", r.eta_seconds}};
+                               {"eta_s", r.eta_seconds},
+                               {"tokens", r.tokens_seen},
+                               {"peak_bytes", r.peak_bytes}};
   if (r.mfu_of_measured_gemm > 0) j["mfu_of_measured_gemm"] = r.mfu_of_measured_gemm;
   return j;
 }

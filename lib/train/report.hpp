@@ -26,7 +26,17 @@ struct StepRecord {
   // Where MFU is against a GPU's datasheet peak: the model's rate over the GEMM rate measured in
   // the run, printed beside MFU; 0: not printed (MFU is against the measured rate itself).
   double mfu_of_measured_gemm = 0;
+  std::int64_t tokens_seen = 0;  // training tokens read since step 0, this step's included
+  // Measured, not planned: this rank's peak (the process's resident set on CPUs, the device
+  // memory in use on GPUs), for metrics.jsonl; and for the step line the largest rank's peak and
+  // its share of what a rank has (the GPU's memory, or the node's divided by its ranks; 0: not known).
+  std::uint64_t peak_bytes = 0;
+  std::uint64_t largest_peak_bytes = 0;
+  double peak_share = 0;
 };
+// "step 50/900 | loss 2.3456 | lr 2.0e-03 | norm 0.412 | 151.2 ms | 13544 tok/s | MFU 41.2% |
+// mem 152 MiB 2% | comm 7.07 MiB, 1.2 ms exposed | ETA 2m 15s": under 160 characters in the
+// usual case (no tensor group or second node), so it does not wrap.
 std::string step_line(const StepRecord& r);
 // The step's metrics.jsonl line ("kind": "train"); a number that is not finite (a diverged loss) is null.
 nlohmann::ordered_json step_metrics(const StepRecord& r);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "ckpt/checkpoint.hpp"
@@ -40,15 +41,29 @@ void start_from_initial_params(const Context& c, RunStart& start) {
   c.net.init_params(static_cast<std::uint64_t>(c.config.run.seed));
 }
 
-// What a resumed run's deck changes in the learning-rate schedule of the deck that wrote the
-// checkpoint ("" when nothing, or when that deck no longer parses here).
-std::string schedule_change(const std::string& checkpoint_deck, const Config& now) {
-  Config before;
+// The deck that wrote a checkpoint, or nothing when it no longer parses here.
+std::optional<Config> checkpoint_deck(const CheckpointInfo& info) {
   try {
-    before = parse_deck(checkpoint_deck, "the checkpoint's deck", {});
+    return parse_deck(info.settings_or_deck(), "the checkpoint's deck", {});
   } catch (const Error&) {
-    return "";
+    return std::nullopt;
   }
+}
+
+// What a resumed run's deck changes in the tokens a step reads ("" when nothing): the steps
+// before and after differ in size, so tokens seen are counted from the checkpoint on.
+std::string batch_change(const Config& before, const Config& now, const CheckpointInfo& info) {
+  if (before.data.global_batch == now.data.global_batch && before.model.seq_len == now.model.seq_len) return "";
+  const std::int64_t tokens_now = now.data.global_batch * now.model.seq_len;
+  return "the batch differs from the checkpoint's deck (data.global_batch " + std::to_string(before.data.global_batch) +
+         " -> " + std::to_string(now.data.global_batch) + ", model.seq_len " + std::to_string(before.model.seq_len) +
+         " -> " + std::to_string(now.model.seq_len) + "): its " + std::to_string(info.step) + " steps read " +
+         std::to_string(info.tokens_seen) + " tokens; each step from here reads " + std::to_string(tokens_now);
+}
+
+// What a resumed run's deck changes in the learning-rate schedule of the deck that wrote the
+// checkpoint ("" when nothing).
+std::string schedule_change(const Config& before, const Config& now) {
   std::vector<std::string> changes;
   auto compare = [&](const char* key, const std::string& a, const std::string& b) {
     if (a != b) changes.push_back(std::string(key) + " " + a + " -> " + b);
@@ -179,8 +194,11 @@ RunStart resume(const Context& c) {
   if (!c.config.model.init_from.empty())
     start.notes.push_back("model.init_from = \"" + c.config.model.init_from +
                           "\" is not read: the run goes on from the checkpoint");
-  if (const std::string changed = schedule_change(info.settings_or_deck(), c.config); !changed.empty())
-    start.notes.push_back(changed);
+  start.tokens_seen = info.tokens_seen;
+  if (const std::optional<Config> before = checkpoint_deck(info)) {
+    for (const std::string& changed : {schedule_change(*before, c.config), batch_change(*before, c.config, info)})
+      if (!changed.empty()) start.notes.push_back(changed);
+  }
   // After the choice: a data set that does not fit the checkpoint is the deck's problem, which an
   // older checkpoint would not solve.
   c.train_loader.seek(loader_position(c, info, located.path, start.notes));

@@ -16,6 +16,7 @@ namespace st {
 
 struct RunStart {
   std::int64_t step = 0;           // optimizer steps already taken
+  std::int64_t tokens_seen = 0;    // training tokens those steps read (global batches may have changed size)
   std::string run_id;              // the resumed checkpoint's run, or a new one for a run from step 0
   std::vector<std::string> notes;  // said once the run directory is open
 };

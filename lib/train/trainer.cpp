@@ -22,12 +22,14 @@
 #include "optim/schedule.hpp"
 #include "train/blas_rate.hpp"
 #include "train/evaluate.hpp"
+#include "train/loss_watch.hpp"
 #include "train/report.hpp"
 #include "train/mfu.hpp"
 #include "train/run_settings.hpp"
 #include "train/run_start.hpp"
 #include "train/sampler.hpp"
 #include "train/threads.hpp"
+#include "weights/gpt2_weights.hpp"
 #include "weights/init_from.hpp"
 
 namespace st {
@@ -70,6 +72,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   checkpoint_dir_ = checkpoint_dir_of(config);
   const RunStart start = start_run(config, world, *net_, data_, *train_loader_, checkpoint_dir_);
   start_step_ = start.step;
+  tokens_seen_ = start.tokens_seen;
   run_id_ = start.run_id;
   resume_notes_ = start.notes;
   // Where the run writes, after what it reads (a bad deck, data file or checkpoint is named
@@ -125,7 +128,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
 void Trainer::save_checkpoint(std::int64_t steps_done) {
   CheckpointInfo info;
   info.step = steps_done;
-  info.tokens_seen = steps_done * plan_.global_batch * plan_.seq_len;
+  info.tokens_seen = tokens_seen_;
   const LoaderPosition position = train_loader_->position();
   const TokenDataset& data = *data_.splits.train.data;
   const std::size_t next = train_loader_->next_start();
@@ -203,17 +206,20 @@ double Trainer::train_step(std::int64_t step) {
   Timeline::Span span(&timeline_, "compute", "clip and update");
 
   const double grad_norm = std::sqrt(net_->strategy().grad_norm_squared());
-  const double clip = config_.optimizer.grad_clip;
-  const double grad_scale = clip > 0 && grad_norm > clip ? clip / (grad_norm + 1e-6) : 1.0;
-  const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
-  net_->strategy().optimizer_step(lr, grad_scale, step + 1);
-
-  // The gathers the update started ahead finish first: the world's collective must not run
-  // beside a group's (hsdp), which NCCL does not allow in an order that may differ by rank.
-  net_->strategy().settle();
   const double loss = net_->sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
+  const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
   last_grad_norm_ = grad_norm;
   last_lr_ = lr;
+  // A loss or gradient that is not a number would make every weight NaN: the update is skipped
+  // (the same on every rank: both values are sums over the ranks) and the run stops after it.
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return loss;
+  const double clip = config_.optimizer.grad_clip;
+  const double grad_scale = clip > 0 && grad_norm > clip ? clip / (grad_norm + 1e-6) : 1.0;
+  net_->strategy().optimizer_step(lr, grad_scale, step + 1);
+
+  // The gathers the update started ahead finish before the next collective of the world: it must
+  // not run beside a group's (hsdp), which NCCL does not allow in an order that may differ by rank.
+  net_->strategy().settle();
   return loss;
 }
 
@@ -284,9 +290,12 @@ TrainSummary Trainer::run() {
     // The step's own communication: what evaluations, samples and checkpoints send between steps
     // is not counted in it.
     const ShardedModel::CommTotals before = net_->comm_totals();
+    const LoaderPosition batch_of_step = train_loader_->position();
     Stopwatch clock;
     const double loss = train_step(step);
     const double seconds = clock.seconds();
+    const LossWatch::Verdict verdict = loss_watch_.observe(loss, last_grad_norm_);
+    if (verdict.finite) tokens_seen_ += plan_.global_batch * plan_.seq_len;
     const ShardedModel::CommTotals after = net_->comm_totals();
     const MemoryReport memory = net_->strategy().memory();
 
@@ -298,15 +307,45 @@ TrainSummary Trainer::run() {
                       after.traffic.inter.total() - before.traffic.inter.total()};
     record.comm_tensor_bytes = after.tensor_bytes - before.tensor_bytes;
     record.mfu_of_measured_gemm = yardstick_->of_measured(flops_per_step / seconds);
+    record.tokens_seen = tokens_seen_;
+    record.peak_bytes = measured_peak();
     record.elapsed_seconds = run_clock.seconds();
     record.eta_seconds = record.elapsed_seconds / static_cast<double>(step + 1 - start_step_) *
                          static_cast<double>(config_.run.steps - step - 1);
     if (step == start_step_) summary.first_loss = loss;
     summary.last_loss = loss;
     summary.steps = step + 1;
-    if (world_.is_root()) run_dir_->metric(step_metrics(record));
-    if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps) say(step_line(record));
+    if (world_.is_root()) {
+      nlohmann::ordered_json row = step_metrics(record);
+      if (!verdict.finite) row["diverged"] = true;
+      if (verdict.spike_ratio > 0) row["loss_spike"] = verdict.spike_ratio;
+      run_dir_->metric(row);
+    }
+    // The same on every rank (the verdict is on sums over the ranks): the line's peak is collective.
+    if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps ||
+        !verdict.warning.empty()) {
+      record.largest_peak_bytes = net_->comms().max_over_ranks(record.peak_bytes, "world (memory)");
+      const Execution& execution = net_->execution();
+      const std::uint64_t per_rank = execution.choice.cuda ? execution.device_total_bytes()
+                                                           : node_memory_bytes() / static_cast<std::uint64_t>(world_.host_ranks());
+      record.peak_share = per_rank > 0 ? static_cast<double>(record.largest_peak_bytes) / static_cast<double>(per_rank) : 0;
+      say(step_line(record));
+    }
     if (const std::string note = yardstick_->note_for(record.mfu); !note.empty()) say(note);
+    if (verdict.spike_ratio > 0) say("warning: step " + std::to_string(step + 1) + ": " + verdict.warning);
+    if (!verdict.finite) {
+      // The state before this step is the last good one: kept with the position of this step's
+      // batch, so a resume (with a lower optimizer.lr, say) takes this step again.
+      say("error: step " + std::to_string(step + 1) + ": " + verdict.warning + "; the update was skipped");
+      train_loader_->seek(batch_of_step);
+      save_checkpoint(step);
+      say("the run diverged: the checkpoint of step " + std::to_string(step) + " holds the last finite weights; lower "
+          "optimizer.lr or set optimizer.grad_clip and resume with checkpoint.resume = \"latest\" (exit code " +
+          std::to_string(kExitDiverged) + ")");
+      summary.diverged = true;
+      summary.steps = step;
+      break;
+    }
 
     const bool last = step + 1 == config_.run.steps;
     if (last || (config_.run.eval_every > 0 && (step + 1) % config_.run.eval_every == 0)) {
@@ -329,7 +368,8 @@ TrainSummary Trainer::run() {
     int stop = signals_->received();
     stop = net_->comms().max_over_ranks(stop, "world (stop signals)");
     const std::int64_t every = config_.checkpoint.every;
-    if (stop != 0 || (every > 0 && ((step + 1) % every == 0 || last))) save_checkpoint(step + 1);
+    const bool periodic = every > 0 && (step + 1) % every == 0;
+    if (stop != 0 || periodic || (last && config_.checkpoint.at_end)) save_checkpoint(step + 1);
     if (stop != 0) {
       say("stopped by " + StopSignals::name(stop) + " after step " + std::to_string(step + 1) +
           " with a checkpoint; resume with checkpoint.resume = \"latest\" (exit code " + std::to_string(kExitStopped) +
@@ -339,9 +379,36 @@ TrainSummary Trainer::run() {
     }
   }
   if (auto done = checkpointer_->finish()) report_checkpoint(*done);
+  if (summary.steps == config_.run.steps && config_.run.export_at_end == "safetensors") export_model();
   timeline_.set_enabled(false);
   write_traces();
   return summary;
+}
+
+void Trainer::export_model() {
+  // The whole model, gathered from every rank's slices and shards (collective), in Hugging Face's
+  // layout beside the run's other files: what `ckpt export --format safetensors` writes from the
+  // final checkpoint, without reading it back.
+  const std::vector<float> full = net_->model().whole_from_slices(net_->strategy().gather_params());
+  const std::string dir = run_dir_->path() + "/model";
+  agreed(world_.comm(), [&] {
+    if (!world_.is_root()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("run.export_at_end: cannot create " + dir + ": " + ec.message());
+    const Stopwatch clock;
+    const std::string path = dir + "/model.safetensors";
+    write_weights(WeightsFormat::safetensors, path, shape_, full, WeightDtype::fp32);
+    const auto files = weights_outputs(WeightsFormat::safetensors, path, shape_, WeightDtype::fp32);
+    say("exported the trained model (step " + std::to_string(config_.run.steps) + ", fp32, Hugging Face's layout: " +
+        std::to_string(files.size()) + " files) to " + dir + "/ in " + format_fixed(clock.seconds(), 2) + " s" +
+        " (run.export_at_end)");
+  });
+}
+
+std::uint64_t Trainer::measured_peak() const {
+  const Execution& execution = net_->execution();
+  return execution.choice.cuda ? execution.device_used_bytes() : peak_resident_bytes();
 }
 
 std::string Trainer::memory_line(const std::string& when) {

@@ -16,6 +16,7 @@
 #include "model/model.hpp"
 #include "parallel/strategy.hpp"
 #include "train/checkpointer.hpp"
+#include "train/loss_watch.hpp"
 #include "train/memory_meter.hpp"
 #include "train/mfu.hpp"
 #include "train/run_data.hpp"
@@ -30,6 +31,7 @@ struct TrainSummary {
   double val_unigram_entropy = 0;  // nats: the loss of a context-free model on the validation part
   std::int64_t steps = 0;
   int stop_signal = 0;  // nonzero: stopped by this signal after writing a checkpoint
+  bool diverged = false;  // stopped at a loss or gradient norm that is not finite, after a checkpoint of the step before
 };
 
 class Trainer {
@@ -52,7 +54,10 @@ class Trainer {
   double validation_loss();
   void print_sample(std::int64_t step);
   std::string memory_line(const std::string& when);  // collective
+  // This rank's measured peak: the process's resident set (CPU), the device memory in use (GPU).
+  std::uint64_t measured_peak() const;
   void save_checkpoint(std::int64_t steps_done);
+  void export_model();  // run.export_at_end; collective
   void report_checkpoint(const Checkpointer::Done& done);
   void write_traces();
 
@@ -71,7 +76,9 @@ class Trainer {
   bool finished_ = false;  // resumed from a checkpoint at or past run.steps: nothing to do
   std::optional<MemoryMeter> memory_;  // made before the run's buffers, which it does not count
   double last_grad_norm_ = 0, last_lr_ = 0;
+  LossWatch loss_watch_;
   std::int64_t start_step_ = 0;
+  std::int64_t tokens_seen_ = 0;  // training tokens read since step 0, over every resume (checkpoints keep it)
   std::string checkpoint_dir_;
   std::string run_id_;  // kept by every checkpoint this run writes (retention deletes only this run's)
   std::set<std::string> left_alone_said_;  // another run's checkpoints the log has named

@@ -3,8 +3,9 @@
 A small GPT trains 20 steps on 2 ranks, validating and writing a checkpoint every 10 steps.
 - eval of each checkpoint (given as the file, or as the run directory for `latest`) equals the
   validation loss the run logged for it within 1e-6 relative, on 1, 2 and 4 ranks with every
-  strategy; perplexity is exp(loss); --data on a file holding exactly the validation split's
-  text gives the same value again; another --batches count gives another value.
+  strategy; perplexity is exp(loss); another --batches count gives another value. --data
+  evaluates every token of a file once, in order (a last window shorter than the rest), to the
+  same loss on 1 to 4 ranks with any strategy; --batches with it is refused.
 - generate with a fixed seed prints the same samples on 1, 2 and 4 ranks with every strategy;
   another seed gives other text; --top-k 1 is greedy (the same tokens whatever the seed).
 - GPT-2 weights exported from the checkpoint (llm.c file, model.safetensors directory) generate
@@ -56,17 +57,26 @@ for ranks, strategy, extra in CASES:
         h.check(abs(got["perplexity"] - math.exp(got["loss"])) <= 1e-9 * got["perplexity"],
                 f"eval, {label}: perplexity is exp(loss)")
 
-# --data: a file holding exactly the validation split's text draws the same sequences.
+# --data: every token of a file once, in order, in windows of seq_len (32) and a last shorter
+# one; the same loss on any number of ranks and with any strategy.
 got = json_out(1, ["eval", run_dir])
 first, last = [int(x) for x in got["data"].split("tokens ")[1].rstrip(")").split(" to ")]
 with open(corpus, "rb") as f:
-    text = f.read()[first:last]
+    text = f.read()[first:first + 3000]
 val_file = os.path.join(work, "val.txt")
 with open(val_file, "wb") as f:
     f.write(text)
-again = json_out(1, ["eval", run_dir, "--data", val_file])
-h.check(abs(again["loss"] - logged[20]) <= 1e-6 * logged[20] and again["data"].startswith(val_file),
-        f"eval --data on the validation text alone: {again['loss']!r} = {logged[20]!r}")
+whole = json_out(1, ["eval", run_dir, "--data", val_file])
+h.check(whole["tokens"] == len(text) - 1 and whole["windows"] == (len(text) - 1) // 32 and
+        whole["last_window"] == (len(text) - 1) % 32 and whole["data"] == val_file,
+        f"eval --data predicts each of the file's {len(text) - 1} tokens after the first once: {whole}")
+for ranks, strategy in ((2, "zero1"), (3, "zero3"), (4, "ddp")):
+    again = json_out(ranks, ["eval", run_dir, "--data", val_file, "--set", f'parallel.strategy="{strategy}"'])
+    h.check(abs(again["loss"] - whole["loss"]) <= 1e-9 * whole["loss"],
+            f"eval --data, {strategy} on {ranks} rank(s): {again['loss']!r} = one rank's {whole['loss']!r}")
+proc = h.mpirun(args, 1, ["eval", run_dir, "--data", val_file, "--batches", "2"])
+h.check(proc.returncode == 2 and "--batches applies to the validation split" in proc.stderr,
+        f"--batches with --data is refused ({proc.returncode}: {proc.stderr[-300:]})")
 other = json_out(1, ["eval", run_dir, "--batches", "1"])
 h.check(other["batches"] == 1 and other["loss"] != logged[20], "eval --batches 1 evaluates other batches")
 
@@ -112,9 +122,7 @@ for fmt, out, given in (("llmc", os.path.join(work, "exported.bin"), os.path.joi
         h.check(got["weights"] == out and got["step"] is None, f"generate {fmt} weights names them ({got['weights']})")
         h.check(got["samples"][0]["tokens"] == from_checkpoint["samples"][0]["tokens"],
                 f"generate from {fmt} weights, {strategy} on {ranks}: the checkpoint's sample")
-    # The weights' deck is the defaults: the training deck's batch settings make the same batches.
-    loss = json_out(2, ["eval", out, "--data", val_file, "--set", "data.global_batch=12", "--set",
-                        "run.eval_batches=2"])["loss"]
+    loss = json_out(2, ["eval", out, "--data", val_file])["loss"]
     h.check(abs(loss - ckpt_loss) <= 1e-6 * ckpt_loss, f"eval of {fmt} weights {loss!r} = the checkpoint's {ckpt_loss!r}")
     proc = h.mpirun(args, 1, ["eval", out])
     h.check(proc.returncode == 2 and "give --data FILE" in proc.stderr, f"eval of {fmt} weights without --data: "

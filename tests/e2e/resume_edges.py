@@ -10,7 +10,9 @@ finished, a resume with more steps, and schedule settings that cannot do what th
 4. `run` with run.steps = 9: the log says the schedule differs from the checkpoint's deck,
    steps 7-9 are appended, and the resumed timeline (steps 7-8) is written beside the first
    (trace.rank0.from_step7.json), which stays as it was.
-5. `check` warns about optimizer.warmup_steps >= run.steps, or over half of it, and a min_lr
+5. `run` with another data.global_batch: the log says so; the tokens seen (metrics, checkpoint)
+   count each step's own batch.
+6. `check` warns about optimizer.warmup_steps >= run.steps, or over half of it, and a min_lr
    that a constant schedule never uses."""
 import os
 
@@ -72,6 +74,18 @@ h.check([r["step"] for r in train] == list(range(1, 10)), "steps 7-9 are appende
 h.check(after["trace.rank0.json"] == before["trace.rank0.json"], "the first run's timeline is kept as it was")
 h.check("trace.rank0.from_step7.json" in after and "trace.rank1.from_step7.json" in after,
         "the resumed run's timeline is written beside it, named by its first step")
+
+# 4b. Another batch size: the change is stated, and the tokens seen count each step's own batch
+# (6 of 12 x 32 tokens, then 9 of 24 x 32 with steps 10-12), in metrics and in the checkpoint.
+proc = h.mpirun(args, 2, ["run", deck, "--set", "run.steps=12", "--set", "data.global_batch=24"])
+h.check(proc.returncode == 0 and "the batch differs from the checkpoint's deck (data.global_batch 12 -> 24" in proc.stdout
+        and "its 9 steps read 3456 tokens; each step from here reads 768" in proc.stdout,
+        f"the log states the changed batch and the tokens seen\n{proc.stdout[-1500:]}")
+seen = 9 * 12 * 32 + 3 * 24 * 32
+train = [r for r in h.metrics(run_dir) if r["kind"] == "train"]
+h.check(train[-1]["step"] == 12 and train[-1]["tokens"] == seen, f"metrics count {seen} tokens after step 12")
+proc = h.mpirun(args, 1, ["ckpt", "inspect", run_dir])
+h.check(f"step 12, tokens seen {seen}" in proc.stdout, f"the checkpoint keeps them\n{proc.stdout[:400]}")
 
 # 5. Schedule warnings.
 for extra, warning in ((["optimizer.warmup_steps=10"], "warning: optimizer.warmup_steps = 10 is not below run.steps = 6"),

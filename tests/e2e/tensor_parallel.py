@@ -6,7 +6,9 @@ groups inside a node, the strategy across), tensor 4 on 4 ranks, tensor 2 with g
 accumulation and full recomputation, and sequence parallelism (tensor 2 x zero3 across emulated
 nodes; tensor 4 with accumulation and selective recomputation); in bf16, tensor 2 x zero3 with
 sequence parallelism matches bf16 on one rank within 2e-3. Checkpoints hold the whole model: a tensor 2 x zero3
-checkpoint resumes on 1 rank with ddp and on tensor 4, and continues as the uninterrupted run.
+checkpoint resumes on 1 rank with ddp and on tensor 4, and continues as the uninterrupted run;
+eval and generate of it on 1 and 3 ranks (which its degree does not fit) give its logged loss
+and the samples of the 4 ranks it was trained on.
 A degree the heads or the ranks per node do not divide, sequence parallelism without a tensor
 group, and rows the group does not divide are refused, naming the key."""
 import json
@@ -82,6 +84,24 @@ written = run(4, "written", 2, "zero3", extra=NODES, checkpoint={"dir": f"{work}
 compare("tensor 2 x zero3 with checkpoints", written, ref)
 step10 = f"{work}/written/ckpt/ckpt_00000010.h5"
 h.check(os.path.exists(step10), "the tensor-parallel run wrote its step-10 checkpoint")
+
+# How a model was split to train it does not decide how it is used: eval and generate of the
+# tensor 2 checkpoint on 1 rank (fewer than its degree) and on 3 (which 2 does not divide) give
+# its run's validation loss and the samples of the 4 ranks it was trained on.
+logged = [r["val_loss"] for r in written["rows"] if r["kind"] == "val" and r["step"] == 20][0]
+samples = None
+for ranks in (4, 1, 3):
+    out = h.mpirun(args, ranks, ["eval", f"{work}/written/ckpt", "--json"])
+    h.check(out.returncode == 0 and abs(json.loads(out.stdout)["loss"] - logged) <= 1e-6 * logged,
+            f"eval of the tensor 2 checkpoint on {ranks} rank(s) equals its logged val loss {logged}\n{out.stdout[-300:]}"
+            f"{out.stderr[-600:]}")
+    h.check(ranks != 1 or "trained with parallel.tensor = 2" in out.stderr,
+            f"on 1 rank eval says the split does not fit and uses whole layers\n{out.stderr[-400:]}")
+    out = h.mpirun(args, ranks, ["generate", f"{work}/written/ckpt", "--tokens", "24", "--seed", "5", "--json"])
+    h.check(out.returncode == 0, f"generate from the tensor 2 checkpoint on {ranks} rank(s)\n{out.stderr[-600:]}")
+    got = json.loads(out.stdout)["samples"][0]["tokens"]
+    samples = samples or got
+    h.check(got == samples, f"generate on {ranks} rank(s) draws the samples of 4 ranks")
 for ranks, tensor, strategy, label in [(1, 1, "ddp", "resumed_np1_ddp"), (4, 4, "zero2", "resumed_tensor4")]:
     got = run(ranks, label, tensor, strategy, extra=["--set", f"checkpoint.resume={step10}"])
     compare(f"tensor 2 x zero3 checkpoint resumed on {label}", got, ref, first_step=10)
@@ -97,8 +117,14 @@ proc = h.mpirun(args, 1, ["ckpt", "export", f"{work}/ref/ckpt/ckpt_00000020.h5",
 h.check(proc.returncode == 0, f"export to llm.c weights\n{proc.stderr[-800:]}")
 
 
+# A slice of the text, evaluated whole.
+text_slice = f"{work}/slice.txt"
+with open(corpus, "rb") as f_in, open(text_slice, "wb") as f_out:
+    f_out.write(f_in.read(6000))
+
+
 def evaluate(ranks, source, sets):
-    argv = ["eval", source, "--json", "--data", corpus, "--batches", "2"]
+    argv = ["eval", source, "--json", "--data", text_slice]
     for s_ in sets:
         argv += ["--set", s_]
     out = h.mpirun(args, ranks, argv)

@@ -95,7 +95,8 @@ TEST(StepMetrics, FieldsInOrderAndADivergedLossIsNull) {
   // The names tools/plot_metrics.py and the end-to-end tests read, in this order.
   EXPECT_EQ(keys(row), (std::vector<std::string>{"kind", "step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "mfu",
                                                   "memory_bytes", "comm_bytes", "comm_intra_bytes", "comm_inter_bytes",
-                                                  "comm_tensor_bytes", "exposed_comm_ms", "elapsed_s", "eta_s"}));
+                                                  "comm_tensor_bytes", "exposed_comm_ms", "elapsed_s", "eta_s", "tokens",
+                                                  "peak_bytes"}));
   EXPECT_EQ(row["kind"], "train");
   EXPECT_EQ(row["step"], 7);
   EXPECT_TRUE(row["loss"].is_null());
@@ -107,13 +108,45 @@ TEST(StepMetrics, FieldsInOrderAndADivergedLossIsNull) {
   EXPECT_EQ(row["comm_bytes"], 1024);
   EXPECT_EQ(row["comm_tensor_bytes"], 600);
   // The step line names the tensor group's share only when there is one.
-  EXPECT_NE(step_line(r).find("| comm 1.00 KiB (tensor group 600 B, inter-node 24 B), exposed 62.5 ms |"),
-            std::string::npos)
+  EXPECT_NE(step_line(r).find("| comm 1.00 KiB (tensor 600 B, inter-node 24 B), 62.5 ms exposed |"), std::string::npos)
       << step_line(r);
   r.comm_tensor_bytes = 0;
-  EXPECT_NE(step_line(r).find("| comm 1.00 KiB (inter-node 24 B), exposed 62.5 ms |"), std::string::npos)
+  EXPECT_NE(step_line(r).find("| comm 1.00 KiB (inter-node 24 B), 62.5 ms exposed |"), std::string::npos)
       << step_line(r);
+  r.comm_inter_bytes = 0;
+  EXPECT_NE(step_line(r).find("| comm 1000 B, 62.5 ms exposed | ETA "), std::string::npos) << step_line(r);
+  // A diverged step says nan and inf, whatever the NaN's sign bit.
+  EXPECT_NE(step_line(r).find("| loss nan |"), std::string::npos) << step_line(r);
+  EXPECT_NE(step_line(r).find("| norm inf |"), std::string::npos) << step_line(r);
   EXPECT_EQ(row["eta_s"].get<double>(), 0.5);
+}
+
+TEST(StepLine, FitsInOneLineOfAWideTerminal) {
+  // A long GPU run's line: five-digit steps, a million tokens a second, its measured peak and
+  // share, a GiB sent, hours to go. It stays under 160 characters, so that it does not wrap.
+  StepRecord r;
+  r.step = 12345;
+  r.steps = 100000;
+  r.loss = 3.2841;
+  r.lr = 6e-4;
+  r.grad_norm = 12.345;
+  r.seconds = 0.5123;
+  r.tokens_per_second = 1023456;
+  r.mfu = 0.456;
+  r.largest_peak_bytes = 65'700'000'000ull;
+  r.peak_share = 0.44;
+  r.comm_intra_bytes = 1'320'000'000;
+  r.exposed_comm_seconds = 0.1234;
+  r.eta_seconds = 12 * 3600 + 5 * 60;
+  const std::string line = step_line(r);
+  EXPECT_LT(line.size(), 160u) << line;
+  EXPECT_EQ(line, "step 12345/100000 | loss 3.2841 | lr 6.0e-04 | norm 12.3 | 512.3 ms | 1.02M tok/s | MFU 45.6% | "
+                  "mem 61.2 GiB 44% | comm 1.23 GiB, 123 ms exposed | ETA 12h 05m");
+  // With a GPU's GEMM share, a tensor group and a second node it is longer, but not by much.
+  r.mfu_of_measured_gemm = 0.612;
+  r.comm_tensor_bytes = 500'000'000;
+  r.comm_inter_bytes = 400'000'000;
+  EXPECT_LT(step_line(r).size(), 210u) << step_line(r);
 }
 
 TEST(PhaseLog, PhasesInOrderAddUpToTheTotal) {
