@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <cstdio>
 #include <numeric>
@@ -76,6 +77,7 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
 }
 
 std::string format_fixed(double x, int digits) {
+  if (std::isnan(x)) return "nan";  // whatever its sign bit (printf writes "-nan" for some)
   char text[64];
   std::snprintf(text, sizeof text, "%.*f", digits, x);
   return text;

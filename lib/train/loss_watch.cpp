@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/text.hpp"
+
 namespace st {
 
 LossWatch::Verdict LossWatch::observe(double loss, double grad_norm) {
@@ -10,8 +12,7 @@ LossWatch::Verdict LossWatch::observe(double loss, double grad_norm) {
   char text[200];
   if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
     v.finite = false;
-    std::snprintf(text, sizeof text, "loss %.4f, gradient norm %.4f: not finite", loss, grad_norm);
-    v.warning = text;
+    v.warning = "loss " + format_fixed(loss, 4) + ", gradient norm " + format_fixed(grad_norm, 4) + ": not finite";
     return v;
   }
   if (recent_.size() == kWindow) {

@@ -40,10 +40,9 @@ std::string settings_table(const Config& config, const std::vector<std::pair<std
 }
 
 namespace {
-// A value of the step line: "nan" and "inf" whatever their sign bit, else printf's form.
+// A value of the step line: "nan" whatever its sign bit, else printf's form.
 std::string number(const char* format, double x) {
   if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char text[48];
   std::snprintf(text, sizeof text, format, x);
   return text;

@@ -1,5 +1,8 @@
 // Text for terminals and logs: printable_utf8, byte samples.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -102,6 +105,13 @@ TEST(RenderTokens, ByteSamplesAreValidUtf8) {
   EXPECT_EQ(render_text({'a', 0xc3, 0xa9, 0xff, 0x1b, '\n'}, *bytes), "a\xc3\xa9\\xff\\x1b\n");
   EXPECT_EQ(render_text({'a', 0xc3, 300, 0xa9}, *bytes), "a\\xc3<300>\\xa9");
   EXPECT_EQ(render_ids({5, 300, 7}), "5 300 7");
+}
+
+TEST(FormatFixed, NanIsNanWhateverItsSign) {
+  EXPECT_EQ(format_fixed(std::nan(""), 4), "nan");
+  EXPECT_EQ(format_fixed(-std::nan(""), 4), "nan");
+  EXPECT_EQ(format_fixed(std::numeric_limits<double>::infinity(), 2), "inf");
+  EXPECT_EQ(format_fixed(2.0 / 3.0, 3), "0.667");
 }
 
 }  // namespace
