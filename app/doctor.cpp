@@ -154,9 +154,12 @@ int doctor_command(World& world) {
   // BLAS: the kernel in use (the build's baseline target is not it).
   const std::string core = openblas_get_corename();
   const std::string coretype = env("OPENBLAS_CORETYPE");
-  r.add(Verdict::ok, "blas",
-        "OpenBLAS kernel " + core + (coretype.empty() ? "" : " (OPENBLAS_CORETYPE = " + coretype + ")") + "; " +
-            blas_description());
+  const std::string mismatch = blas_kernel_mismatch(world.comm());
+  const std::string blas_line =
+      "OpenBLAS kernel " + core + (coretype.empty() ? "" : " (OPENBLAS_CORETYPE = " + coretype + ")") + "; " +
+      blas_description();
+  if (mismatch.empty()) r.add(Verdict::ok, "blas", blas_line);
+  else r.add(Verdict::warn, "blas", mismatch, "export OPENBLAS_CORETYPE to every rank, the same value");
 
   // Topology (one rank looks; the others wait).
   std::string topo_line;

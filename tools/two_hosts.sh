@@ -163,8 +163,13 @@ run() {
   { alive a && alive b; } || die "the hosts are not up (tools/two_hosts.sh up)"
   # The hosts need root to exist, so mpirun runs as root too, which Open MPI refuses unless told.
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  # plm_rsh_no_tree_spawn: mpirun starts every daemon itself through the agent.
-  in_host a mpirun --hostfile "$dir/hostfile" \
+  # plm_rsh_no_tree_spawn: mpirun starts every daemon itself through the agent. The other host's
+  # ranks get mpirun's environment only as -x names it: OPENBLAS_CORETYPE, where this machine
+  # sets it, so that both hosts run the BLAS kernels srun's tasks (which get the whole
+  # environment) run; without it host-b's OpenBLAS picked its own and the bits differed.
+  local forward=()
+  [[ -n ${OPENBLAS_CORETYPE:-} ]] && forward=(-x OPENBLAS_CORETYPE)
+  in_host a mpirun --hostfile "$dir/hostfile" "${forward[@]}" \
     --mca plm_rsh_agent "$dir/rsh_agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl tcp,self,vader \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" "$@"

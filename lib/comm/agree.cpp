@@ -31,4 +31,23 @@ void broadcast(std::vector<std::uint64_t>& values, int root, MPI_Comm comm) {
   if (length > 0) ST_CHECK_MPI(MPI_Bcast(values.data(), static_cast<int>(length), MPI_UINT64_T, root, comm));
 }
 
+std::vector<std::string> all_gather_text(const std::string& text, MPI_Comm comm) {
+  int size = 0;
+  ST_CHECK_MPI(MPI_Comm_size(comm, &size));
+  const int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(lengths.size());
+  ST_CHECK_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  ST_CHECK_MPI(MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < lengths.size(); ++r)
+    out.push_back(all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r])));
+  return out;
+}
+
 }  // namespace st

@@ -31,5 +31,7 @@ void agreed(MPI_Comm comm, Step&& step) {
 // The root's value on every rank (resized to fit). Collective.
 void broadcast(std::string& text, int root, MPI_Comm comm);
 void broadcast(std::vector<std::uint64_t>& values, int root, MPI_Comm comm);
+// Every rank's `text`, in rank order, on every rank. Collective.
+std::vector<std::string> all_gather_text(const std::string& text, MPI_Comm comm);
 
 }  // namespace st

@@ -48,7 +48,7 @@ std::vector<std::string> expand_data_paths(const std::vector<std::string>& entri
     if (entry.find_first_of("*?[") == std::string::npos) {
       std::error_code ec;
       if (!std::filesystem::exists(entry, ec))
-        throw Error(key + ": '" + entry + "' does not exist" + where_relative(entry), ErrorScope::all_ranks);
+        throw Error(key + ": '" + entry + "': No such file or directory" + where_relative(entry), ErrorScope::all_ranks);
       files.push_back(entry);
       continue;
     }

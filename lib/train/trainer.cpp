@@ -89,6 +89,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   run_dir_ = std::make_unique<RunDirectory>(config, world.is_root() && !finished_, start_step_ > 0);
   if (!run_dir_->kept_note().empty()) resume_notes_.insert(resume_notes_.begin(), run_dir_->kept_note());
 
+  blas_mismatch_ = blas_kernel_mismatch(world.comm());
   // The run's buffers are in place and set: the peak from here on is training's.
   memory_->buffers_ready();
 }
@@ -260,6 +261,7 @@ TrainSummary Trainer::run() {
   }
   say(settings_table(config_, derived_settings()));
   for (const std::string& warning : schedule_warnings(config_.optimizer, config_.run.steps)) say("warning: " + warning);
+  if (!blas_mismatch_.empty()) say("warning: " + blas_mismatch_);
   if (world_.is_root())
     run_dir_->metric({{"kind", "run"},
                       {"parameters", net_->model().whole_layout().total()},

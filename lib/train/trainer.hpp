@@ -83,6 +83,7 @@ class Trainer {
   std::string run_id_;  // kept by every checkpoint this run writes (retention deletes only this run's)
   std::set<std::string> left_alone_said_;  // another run's checkpoints the log has named
   std::vector<std::string> resume_notes_;  // said once the run directory is open
+  std::string blas_mismatch_;              // ranks whose BLAS picked other kernels: a warning, or ""
   std::unique_ptr<StopSignals> signals_;
   std::unique_ptr<Checkpointer> checkpointer_;
 };

@@ -73,9 +73,10 @@ cases = [
     ("bad override", GOOD, ["--set", "optimizer.lrr=1"],
      ["--set optimizer.lrr=1: unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?"]),
     ("missing data file", GOOD.replace(corpus, "/nonexistent/corpus.txt"), [],
-     ["data.path: '/nonexistent/corpus.txt' does not exist"]),
+     ["data.path: '/nonexistent/corpus.txt': No such file or directory"]),
     ("missing data file, relative", GOOD.replace(corpus, "nowhere/corpus.txt"), [],
-     [f"data.path: 'nowhere/corpus.txt' does not exist (relative to the working directory {os.getcwd()})"]),
+     [f"data.path: 'nowhere/corpus.txt': No such file or directory (relative to the working directory "
+      f"{os.getcwd()})"]),
     ("glob in a missing directory", GOOD.replace(corpus, "nowhere/*.bin"), [],
      [f"data.path: 'nowhere/*.bin' matches no file: the directory 'nowhere' does not exist (relative to the "
       f"working directory {os.getcwd()})"]),

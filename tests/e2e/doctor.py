@@ -94,6 +94,16 @@ if not args.slurm:
              "four ranks on one CPU: each rank's sgemm rate is flagged against one rank's alone", probe)
         print(f"note: four ranks on one CPU computed at {ratios.group(1)}-{ratios.group(2) or ratios.group(1)} "
               f"of one rank's rate alone")
+    # Ranks whose OpenBLAS picked other kernels (nodes of other CPUs; here OPENBLAS_CORETYPE
+    # told apart per rank): named, with the fix, since the bits then depend on where a rank runs.
+    proc = subprocess.run([args.mpiexec, "-n", "1", "-x", "OPENBLAS_CORETYPE=Haswell", args.exe, "doctor", ":",
+                           "-n", "1", "-x", "OPENBLAS_CORETYPE=Sandybridge", args.exe, "doctor"],
+                          capture_output=True, text=True, timeout=300)
+    blas = line_of(proc.stdout, "blas")
+    said(blas.startswith("WARN") and "Haswell on rank 0, Sandybridge on rank 1" in blas and
+         "OPENBLAS_CORETYPE" in blas, "ranks with other BLAS kernels are named", blas or proc.stderr[-600:])
+    blas = line_of(doctor([args.mpiexec, "-n", "2"]), "blas")
+    said(blas.startswith("OK"), "one kernel on every rank: blas OK", blas)
 else:
     h.require_slurm("srun")
     proc = subprocess.run(["srun", "--mpi=pmix", "-n", "2", args.exe, "doctor"], capture_output=True, text=True,

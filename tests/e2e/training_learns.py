@@ -65,9 +65,11 @@ h.check(abs(middle["eta_s"] - middle["elapsed_s"] * 150 / 150) <= 1e-6 * middle[
         "the ETA is the steps left at the pace so far")
 stamps = [datetime.datetime.strptime(r["time"], "%Y-%m-%dT%H:%M:%S.%fZ") for r in rows]
 h.check(all(b >= a for a, b in zip(stamps, stamps[1:])), "every metrics line has a wall-clock time, in order")
-h.check(re.search(r"\| \d+(s|m \d\ds) elapsed, ETA \d+(s|m \d\ds)$", proc.stdout.splitlines()[
-    next(i for i, line in enumerate(proc.stdout.splitlines()) if line.startswith("step     50/300"))]) is not None,
-        "the step line ends with the elapsed time and the ETA")
+line50 = next(line for line in proc.stdout.splitlines() if line.startswith("step 50/300 |"))
+h.check(re.search(r"\| ETA \d+(s|m \d\ds)$", line50) is not None and len(line50) < 160,
+        f"the step line ends with the ETA and fits in 160 columns ({len(line50)})")
+h.check(re.search(r"\| mem [\d.]+ MiB \d+% \|", line50) is not None and 0 < train[49]["peak_bytes"],
+        "the step line gives the measured peak memory and its share; metrics have it")
 h.check(0 < train[-1]["mfu"] < 1.5, f"MFU is a plausible fraction ({train[-1]['mfu']:.3f})")
 h.check(len(samples) == 1 and len(samples[0]["text"]) >= 80, "a text sample is written at the end")
 h.check("---- sample after step 300 ----" in proc.stdout, "the sample is printed")
