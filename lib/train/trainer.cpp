@@ -280,9 +280,11 @@ TrainSummary Trainer::run() {
        << ", unigram entropy of the validation text = " << summary.val_unigram_entropy << " nats";
     say(os.str());
   }
-  // Per rank: a tensor group's ranks share their data-parallel rank's FLOPs.
+  // Per rank: a tensor group's ranks share their data-parallel rank's FLOPs. Counted as llm.c
+  // counts them (mfu_flops_per_token: every parameter, causal attention's half of the scores),
+  // whichever attention runs, so that MFU compares with llm.c's and between the two attentions.
   const double flops_per_step =
-      train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
+      mfu_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
       static_cast<double>(world_.size());
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));

@@ -146,6 +146,17 @@ TEST(Gpt2Model, FlopsPerToken) {
                    6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 1024);
 }
 
+// MFU's count is llm.c's: 6 N + 6 L C T with N every parameter. For GPT-2 124M llm.c prints
+// num_parameters 124475904 (the vocabulary padded to 50304) and counts 803.5 MFLOP a token at
+// T = 1024, 6% under the planner's full-T x T count of the matmul parameters (854.7 MFLOP).
+TEST(Gpt2Model, MfuFlopsPerTokenAreLlmcs) {
+  const ModelShape s{12, 768, 12, 1024, 50257, 50304};
+  EXPECT_EQ(make_layout(s).total(), 124475904u);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 1024), 6.0 * 124475904 + 6.0 * 12 * 768 * 1024);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 1024), 803478528.0);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, 1024), 854654976.0);
+}
+
 // The activation bytes of each setting, written out by hand for one shape: N = B T rows,
 // C channels, blocks of T x T attention probabilities, `heads` of them in flight.
 TEST(Gpt2Recompute, ActivationBytesFollowTheFormula) {

@@ -391,6 +391,16 @@ TEST(LlamaRecompute, FlashAttentionKeepsALogSumExpPerRowInstead) {
                 activation_sizes(odd, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), false).total());
 }
 
+// MFU's count (llm.c's 6 N + 6 L C T) for SmolLM2-135M's shape at its 2048 positions: 1019.4
+// MFLOP a token, against the planner's full-T x T count of 1231.6 (attention is 35% of that
+// count at this length, and halved here).
+TEST(LlamaModel, MfuFlopsPerTokenAreLlmcs) {
+  const ModelShape s = llama_shape(30, 576, 9, 3, 1536, 2048, 49152, 49152);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 2048), 6.0 * 134515008 + 6.0 * 30 * 576 * 2048);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 2048), 1019426688.0);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, 2048), 1231552512.0);
+}
+
 TEST(LlamaModel, InitialLossIsNearLnVocab) {
   const ModelShape shape = llama_shape(2, 64, 4, 2, 128, 32, 256, 256);
   Llama<float> model(shape, 4);
