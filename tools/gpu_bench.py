@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """GPT-2 124M (or, with --model smollm2-135m, the Llama of SmolLM2-135M's shape,
-inputs/smollm2_135m.toml) on one GPU for each setting (precision/recompute[/strategy], e.g.
-bf16/selective), a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
-precision, as the step line reports it), the model's share of the GEMM rate the run measured,
-and peak device memory, as medians over the steps after the first two. Writes the table to
-gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
-model). Called by tools/gpu_check.sh; usable alone:
+inputs/smollm2_135m.toml) on one GPU for each setting (precision/recompute[/strategy[/attention]],
+e.g. bf16/selective, or bf16/none/ddp/exact for the exact attention path: parallel.attention),
+a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
+precision, as the step line reports it: llm.c's count of the model's FLOPs), the model's share of
+the GEMM rate the run measured, and peak device memory, as medians over the steps after the first
+two, and every step's time. --rounds N runs the list N times in turn (A B A B ...: a drift of the
+card touches every setting alike) and takes the medians over all rounds' steps. Writes the table
+to gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
+model; --tag adds a suffix). Called by tools/gpu_check.sh; usable alone:
 gpu_bench.py --exe build-cuda/shardtrain --settings bf16/none,bf16/selective.
 
 --profile: afterwards, the first setting again for 4 steps under Nsight Compute (ncu, one metric:
@@ -31,7 +34,10 @@ p.add_argument("--batch", type=int, default=16, help="sequences of seq_len token
 p.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "smollm2-135m"])
 p.add_argument("--out", default=".")
 p.add_argument("--settings", default="bf16/none,fp32/none",
-               help="comma-separated precision/recompute[/strategy] (strategy: ddp unless given)")
+               help="comma-separated precision/recompute[/strategy[/attention]] (strategy: ddp, attention: auto "
+                    "unless given)")
+p.add_argument("--rounds", type=int, default=1, help="run the settings this many times in turn")
+p.add_argument("--tag", default="", help="suffix of the output files (gpu_bench<suffix><tag>.md)")
 p.add_argument("--profile", action="store_true", help="profile the first setting's kernels with ncu")
 p.add_argument("--ncu", default=shutil.which("ncu") or next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"), reverse=True)),
                                                                "/usr/local/cuda/bin/ncu"))
@@ -61,17 +67,21 @@ rope_theta = 100000.0
 tie_embeddings = true"""),
 }
 model_name, seq_len, model_keys = MODELS[args.model]
-suffix = "" if args.model == "gpt2-124m" else "_" + args.model
+suffix = ("" if args.model == "gpt2-124m" else "_" + args.model) + args.tag
 settings = []
 for item in args.settings.split(","):
     parts = item.strip().split("/")
-    if len(parts) not in (2, 3) or parts[0] not in ("bf16", "fp32") or parts[1] not in ("none", "selective", "full"):
-        p.error(f"--settings: '{item}' is not precision/recompute[/strategy] (bf16|fp32 / none|selective|full)")
-    settings.append((parts[0], parts[1], parts[2] if len(parts) == 3 else "ddp"))
+    if (len(parts) not in (2, 3, 4) or parts[0] not in ("bf16", "fp32") or parts[1] not in ("none", "selective", "full")
+            or (len(parts) == 4 and parts[3] not in ("auto", "exact"))):
+        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention]] (bf16|fp32 / "
+                "none|selective|full / ... / auto|exact)")
+    settings.append((parts[0], parts[1], parts[2] if len(parts) >= 3 else "ddp", parts[3] if len(parts) == 4 else "auto"))
+if args.rounds < 1:
+    p.error("--rounds must be at least 1")
 rows = []
 
 
-def write_deck(label, precision, recompute, strategy, steps, run_keys=""):
+def write_deck(label, precision, recompute, strategy, steps, run_keys="", attention="auto"):
     deck = os.path.join(work, label + ".toml")
     with open(deck, "w") as f:
         f.write(f"""[run]
@@ -94,51 +104,77 @@ warmup_steps = 2
 device = "cuda"
 strategy = "{strategy}"
 precision = "{precision}"
+attention = "{attention}"
 """)
     return deck
 
 
-for precision, recompute, strategy in settings:
-    label = f"{precision}_{recompute}_{strategy}"
-    deck = write_deck(label, precision, recompute, strategy, args.steps)
-    proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
-                          timeout=300)
-    if proc.returncode != 0:
-        print(f"{label}: FAILED (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", flush=True)
+def log_row(log, name):
+    """The value of the settings table's row `name` (the derived rows: '| name | value |')."""
+    for line in log.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 2 and cells[1] == name:
+            return cells[2]
+    return ""
+
+
+runs = {}  # setting label -> the train-step metrics of each round
+for round_index in range(args.rounds):
+    for precision, recompute, strategy, attention in settings:
+        label = f"{precision}_{recompute}_{strategy}" + ("" if attention == "auto" else f"_{attention}")
+        run_label = f"{label}_r{round_index + 1}"
+        deck = write_deck(run_label, precision, recompute, strategy, args.steps, attention=attention)
+        proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
+                              timeout=300)
+        entry = runs.setdefault(label, {"setting": label, "rounds": []})
+        if proc.returncode != 0:
+            print(f"{run_label}: FAILED (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", flush=True)
+            entry["failed"] = True
+            continue
+        metrics = [json.loads(l) for l in open(os.path.join(work, run_label, "metrics.jsonl"))]
+        train = [m for m in metrics if m["kind"] == "train"][2:]
+        memory = [m for m in metrics if m["kind"] == "memory"]
+        log = open(os.path.join(work, run_label, "train.log")).read()
+        peak = ""
+        for line in log.splitlines():
+            if "at most" in line and "GPU memory" in line:
+                peak = line.split("at most ")[1].split(";")[0]
+        entry["rounds"].append({"train": train, "memory": memory[-1] if memory else None, "peak": peak,
+                                "mfu_against": log_row(log, "MFU against"), "attention": log_row(log, "attention"),
+                                "activations": log_row(log, "activations per rank")})
+        print(f"{run_label}: steps 3-{args.steps} ms: " + " ".join(f"{m['ms']:.1f}" for m in train) +
+              f" | tok/s " + " ".join(f"{m['tokens_per_s']:.0f}" for m in train) +
+              f" | peak {peak} | attention: {log_row(log, 'attention')}", flush=True)
+
+for label, entry in runs.items():
+    if entry.get("failed") or not entry["rounds"]:
         rows.append({"setting": label, "failed": True})
         continue
-    metrics = [json.loads(l) for l in open(os.path.join(work, label, "metrics.jsonl"))]
-    train = [m for m in metrics if m["kind"] == "train"][2:]
-    memory = [m for m in metrics if m["kind"] == "memory"]
-    log = open(os.path.join(work, label, "train.log")).read()
-    peak = ""
-    for line in log.splitlines():
-        if "at most" in line and "GPU memory" in line:
-            peak = line.split("at most ")[1].split(";")[0]
-    mfu_against = ""
-    for line in log.splitlines():
-        if "MFU against" in line:
-            mfu_against = line.split("MFU against", 1)[1].strip(" |")
+    train = [m for r in entry["rounds"] for m in r["train"]]
+    last = entry["rounds"][-1]
     row = {"setting": label, "tokens_per_s": statistics.median(m["tokens_per_s"] for m in train),
            "ms": statistics.median(m["ms"] for m in train), "mfu": statistics.median(m["mfu"] for m in train),
            "of_measured_gemm": statistics.median(m.get("mfu_of_measured_gemm", 0) for m in train),
-           "mfu_against": mfu_against, "steps": [m["ms"] for m in train],
-           "peak_device_memory": peak, "loss_first": train[0]["loss"] if train else None,
-           "loss_last": train[-1]["loss"] if train else None, "memory": memory[-1] if memory else None}
+           "mfu_against": last["mfu_against"], "steps": [[m["ms"] for m in r["train"]] for r in entry["rounds"]],
+           "peak_device_memory": last["peak"], "attention": last["attention"], "activations": last["activations"],
+           "loss_first": train[0]["loss"] if train else None,
+           "loss_last": entry["rounds"][0]["train"][-1]["loss"] if train else None, "memory": last["memory"]}
     rows.append(row)
     print(f"{label}: {row['tokens_per_s']:.0f} tok/s, {row['ms']:.1f} ms/step, MFU {row['mfu']*100:.1f}% "
-          f"({row['of_measured_gemm']*100:.1f}% of measured GEMM), peak {peak}; MFU against {mfu_against}",
-          flush=True)
+          f"({row['of_measured_gemm']*100:.1f}% of measured GEMM), peak {row['peak_device_memory']}, activations "
+          f"{row['activations']}; MFU against {row['mfu_against']}", flush=True)
 
-table = [f"{model_name}, seq_len {seq_len}, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}",
-         "", "| setting | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
-         "|---|---|---|---|---|---|"]
+rounds_note = f", {args.rounds} rounds interleaved" if args.rounds > 1 else ""
+table = [f"{model_name}, seq_len {seq_len}, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}"
+         f"{rounds_note}; MFU counted as llm.c counts it", "",
+         "| setting | attention | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
+         "|---|---|---|---|---|---|---|"]
 for r in rows:
     if r.get("failed"):
-        table.append(f"| {r['setting']} | failed | | | | |")
+        table.append(f"| {r['setting']} | | failed | | | | |")
     else:
-        table.append(f"| {r['setting']} | {r['tokens_per_s']:.0f} | {r['ms']:.1f} | {r['mfu']*100:.1f}% | "
-                     f"{r['of_measured_gemm']*100:.1f}% | {r['peak_device_memory']} |")
+        table.append(f"| {r['setting']} | {r['attention'].split(' (')[0]} | {r['tokens_per_s']:.0f} | {r['ms']:.1f} | "
+                     f"{r['mfu']*100:.1f}% | {r['of_measured_gemm']*100:.1f}% | {r['peak_device_memory']} |")
 print("\n" + "\n".join(table))
 with open(os.path.join(args.out, f"gpu_bench{suffix}.md"), "w") as f:
     f.write("\n".join(table) + "\n")
@@ -167,9 +203,9 @@ def one_step(names):
     return None
 
 
-def profile(precision, recompute, strategy):
+def profile(precision, recompute, strategy, attention):
     label = f"profile_{precision}_{recompute}_{strategy}"
-    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n")
+    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention)
     cmd = [args.mpiexec, "-n", "1", args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
            "--print-units", "base", "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
     try:

@@ -5,13 +5,16 @@
 # 50304) for a few steps per setting, and the Llama of SmolLM2-135M's shape
 # (inputs/smollm2_135m.toml, seq_len 2048, half as many sequences: the same tokens per step) for
 # its own settings, and prints a table each (tokens/s, step ms, MFU against the GPU's datasheet
-# peak, the measured GEMM's share, peak device memory); last it runs the CPU unit tests of the
-# CUDA build with what is left. Prints each phase's time; stops each phase at what is left of the
-# budget, so the whole command ends inside it with its results written.
+# peak, the measured GEMM's share, peak device memory); then (phase attn) flash attention against
+# the exact path: attention alone, forward and backward, at both models' shapes
+# (tests/tools/attention_bench.cpp: every sample, medians, TFLOP/s), and whole bf16 steps of both
+# models with each, interleaved (tokens/s, MFU, peak memory, every step's time); last it runs the
+# CPU unit tests of the CUDA build with what is left. Prints each phase's time; stops each phase
+# at what is left of the budget, so the whole command ends inside it with its results written.
 #
-#   tools/gpu_check.sh [--phases build,unit,gpu,bench] [--budget SECONDS] [--nccl DIR]
+#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn] [--budget SECONDS] [--nccl DIR]
 #                      [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
-#                      [--profile] [--cmake-arg ARG]...
+#                      [--attn-rounds R] [--attn-steps N] [--profile] [--cmake-arg ARG]...
 #
 # --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
 #   time to spare for the start and the transfers); 0: no limit.
@@ -19,18 +22,23 @@
 #   (nvidia-nccl-cu13; `import nvidia.nccl`), else the CUDA toolkit's.
 # --bench-settings: what gpu_bench.py runs (default bf16/none,fp32/none: precision/recompute).
 # --llama-settings: the same for SmolLM2-135M's shape (default bf16/selective; "" skips it).
+# --attn-rounds, --attn-steps: the attn phase's whole-step comparison runs flash, exact, flash,
+#   exact ... (R rounds, default 2) of N steps each (default 8), for each model.
 # --profile: after each model's benchmark, its first setting's kernels under Nsight Compute (ncu):
 #   the GPU time of one step, kernel by kernel (gpu_profile*.md; gpu_bench.py --profile).
 # --cmake-arg: passed to the configure step (e.g. -DST_WERROR=ON, as CI builds).
 # The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
-# gpu_bench_smollm2-135m.md/.json)
+# gpu_bench_smollm2-135m.md/.json; attn: attention_bench.txt, gpu_bench_attention.md/.json,
+# gpu_bench_smollm2-135m_attention.md/.json)
 # go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=12
 batch=16
-phases=build,unit,gpu,bench
+phases=build,unit,gpu,bench,attn
 budget=470
+attn_rounds=2
+attn_steps=8
 nccl_dir=""
 bench_settings="bf16/none,fp32/none"
 llama_settings="bf16/selective"
@@ -45,6 +53,8 @@ while (($#)); do
     --batch) batch=$2; shift ;;
     --bench-settings) bench_settings=$2; shift ;;
     --llama-settings) llama_settings=$2; shift ;;
+    --attn-rounds) attn_rounds=$2; shift ;;
+    --attn-steps) attn_steps=$2; shift ;;
     --cmake-arg) extra_cmake+=("$2"); shift ;;
     --profile) profile=(--profile) ;;
     *) echo "gpu_check: unknown argument $1"; exit 2 ;;
@@ -71,7 +81,9 @@ phase_done() {  # name: records the time since the last phase ended
 left() {
   if ((budget <= 0)); then echo 100000; else echo $((budget - ($(date +%s) - start))); fi
 }
+summaries=()  # tables printed again at the end, where a device call's output tail keeps them
 finish() {
+  for f in "${summaries[@]}"; do [[ -s $f ]] && { echo; grep -E '^\||^[A-Za-z]|^  (flash|kept)' "$f"; }; done
   say "phase times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
   say "done (exit $status)"
   exit $status
@@ -230,6 +242,25 @@ if has_phase bench; then
       --mpiexec "$(command -v mpirun || echo mpirun)" "${profile[@]}" || status=1
   fi
   phase_done bench
+fi
+if has_phase attn; then
+  # Flash attention (bf16, parallel.attention = "auto") against the exact path ("exact": the
+  # T x T probabilities through cuBLAS, what every bf16 run did before flash attention), on one
+  # build: first attention alone, then whole training steps.
+  say "attention alone: flash against exact at GPT-2 124M's and SmolLM2-135M's shapes (3 rounds of 10 each)"
+  run_phase attn build-cuda/tests/attention_bench --rounds 3 --reps 10 2>&1 | tee "$out/attention_bench.txt" || status=1
+  mpirun_path=$(command -v mpirun || echo mpirun)
+  say "whole steps: GPT-2 124M bf16/none, flash and exact in turn, $attn_rounds rounds of $attn_steps steps"
+  run_phase attn python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$attn_steps" --batch "$batch" \
+    --rounds "$attn_rounds" --settings bf16/none/ddp/auto,bf16/none/ddp/exact --tag _attention --out "$out" \
+    --mpiexec "$mpirun_path" || status=1
+  say "whole steps: SmolLM2-135M-shaped Llama bf16/none, flash and exact in turn, $attn_rounds rounds of $attn_steps steps"
+  run_phase attn python3 tools/gpu_bench.py --exe build-cuda/shardtrain --model smollm2-135m --steps "$attn_steps" \
+    --batch "$((batch / 2 > 0 ? batch / 2 : 1))" --rounds "$attn_rounds" \
+    --settings bf16/none/ddp/auto,bf16/none/ddp/exact --tag _attention --out "$out" --mpiexec "$mpirun_path" ||
+    status=1
+  summaries+=("$out/attention_bench.txt" "$out/gpu_bench_attention.md" "$out/gpu_bench_smollm2-135m_attention.md")
+  phase_done attn
 fi
 if has_phase unit; then
   # Last: the GPU tests and the benchmark are what the lease is for. Each host test runs as many

@@ -22,6 +22,9 @@ enum class Precision { fp32, bf16 };
 enum class Collectives { automatic, flat, two_level };
 // parallel.intra_node
 enum class IntraNode { shm, mpi };
+// parallel.attention: automatic ("auto") is flash attention where it runs (a GPU, bf16, a head
+// width it has kernels for: exec/attention_probs.hpp), exact the T x T path everywhere.
+enum class AttentionChoice { automatic, exact };
 
 template <class E>
 struct ChoiceNames;  // static constexpr std::array<std::pair<E, const char*>, N> table
@@ -50,6 +53,11 @@ template <>
 struct ChoiceNames<IntraNode> {
   static constexpr std::array<std::pair<IntraNode, const char*>, 2> table{
       {{IntraNode::shm, "shm"}, {IntraNode::mpi, "mpi"}}};
+};
+template <>
+struct ChoiceNames<AttentionChoice> {
+  static constexpr std::array<std::pair<AttentionChoice, const char*>, 2> table{
+      {{AttentionChoice::automatic, "auto"}, {AttentionChoice::exact, "exact"}}};
 };
 
 // The deck's word for a value.

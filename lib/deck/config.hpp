@@ -81,6 +81,7 @@ struct ParallelConfig {
   StrategyKind strategy = StrategyKind::ddp;
   std::string device;
   Precision precision = Precision::fp32;
+  AttentionChoice attention = AttentionChoice::automatic;
   std::int64_t ranks_per_node = 0;
   Collectives collectives = Collectives::automatic;
   IntraNode intra_node = IntraNode::shm;

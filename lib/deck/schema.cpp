@@ -171,7 +171,9 @@ std::vector<KeySpec> build_schema() {
              "Activation recomputation, compute traded for memory. none: keep every activation for backward; "
              "selective: recompute the attention probabilities and the GELU output (the largest activations, "
              "cheap to recompute: a few percent more compute); full: keep only each block's input and rerun the "
-             "block's forward in backward (about a third more compute). Results are the same bit for bit.",
+             "block's forward in backward (about a third more compute). Results are the same bit for bit. With "
+             "flash attention (GPUs in bf16, parallel.attention) no setting keeps the probabilities: selective then "
+             "recomputes the GELU output (Llama: the SwiGLU product) alone.",
              store(&C::model, &ModelConfig::recompute)),
       text("model", "init_from", "\"\"",
            "Start training (step 0, fresh optimizer state) from weights in this file instead of the random "
@@ -276,6 +278,12 @@ std::vector<KeySpec> build_schema() {
       choice("parallel", "precision", "\"fp32\"", choice_names<Precision>(),
              "fp32: everything in fp32. bf16: bf16 compute copies and communication, fp32 master weights.",
              store_choice(&C::parallel, &ParallelConfig::precision)),
+      choice("parallel", "attention", "\"auto\"", choice_names<AttentionChoice>(),
+             "Training attention on GPUs. auto: with precision bf16, flash attention for head widths 32, 64 and "
+             "128 (bf16 tiles on the tensor cores, each row's log-sum-exp kept instead of the T x T "
+             "probabilities; docs/gpu.md), the exact path for other widths and in fp32. exact: the T x T "
+             "probabilities through cuBLAS, as fp32 runs and the CPU always compute them.",
+             store_choice(&C::parallel, &ParallelConfig::attention)),
       integer("parallel", "ranks_per_node", "0", 0, 65536,
               "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
               "(emulates several nodes on one host); the world size must be a multiple of K. When this is 0 the "

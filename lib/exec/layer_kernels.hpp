@@ -34,6 +34,10 @@ class LayerKernels {
                                int OC, bool accumulate_din) = 0;
   // Heads in flight at once (blocks in AttentionProbs::working and dworking) for B sequences.
   virtual int attention_heads_at_once(int B, int NH) const = 0;
+  // Whether training attention on heads `head_dim` wide runs flash attention (st::attention_uses_flash):
+  // then forward keeps AttentionProbs::lse, backward reads lse, row_dots and out, and kept,
+  // working and dworking are not used.
+  virtual bool attention_uses_flash(int head_dim) const = 0;
   // Causal attention over qkv rows of W = C + 2 NKV hs values (hs = C / NH): q's NH heads, then
   // k's and v's NKV heads; query head h attends with key/value head h / (NH / NKV). NKV = NH is
   // GPT-2's multi-head attention (W = 3C), NKV < NH grouped-query attention.
@@ -79,9 +83,10 @@ class LayerKernels {
 };
 
 // The host implementation: the OpenMP/BLAS kernels of exec/host_kernels.hpp and
-// exec/host_llama_kernels.hpp.
+// exec/host_llama_kernels.hpp. Not final: the unit tests stand in a device's attention choice
+// with it (tests/unit/flash_carving_exec.hpp).
 template <class R>
-class HostLayerKernels final : public LayerKernels<R> {
+class HostLayerKernels : public LayerKernels<R> {
  public:
   void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int B, int T, int C) override;
   void encoder_backward(R* dwte, R* dwpe, const R* dout, const int* tokens, int B, int T, int C) override;
@@ -93,6 +98,7 @@ class HostLayerKernels final : public LayerKernels<R> {
   void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C, int OC,
                        bool accumulate_din) override;
   int attention_heads_at_once(int B, int NH) const override;
+  bool attention_uses_flash(int) const override { return false; }  // the host keeps its exact attention
   void attention_forward(R* out, const AttentionProbs<R>& probs, const R* qkv, int B, int T, int C, int NH,
                          int NKV) override;
   // With NKV < NH, the host kernel's per-query-head gradient goes to probs.grouped_gradient,

@@ -38,7 +38,7 @@ std::string gpu_backend_versions() {
 #endif
 }
 
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls) {
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention) {
   Execution e;
   e.choice = choice;
   if (!choice.cuda) {
@@ -46,7 +46,7 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls) {
     return e;
   }
 #if defined(ST_HAVE_CUDA)
-  auto cuda = std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls});
+  auto cuda = std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention});
   CudaExec* device = cuda.get();
   e.exec = std::move(cuda);
   cudaDeviceProp prop{};
@@ -79,11 +79,13 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls) {
   e.device_comm_name = "NCCL";
 #else
   (void)bf16_matmuls;
+  (void)flash_attention;
   throw Error("GPU training needs NCCL; choose_device refuses cuda in a build without it", ErrorScope::all_ranks);
 #endif
   return e;
 #else
   (void)bf16_matmuls;
+  (void)flash_attention;
   throw Error("GPU training is not built in; choose_device refuses cuda in such a build", ErrorScope::all_ranks);
 #endif
 }

@@ -35,7 +35,9 @@ struct Execution {
 // 13.x, NCCL 2.28.x"), or that it has none.
 std::string gpu_backend_versions();
 
-// bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device).
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls);
+// bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device);
+// flash_attention: parallel.attention = "auto" (flash attention where it runs: with bf16 matmuls
+// on a device, exec/attention_probs.hpp).
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention);
 
 }  // namespace st

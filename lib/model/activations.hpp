@@ -7,6 +7,10 @@
 //              recomputes from what they keep (q and k, the MLP's input): large in memory,
 //              cheap in FLOPs;
 //   full       blocks keep only their input; backward reruns each block's forward first.
+// With flash attention (a GPU in bf16: exec/attention_probs.hpp) no setting keeps
+// probabilities: every block keeps each row's log-sum-exp (B x heads x T) instead, and the
+// attention backward recomputes the probabilities tile by tile whatever the setting, so
+// `selective` drops only the GELU output (the MLP's SwiGLU product for Llama).
 // The model carves its buffers by these sizes (model/gpt2.cpp), and `check`, the planner and
 // the memory lines predict with them, so prediction and allocation cannot drift apart.
 #include <cstddef>
@@ -25,7 +29,8 @@ const char* recompute_name(Recompute recompute);
 
 // Elements, for micro-batches of up to max_batch sequences with `heads_at_once` attention
 // heads in flight, on a device or the host (what their attention needs differs:
-// exec/attention_probs.hpp).
+// exec/attention_probs.hpp); `flash`: the attention is flash attention (attention_uses_flash),
+// which keeps no T x T blocks, and `heads_at_once` does not count.
 struct ActivationSizes {
   std::size_t per_block = 0;  // kept by each block until its backward
   std::size_t working = 0;    // one block's working set, shared by all blocks (recomputation)
@@ -36,7 +41,7 @@ struct ActivationSizes {
 // `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them);
 // `sequence_parallel`: the rows between split layers split over them too (split_rows).
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device, int tensor = 1, bool sequence_parallel = false);
+                                 bool device, int tensor = 1, bool sequence_parallel = false, bool flash = false);
 // The rows a rank keeps of what lies between split layers (norm outputs, the residual stream):
 // all `rows` without sequence parallelism; with it its share, rows / tensor, but at least a whole
 // sequence of seq_len (decoding works on whole rows).
@@ -47,7 +52,9 @@ std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool s
 std::size_t logit_slice_scratch(std::size_t rows, int tensor);
 
 // FLOPs per token that recomputation adds to a training step (the model's FLOPs, and so MFU,
-// leave them out, as is usual).
-double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute);
+// leave them out, as is usual). With flash attention the scores are recomputed in backward
+// whatever the setting (part of its backward, not of recomputation): selective adds no matmul
+// FLOPs, full its block's forward alone.
+double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute, bool flash = false);
 
 }  // namespace st

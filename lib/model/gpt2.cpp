@@ -18,7 +18,8 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
       heads_(static_cast<int>(shape.n_head) / tensor.split.degree),
       attn_width_(static_cast<int>(shape.d_model) / tensor.split.degree),
       mlp_width_(4 * static_cast<int>(shape.d_model) / tensor.split.degree),
-      heads_at_once_(k_.attention_heads_at_once(max_batch, heads_)) {
+      heads_at_once_(k_.attention_heads_at_once(max_batch, heads_)),
+      flash_(k_.attention_uses_flash(attn_width_ / heads_)) {
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
   const auto& segments = layout_.segments();
@@ -40,7 +41,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_,
                                                  exec.space() != MemorySpace::host, tensor.split.degree,
-                                                 split_rows_ever);
+                                                 split_rows_ever, flash_);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
@@ -48,6 +49,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(heads_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
+  const std::size_t lse_rows = flash_rows(static_cast<std::size_t>(max_batch), T, heads_);  // flash attention's
   acts_ = exec.allocate(sizes.total() * sizeof(Real));
   Real* cursor = acts_.as<Real>().data();
   auto take = [&cursor](std::size_t n) {
@@ -61,7 +63,8 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
     a.ln1_mean = take(R);
     a.ln1_rstd = take(R);
     a.qkv = take(3 * N * A);
-    a.att = keep_probs ? take(kept_probs) : nullptr;
+    a.att = keep_probs && !flash_ ? take(kept_probs) : nullptr;
+    a.lse = flash_ ? take(lse_rows) : nullptr;  // whatever the recomputation: flash's backward needs it
     a.atty = take(N * A);
     a.res2 = take(R * C);
     a.ln2 = take(R * C);
@@ -84,7 +87,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
       a.res3 = output;
     }
   }
-  if (recompute != Recompute::none) probs_ = take(heads);
+  if (recompute != Recompute::none && !flash_) probs_ = take(heads);
   x0_ = take(R * C);
   lnf_ = take(R * C);
   lnf_mean_ = take(R);
@@ -96,7 +99,8 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   dtmp_ = take(N * C);
   datty_ = take(N * A);
   dqkv_ = take(3 * N * A);
-  dprobs_ = take(heads);
+  if (flash_) row_dots_ = take(lse_rows);
+  else dprobs_ = take(heads);
   d4c_a_ = take(N * H);
   d4c_b_ = take(N * H);
   const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);

@@ -51,9 +51,11 @@ class Gpt2 final : public Model<Real> {
     std::size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };
   // Where a block's activations are: its own (kept until its backward) or a working set that
-  // every block shares (recomputed in backward). att is null when the probabilities are not kept.
+  // every block shares (recomputed in backward). att is null when the probabilities are not kept,
+  // lse unless attention is flash attention (which keeps it instead, exec/attention_probs.hpp).
   struct BlockActs {
-    Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+    Real *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu,
+        *res3;
   };
   // Block l's forward from its input; without `output` it stops before the MLP's projection
   // (what backward needs, recomputed).
@@ -66,7 +68,9 @@ class Gpt2 final : public Model<Real> {
   // The bias a row-parallel projection adds: on the group's first rank only, as the group sums
   // the partial products after it.
   const Real* row_parallel_bias(const Real* bias) const { return tensor_.split.rank == 0 ? bias : nullptr; }
-  AttentionProbs<Real> attention_probs(const BlockActs& a) const { return {a.att, probs_, dprobs_, heads_at_once_}; }
+  AttentionProbs<Real> attention_probs(const BlockActs& a) const {
+    return {a.att, probs_, dprobs_, heads_at_once_, nullptr, a.lse, row_dots_, a.atty};
+  }
 
   LayerKernels<Real>& k_;
   int max_batch_;
@@ -74,6 +78,7 @@ class Gpt2 final : public Model<Real> {
   // and their width, the MLP's width.
   int heads_, attn_width_, mlp_width_;
   int heads_at_once_;
+  bool flash_;  // attention is flash attention: no T x T blocks, a log-sum-exp per row kept
   // Offsets within the owning segment: embeddings (wte, wpe), final norm (lnf), blocks.
   std::size_t wte_, wpe_, lnfw_, lnfb_;
   std::vector<BlockOffsets> blocks_;
@@ -88,6 +93,7 @@ class Gpt2 final : public Model<Real> {
   Real *dres_, *dtmp_, *datty_, *dqkv_, *d4c_a_, *d4c_b_;
   Real* probs_ = nullptr;   // attention probabilities in flight, when blocks do not keep them
   Real* dprobs_ = nullptr;  // their gradient in backward
+  Real* row_dots_ = nullptr;  // flash attention's backward scratch (AttentionProbs::row_dots)
 
   std::vector<int> tokens_, targets_;  // copies from the last forward
   Memory batch_memory_;                // the same in the backend's space (tokens, then targets)

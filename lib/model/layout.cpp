@@ -172,4 +172,8 @@ double train_flops_per_token(const ModelShape& s, std::int64_t seq) {
          12.0 * static_cast<double>(s.n_layer * s.d_model * seq);
 }
 
+double mfu_flops_per_token(const ModelShape& s, std::int64_t seq) {
+  return 6.0 * static_cast<double>(make_layout(s).total()) + 6.0 * static_cast<double>(s.n_layer * s.d_model * seq);
+}
+
 }  // namespace st

@@ -156,9 +156,15 @@ void for_each_slice_run(const ParamLayout& whole, const ParamLayout& slice, Tens
 // Matmul-weighted parameter count used for FLOP estimates: block matrices plus the LM head.
 std::int64_t matmul_params(const ModelShape& shape);
 // Training FLOPs per token (forward + backward) for a sequence of length seq: 6 x the matmul
-// parameters plus 12 n_layer d_model seq for attention scores and their use (PaLM's count; with
-// grouped-query attention the scores are as many: every query head attends).
+// parameters plus 12 n_layer d_model seq for attention scores and their use over the full
+// T x T (PaLM's count; with grouped-query attention the scores are as many: every query head
+// attends). The planner's compute time.
 double train_flops_per_token(const ModelShape& shape, std::int64_t seq);
+// The same as llm.c counts it for MFU (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 n_layer
+// d_model seq, N every parameter (embeddings, norms and biases too: llm.c's num_parameters, the
+// padded vocabulary's rows included) and the attention's term halved, causal attention computing
+// half of the T x T scores. The step line's MFU, so that it reads as llm.c's does.
+double mfu_flops_per_token(const ModelShape& shape, std::int64_t seq);
 
 // The runs of one tensor, offsets relative to the tensors' first elements (for_each_slice_run).
 template <class Run>

@@ -21,7 +21,8 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
       A_(static_cast<int>(shape.d_model) / tensor.split.degree),
       W_(static_cast<int>(shape.qkv_width()) / tensor.split.degree),
       F_(static_cast<int>(shape.hidden()) / tensor.split.degree),
-      heads_at_once_(k_.attention_heads_at_once(max_batch, NH_)) {
+      heads_at_once_(k_.attention_heads_at_once(max_batch, NH_)),
+      flash_(k_.attention_uses_flash(hs_)) {
   // The base class's layout has already checked that the group's degree divides the heads, the
   // key/value heads, the MLP width and the padded vocabulary (tensor_split_problem). A rank's
   // query heads h0.. read the key/value heads h0 / group..: its share of q, k and v keeps the
@@ -59,13 +60,14 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   const bool device = exec.space() != MemorySpace::host;
   const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes =
-      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree, split_rows_ever);
+      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree, split_rows_ever, flash_);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, A = A_, W = W_, F = F_;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(NH_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
+  const std::size_t lse_rows = flash_rows(static_cast<std::size_t>(max_batch), T, NH_);  // flash attention's
   acts_ = exec.allocate(sizes.total() * sizeof(Real));
   Real* cursor = acts_.as<Real>().data();
   auto take = [&cursor](std::size_t n) {
@@ -77,7 +79,8 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     a.ln1 = take(R * C);
     a.ln1_rstd = take(R);
     a.qkv = take(N * W);
-    a.att = keep_probs ? take(kept_probs) : nullptr;
+    a.att = keep_probs && !flash_ ? take(kept_probs) : nullptr;
+    a.lse = flash_ ? take(lse_rows) : nullptr;  // whatever the recomputation: flash's backward needs it
     a.atty = take(N * A);
     a.res2 = take(R * C);
     a.ln2 = take(R * C);
@@ -99,7 +102,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
       a.res3 = output;
     }
   }
-  if (recompute != Recompute::none) probs_ = take(heads);
+  if (recompute != Recompute::none && !flash_) probs_ = take(heads);
   x0_ = take(R * C);
   lnf_ = take(R * C);
   lnf_rstd_ = take(R);
@@ -110,10 +113,12 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   dtmp_ = take(N * C);
   datty_ = take(N * A);
   dqkv_ = take(N * W);
-  dprobs_ = take(heads);
+  if (flash_) row_dots_ = take(lse_rows);
+  else dprobs_ = take(heads);
   dff_a_ = take(2 * N * F);
   dff_b_ = take(2 * N * F);
-  if (const std::size_t n = grouped_gradient_elements(device, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
+  // Flash attention sums each group in its kernels: nothing to fold.
+  if (const std::size_t n = grouped_gradient_elements(device || flash_, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
   const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
   cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   if (split_rows_ever) rows_.carve(take, N, R, C, 2 * C);

@@ -48,9 +48,10 @@ class Llama final : public Model<Real> {
     std::size_t attn_norm, qkv, proj, mlp_norm, gate_up, down;
   };
   // A block's activations: its own (kept until its backward) or a working set all blocks share
-  // (recomputed). att is null when the probabilities are not kept.
+  // (recomputed). att is null when the probabilities are not kept, lse unless attention is
+  // flash attention (which keeps it instead, exec/attention_probs.hpp).
   struct BlockActs {
-    Real *ln1, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_rstd, *gate_up, *act, *res3;
+    Real *ln1, *ln1_rstd, *qkv, *att, *lse, *atty, *res2, *ln2, *ln2_rstd, *gate_up, *act, *res3;
   };
   void forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
   // Block l's forward from its input; without `output` it stops before the MLP's down
@@ -58,7 +59,7 @@ class Llama final : public Model<Real> {
   void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
   void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
   AttentionProbs<Real> attention_probs(const BlockActs& a) const {
-    return {a.att, probs_, dprobs_, heads_at_once_, grouped_gradient_};
+    return {a.att, probs_, dprobs_, heads_at_once_, grouped_gradient_, a.lse, row_dots_, a.atty};
   }
 
   LayerKernels<Real>& k_;
@@ -68,6 +69,7 @@ class Llama final : public Model<Real> {
   // q, k and v together, the MLP's width.
   int C_, NH_, NKV_, hs_, A_, W_, F_;
   int heads_at_once_;
+  bool flash_;  // attention is flash attention: no T x T blocks, a log-sum-exp per row kept
   Memory rope_memory_;  // kernels::rope_table's cosines, then its sines, in the backend's memory
   const Real *rope_cos_ = nullptr, *rope_sin_ = nullptr;
   std::size_t wte_, head_, lnf_w_;  // within their segments; head_: the embedding's, or lm_head.w's
@@ -82,6 +84,7 @@ class Llama final : public Model<Real> {
   Real* probs_ = nullptr;
   Real* dprobs_ = nullptr;
   Real* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
+  Real* row_dots_ = nullptr;          // flash attention's backward scratch (AttentionProbs::row_dots)
 
   std::vector<int> tokens_, targets_;  // copies from the last forward
   Memory batch_memory_;                // the same in the backend's space (tokens, then targets)

@@ -136,14 +136,21 @@ int hsdp_group_for(const Machine& m) {
   return 0;
 }
 
+bool plans_flash_attention(const Config& config, const Machine& m) {
+  const bool flash_backend = m.gpu && config.parallel.precision == Precision::bf16 &&
+                             config.parallel.attention == AttentionChoice::automatic;
+  return attention_uses_flash(flash_backend, static_cast<int>(model_shape(config.model).head_dim()));
+}
+
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
                                          Recompute recompute, int tensor) {
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
-  return sizeof(float) *
-         activation_sizes(shape, B, recompute, heads, m.gpu, tensor, tensor > 1 && config.parallel.sequence_parallel)
-             .total();
+  return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu, tensor,
+                                          tensor > 1 && config.parallel.sequence_parallel,
+                                          plans_flash_attention(config, m))
+                             .total();
 }
 
 TensorDegrees tensor_degrees(const Config& config, const Machine& m) {
@@ -205,7 +212,8 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
 
   // A data-parallel rank's tokens, their FLOPs split over its tensor group.
   const double tokens = static_cast<double>(batches.global_batch * batches.seq_len) / world / tensor;
-  p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute) * tokens / m.flops_per_rank;
+  p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute, plans_flash_attention(config, m)) *
+                 tokens / m.flops_per_rank;
   p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   const std::int64_t calls = whole.group_calls();
 

@@ -49,6 +49,10 @@ struct PlanResult {
 // world / tensor ranks holding the same slice.
 StrategyPrediction predict_strategy(const Config& config, const Machine& machine, StrategyKind strategy,
                                     int group, std::optional<Recompute> recompute = std::nullopt, int tensor = 1);
+// Whether the run's attention would be flash attention on this machine (GPUs, precision bf16,
+// parallel.attention "auto", a head width with kernels: exec/attention_probs.hpp), which keeps
+// no T x T probabilities.
+bool plans_flash_attention(const Config& config, const Machine& machine);
 // Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences
 // (its slice of them under tensor parallelism).
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,

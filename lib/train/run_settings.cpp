@@ -1,6 +1,7 @@
 #include "train/run_settings.hpp"
 
 #include "core/text.hpp"
+#include "exec/attention_probs.hpp"
 
 namespace st {
 
@@ -19,10 +20,22 @@ SettingsRows derived_rows(const DerivedSettings& s) {
                                    ", optimizer " + b(m.optimizer) +
                                    (s.model_state_note.empty() ? "" : "; " + s.model_state_note) + ")"},
       {"activations per rank", b(s.activations) + " (model.recompute = " + recompute_name(s.recompute) + ")"},
+      {"attention", s.attention},
       {"data", s.data + (s.sequential_data ? " (sequential)" : "")},
       {"tokenizer", s.tokenizer},
       {"run directory", s.run_directory},
   };
+}
+
+std::string describe_attention(bool gpu, Precision precision, AttentionChoice attention, int head_dim) {
+  const bool bf16 = precision == Precision::bf16, automatic = attention == AttentionChoice::automatic;
+  if (attention_uses_flash(gpu && bf16 && automatic, head_dim))
+    return "flash (bf16 tiles on the tensor cores; a log-sum-exp per row kept, no T x T probabilities)";
+  const std::string exact = "exact, T x T probabilities";
+  if (!gpu) return exact + " (the CPU's)";
+  if (!bf16) return exact + " (fp32 keeps the exact path; flash attention is bf16's)";
+  if (!automatic) return exact + " (parallel.attention = \"exact\")";
+  return exact + " (flash attention has no kernel for head width " + std::to_string(head_dim) + ": 32, 64, 128)";
 }
 
 }  // namespace st

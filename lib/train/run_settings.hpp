@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/choices.hpp"
 #include "data/batches.hpp"
 #include "model/activations.hpp"
 #include "parallel/strategy.hpp"
@@ -26,11 +27,17 @@ struct DerivedSettings {
   std::string model_state_note;  // e.g. "largest rank"
   std::uint64_t activations = 0;  // per rank
   Recompute recompute = Recompute::none;
+  std::string attention;  // describe_attention
+
   std::string data, tokenizer, run_directory;
   bool sequential_data = false;  // data.order = "sequential"
 };
 
 using SettingsRows = std::vector<std::pair<std::string, std::string>>;
 SettingsRows derived_rows(const DerivedSettings& s);
+
+// Which attention training runs and why (exec/attention_probs.hpp decides): flash attention, or
+// the exact path and what keeps it there. `gpu`: the ranks compute on GPUs.
+std::string describe_attention(bool gpu, Precision precision, AttentionChoice attention, int head_dim);
 
 }  // namespace st

@@ -39,7 +39,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
       world_(world),
       timeline_(config.run.trace_steps > 0) {
   // The device first: the model, the strategy and the communicators are built for it.
-  Execution execution = make_execution(device, config.parallel.precision == Precision::bf16);
+  Execution execution = make_execution(device, config.parallel.precision == Precision::bf16,
+                                       config.parallel.attention == AttentionChoice::automatic);
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
@@ -108,6 +109,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.model_state = net_->strategy().memory();
   built.activations = net_->model().activation_bytes();
   built.recompute = net_->model().recompute();
+  built.attention = describe_attention(net_->execution().choice.cuda, config_.parallel.precision,
+                                       config_.parallel.attention, static_cast<int>(shape_.head_dim()));
   built.data = describe_data(data_);
   built.sequential_data = config_.data.order == "sequential";
   built.tokenizer = data_.tokenizer->description();
@@ -279,9 +282,11 @@ TrainSummary Trainer::run() {
        << ", unigram entropy of the validation text = " << summary.val_unigram_entropy << " nats";
     say(os.str());
   }
-  // Per rank: a tensor group's ranks share their data-parallel rank's FLOPs.
+  // Per rank: a tensor group's ranks share their data-parallel rank's FLOPs. Counted as llm.c
+  // counts them (mfu_flops_per_token: every parameter, causal attention's half of the scores),
+  // whichever attention runs, so that MFU compares with llm.c's and between the two attentions.
   const double flops_per_step =
-      train_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
+      mfu_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
       static_cast<double>(world_.size());
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));

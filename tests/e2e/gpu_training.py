@@ -11,7 +11,15 @@
   split over 2 GPUs (parallel.tensor = 2, with and without sequence parallelism, GPT-2 and the
   small Llama) matches one GPU within 1e-4. A small Llama (grouped-query
   attention, untied head) trains on one GPU as on the CPU: 30 steps in fp32, losses within 1e-2
-  (the first within 1e-4), final parameters within 1e-2."""
+  (the first within 1e-4), final parameters within 1e-2.
+- Flash attention (bf16, heads 32 wide; the settings table says it runs): 50 GPT-2 steps and 30
+  steps of a multi-query Llama within 2e-2 of the CPU's bf16 runs, and the GPT-2 run within 2e-2
+  of the GPU's exact path (parallel.attention = "exact"). The bound is bf16 matmuls' own: flash
+  attention rounds the probabilities and their gradient to bf16 as the matmuls round their
+  operands (one rounding of 2^-9 more on attention's products), and on its own it is within
+  1.4e-3 (output) and 3.3e-3 (gradients) of exact attention on the same bf16 inputs
+  (gpu.cuda_kernels' FlashAttention.*), an order under the 2e-2 that bf16 runs already drift
+  apart by over 50 steps."""
 import array
 import os
 import re
@@ -109,6 +117,33 @@ h.check(close(gpu_llama[:1], cpu_llama[:1], 1e-4),
         f"llama fp32: the first step's loss matches within 1e-4 ({gpu_llama[0]} vs {cpu_llama[0]})")
 h.check(worst(gpu_llama_params, cpu_llama_params) <= 1e-2,
         f"llama fp32: final parameters within 1e-2 of the CPU's (worst {worst(gpu_llama_params, cpu_llama_params):.2e})")
+
+# ---- flash attention (bf16, head width 32) against the CPU's bf16 runs and the GPU's exact path ----
+def attention_row(label):
+    log = open(os.path.join(work, label, "train.log")).read()
+    row = re.search(r"^\|\s*attention\s*\|\s*([^|\n]+)", log, re.M)  # the derived row, not the deck key
+    return row.group(1).strip() if row else ""
+
+
+FLASH_GPT = {"d_model": 64, "n_head": 2}  # heads 32 wide
+_, cpu_hs32, _ = run("cpu_bf16_hs32", 1, "cpu", parallel={"precision": "bf16"}, model=dict(FLASH_GPT))
+_, gpu_flash, _ = run("gpu_bf16_flash", 1, "cuda", parallel={"precision": "bf16"}, model=dict(FLASH_GPT))
+_, gpu_exact, _ = run("gpu_bf16_exact", 1, "cuda", parallel={"precision": "bf16", "attention": "exact"},
+                      model=dict(FLASH_GPT))
+h.check(attention_row("gpu_bf16_flash").startswith("flash"),
+        f"bf16, heads 32 wide: the settings table says flash attention ({attention_row('gpu_bf16_flash')})")
+h.check(attention_row("gpu_bf16_exact").startswith("exact"),
+        f"parallel.attention = exact: the settings table says so ({attention_row('gpu_bf16_exact')})")
+h.check(close(gpu_flash, cpu_hs32, 2e-2), f"flash: 50 GPU steps within 2e-2 of the CPU's bf16 run\n{gpu_flash}\n{cpu_hs32}")
+h.check(close(gpu_flash, gpu_exact, 2e-2), f"flash: within 2e-2 of the GPU's exact path\n{gpu_flash}\n{gpu_exact}")
+LLAMA_FLASH = dict(LLAMA, d_model=64, n_head=2, n_kv_head=1)  # multi-query, heads 32 wide
+_, cpu_llama_hs32, _ = run("cpu_llama_bf16_hs32", 1, "cpu", steps=30, parallel={"precision": "bf16"},
+                           model=dict(LLAMA_FLASH))
+_, gpu_llama_flash, _ = run("gpu_llama_bf16_flash", 1, "cuda", steps=30, parallel={"precision": "bf16"},
+                            model=dict(LLAMA_FLASH))
+h.check(attention_row("gpu_llama_bf16_flash").startswith("flash"), "llama bf16, heads 32 wide: flash attention")
+h.check(close(gpu_llama_flash, cpu_llama_hs32, 2e-2),
+        f"llama flash: 30 GPU steps within 2e-2 of the CPU's bf16 run\n{gpu_llama_flash}\n{cpu_llama_hs32}")
 
 # ---- every strategy on the GPUs against one GPU ----
 # A global batch that splits over every GPU count: 12 sequences per GPU.

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/random.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/device_choice.hpp"
+#include "model/activations.hpp"
 #include "model/model.hpp"
 
 namespace st {
@@ -39,7 +41,18 @@ ModelShape llama_shape() {
   return s;
 }
 
-std::string name_of(const ModelShape& shape) { return arch_name(shape.arch); }
+// The same with heads 32 wide, which flash attention has kernels for (the shapes above, 12 wide,
+// take the exact path in bf16 too).
+ModelShape gpt2_flash_shape() { return ModelShape{3, 64, 2, 24, 61, 64}; }
+ModelShape llama_flash_shape() {
+  ModelShape s = llama_shape();
+  s.d_model = 128;  // 4 query heads over 2 key/value heads, 32 wide
+  return s;
+}
+
+std::string name_of(const ModelShape& shape) {
+  return std::string(arch_name(shape.arch)) + " (head width " + std::to_string(shape.head_dim()) + ")";
+}
 
 // Two micro-batches accumulated, as a step with accumulation does.
 Result run(Model<float>& model, Exec& exec, const std::vector<float>& params, const std::vector<int>& tokens,
@@ -59,13 +72,22 @@ Result run(Model<float>& model, Exec& exec, const std::vector<float>& params, co
   return r;
 }
 
-void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound) {
+void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, bool flash = false) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
   const int B = 3, T = 24;
   const auto host = make_model<float>(shape, B);
-  CudaExec exec(CudaExecSettings{0, bf16_matmuls});
+  CudaExec exec(CudaExecSettings{0, bf16_matmuls, flash});
   const auto device = make_model<float>(shape, B, exec);
+  // The device carves what its attention keeps: with flash attention a log-sum-exp per row.
+  const bool uses_flash = exec.layer_kernels().attention_uses_flash(static_cast<int>(shape.head_dim()));
+  EXPECT_EQ(uses_flash, flash) << name_of(shape);
+  EXPECT_EQ(device->activation_bytes(),
+            sizeof(float) * activation_sizes(shape, B, Recompute::none,
+                                             exec.layer_kernels().attention_heads_at_once(B, static_cast<int>(shape.n_head)),
+                                             true, 1, false, uses_flash)
+                                .total())
+      << name_of(shape);
   std::vector<float> params(host->layout().total());
   host->init_params(params, 7);
   NormalStream noise(11, 3);
@@ -99,6 +121,15 @@ TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(gpt2
 TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostFp32) { compare_model(llama_shape(), false, 1e-4); }
 TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(llama_shape(), true, 5e-2); }
 
+// Flash attention adds roundings of the same size to attention's products (the probabilities
+// and their gradient to bf16, as the matmuls' operands are): the same bound.
+TEST(GpuModel, LossAndEveryGradientMatchTheHostWithFlashAttention) {
+  compare_model(gpt2_flash_shape(), true, 5e-2, true);
+}
+TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostWithFlashAttention) {
+  compare_model(llama_flash_shape(), true, 5e-2, true);
+}
+
 // Activation recomputation on the device runs the same kernels on the same inputs in the same
 // stream order, so the loss and gradients equal the run that keeps everything; cuBLAS may pick
 // its algorithm by the buffers' alignment, which differs between the two, so the bound is 1e-6
@@ -114,8 +145,8 @@ void check_recomputation(const ModelShape& shape) {
     tokens[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
     targets[i] = static_cast<int>(noise.next_bits() % shape.vocab_size);
   }
-  for (const bool bf16_matmuls : {false, true}) {
-    CudaExec exec(CudaExecSettings{0, bf16_matmuls});
+  for (const auto& [bf16_matmuls, flash] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+    CudaExec exec(CudaExecSettings{0, bf16_matmuls, flash});
     const auto keep_all = make_model<float>(shape, B, exec);
     std::vector<float> params(keep_all->layout().total());
     keep_all->init_params(params, 7);
@@ -123,8 +154,10 @@ void check_recomputation(const ModelShape& shape) {
     for (const Recompute r : {Recompute::selective, Recompute::full}) {
       const auto model = make_model<float>(shape, B, exec, r);
       const Result got = run(*model, exec, params, tokens, targets, B, T);
-      const std::string what =
-          name_of(shape) + ", " + recompute_name(r) + (bf16_matmuls ? ", bf16 matmuls" : "");
+      const std::string what = name_of(shape) + ", " + recompute_name(r) + (bf16_matmuls ? ", bf16 matmuls" : "") +
+                               (exec.layer_kernels().attention_uses_flash(static_cast<int>(shape.head_dim()))
+                                    ? ", flash attention"
+                                    : "");
       EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss)) << what;
       double scale = 1e-12, worst = 0;
       for (std::size_t i = 0; i < want.grads.size(); ++i) {
@@ -139,6 +172,12 @@ void check_recomputation(const ModelShape& shape) {
 
 TEST(GpuModel, RecomputationGivesTheSameLossAndGradientsBitForBit) { check_recomputation(gpt2_shape()); }
 TEST(GpuModel, LlamaRecomputationGivesTheSameLossAndGradients) { check_recomputation(llama_shape()); }
+// With flash attention no setting keeps probabilities (model/activations.hpp): the recomputed
+// runs still equal the one that keeps everything.
+TEST(GpuModel, RecomputationWithFlashAttentionGivesTheSameLossAndGradients) {
+  check_recomputation(gpt2_flash_shape());
+  check_recomputation(llama_flash_shape());
+}
 
 // Incremental decoding on the device: after a prompt and then a few tokens at a time, the
 // next-token probabilities equal the host's decoding of the same tokens, and the device's own

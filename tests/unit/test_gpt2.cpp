@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "flash_carving_exec.hpp"
 #include "model/gpt2.hpp"
 #include "model/layout.hpp"
 #include "model_gradient_check.hpp"
@@ -145,6 +146,17 @@ TEST(Gpt2Model, FlopsPerToken) {
                    6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 1024);
 }
 
+// MFU's count is llm.c's: 6 N + 6 L C T with N every parameter. For GPT-2 124M llm.c prints
+// num_parameters 124475904 (the vocabulary padded to 50304) and counts 803.5 MFLOP a token at
+// T = 1024, 6% under the planner's full-T x T count of the matmul parameters (854.7 MFLOP).
+TEST(Gpt2Model, MfuFlopsPerTokenAreLlmcs) {
+  const ModelShape s{12, 768, 12, 1024, 50257, 50304};
+  EXPECT_EQ(make_layout(s).total(), 124475904u);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 1024), 6.0 * 124475904 + 6.0 * 12 * 768 * 1024);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 1024), 803478528.0);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, 1024), 854654976.0);
+}
+
 // The activation bytes of each setting, written out by hand for one shape: N = B T rows,
 // C channels, blocks of T x T attention probabilities, `heads` of them in flight.
 TEST(Gpt2Recompute, ActivationBytesFollowTheFormula) {
@@ -173,6 +185,48 @@ TEST(Gpt2Recompute, ActivationBytesFollowTheFormula) {
     EXPECT_EQ(model.activation_bytes(), sizeof(float) * activation_sizes(shape, B, r, heads, false).total())
         << recompute_name(r);
   }
+}
+
+// With flash attention (a GPU in bf16) no setting keeps T x T blocks: each block keeps a
+// log-sum-exp per row and head (N NH), the backward scratch holds each row's <dO, O> (N NH)
+// instead of a probability gradient per head in flight, and `selective` drops the GELU output
+// alone. Written out by hand, then the model built on a backend that runs flash attention
+// carves exactly that (its constructor checks the carving against the formula).
+TEST(Gpt2Recompute, FlashAttentionKeepsALogSumExpPerRowInstead) {
+  const ModelShape shape{4, 128, 4, 16, 50, 64};  // head width 32: one flash attention has kernels for
+  const int B = 3;
+  const std::size_t N = 3 * 16, C = 128, L = 4, NH = 4, Vp = 64;
+  const std::size_t shared = N * C + N * C + 2 * N + N * Vp + N + N * C + 3 * N * C + 3 * N * C + N * NH + 8 * N * C;
+  const std::size_t none = L * (16 * N * C + 4 * N + N * NH) + shared;
+  const std::size_t selective = L * (12 * N * C + 4 * N + N * NH) + shared;
+  const std::size_t full = L * N * C + (11 * N * C + 4 * N + N * NH) + shared;
+  for (const int heads : {1, 12}) {  // no T x T block in flight: the heads do not count
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::none, heads, true, 1, false, true).total(), none);
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::selective, heads, true, 1, false, true).total(), selective);
+    EXPECT_EQ(activation_sizes(shape, B, Recompute::full, heads, true, 1, false, true).total(), full);
+  }
+  testing_support::FlashCarvingExec exec;
+  for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    Gpt2<float> model(shape, B, exec, r);
+    const std::size_t want = r == Recompute::none ? none : r == Recompute::selective ? selective : full;
+    EXPECT_EQ(model.activation_bytes(), sizeof(float) * want) << recompute_name(r);
+  }
+  // A head width without a kernel (8) keeps the exact path's sizes on the same backend.
+  const ModelShape narrow{4, 32, 4, 16, 50, 64};
+  Gpt2<float> exact_model(narrow, B, exec);
+  EXPECT_EQ(exact_model.activation_bytes(),
+            sizeof(float) *
+                activation_sizes(narrow, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), true)
+                    .total());
+  // GPT-2 124M, 16 sequences of 1024 on a GPU in bf16: the probabilities (12 layers x 16 x 12 x
+  // 1024^2 floats) and the 12 heads' blocks of their gradient give way to 2 x 12 x 16 x 12 x 1024
+  // floats of log-sum-exp and one block of row dots.
+  const ModelShape gpt2{12, 768, 12, 1024, 50257, 50304};
+  const std::size_t exact = activation_sizes(gpt2, 16, Recompute::none, 12, true).total() * sizeof(float);
+  const std::size_t flash = activation_sizes(gpt2, 16, Recompute::none, 12, true, 1, false, true).total() * sizeof(float);
+  const std::size_t rows = 16 * 1024 * 12, TT = std::size_t{1024} * 1024;
+  EXPECT_EQ(exact - flash, sizeof(float) * (12 * (16 * 12 * TT - rows) + 12 * TT - rows));
+  EXPECT_NEAR(static_cast<double>(exact - flash) / (1 << 30), 9.04, 0.01);
 }
 
 }  // namespace

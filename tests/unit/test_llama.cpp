@@ -13,6 +13,7 @@
 #include "exec/host_kernels.hpp"
 #include "exec/host_llama_kernels.hpp"
 #include "exec/layer_kernels.hpp"
+#include "flash_carving_exec.hpp"
 #include "model/llama.hpp"
 #include "model/layout.hpp"
 #include "model/rope.hpp"
@@ -359,6 +360,45 @@ TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
     const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
     EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads, false).total() * sizeof(float));
   }
+}
+
+// With flash attention (a GPU in bf16), as GPT-2's: a log-sum-exp per row and query head kept
+// by each block (N NH), the row dots as backward scratch, no T x T blocks; the key/value heads
+// change nothing (the kernels read them in place).
+TEST(LlamaRecompute, FlashAttentionKeepsALogSumExpPerRowInstead) {
+  const ModelShape shape = llama_shape(4, 128, 4, 2, 48, 16, 50, 64);  // head width 32
+  const int B = 3;
+  const std::size_t N = 3 * 16, C = 128, W = 128 + 2 * 2 * 32, F = 48, L = 4, NH = 4, Vp = 64;
+  const std::size_t shared = N * C + N * C + N + N * Vp + N + N * C + 3 * N * C + N * W + N * NH + 4 * N * F;
+  const std::size_t none = L * (5 * N * C + N * W + 3 * N * F + 2 * N + N * NH) + shared;
+  const std::size_t selective = L * (5 * N * C + N * W + 2 * N * F + 2 * N + N * NH) + shared;
+  const std::size_t full = L * N * C + (4 * N * C + N * W + 2 * N * F + 2 * N + N * NH) + shared;
+  EXPECT_EQ(activation_sizes(shape, B, Recompute::none, 2, true, 1, false, true).total(), none);
+  EXPECT_EQ(activation_sizes(shape, B, Recompute::selective, 2, true, 1, false, true).total(), selective);
+  EXPECT_EQ(activation_sizes(shape, B, Recompute::full, 2, true, 1, false, true).total(), full);
+  testing_support::FlashCarvingExec exec;
+  for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    Llama<float> model(shape, B, exec, r);
+    const std::size_t want = r == Recompute::none ? none : r == Recompute::selective ? selective : full;
+    EXPECT_EQ(model.activation_bytes(), sizeof(float) * want) << recompute_name(r);
+  }
+  // Head widths without a kernel keep the exact path's sizes (the host's, with the per-query-head
+  // gradient to fold: the stand-in backend's memory is the host's).
+  const ModelShape odd = llama_shape(4, 48, 4, 2, 48, 16, 50, 64);  // head width 12
+  Llama<float> model(odd, B, exec);
+  EXPECT_EQ(model.activation_bytes(),
+            sizeof(float) *
+                activation_sizes(odd, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), false).total());
+}
+
+// MFU's count (llm.c's 6 N + 6 L C T) for SmolLM2-135M's shape at its 2048 positions: 1019.4
+// MFLOP a token, against the planner's full-T x T count of 1231.6 (attention is 35% of that
+// count at this length, and halved here).
+TEST(LlamaModel, MfuFlopsPerTokenAreLlmcs) {
+  const ModelShape s = llama_shape(30, 576, 9, 3, 1536, 2048, 49152, 49152);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 2048), 6.0 * 134515008 + 6.0 * 30 * 576 * 2048);
+  EXPECT_DOUBLE_EQ(mfu_flops_per_token(s, 2048), 1019426688.0);
+  EXPECT_DOUBLE_EQ(train_flops_per_token(s, 2048), 1231552512.0);
 }
 
 TEST(LlamaModel, InitialLossIsNearLnVocab) {

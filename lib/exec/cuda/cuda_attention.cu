@@ -11,6 +11,11 @@
 // probability blocks at stride G. In backward the G products of a group add into its dK and dV in
 // order j = 0, 1, ... (the first overwrites): a fixed order, no atomics. G = 1 is one batched
 // matmul over all heads.
+//
+// That is the exact path, which fp32 runs keep (and bf16 runs with parallel.attention =
+// "exact", or head widths flash attention has no kernel for). Where attention_uses_flash says
+// so, training's forward and backward are flash attention's instead (flash_attention.hpp):
+// nothing T x T in memory, the log-sum-exp of each row kept in AttentionProbs::lse.
 #include <cmath>
 #include <string>
 
@@ -20,6 +25,7 @@
 #include "exec/cuda/cuda_gemm.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
 #include "exec/cuda/device_reduce.cuh"
+#include "exec/cuda/flash_attention.hpp"
 
 namespace st {
 namespace {
@@ -147,6 +153,10 @@ void CudaLayerKernels::attention_forward(float* out, const AttentionProbs<float>
                                          int C, int NH, int NKV) {
   use_device();
   if (B == 0 || T == 0) return;
+  if (attention_uses_flash(C / NH)) {
+    ST_REQUIRE(probs.lse, "flash attention's forward needs AttentionProbs::lse");
+    return flash_attention_forward(out, probs.lse, qkv, FlashShape{B, T, C, NH, NKV}, stream_);
+  }
   const HeadGeometry g = head_geometry(T, C, NH, NKV);
   const int G = g.group;
   for (int b = 0; b < B; ++b) {
@@ -188,6 +198,12 @@ void CudaLayerKernels::attention_backward(float* dqkv, const AttentionProbs<floa
                                           const float* qkv, int B, int T, int C, int NH, int NKV) {
   use_device();
   if (B == 0 || T == 0) return;
+  if (attention_uses_flash(C / NH)) {
+    ST_REQUIRE(probs.lse && probs.row_dots && probs.out,
+               "flash attention's backward needs AttentionProbs::lse, row_dots and out");
+    return flash_attention_backward(dqkv, probs.row_dots, dout, probs.out, probs.lse, qkv,
+                                    FlashShape{B, T, C, NH, NKV}, stream_);
+  }
   const HeadGeometry g = head_geometry(T, C, NH, NKV);
   const int G = g.group, hs = g.hs, W = g.W;
   const long long q_stride = static_cast<long long>(G) * hs, block_stride = G * g.tt;

@@ -54,7 +54,7 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     ST_CHECK_CUBLAS(cublasSetWorkspace(state_->cublas, state_->cublas_workspace, kCublasWorkspaceBytes));
     ST_CHECK_CUDA(cudaMalloc(&state_->reduce_scratch, (kSumSquaresBlocks + 1) * sizeof(double)));
     state_->kernels = std::make_unique<CudaLayerKernels>(settings.device, compute_, state_->cublas, settings.bf16_matmuls,
-                                                         static_cast<double*>(pinned_) + 1);
+                                                         settings.flash_attention, static_cast<double*>(pinned_) + 1);
   } catch (...) {
     release();
     throw;
@@ -86,7 +86,8 @@ std::string CudaExec::description() const {
   std::snprintf(memory, sizeof memory, "%.1f", static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   return "cuda: device " + std::to_string(settings_.device) + " of " + std::to_string(devices) + ", " + prop.name +
          ", " + memory + " GiB, compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
-         ", matmuls " + (settings_.bf16_matmuls ? "bf16" : "fp32");
+         ", matmuls " + (settings_.bf16_matmuls ? "bf16" : "fp32") +
+         (settings_.bf16_matmuls && settings_.flash_attention ? ", flash attention" : "");
 }
 
 Memory CudaExec::allocate(std::size_t bytes) {

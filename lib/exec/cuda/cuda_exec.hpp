@@ -19,6 +19,10 @@ namespace st {
 struct CudaExecSettings {
   int device = 0;             // CUDA device index among the visible ones
   bool bf16_matmuls = false;  // matmuls with bf16 inputs and fp32 accumulation (else fp32)
+  // With bf16_matmuls: training attention as flash attention (exec/cuda/flash_attention.hpp) for
+  // the head widths it has kernels for; false keeps the exact path (T x T probabilities through
+  // cuBLAS), as fp32 always does. make_execution sets it from parallel.attention.
+  bool flash_attention = false;
 };
 
 class CudaExec final : public Exec {

@@ -1,7 +1,8 @@
 #pragma once
 // The layer kernels of GPT-2 and Llama on one CUDA device (exec/layer_kernels.hpp): kernels of
 // our own for the element-wise, normalisation, rotary and softmax work, cuBLAS for every matmul
-// (cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). All work is queued on
+// (cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu) but flash attention's, which
+// are its own kernels' (flash_attention.cu). All work is queued on
 // one stream; the only calls that wait are softmax_cross_entropy_forward and logit_slices_combine
 // with targets (they hand the loss sum to the host).
 //
@@ -21,11 +22,15 @@ class CudaLayerKernels final : public LayerKernels<float> {
  public:
   // `pinned_result` is one double of pinned host memory the loss sum comes back through.
   // Work goes to `device` (made current on each call: callers may be on any thread) and `stream`.
-  CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, double* pinned_result)
+  // `flash_attention`: with bf16 matmuls, attention runs flash attention where the head width
+  // has a kernel (attention_uses_flash); otherwise, and always in fp32, the exact path.
+  CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, bool flash_attention,
+                   double* pinned_result)
       : device_(device),
         stream_(stream),
         cublas_(cublas),
         bf16_(bf16_matmuls),
+        flash_(bf16_matmuls && flash_attention),
         pinned_result_(pinned_result),
         bf16_matmuls_(stream, cublas) {}
 
@@ -41,6 +46,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int N, int C, int OC, bool accumulate_din) override;
   int attention_heads_at_once(int B, int NH) const override;
+  bool attention_uses_flash(int head_dim) const override { return st::attention_uses_flash(flash_, head_dim); }
   void attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T, int C, int NH,
                          int NKV) override;
   void attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout, const float* qkv, int B,
@@ -81,6 +87,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
   cudaStream_t stream_;
   cublasHandle_t cublas_;
   bool bf16_;
+  bool flash_;  // flash attention where the head width allows (exec/cuda/flash_attention.hpp)
   double* pinned_result_;
   // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
   // (softmax_cross_entropy_forward's and logit_slices_combine's).
