@@ -33,7 +33,7 @@
 #include "train/sampler.hpp"
 #include "train/sharded_model.hpp"
 #include "train/run_data.hpp"
-#include "train/threads.hpp"
+#include "exec/threads.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/trainer.hpp"
 #include "weights/gpt2_weights.hpp"
