@@ -82,15 +82,7 @@ std::string describe_resume(const Config& config, const ModelShape& shape, World
                                                            : "starts from step 0 with " + config.model.init_from;
   if (config.checkpoint.resume == "none") return "none: " + fresh;
   const ResumeRequest request{config.checkpoint.resume, checkpoint_dir_of(config), shape, config.deck_path};
-  const LocatedCheckpoint located =
-      locate_resume(request, world.comm(), [&](const std::string& path, const CheckpointInfo&) -> std::string {
-        try {
-          verify_checkpoint(path, world.comm());
-          return "";
-        } catch (const Error& e) {
-          return e.what();
-        }
-      });
+  const LocatedCheckpoint located = locate_resume(request, world.comm(), verifying(world.comm()));
   if (!located.found()) return "latest: no checkpoint in " + request.dir + "; " + fresh;
   const CheckpointInfo& info = located.info;
   std::string what = located.path + " at step " + std::to_string(info.step) + " (written by " +

@@ -15,9 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "ckpt/catalogue.hpp"
 #include "ckpt/checkpoint.hpp"
-#include "ckpt/h5.hpp"
 #include "ckpt/locate.hpp"
+#include "ckpt/read.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/json_text.hpp"
@@ -46,18 +47,15 @@ namespace fs = std::filesystem;
 
 // Whether a path given to generate or eval names weights (an llm.c model file, a
 // model.safetensors, a Llama's model.safetensors.index.json, or a directory holding one, and no
-// checkpoints) rather than a checkpoint (an
-// HDF5 file, a `latest` pointer, a checkpoint or run directory: ckpt/locate.hpp decides which
-// checkpoint). Weights files are told by their first bytes (probe_weights), which also names
-// what is wrong with a file that is neither.
+// checkpoints) rather than a checkpoint (an HDF5 file, a `latest` pointer, a checkpoint or run
+// directory: ckpt/catalogue.hpp classify says which, ckpt/locate.hpp which checkpoint). A file is
+// told by its first bytes (probe_weights), which also names what is wrong with one that is
+// neither.
 bool names_weights(const std::string& given) {
-  std::error_code ec;
-  if (!fs::exists(given, ec)) return false;  // the locator names it
-  if (fs::is_directory(given, ec))
-    return checkpoint_dir_in(given).empty() &&
-           (fs::exists(given + "/model.safetensors", ec) || fs::exists(given + "/model.safetensors.index.json", ec));
+  const PathKind kind = classify(given).kind;
+  if (kind == PathKind::weights_dir) return true;
+  if (kind != PathKind::weights_file) return false;  // the locator names a path that is missing or holds nothing
   if (given.ends_with(".safetensors.index.json")) return true;  // a Llama's shards: probe_weights names what is wrong
-  if (h5::has_hdf5_signature(given) || !pointer_target(given).empty()) return false;
   try {
     probe_weights(given);  // headers only; load_model reads the values once rank 0 has checked them
   } catch (const Error& e) {
@@ -142,12 +140,8 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
         const std::string what = info.settings.empty() ? " (the deck stored in it)" : " (the run's settings stored in it)";
         m.config = parse_deck(info.settings_or_deck(), path + what, overrides);
         build_model(m, world, max_batch);
-        try {
-          read_checkpoint(path, model_shape(m.config.model), m.net->strategy(), world.comm());
-          return "";
-        } catch (const Error& e) {
-          return e.what();
-        }
+        return attempt_problem(
+            [&] { read_checkpoint(path, model_shape(m.config.model), m.net->strategy(), world.comm()); });
       });
   if (world.is_root()) {
     for (const std::string& note : located.skip_notes("read")) std::cerr << "note: " << note << "\n";
