@@ -2,10 +2,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "app/use_commands.hpp"
+#include "app/version.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/locate.hpp"
 #include "core/error.hpp"
@@ -15,32 +15,22 @@
 #include "deck/parse.hpp"
 #include "deck/read.hpp"
 #include "deck/schema.hpp"
-#include "app/use_commands.hpp"
-#include "app/version.hpp"
 #include "exec/device_choice.hpp"
 #include "model/model.hpp"
 #include "optim/schedule.hpp"
+#include "parallel/deck_plan.hpp"
 #include "parallel/plan.hpp"
+#include "plan/fit.hpp"
+#include "plan/planner.hpp"
 #include "train/report.hpp"
 #include "train/run_dir.hpp"
 #include "train/run_settings.hpp"
 #include "train/sharded_model.hpp"
-#include "train/trainer.hpp"
+#include "train/train_deck.hpp"
 #include "weights/init_from.hpp"
 
 namespace st::app {
 namespace {
-
-// The planner's table and choice, kept in the run directory next to the resolved deck.
-void write_plan_file(const Config& config, const std::string& table) {
-  const std::string dir = resolve_out_dir(config);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error("cannot create run directory '" + dir + "' (run.out_dir): " + ec.message());
-  std::ofstream out(dir + "/plan.txt");
-  out << table;
-  if (!out) throw Error("cannot write '" + dir + "/plan.txt'");
-}
 
 // The planner's figure for the deck's strategy, with the limit it is checked against.
 std::string predicted_memory_line(const Config& config, const Machine& machine, int group) {
@@ -78,27 +68,7 @@ Config load_config(const DeckRequest& request, World& world) {
 
 int run_deck(const DeckRequest& request, World& world) {
   Config config = load_config(request, world);
-  // Before anything is allocated: "auto" becomes the planner's choice, and a deck that cannot
-  // fit in this machine's memory is refused with what would fit.
-  const bool automatic = config.parallel.strategy == StrategyKind::automatic;
-  // On GPUs the plan and the memory check are the GPUs' (refused here already where the deck
-  // asks for a GPU this node lacks).
-  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
-  const Machine machine = device.cuda ? gpu_job_machine(config, world, device.device, request.machine)
-                                      : job_machine(config, world, world.size(), request.machine, true, automatic);
-  if (automatic) {
-    const std::string table = resolve_auto_strategy(config, machine);
-    if (world.is_root()) {
-      std::cout << "parallel.strategy = \"auto\": the planner's table\n" << table << std::flush;
-      write_plan_file(config, table);
-    }
-  }
-  check_memory_fits(config, machine);
-  // The deck may group ranks into emulated nodes: the training world is built from it.
-  World training_world(world.comm(), deck_ranks_per_node(config, world.size()));
-  Trainer trainer(config, training_world, device);
-  const TrainSummary summary = trainer.run();
-  if (!request.save_params.empty()) trainer.save_params(request.save_params);
+  const TrainSummary summary = train_deck(config, world, request.machine, request.save_params);
   if (summary.diverged) return kExitDiverged;
   return summary.stop_signal != 0 ? kExitStopped : kExitOk;
 }
@@ -112,15 +82,7 @@ std::string describe_resume(const Config& config, const ModelShape& shape, World
                                                            : "starts from step 0 with " + config.model.init_from;
   if (config.checkpoint.resume == "none") return "none: " + fresh;
   const ResumeRequest request{config.checkpoint.resume, checkpoint_dir_of(config), shape, config.deck_path};
-  const LocatedCheckpoint located =
-      locate_resume(request, world.comm(), [&](const std::string& path, const CheckpointInfo&) -> std::string {
-        try {
-          verify_checkpoint(path, world.comm());
-          return "";
-        } catch (const Error& e) {
-          return e.what();
-        }
-      });
+  const LocatedCheckpoint located = locate_resume(request, world.comm(), verifying(world.comm()));
   if (!located.found()) return "latest: no checkpoint in " + request.dir + "; " + fresh;
   const CheckpointInfo& info = located.info;
   std::string what = located.path + " at step " + std::to_string(info.step) + " (written by " +
@@ -142,9 +104,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const bool automatic = config.parallel.strategy == StrategyKind::automatic;
   // Where run would compute: refused here already when the deck asks for a GPU this node lacks.
   const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
-  const Machine machine = device.cuda && ranks == 0
-                              ? gpu_job_machine(config, world, device.device, request.machine)
-                              : job_machine(config, world, world_size, request.machine, ranks == 0, automatic);
+  const Machine machine = deck_machine(config, world, device, request.machine, ranks);
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);
   check_memory_fits(config, machine);

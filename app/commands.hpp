@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "app/planning.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "deck/config.hpp"
+#include "plan/job_machine.hpp"
 
 namespace st::app {
 

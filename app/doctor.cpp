@@ -18,10 +18,10 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
+#include "exec/threads.hpp"
 #include "plan/machine.hpp"
 #include "topology/detect.hpp"
-#include "train/blas_rate.hpp"
-#include "train/threads.hpp"
+#include "train/blas_kernel.hpp"
 
 namespace st::app {
 namespace {

@@ -13,8 +13,8 @@
 #include "app/doctor_nodes.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
-#include "train/blas_rate.hpp"
-#include "train/threads.hpp"
+#include "exec/gemm_rate.hpp"
+#include "exec/threads.hpp"
 
 namespace st::app {
 namespace {

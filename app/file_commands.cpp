@@ -8,8 +8,12 @@
 #include <sstream>
 
 #include "app/commands.hpp"
+#include "ckpt/catalogue.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/export.hpp"
+#include "ckpt/inspect.hpp"
 #include "ckpt/locate.hpp"
+#include "ckpt/read.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "weights/gpt2_weights.hpp"
@@ -73,18 +77,6 @@ std::uint64_t parse_shard_size(const std::string& text) {
   return value * scale;
 }
 
-// A checkpoint's file name, its directory's `latest`, or any HDF5 file a checkpoint reader accepts.
-bool is_checkpoint(const std::string& path) {
-  const std::string name = fs::path(path).filename().string();
-  if (checkpoint_step_of(name) >= 0 || name == "latest" || !pointer_target(path).empty()) return true;
-  try {
-    read_checkpoint_header(path);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 // Before an export or a conversion writes `outputs` (the file and what goes beside it): an
 // existing one is replaced only with --force, a checkpoint never (its run's state would be lost);
 // a missing directory is created. The input is never an output.
@@ -111,15 +103,7 @@ void prepare_outputs(const std::vector<std::string>& outputs, const std::string&
 // The checkpoint a path names (a file, a `latest`, a checkpoint or run directory), every checksum
 // verified: a damaged newest one in a directory is skipped for the next, and said.
 std::string located_checkpoint(const std::string& given) {
-  const LocatedCheckpoint located =
-      locate_for_reading(given, MPI_COMM_SELF, [](const std::string& path, const CheckpointInfo&) -> std::string {
-        try {
-          verify_checkpoint(path, MPI_COMM_SELF);
-          return "";
-        } catch (const Error& e) {
-          return e.what();
-        }
-      });
+  const LocatedCheckpoint located = locate_for_reading(given, MPI_COMM_SELF, verifying(MPI_COMM_SELF));
   for (const std::string& note : located.skip_notes("read")) std::cerr << "note: " << note << "\n";
   if (located.path != given) std::cerr << "note: " << given << " stands for checkpoint " << located.path << "\n";
   return located.path;
@@ -133,13 +117,8 @@ int ckpt_command(const CkptRequest& request, World& world) {
       // The checkpoint the path stands for, verified as a resume verifies it (inspect_checkpoint).
       std::string text;
       const LocatedCheckpoint located = locate_for_reading(
-          request.file, MPI_COMM_SELF, [&](const std::string& path, const CheckpointInfo&) -> std::string {
-            try {
-              text = inspect_checkpoint(path);
-              return "";
-            } catch (const Error& e) {
-              return e.what();
-            }
+          request.file, MPI_COMM_SELF, [&](const std::string& path, const CheckpointInfo&) {
+            return attempt_problem([&] { text = inspect_checkpoint(path); });
           });
       for (const std::string& note : located.skip_notes("read")) std::cout << note << "\n";
       std::cout << text;

@@ -3,10 +3,10 @@
 #include <iostream>
 
 #include "app/commands.hpp"
-#include "app/planning.hpp"
 #include "core/error.hpp"
 #include "deck/parse.hpp"
 #include "deck/read.hpp"
+#include "plan/planner.hpp"
 #include "topology/detect.hpp"
 
 namespace st::app {

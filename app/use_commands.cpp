@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
-#include "app/planning.hpp"
+#include "ckpt/catalogue.hpp"
 #include "ckpt/checkpoint.hpp"
-#include "ckpt/h5.hpp"
 #include "ckpt/locate.hpp"
+#include "ckpt/read.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/json_text.hpp"
@@ -28,13 +28,14 @@
 #include "data/dataset.hpp"
 #include "deck/parse.hpp"
 #include "exec/device_choice.hpp"
+#include "exec/threads.hpp"
 #include "parallel/plan.hpp"
+#include "plan/fit.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "train/evaluate.hpp"
+#include "train/run_data.hpp"
 #include "train/sampler.hpp"
 #include "train/sharded_model.hpp"
-#include "train/run_data.hpp"
-#include "train/threads.hpp"
-#include "tokenizer/tokenizer.hpp"
 #include "train/trainer.hpp"
 #include "weights/gpt2_weights.hpp"
 #include "weights/init_from.hpp"
@@ -46,18 +47,15 @@ namespace fs = std::filesystem;
 
 // Whether a path given to generate or eval names weights (an llm.c model file, a
 // model.safetensors, a Llama's model.safetensors.index.json, or a directory holding one, and no
-// checkpoints) rather than a checkpoint (an
-// HDF5 file, a `latest` pointer, a checkpoint or run directory: ckpt/locate.hpp decides which
-// checkpoint). Weights files are told by their first bytes (probe_weights), which also names
-// what is wrong with a file that is neither.
+// checkpoints) rather than a checkpoint (an HDF5 file, a `latest` pointer, a checkpoint or run
+// directory: ckpt/catalogue.hpp classify says which, ckpt/locate.hpp which checkpoint). A file is
+// told by its first bytes (probe_weights), which also names what is wrong with one that is
+// neither.
 bool names_weights(const std::string& given) {
-  std::error_code ec;
-  if (!fs::exists(given, ec)) return false;  // the locator names it
-  if (fs::is_directory(given, ec))
-    return checkpoint_dir_in(given).empty() &&
-           (fs::exists(given + "/model.safetensors", ec) || fs::exists(given + "/model.safetensors.index.json", ec));
+  const PathKind kind = classify(given).kind;
+  if (kind == PathKind::weights_dir) return true;
+  if (kind != PathKind::weights_file) return false;  // the locator names a path that is missing or holds nothing
   if (given.ends_with(".safetensors.index.json")) return true;  // a Llama's shards: probe_weights names what is wrong
-  if (h5::has_hdf5_signature(given) || !pointer_target(given).empty()) return false;
   try {
     probe_weights(given);  // headers only; load_model reads the values once rank 0 has checked them
   } catch (const Error& e) {
@@ -96,74 +94,16 @@ void tokenizer_for_weights(Config& config) {
   if (config.data.tokenizer_files.empty()) config.data.tokenizer_files = {default_gpt2_files()};
 }
 
-// Parallel settings of the training job that this job's ranks cannot take: its emulated nodes
-// or its hsdp groups when they do not divide this job's ranks (then its real nodes and zero3 are
-// used, and said), and `auto`, which chose by the training job's machine (here: shard when there
-// are several ranks). A value given with --set is this job's own, and is refused instead.
-void fit_parallel_settings(Config& config, World& world) {
-  ParallelConfig& p = config.parallel;
-  if (p.strategy == StrategyKind::automatic) p.strategy = world.size() > 1 ? StrategyKind::zero3 : StrategyKind::ddp;
-  auto note = [&](const std::string& text) {
-    if (world.is_root()) std::cerr << "note: " << text << "\n";
-  };
-  const std::string& nodes_from = config.origin["parallel.ranks_per_node"];
-  if (p.ranks_per_node > 0 && world.size() % p.ranks_per_node != 0 && nodes_from != "--set" &&
-      nodes_from != "default") {
-    note("parallel.ranks_per_node = " + std::to_string(p.ranks_per_node) + " (" + nodes_from +
-         ") does not divide this job's " + std::to_string(world.size()) +
-         " rank(s): the ranks are grouped by their real nodes");
-    p.ranks_per_node = 0;
-  }
-  const std::string& group_from = config.origin["parallel.shard_group"];
-  // The mesh hsdp's group would form on this job (make_mesh refuses a group that does not divide it).
-  const auto group_fits = [&] {
-    try {
-      make_mesh(p.strategy, p.shard_group, world.size(), world.local_size(), config.deck_path);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  };
-  if (p.strategy == StrategyKind::hsdp && p.shard_group > 0 && group_from != "--set" && !group_fits()) {
-    note("parallel.strategy = \"hsdp\" in groups of parallel.shard_group = " + std::to_string(p.shard_group) + " (" +
-         group_from + ") does not fit this job's " + std::to_string(world.size()) + " rank(s): zero3 is used instead");
-    p.strategy = StrategyKind::zero3;
-    p.shard_group = 0;
-  }
-}
-
-// Tensor parallelism is how the model was trained, not how it must be used: a degree that the
-// ranks of `world` (this job, grouped into nodes as the deck says) cannot split by becomes the
-// largest of its divisors that they can (1: whole layers on every rank); any divisor splits the
-// model, since the degree split its heads and vocabulary. A degree given with --set is this
-// job's own, and deck_tensor_degree refuses it instead when it does not fit.
-void fit_tensor_degree(Config& config, const World& world) {
-  ParallelConfig& p = config.parallel;
-  const std::string& from = config.origin["parallel.tensor"];
-  if (p.tensor <= 1 || from == "--set") return;
-  std::int64_t fits = p.tensor;
-  while (fits > 1 &&
-         (p.tensor % fits != 0 || world.size() % fits != 0 || world.local_size() % fits != 0 || !world.uniform()))
-    --fits;
-  if (fits == p.tensor) return;
-  if (world.is_root())
-    std::cerr << "note: the model was trained with parallel.tensor = " << p.tensor << ", which does not fit this job's "
-              << world.size() << " rank(s) (" << world.local_size() << " per node): "
-              << (fits == 1 ? std::string("every rank holds whole layers")
-                            : "layers are split over " + std::to_string(fits) + " ranks")
-              << "\n";
-  p.tensor = fits;
-  if (fits == 1) p.sequence_parallel = false;
-}
-
 // The model on this job's ranks, set up from `config`; its parameters are read by the caller.
 void build_model(LoadedModel& m, World& world, int max_batch) {
-  fit_parallel_settings(m.config, world);
+  for (const std::string& note : fit_parallel_settings(m.config, world))
+    if (world.is_root()) std::cerr << "note: " << note << "\n";
   ParallelConfig& p = m.config.parallel;
   apply_thread_count(choose_thread_count(static_cast<int>(m.config.run.threads), world.host_ranks()));
   const DeviceChoice device = choose_device(p.device, world.comm(), m.path);
   m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
-  fit_tensor_degree(m.config, *m.world);
+  if (const std::string note = fit_tensor_degree(m.config, *m.world); !note.empty() && m.world->is_root())
+    std::cerr << "note: " << note << "\n";
   const int tensor = deck_tensor_degree(m.config, m.world->size(), m.world->local_size(), m.world->uniform());
   if (max_batch == 0)
     max_batch = static_cast<int>(
@@ -200,12 +140,8 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
         const std::string what = info.settings.empty() ? " (the deck stored in it)" : " (the run's settings stored in it)";
         m.config = parse_deck(info.settings_or_deck(), path + what, overrides);
         build_model(m, world, max_batch);
-        try {
-          read_checkpoint(path, model_shape(m.config.model), m.net->strategy(), world.comm());
-          return "";
-        } catch (const Error& e) {
-          return e.what();
-        }
+        return attempt_problem(
+            [&] { read_checkpoint(path, model_shape(m.config.model), m.net->strategy(), world.comm()); });
       });
   if (world.is_root()) {
     for (const std::string& note : located.skip_notes("read")) std::cerr << "note: " << note << "\n";

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "exec/make_exec.hpp"
-#include "train/blas_rate.hpp"
+#include "train/blas_kernel.hpp"
 
 namespace st::app {
 

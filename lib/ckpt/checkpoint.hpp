@@ -16,8 +16,11 @@
 // straight into the file (O_DIRECT where the file system takes it) and reads back only what it
 // needs (chunk_io.hpp), so a checkpoint written by any world size and strategy resumes on any
 // other.
-#include <mpi.h>
-
+//
+// This header says what a checkpoint records (CheckpointInfo, kCheckpointFields) and how two
+// models' shapes differ; each job on the file has a header of its own: ckpt/write.hpp,
+// ckpt/read.hpp, ckpt/verify.hpp, ckpt/inspect.hpp, ckpt/export.hpp; where the checkpoints are,
+// ckpt/catalogue.hpp and ckpt/locate.hpp.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,9 +28,7 @@
 #include <variant>
 #include <vector>
 
-#include "ckpt/phase_log.hpp"
 #include "model/layout.hpp"
-#include "parallel/strategy.hpp"
 
 namespace st {
 
@@ -142,51 +143,6 @@ inline bool field_recorded(const CheckpointField& field, const ModelShape& shape
   return !field.llama_only || shape.arch == Arch::llama;
 }
 
-// What one rank writes: pieces of the flat layout with their parameters, m and v, either where
-// the strategy keeps them (a view: nothing copied, valid until training changes them) or in
-// copies the snapshot owns (training may go on while they are written). Move-only: the pieces
-// point into `copies`.
-struct StateSnapshot {
-  std::vector<Strategy::StatePiece> pieces;
-  std::vector<float> copies;
-  StateSnapshot() = default;
-  StateSnapshot(StateSnapshot&&) = default;
-  StateSnapshot& operator=(StateSnapshot&&) = default;
-  StateSnapshot(const StateSnapshot&) = delete;
-  StateSnapshot& operator=(const StateSnapshot&) = delete;
-};
-StateSnapshot view_state(Strategy& strategy);
-// Copies into `storage`'s memory when it is large enough (a previous snapshot's, handed back):
-// fresh memory costs a page fault per 4 KiB, which was most of the copy's time.
-StateSnapshot copy_state(Strategy& strategy, std::vector<float> storage = {});
-
-// Writes `dir`/ckpt_<step>.h5 through a temporary name, flushes, renames it into place (rank 0,
-// then the directory is synced), points `dir`/latest at it and keeps this run's `keep` most
-// recently committed checkpoints (ckpt/locate.hpp plan_retention: never the one just written,
-// never another run's or model's). Collective over comm. Returns what was written. When `log` is given, the write's phases go into
-// it (rank 0's clock): layout, checksums, open, write_<round>, file_sync, close, then on rank 0
-// fsync, rename (with the directory's fsync), latest, keep, and commit_agree (the others wait).
-// When `deferred_deletes` is given, rank 0 adds the files that `keep` (and leftovers of
-// interrupted writes) let go to it instead of deleting them: deleting a 1.36 GB file took
-// 0.17-0.28 s here (ext4 mounted with `discard` waits for the device), which the caller can take
-// off the training's critical path with remove_files.
-struct WrittenCheckpoint {
-  std::string path;
-  // Rank 0: checkpoints in the directory of another run (another run_id or model, or unreadable)
-  // that retention left alone, each with why, and what the commit moved out of its way
-  // (ckpt/locate.hpp set_aside_other_run).
-  std::vector<std::string> left_alone, set_aside;
-};
-WrittenCheckpoint write_checkpoint(const std::string& dir, const CheckpointInfo& info, const ParamLayout& layout,
-                                   const StateSnapshot& state, int keep, MPI_Comm comm, PhaseLog* log = nullptr,
-                                   std::vector<std::string>* deferred_deletes = nullptr);
-// Deletes the files, ignoring those already gone.
-void remove_files(const std::vector<std::string>& paths);
-
-// Reads what this rank needs into the strategy after checking the file against the run's model
-// shape. Collective; on any rank's failure every rank throws the same Error naming the file.
-CheckpointInfo read_checkpoint(const std::string& path, const ModelShape& shape, Strategy& strategy, MPI_Comm comm);
-
 // The deck keys that set a model's shape, each with the checkpoint's value and the deck's.
 struct ModelKey {
   const char* key;
@@ -197,47 +153,5 @@ std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run);
 // "" when the shapes are the same, else each difference: "model.n_layer = 4 in the checkpoint, 6
 // in the deck; ...".
 std::string model_differences(const ModelShape& file, const ModelShape& run);
-
-// One process: what a checkpoint says of itself (its attributes and model shape), after the
-// checks that name what a path is when it is no checkpoint. Throws Error (without the path).
-CheckpointInfo read_checkpoint_header(const std::string& path);
-
-// What a checkpoint says of itself (step, strategy, the deck that wrote it, the model shape),
-// read by rank 0 and shared. Collective; on failure every rank throws the same Error naming the
-// file.
-CheckpointInfo read_checkpoint_info(const std::string& path, MPI_Comm comm);
-
-// What verify_checkpoint read: the sum of squares of each state dataset (/params, /adam_m,
-// /adam_v, in that order) and the checkpoint's metadata.
-struct VerifiedCheckpoint {
-  CheckpointInfo info;
-  double sum_squares[3] = {0, 0, 0};
-};
-// Reads every chunk of the three state datasets and checks its Fletcher32 checksum, the ranks of
-// `comm` each taking a share of the chunks: the checks a resume makes, without a model to read
-// into (check, inspect, generate and eval use it). Collective; on the first problem every rank
-// throws the same Error, naming the file and, for damaged data, the dataset, the chunk, its
-// elements and its file offset, as a resume does.
-VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm);
-
-// One-process tools: what a checkpoint holds, with every checksum verified (throws on the first
-// problem), and an export to a plain HDF5 file with one dataset per tensor in its shape.
-std::string inspect_checkpoint(const std::string& path);
-void export_checkpoint(const std::string& path, const std::string& out);
-
-// The step of a checkpoint's file name (ckpt_00000300.h5: 300), or -1 for any other name.
-std::int64_t checkpoint_step_of(const std::string& filename);
-// The file name of a step's checkpoint: ckpt_00000300.h5.
-std::string checkpoint_name(std::int64_t step);
-// The checkpoint a `latest` file names ("ckpt_00000900.h5"), or "" when `path` is not one.
-std::string pointer_target(const std::string& path);
-
-// One process: the checkpoint's fp32 parameters (flat layout, every chunk's checksum verified by
-// HDF5 as it reads) and its metadata, for exports to other formats.
-struct CheckpointParams {
-  CheckpointInfo info;
-  std::vector<float> params;
-};
-CheckpointParams read_checkpoint_params(const std::string& path);
 
 }  // namespace st

@@ -1,49 +1,17 @@
 #include "ckpt/locate.hpp"
 
-#include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <tuple>
 
+#include "ckpt/read.hpp"
+#include "ckpt/verify.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
-#include "deck/parse.hpp"
 
 namespace st {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The ckpt_<step>.h5 files of `dir` with their commit times: a checkpoint's bytes are written and
-// flushed before its rename, so its modification time is when it was committed.
-struct DirEntry {
-  std::string path;
-  std::int64_t step = 0;
-  fs::file_time_type committed;
-};
-std::vector<DirEntry> checkpoint_files(const std::string& dir) {
-  std::vector<DirEntry> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::int64_t step = checkpoint_step_of(entry.path().filename().string());
-    if (step < 0) continue;
-    std::error_code time_ec;
-    const auto committed = fs::last_write_time(entry.path(), time_ec);
-    found.push_back({entry.path().string(), step, time_ec ? fs::file_time_type::min() : committed});
-  }
-  // Newest commit first; the higher step first among equal times.
-  std::sort(found.begin(), found.end(), [](const DirEntry& a, const DirEntry& b) {
-    return std::tie(a.committed, a.step) > std::tie(b.committed, b.step);
-  });
-  return found;
-}
-
-bool has_checkpoints(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_directory(dir, ec) && (fs::exists(dir + "/latest", ec) || !checkpoint_files(dir).empty());
-}
 
 // Rank 0's list on every rank: the ranks of a job need not see a shared directory alike at the
 // same instant, and they must try the same files in the same order.
@@ -103,19 +71,6 @@ std::string settings_for(const ModelShape& file, const ModelShape& deck) {
 
 }  // namespace
 
-std::vector<std::string> checkpoint_candidates(const std::string& dir) {
-  std::vector<std::string> out;
-  std::ifstream latest(dir + "/latest");
-  std::string name;
-  if (latest && std::getline(latest, name)) {
-    while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
-    if (!name.empty()) out.push_back(dir + "/" + name);
-  }
-  for (const DirEntry& entry : checkpoint_files(dir))
-    if (std::find(out.begin(), out.end(), entry.path) == out.end()) out.push_back(entry.path);
-  return out;
-}
-
 std::vector<std::string> LocatedCheckpoint::skip_notes(const std::string& verb) const {
   std::vector<std::string> notes;
   for (const SkippedCheckpoint& s : skipped)
@@ -123,22 +78,10 @@ std::vector<std::string> LocatedCheckpoint::skip_notes(const std::string& verb) 
   return notes;
 }
 
-std::string checkpoint_dir_in(const std::string& given) {
-  if (has_checkpoints(given)) return given;
-  if (has_checkpoints(given + "/checkpoints")) return given + "/checkpoints";
-  // A run directory whose checkpoints went to a checkpoint.dir of their own: its resolved.toml
-  // (written at the start of every run) says where.
-  std::ifstream resolved(given + "/resolved.toml");
-  if (!resolved) return "";
-  std::ostringstream text;
-  text << resolved.rdbuf();
-  try {
-    const std::string dir = parse_deck(text.str(), given + "/resolved.toml", {}).checkpoint.dir;
-    if (!dir.empty() && has_checkpoints(dir)) return dir;
-  } catch (const Error&) {
-    // Not a deck this version reads: the directory is named as one without checkpoints.
-  }
-  return "";
+TryCheckpoint verifying(MPI_Comm comm) {
+  return [comm](const std::string& path, const CheckpointInfo&) {
+    return attempt_problem([&] { verify_checkpoint(path, comm); });
+  };
 }
 
 LocatedCheckpoint locate_resume(const ResumeRequest& request, MPI_Comm comm, const TryCheckpoint& attempt) {
@@ -195,20 +138,15 @@ LocatedCheckpoint locate_for_reading(const std::string& given, MPI_Comm comm, co
   std::string dir, problem;
   std::vector<std::string> candidates;
   if (rank_of(comm) == 0) {
-    std::error_code ec;
-    if (!fs::exists(given, ec)) {
+    const PathClass path = classify(given);
+    if (path.kind == PathKind::missing)
       problem = "checkpoint " + given + ": no such file or directory";
-    } else if (fs::is_directory(given, ec)) {
-      dir = checkpoint_dir_in(given);
-      if (dir.empty())
-        problem = "checkpoint " + given + ": a directory without checkpoints (no ckpt_<step>.h5 and no `latest`, "
-                  "neither in it, nor in " + given + "/checkpoints, nor in a checkpoint.dir its resolved.toml "
-                  "names); give a checkpoint file, its directory or a run "
-                  "directory";
-    } else if (!pointer_target(given).empty()) {
-      dir = fs::path(given).parent_path().string();
-      if (dir.empty()) dir = ".";
-    }
+    else if (path.kind == PathKind::other_dir || path.kind == PathKind::weights_dir)
+      problem = "checkpoint " + given + ": a directory without checkpoints (no ckpt_<step>.h5 and no `latest`, "
+                "neither in it, nor in " + given + "/checkpoints, nor in a checkpoint.dir its resolved.toml "
+                "names); give a checkpoint file, its directory or a run "
+                "directory";
+    dir = path.dir;  // "" for a file
     if (!dir.empty()) candidates = checkpoint_candidates(dir);
   }
   agree_or_throw(comm, problem);
@@ -244,7 +182,7 @@ RetentionPlan plan_retention(const std::string& dir, const std::string& written,
   RetentionPlan plan;
   int kept = 1;  // `written`
   const std::string written_name = fs::path(written).filename().string();
-  for (const DirEntry& entry : checkpoint_files(dir)) {
+  for (const CommittedCheckpoint& entry : committed_checkpoints(dir)) {
     const std::string name = fs::path(entry.path).filename().string();
     if (name == written_name) continue;
     CheckpointInfo other;

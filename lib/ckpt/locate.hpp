@@ -15,14 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/catalogue.hpp"
 #include "ckpt/checkpoint.hpp"
+#include "core/error.hpp"
 
 namespace st {
-
-// The checkpoints of a directory in the order they are tried: the file `latest` names (listed
-// even when it is missing, so that a dangling pointer is reported), then every ckpt_<step>.h5
-// by commit time, newest first (steps break ties). One process.
-std::vector<std::string> checkpoint_candidates(const std::string& dir);
 
 // A checkpoint passed over, and why ("checkpoint PATH: ...").
 struct SkippedCheckpoint {
@@ -45,6 +42,20 @@ struct LocatedCheckpoint {
 // `inspect`, `generate` and `eval` verify every checksum. Returns "" when it is good, else why
 // not; collective, with the same answer on every rank.
 using TryCheckpoint = std::function<std::string(const std::string& path, const CheckpointInfo& info)>;
+// "" when `attempt` returns, else the text of the Error it threw: how a try says the candidate will
+// not do (a reader that agrees on its Error across ranks gives the same text on every rank).
+template <class Attempt>
+std::string attempt_problem(Attempt&& attempt) {
+  try {
+    attempt();
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+// The try of the commands that read no model (`check`, `ckpt export`): every checksum verified
+// over `comm` (verify_checkpoint), as a resume verifies what it reads.
+TryCheckpoint verifying(MPI_Comm comm);
 
 // What checkpoint.resume asks for: "none", "latest" (in `dir`) or a file.
 struct ResumeRequest {
@@ -67,10 +78,6 @@ LocatedCheckpoint locate_resume(const ResumeRequest& request, MPI_Comm comm, con
 // checkpoints/): the first candidate that passes `attempt`. Throws Error (all ranks) naming the
 // path when none does. Collective.
 LocatedCheckpoint locate_for_reading(const std::string& given, MPI_Comm comm, const TryCheckpoint& attempt);
-
-// The directory a path names checkpoints in (itself, a run directory's checkpoints/, or the
-// checkpoint.dir its resolved.toml names), or "" when none holds a checkpoint or a `latest`.
-std::string checkpoint_dir_in(const std::string& given);
 
 // What retention does after `written` was committed in `dir`: the checkpoints to delete (this
 // run's, by commit time, past the newest `keep`, never `written`) and those it leaves alone,

@@ -404,6 +404,15 @@ std::string resolved_deck_text(const Config& config) {
   return out.str();
 }
 
+void set_key(Config& config, const std::string& key, const DeckValue& value, const std::string& origin) {
+  const std::size_t dot = key.find('.');
+  const KeySpec* spec = dot == std::string::npos ? nullptr : find_key(key.substr(0, dot), key.substr(dot + 1));
+  ST_REQUIRE(spec != nullptr, "set_key: '" + key + "' is not a deck key");
+  spec->store(config, value);
+  config.resolved[key] = resolved_text(value);
+  config.origin[key] = origin;
+}
+
 std::string toml_string(const std::string& text, const std::string& what) {
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t length = utf8_sequence_at(text, at).length;

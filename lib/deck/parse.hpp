@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "deck/config.hpp"
+#include "deck/schema.hpp"
 
 namespace st {
 
@@ -18,6 +19,12 @@ Config parse_deck(const std::string& text, const std::string& path, const std::v
 // data.val_path, say, would otherwise also set data.val_fraction). This is resolved.toml in the
 // run directory and the settings each checkpoint stores.
 std::string resolved_deck_text(const Config& config);
+
+// Sets one key of a parsed deck as a command decides it (the planner's choice for "auto"): its
+// field through the schema, as the parser stores a value, its resolved text (resolved.toml, the
+// settings table) and where it came from. `key` is "section.name" of a key in the schema; the
+// value is the caller's, of the key's type, and is not range-checked.
+void set_key(Config& config, const std::string& key, const DeckValue& value, const std::string& origin);
 
 // `text` as a TOML basic string, quotes included, for a deck or a --set value the program makes
 // (a path given on the command line). Throws Error (scope: all ranks) naming `what` when `text`

@@ -55,6 +55,11 @@ struct ShardingSettings {
   const ParamLayout* whole_layout = nullptr;
 };
 
+// Bytes of workspace a ShardedStrategy following `plan` keeps at its high-water mark (the pools
+// of gathered segments, gradients awaiting their reduction and chunks on their way to a gather):
+// what the planner adds to the model state and activations. Beside the pools' constants it counts.
+std::uint64_t workspace_estimate(const ParallelPlan& plan);
+
 template <class T>
 class ShardedStrategy final : public Strategy {
  public:

@@ -8,10 +8,12 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
+#include "model/deck_shape.hpp"
 #include "model/model.hpp"
+#include "parallel/deck_plan.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/shard_layout.hpp"
-#include "train/trainer.hpp"
+#include "parallel/sharded.hpp"
 
 namespace st {
 namespace {
@@ -34,63 +36,6 @@ constexpr double kBackwardShare = 2.0 / 3.0;
 constexpr double kOptimizerBytesPerElement = 28.0;
 
 double seconds(std::uint64_t bytes, double gbps) { return gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e9) : 0.0; }
-
-
-// Workspace the strategy keeps: what ShardedStrategy's pools hold at their high-water mark
-// (docs/planner.md). The counts below are those of the strategy's constants (two reductions in
-// flight beside the segment being written; two gathers ahead of the segment in use), as the
-// pools were seen to reach them in instrumented runs of 4- and 10-segment models: the pools keep
-// a block per size class in use at once, and the tied embedding is in use at both ends of the
-// model. fp32: gradient buffers (the embedding's, the final norm's and three blocks'; all of
-// them while micro-batches accumulate), zero3's gathered segments (the embedding and five
-// blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
-// the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
-// bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
-std::uint64_t workspace_estimate(const ParallelPlan& plan) {
-  const ShardLayout& shards = plan.shards();
-  const bool mixed = plan.mixed();
-  const std::int64_t micro_batches = plan.micro_batches();
-  const std::size_t count = shards.segments().size();
-  std::vector<std::uint64_t> padded, chunks, blocks;
-  std::uint64_t largest_chunk = 0, largest_block = 0;
-  for (std::size_t s = 0; s < count; ++s) {
-    padded.push_back(shards.padded(s));
-    chunks.push_back(shards.segment(s).chunk);
-    if (s > 0 && s + 1 < count) {
-      blocks.push_back(shards.padded(s));
-      largest_block = std::max<std::uint64_t>(largest_block, shards.segment(s).size);
-    }
-    largest_chunk = std::max<std::uint64_t>(
-        largest_chunk, plan.optimizer_sharded() ? shards.segment(s).chunk : shards.segment(s).size);
-  }
-  auto sum_largest = [](std::vector<std::uint64_t> v, std::size_t k) {
-    std::sort(v.rbegin(), v.rend());
-    std::uint64_t total = 0;
-    for (std::size_t i = 0; i < std::min(k, v.size()); ++i) total += v[i];
-    return total;
-  };
-  // The three largest and the smallest (every segment when there are at most four).
-  auto three_and_smallest = [&](const std::vector<std::uint64_t>& v) {
-    return v.size() <= 4 ? sum_largest(v, v.size()) : sum_largest(v, 3) + *std::min_element(v.begin(), v.end());
-  };
-  const std::uint64_t embedding = shards.padded(0), norm = count > 1 ? shards.padded(count - 1) : 0;
-  const std::uint64_t t = mixed ? 2 : 4;
-  std::uint64_t bytes = 0;
-  if (plan.reduce_scatters_in_place()) bytes += three_and_smallest(chunks) * t;
-  if (plan.params_sharded()) bytes += (embedding + sum_largest(blocks, 5) + (blocks.size() < 5 ? norm : 0)) * t;
-  if (!mixed) {
-    if (plan.grads_sharded())
-      bytes += (micro_batches > 1 ? shards.padded_total() : embedding + norm + sum_largest(blocks, 3)) * 4;
-    return bytes;
-  }
-  const std::uint64_t unpadded_embedding = shards.segment(0).size;
-  const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
-  std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
-  if (plan.grads_sharded() && micro_batches > 1) fp32 += shards.padded_total();
-  bytes += (fp32 + largest_chunk) * 4;
-  if (plan.grads_sharded() && !plan.params_sharded()) bytes += three_and_smallest(padded) * t;
-  return bytes;
-}
 
 // The smallest total of the rows planned with `recompute`.
 std::uint64_t smallest_without(const std::vector<StrategyPrediction>& rows, Recompute recompute) {
@@ -189,13 +134,9 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   const ParamLayout layout = make_layout(shape, TensorSplit{tensor, 0});
   const std::int64_t mb = batches.accum_steps;
   // The plan the run would make: its mesh, buffers, buckets and collectives.
-  Mesh mesh = make_mesh(strategy, group, world, std::max(1, m.ranks_per_node / tensor), config.deck_path);
-  mesh.tensor = tensor;
   const Recompute chosen_recompute = recompute.value_or(recompute_of(config.model));
-  const ParallelPlan whole(layout, strategy, config.parallel.precision, mesh, mb, config.parallel.bucket_mb,
-                           ActivationTraffic{batches.micro_batch * batches.seq_len, shape.d_model, shape.n_layer,
-                                             chosen_recompute == Recompute::full,
-                                             tensor > 1 && config.parallel.sequence_parallel});
+  const ParallelPlan whole = choice_plan(config, {strategy, group, tensor, chosen_recompute}, layout, m.world(),
+                                         m.ranks_per_node, mb, batches.micro_batch);
   const bool hsdp = whole.grouped();
   const int n = whole.mesh().shards;
   const ShardLayout& shards = whole.shards();

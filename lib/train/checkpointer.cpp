@@ -25,6 +25,14 @@ std::uint64_t snapshot_bytes(const StateSnapshot& snapshot) {
   for (const auto& piece : snapshot.pieces) floats += piece.count * ((piece.m ? 1 : 0) + (piece.v ? 1 : 0) + 1);
   return floats * sizeof(float);
 }
+
+// What the write reports, into the Done of a synchronous or a background write alike.
+void take_written(Checkpointer::Done& done, WrittenCheckpoint written) {
+  done.path = std::move(written.path);
+  done.bytes = written.bytes;
+  done.left_alone = std::move(written.left_alone);
+  done.set_aside = std::move(written.set_aside);
+}
 }  // namespace
 
 Watchdog::Scope Checkpointer::watch_write(std::int64_t step) {
@@ -54,10 +62,7 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
     std::vector<std::string> old;
     {
       Watchdog::Scope watched = watch_write(info.step);
-      WrittenCheckpoint written = write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases, &old);
-      done.path = written.path;
-      done.left_alone = std::move(written.left_alone);
-      done.set_aside = std::move(written.set_aside);
+      take_written(done, write_checkpoint(dir_, info, layout, snapshot_, keep_, world_, &done.phases, &old));
     }
     if (!old.empty()) deleter_ = std::thread([old = std::move(old)] { remove_files(old); });
     done.step = info.step;
@@ -77,10 +82,7 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
     Stopwatch write_clock;
     try {
       Watchdog::Scope watched = watch_write(info.step);
-      WrittenCheckpoint written = write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases);
-      result_.path = written.path;
-      result_.left_alone = std::move(written.left_alone);
-      result_.set_aside = std::move(written.set_aside);
+      take_written(result_, write_checkpoint(dir_, info, layout, snapshot_, keep_, io_comm_.get(), &result_.phases));
     } catch (const std::exception& e) {
       error_ = e.what();
     }

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "ckpt/checkpoint.hpp"
+#include "ckpt/write.hpp"
 #include "comm/stack.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/world.hpp"
@@ -21,6 +21,7 @@ class Checkpointer {
   struct Done {
     std::string path;
     std::int64_t step = 0;
+    std::uint64_t bytes = 0;   // the state the file holds (WrittenCheckpoint)
     double seconds = 0;        // the write, from the copy to the commit
     double stall_seconds = 0;  // how long training waited for it
     double copy_seconds = 0;   // of the stall, copying the state (async)

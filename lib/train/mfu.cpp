@@ -2,8 +2,8 @@
 
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "exec/gemm_rate.hpp"
 #include "model/deck_shape.hpp"
-#include "train/blas_rate.hpp"
 
 namespace st {
 

@@ -15,18 +15,6 @@
 
 namespace st {
 
-std::string resolve_out_dir(const Config& config) {
-  std::string out = config.run.out_dir;
-  const std::string stem = std::filesystem::path(config.deck_path).stem().string();
-  for (std::size_t at = out.find("{deck}"); at != std::string::npos; at = out.find("{deck}"))
-    out.replace(at, 6, stem);
-  return out;
-}
-
-std::string checkpoint_dir_of(const Config& config) {
-  return config.checkpoint.dir.empty() ? resolve_out_dir(config) + "/checkpoints" : config.checkpoint.dir;
-}
-
 std::string run_directories_problem(const Config& config) {
   // Both directories are checked, so that a job fixed after one message does not fail on the next.
   std::vector<std::string> problems;

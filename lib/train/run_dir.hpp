@@ -7,14 +7,14 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "ckpt/catalogue.hpp"
 #include "deck/config.hpp"
 
 namespace st {
 
-// run.out_dir with {deck} replaced by the deck's file name without extension.
-std::string resolve_out_dir(const Config& config);
-// Where the run's checkpoints go: checkpoint.dir, else the run directory's checkpoints/.
-std::string checkpoint_dir_of(const Config& config);
+// The run directory and the checkpoint directory a deck names (resolve_out_dir, checkpoint_dir_of)
+// are in ckpt/catalogue.hpp, with the other answers to "where are the checkpoints".
+
 // "" when the run directory and the checkpoint directory can be created and written; else why
 // not, naming the directory and the key the user set (run.out_dir when checkpoint.dir is not
 // set). One process; `run` and `check` ask before anything is trained.

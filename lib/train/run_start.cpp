@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/locate.hpp"
+#include "ckpt/read.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -161,17 +162,14 @@ RunStart resume(const Context& c) {
                               c.config.deck_path};
   double seconds = 0;
   const LocatedCheckpoint located =
-      locate_resume(request, c.world.comm(), [&](const std::string& path, const CheckpointInfo&) -> std::string {
-        try {
+      locate_resume(request, c.world.comm(), [&](const std::string& path, const CheckpointInfo&) {
+        return attempt_problem([&] {
           // The clock starts when every rank is here: start-up may end at different times on each.
           c.net.comms().barrier("world (resume)");
           Stopwatch clock;
           read_checkpoint(path, request.shape, c.net.strategy(), c.world.comm());
           seconds = clock.seconds();
-          return "";
-        } catch (const Error& e) {  // read_checkpoint agrees across ranks: the same on every rank
-          return e.what();
-        }
+        });
       });
   start.notes = located.skip_notes();
   if (!located.found()) {

@@ -1,7 +1,6 @@
 #include "train/sharded_model.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <vector>
 
 #include "comm/watched.hpp"
@@ -152,51 +151,10 @@ double ShardedModel::sum_over_ranks(double value) {
   return value;
 }
 
-int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes) {
-  const auto degree = static_cast<int>(config.parallel.tensor);
-  if (degree == 1) return 1;
-  const std::string key = config.deck_path + ": parallel.tensor = " + std::to_string(degree);
-  if (world_size % degree != 0 || node_size % degree != 0 || !uniform_nodes)
-    throw Error(key + " splits each layer over consecutive ranks inside one node, so it must divide the ranks per "
-                      "node; this job has " + std::to_string(world_size) + " rank(s), " + std::to_string(node_size) +
-                    " on this node" + (uniform_nodes ? "" : ", nodes holding different numbers of ranks") +
-                    "; launch it on a multiple of " + std::to_string(degree) + " ranks per node (`shardtrain check " +
-                    config.deck_path + " --ranks " + std::to_string(degree) + "` checks it for " +
-                    std::to_string(degree) + " ranks from here)",
-                ErrorScope::all_ranks);
-  if (const std::string problem = tensor_split_problem(model_shape(config.model), degree); !problem.empty())
-    throw Error(key + ": " + problem + " (the model's heads, n_kv_head, MLP width and padded vocabulary must divide)",
-                ErrorScope::all_ranks);
-  return degree;
-}
-
 std::string tensor_split_note(int degree, int data_ranks) {
   if (degree <= 1) return "";
   return "; tensor parallel: each layer split over " + std::to_string(degree) + " consecutive ranks (" +
          std::to_string(data_ranks) + " data-parallel rank(s) per slice)";
-}
-
-Mesh deck_mesh(const Config& config, int world_size, int node_size) {
-  return make_mesh(config.parallel.strategy, config.parallel.shard_group, world_size, node_size, config.deck_path);
-}
-
-ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches, std::int64_t micro_batch) {
-  const int tensor = static_cast<int>(std::max<std::int64_t>(1, config.parallel.tensor));
-  Mesh mesh = deck_mesh(config, world_size / tensor, std::max(1, node_size / tensor));
-  mesh.tensor = tensor;
-  const ModelShape shape = model_shape(config.model);
-  const ActivationTraffic activations{micro_batch * shape.seq_len, shape.d_model, shape.n_layer,
-                                      recompute_of(config.model) == Recompute::full,
-                                      tensor > 1 && config.parallel.sequence_parallel};
-  return ParallelPlan(layout, config.parallel.strategy, config.parallel.precision, mesh, micro_batches,
-                      config.parallel.bucket_mb, activations);
-}
-
-Recompute recompute_of(const ModelConfig& m) {
-  const std::optional<Recompute> r = recompute_from_name(m.recompute);
-  ST_REQUIRE(r.has_value(), "model.recompute was not validated");
-  return *r;
 }
 
 }  // namespace st

@@ -14,6 +14,7 @@
 #include "exec/make_exec.hpp"
 #include "model/deck_shape.hpp"
 #include "model/model.hpp"
+#include "parallel/deck_plan.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
 
@@ -89,23 +90,8 @@ class ShardedModel {
   Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
 };
 
-// The deck's model.recompute (validated by the deck's schema).
-Recompute recompute_of(const ModelConfig& model);
-// The ranks splitting each layer (parallel.tensor), checked against the world and the model:
-// returns it, or throws Error (all ranks) naming parallel.tensor and what it must divide.
-int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes);
 // "; tensor parallel: each layer split over T consecutive ranks (D data-parallel rank(s) per
 // slice)" for the settings tables of run and check; "" without tensor parallelism.
 std::string tensor_split_note(int degree, int data_ranks);
-// The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
-// parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
-// not divide the world.
-Mesh deck_mesh(const Config& config, int world_size, int node_size);
-// The deck's parallel plan for `layout` (this rank's: under tensor parallelism its slice) on a job
-// of world_size ranks, node_size per node, with micro_batches per optimizer step of
-// micro_batch sequences each: the mesh (the data-parallel ranks are world_size / parallel.tensor)
-// and what the run sends; what the run makes and what check and the planner predict from.
-ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches, std::int64_t micro_batch);
 
 }  // namespace st

@@ -19,16 +19,16 @@
 #include "core/text.hpp"
 #include "core/timer.hpp"
 #include "deck/parse.hpp"
+#include "exec/threads.hpp"
 #include "optim/schedule.hpp"
-#include "train/blas_rate.hpp"
+#include "train/blas_kernel.hpp"
 #include "train/evaluate.hpp"
 #include "train/loss_watch.hpp"
-#include "train/report.hpp"
 #include "train/mfu.hpp"
+#include "train/report.hpp"
 #include "train/run_settings.hpp"
 #include "train/run_start.hpp"
 #include "train/sampler.hpp"
-#include "train/threads.hpp"
 #include "weights/gpt2_weights.hpp"
 #include "weights/init_from.hpp"
 
@@ -156,7 +156,9 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
 }
 
 void Trainer::report_checkpoint(const Checkpointer::Done& done) {
-  const double bytes = 3.0 * 4.0 * static_cast<double>(net_->model().whole_layout().total());
+  // What the writer says the file holds (ckpt/write.hpp checkpoint_state_bytes), not a size
+  // restated here.
+  const double bytes = static_cast<double>(done.bytes);
   char line[512];
   std::snprintf(line, sizeof line, "checkpoint %s: %s in %.2f s (%.0f MB/s); training waited %.2f s", done.path.c_str(),
                 format_bytes(bytes).c_str(), done.seconds, bytes / done.seconds / 1e6, done.stall_seconds);

@@ -13,6 +13,8 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/read.hpp"
+#include "ckpt/write.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"

@@ -6,14 +6,15 @@
 #include <cstdio>
 #include <regex>
 
-#include "app/planning.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "deck/parse.hpp"
+#include "model/activations.hpp"
+#include "model/deck_shape.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/plan.hpp"
+#include "plan/fit.hpp"
 #include "plan/planner.hpp"
-#include "train/trainer.hpp"
 
 namespace st {
 namespace {
@@ -128,7 +129,7 @@ TEST(Planner, StepTimeFollowsTheLinks) {
 TEST(Planner, AutoBecomesTheChoiceWithHsdpGroupsAtTheFastLinks) {
   Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
   const std::string table =
-      app::resolve_auto_strategy(config, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
+      resolve_auto_strategy(config, machine_of("06_rtx-a6000-8gpu_nvlink-bridge-pairs-nv4_dual-socket_2nic.txt", 48));
   EXPECT_EQ(config.parallel.strategy, StrategyKind::hsdp);
   EXPECT_EQ(config.parallel.shard_group, 2);
   EXPECT_EQ(config.resolved.at("parallel.strategy"), "\"hsdp\"");
@@ -140,7 +141,7 @@ TEST(Planner, AutoBecomesTheChoiceWithHsdpGroupsAtTheFastLinks) {
 TEST(Planner, AutoThatCannotFitIsAnErrorForEveryRank) {
   Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
   try {
-    app::resolve_auto_strategy(config, machine_of("12_rtx4090-1gpu_single.txt", 8));
+    resolve_auto_strategy(config, machine_of("12_rtx4090-1gpu_single.txt", 8));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
@@ -211,7 +212,7 @@ TEST(Planner, AutoLeavesRecomputationToTheDeck) {
                      static_cast<double>(smallest_need(config, Recompute::none))) /
                     2 / (1024.0 * 1024.0 * 1024.0);
   try {
-    app::resolve_auto_strategy(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", gb));
+    resolve_auto_strategy(config, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", gb));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.scope(), ErrorScope::all_ranks);
@@ -286,7 +287,7 @@ TEST(Planner, NvswitchWithAModelTooBigForShardingAloneGetsTensorParallelInTheNod
   EXPECT_NE(chosen_row.find(columns), std::string::npos) << chosen_row;
   // parallel.strategy = "auto" takes the degree with the strategy.
   Config automatic = parse_deck(kBig, "big.toml", {"parallel.strategy=auto"});
-  app::resolve_auto_strategy(automatic, nvswitch);
+  resolve_auto_strategy(automatic, nvswitch);
   EXPECT_EQ(automatic.parallel.tensor, c.tensor);
   EXPECT_EQ(automatic.parallel.strategy, c.strategy);
 }

@@ -1,23 +1,19 @@
-#include "app/planning.hpp"
+#include "plan/job_machine.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <thread>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
+#include "exec/gemm_rate.hpp"
+#include "exec/threads.hpp"
+#include "model/deck_shape.hpp"
 #include "plan/probe.hpp"
-#include "exec/device_choice.hpp"
 #include "topology/detect.hpp"
-#include "train/blas_rate.hpp"
-#include "train/threads.hpp"
-#include "model/model.hpp"
-#include "train/sharded_model.hpp"
-#include "train/trainer.hpp"
 
-namespace st::app {
+namespace st {
 
 int deck_ranks_per_node(const Config& config, int world_size) {
   std::string origin = config.deck_path + ": parallel.ranks_per_node";
@@ -165,102 +161,11 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
   return m;
 }
 
-ParallelPlan deck_plan(const Config& config, const Machine& machine) {
-  const int tensor = static_cast<int>(config.parallel.tensor);
-  const BatchPlan batches =
-      plan_batches(config.data, config.model.seq_len, machine.world() / tensor, config.deck_path);
-  return st::deck_plan(config, make_layout(model_shape(config.model), TensorSplit{tensor, 0}), machine.world(),
-                       machine.ranks_per_node, batches.accum_steps, batches.micro_batch);
+Machine deck_machine(const Config& config, World& world, const DeviceChoice& device, const MachineOptions& options,
+                     int ranks) {
+  const bool automatic = config.parallel.strategy == StrategyKind::automatic;
+  if (device.cuda && ranks == 0) return gpu_job_machine(config, world, device.device, options);
+  return job_machine(config, world, ranks > 0 ? ranks : world.size(), options, ranks == 0, automatic);
 }
 
-void check_memory_fits(const Config& config, const Machine& m) {
-  // The tensor groups first: a degree the ranks or the model cannot split is refused, naming
-  // parallel.tensor, before anything is predicted for it.
-  deck_tensor_degree(config, m.world(), m.ranks_per_node, true);
-  const StrategyKind strategy = config.parallel.strategy;
-  const int tensor = static_cast<int>(config.parallel.tensor);
-  const int group = strategy == StrategyKind::hsdp
-                        ? deck_mesh(config, m.world() / tensor, std::max(1, m.ranks_per_node / tensor)).shards
-                        : 0;
-  const StrategyPrediction p = predict_strategy(config, m, strategy, group, std::nullopt, tensor);
-  if (p.fits) return;
-  auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
-  // What would fit: each strategy on this many ranks, else on more nodes like these.
-  // On these ranks, with more recomputation than the deck asks for.
-  std::string with_recompute;
-  for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
-    if (stronger <= p.recompute) continue;
-    const StrategyPrediction q = predict_strategy(config, m, strategy, group, stronger, tensor);
-    if (!q.fits) continue;
-    with_recompute = "On these ranks it fits with model.recompute = \"" + std::string(recompute_name(stronger)) +
-                     "\": " + b(q.total_bytes()) + " per rank (activations " + b(q.activation_bytes) + "), +" +
-                     std::to_string(static_cast<int>(std::lround(100 * q.recompute_s / (q.step_s - q.recompute_s)))) +
-                     "% predicted step time. ";
-    break;
-  }
-  std::vector<std::string> fits;
-  int largest_split = 0;  // the most ranks the global batch was found to split over
-  for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
-    for (int factor = 1; factor <= 64; factor *= 2) {
-      Machine more = m;
-      more.nodes = m.nodes * factor;
-      try {
-        const StrategyPrediction q = predict_strategy(config, more, s, 0, std::nullopt, tensor);
-        largest_split = std::max(largest_split, more.world());
-        if (q.fits) {
-          fits.push_back(name_of(s) + " on " + std::to_string(more.world()) + " rank(s) (" + b(q.total_bytes()) + ")");
-          break;
-        }
-      } catch (const Error&) {
-        // The global batch does not split over that many ranks: try more.
-      }
-    }
-  }
-  std::string message = config.deck_path + ": parallel.strategy = \"" + name_of(strategy) + "\" on " +
-                        std::to_string(m.world()) + " rank(s) needs " + b(p.total_bytes()) +
-                        " per rank (model state " + b(p.state_bytes) + ", activations " + b(p.activation_bytes) +
-                        ", workspace " + b(p.workspace_bytes) + "), more than the " +
-                        format_bytes(m.memory_per_rank) + " per rank available (" + m.memory_source + "). " +
-                        with_recompute;
-  const std::string without = with_recompute.empty() ? "" : "Without it, ";
-  if (fits.empty())
-    message += without + (without.empty() ? "Nothing" : "nothing") + " fits on up to " + std::to_string(largest_split) + " ranks of nodes like these" +
-               (largest_split < m.world() * 64
-                    ? " (data.global_batch = " + std::to_string(config.data.global_batch) + " does not split over more)"
-                    : std::string()) +
-               ": make the model smaller, use parallel.precision = \"bf16\", lower data.micro_batch, or raise "
-               "data.global_batch to spread it over more ranks.";
-  else
-    message += without + (without.empty() ? "It" : "it") + " would fit with " + join(fits, "; ") + " (" + std::to_string(m.ranks_per_node) +
-               " rank(s) per node of this size).";
-  throw Error(message, ErrorScope::all_ranks);
-}
-
-std::string resolve_auto_strategy(Config& config, const Machine& machine) {
-  const PlanResult plan = plan_strategies(config, machine);
-  const std::string table = format_plan(plan, machine);
-  // Recomputation costs compute: the planner recommends it, the deck decides.
-  if (plan.chosen < 0 || plan.recompute)
-    throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + plan.reason, ErrorScope::all_ranks);
-  const StrategyPrediction& chosen = plan.rows[static_cast<std::size_t>(plan.chosen)];
-  config.parallel.strategy = chosen.strategy;
-  // Appended, not "\"" + name: GCC 12 warns falsely (-Wrestrict) on that inlined operator+.
-  std::string quoted = "\"";
-  quoted += name_of(chosen.strategy);
-  quoted += '"';
-  config.resolved["parallel.strategy"] = quoted;
-  config.origin["parallel.strategy"] = "auto: chosen by the planner (plan.txt)";
-  if (chosen.tensor > 1) {
-    config.parallel.tensor = chosen.tensor;
-    config.resolved["parallel.tensor"] = std::to_string(chosen.tensor);
-    config.origin["parallel.tensor"] = "auto: the planner splits layers inside the NVLink group";
-  }
-  if (chosen.strategy == StrategyKind::hsdp) {
-    config.parallel.shard_group = chosen.group;
-    config.resolved["parallel.shard_group"] = std::to_string(chosen.group);
-    config.origin["parallel.shard_group"] = "auto: the planner's fast-link group";
-  }
-  return table;
-}
-
-}  // namespace st::app
+}  // namespace st

@@ -1,4 +1,4 @@
-#include "train/threads.hpp"
+#include "exec/threads.hpp"
 
 #include <omp.h>
 #include <sched.h>

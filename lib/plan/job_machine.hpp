@@ -1,15 +1,15 @@
 #pragma once
-// The planner at the command line: the machine a deck will run on, `parallel.strategy = "auto"`
-// resolved into a strategy, and the memory check made before anything is allocated.
+// The machine a deck's job runs on, as the planner sees it: this job's ranks grouped into nodes,
+// their memory and compute rate (probed on CPU nodes, the GPUs' own figures and wiring on GPU
+// nodes), and what the command line says instead.
 #include <string>
 
 #include "comm/world.hpp"
 #include "deck/config.hpp"
+#include "exec/device_choice.hpp"
 #include "plan/machine.hpp"
-#include "parallel/plan.hpp"
-#include "plan/planner.hpp"
 
-namespace st::app {
+namespace st {
 
 // What the command line may say about the machine (0 / "": detect or take from the deck).
 struct MachineOptions {
@@ -41,17 +41,10 @@ Machine gpu_plan_machine(const Topology& topology, double detected_gpu_memory, c
 // reports it. Collective over `world`: the smallest GPU memory counts.
 Machine gpu_job_machine(const Config& config, World& world, int cuda_device, const MachineOptions& options);
 
-// The parallel plan the deck's run would make on the machine's world (its nodes are the
-// machine's: hsdp's group is parallel.shard_group, else the node).
-ParallelPlan deck_plan(const Config& config, const Machine& machine);
+// The machine `run` (ranks = 0) and `check` (ranks: --ranks, 0 for this job) plan with: the job's
+// GPUs when the deck computes on them (device.cuda) and the job's own ranks are planned for,
+// else the CPU node (its rates probed only for parallel.strategy = "auto", which needs them).
+Machine deck_machine(const Config& config, World& world, const DeviceChoice& device, const MachineOptions& options,
+                     int ranks);
 
-// Refuses (st::Error, every rank alike) a deck whose tensor degree the machine's ranks or the
-// model cannot split (naming parallel.tensor), or whose strategy needs more memory per rank than
-// the machine has, naming the figure, the limit and the strategies and rank counts that would fit.
-void check_memory_fits(const Config& config, const Machine& machine);
-
-// parallel.strategy = "auto": plans, rewrites config.parallel.strategy (and shard_group for hsdp)
-// with the choice, notes the origin; returns the table and the reason as printed.
-std::string resolve_auto_strategy(Config& config, const Machine& machine);
-
-}  // namespace st::app
+}  // namespace st

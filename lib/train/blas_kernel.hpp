@@ -1,4 +1,5 @@
 #pragma once
+// Which BLAS the ranks use, and whether they picked the same kernel (the settings table, doctor).
 #include <mpi.h>
 
 #include <string>
@@ -16,13 +17,5 @@ std::string blas_description();
 // Each kernel sums a product in its own order, so where a rank runs would change the run's last
 // bits. Collective.
 std::string blas_kernel_mismatch(MPI_Comm comm);
-
-// Measures this rank's sgemm rate in FLOP/s on an m x n x k product (the best of at least five
-// runs over at least min_seconds, with the current thread settings): the yardstick MFU is
-// reported against.
-double measure_sgemm_flops(int m, int n, int k, double min_seconds = 0.5);
-// This rank's sgemm rate in FLOP/s sustained over `seconds`: every product in that time counts,
-// not the best one, so a rank that shares its CPUs with another gets its share of them.
-double measure_sgemm_throughput(int m, int n, int k, double seconds);
 
 }  // namespace st

@@ -1,0 +1,63 @@
+#include "parallel/deck_plan.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.hpp"
+#include "model/deck_shape.hpp"
+
+namespace st {
+
+Recompute recompute_of(const ModelConfig& m) {
+  const std::optional<Recompute> r = recompute_from_name(m.recompute);
+  ST_REQUIRE(r.has_value(), "model.recompute was not validated");
+  return *r;
+}
+
+int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes) {
+  const auto degree = static_cast<int>(config.parallel.tensor);
+  if (degree == 1) return 1;
+  const std::string key = config.deck_path + ": parallel.tensor = " + std::to_string(degree);
+  if (world_size % degree != 0 || node_size % degree != 0 || !uniform_nodes)
+    throw Error(key + " splits each layer over consecutive ranks inside one node, so it must divide the ranks per "
+                      "node; this job has " + std::to_string(world_size) + " rank(s), " + std::to_string(node_size) +
+                    " on this node" + (uniform_nodes ? "" : ", nodes holding different numbers of ranks") +
+                    "; launch it on a multiple of " + std::to_string(degree) + " ranks per node (`shardtrain check " +
+                    config.deck_path + " --ranks " + std::to_string(degree) + "` checks it for " +
+                    std::to_string(degree) + " ranks from here)",
+                ErrorScope::all_ranks);
+  if (const std::string problem = tensor_split_problem(model_shape(config.model), degree); !problem.empty())
+    throw Error(key + ": " + problem + " (the model's heads, n_kv_head, MLP width and padded vocabulary must divide)",
+                ErrorScope::all_ranks);
+  return degree;
+}
+
+Mesh deck_mesh(const Config& config, int world_size, int node_size) {
+  return make_mesh(config.parallel.strategy, config.parallel.shard_group, world_size, node_size, config.deck_path);
+}
+
+ParallelChoice deck_choice(const Config& config) {
+  return {config.parallel.strategy, config.parallel.shard_group, static_cast<int>(config.parallel.tensor),
+          recompute_of(config.model)};
+}
+
+ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
+                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch) {
+  const int tensor = std::max(1, choice.tensor);
+  Mesh mesh =
+      make_mesh(choice.strategy, choice.shard_group, world_size / tensor, std::max(1, node_size / tensor), config.deck_path);
+  mesh.tensor = tensor;
+  const ModelShape shape = model_shape(config.model);
+  const ActivationTraffic activations{micro_batch * shape.seq_len, shape.d_model, shape.n_layer,
+                                      choice.recompute == Recompute::full,
+                                      tensor > 1 && config.parallel.sequence_parallel};
+  return ParallelPlan(layout, choice.strategy, config.parallel.precision, mesh, micro_batches,
+                      config.parallel.bucket_mb, activations);
+}
+
+ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
+                       std::int64_t micro_batches, std::int64_t micro_batch) {
+  return choice_plan(config, deck_choice(config), layout, world_size, node_size, micro_batches, micro_batch);
+}
+
+}  // namespace st

@@ -1,0 +1,47 @@
+#pragma once
+// From the deck to the parallel plan: the one place the deck's parallel settings (and the
+// planner's variations of them) become a mesh and a ParallelPlan. The run (ShardedModel), `check`
+// and the planner all make their plan here, so what they predict is what the run makes.
+#include <cstdint>
+#include <string>
+
+#include "deck/config.hpp"
+#include "model/activations.hpp"
+#include "model/layout.hpp"
+#include "parallel/plan.hpp"
+
+namespace st {
+
+// The deck's model.recompute (validated by the deck's schema).
+Recompute recompute_of(const ModelConfig& model);
+// The ranks splitting each layer (parallel.tensor), checked against the world and the model:
+// returns it, or throws Error (all ranks) naming parallel.tensor and what it must divide.
+int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes);
+// The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
+// parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
+// not divide the world.
+Mesh deck_mesh(const Config& config, int world_size, int node_size);
+
+// What a plan is made from besides the model and the job: the deck's parallel settings
+// (deck_choice), or the planner's variations of them.
+struct ParallelChoice {
+  StrategyKind strategy = StrategyKind::ddp;
+  std::int64_t shard_group = 0;           // hsdp's group (parallel.shard_group; 0: the node's ranks)
+  int tensor = 1;                         // ranks splitting each layer (parallel.tensor)
+  Recompute recompute = Recompute::none;  // model.recompute: "full" repeats the tensor group's sums
+};
+ParallelChoice deck_choice(const Config& config);
+
+// The parallel plan of `choice` for `layout` (this rank's: under tensor parallelism its slice) on
+// a job of world_size ranks, node_size per node, with micro_batches per optimizer step of
+// micro_batch sequences each: the mesh (the data-parallel ranks are world_size / choice.tensor)
+// and what the run sends. The deck's other parallel keys (precision, bucket_mb,
+// sequence_parallel) are the deck's.
+ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
+                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch);
+// The deck's parallel plan: choice_plan of deck_choice. What the run makes and what check and
+// the planner predict from.
+ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
+                       std::int64_t micro_batches, std::int64_t micro_batch);
+
+}  // namespace st
