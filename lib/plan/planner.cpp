@@ -143,7 +143,8 @@ bool plans_flash_attention(const Config& config, const Machine& m) {
 }
 
 bool plans_bf16_logits(const Config& config, const Machine& m) {
-  return m.gpu && config.parallel.precision == Precision::bf16;
+  return m.gpu && config.parallel.precision == Precision::bf16 &&
+         config.parallel.classifier == ClassifierChoice::automatic;
 }
 
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,

@@ -54,7 +54,7 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& machine
 // no T x T probabilities.
 bool plans_flash_attention(const Config& config, const Machine& machine);
 // Whether the run's ranks keep their logits in bf16 (the fused classifier,
-// LayerKernels::fused_classifier): GPUs in bf16.
+// LayerKernels::fused_classifier): GPUs in bf16, parallel.classifier "auto".
 bool plans_bf16_logits(const Config& config, const Machine& machine);
 // Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences
 // (its slice of them under tensor parallelism).

@@ -140,6 +140,9 @@ std::size_t expect_rows_close(const std::vector<Bf16>& got, const std::vector<Bf
 
 TEST_F(FusedClassifierDevice, WholeRowsGiveTheReferencesLossesAndDlogits) {
   EXPECT_TRUE(kernels().fused_classifier()) << "bf16 matmuls claim the fused classifier";
+  CudaExec fp32(CudaExecSettings{0, false, true}), unfused(CudaExecSettings{0, true, true, false});
+  EXPECT_FALSE(fp32.layer_kernels().fused_classifier()) << "fp32 keeps the unfused path";
+  EXPECT_FALSE(unfused.layer_kernels().fused_classifier()) << "parallel.classifier = \"unfused\"";
   for (const Vocabulary& v : kVocabularies) {
     const std::vector<int> targets = targets_for(v);
     const std::vector<Bf16> logits = random_logits(v, targets, 11);
