@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """GPT-2 124M (or, with --model smollm2-135m, the Llama of SmolLM2-135M's shape,
-inputs/smollm2_135m.toml) on one GPU for each setting (precision/recompute[/strategy[/attention]],
-e.g. bf16/selective, or bf16/none/ddp/exact for the exact attention path: parallel.attention),
+inputs/smollm2_135m.toml) on one GPU for each setting
+(precision/recompute[/strategy[/attention[/classifier]]], e.g. bf16/selective, bf16/none/ddp/exact
+for the exact attention path (parallel.attention), or bf16/none/ddp/auto/unfused for the unfused
+classifier, fp32 logits (parallel.classifier)),
 a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
 precision, as the step line reports it: llm.c's count of the model's FLOPs), the model's share of
 the GEMM rate the run measured, and peak device memory, as medians over the steps after the first
@@ -34,8 +36,8 @@ p.add_argument("--batch", type=int, default=16, help="sequences of seq_len token
 p.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "smollm2-135m"])
 p.add_argument("--out", default=".")
 p.add_argument("--settings", default="bf16/none,fp32/none",
-               help="comma-separated precision/recompute[/strategy[/attention]] (strategy: ddp, attention: auto "
-                    "unless given)")
+               help="comma-separated precision/recompute[/strategy[/attention[/classifier]]] (strategy: ddp, "
+                    "attention: auto, classifier: auto unless given)")
 p.add_argument("--rounds", type=int, default=1, help="run the settings this many times in turn")
 p.add_argument("--tag", default="", help="suffix of the output files (gpu_bench<suffix><tag>.md)")
 p.add_argument("--profile", action="store_true", help="profile the first setting's kernels with ncu")
@@ -71,17 +73,19 @@ suffix = ("" if args.model == "gpt2-124m" else "_" + args.model) + args.tag
 settings = []
 for item in args.settings.split(","):
     parts = item.strip().split("/")
-    if (len(parts) not in (2, 3, 4) or parts[0] not in ("bf16", "fp32") or parts[1] not in ("none", "selective", "full")
-            or (len(parts) == 4 and parts[3] not in ("auto", "exact"))):
-        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention]] (bf16|fp32 / "
-                "none|selective|full / ... / auto|exact)")
-    settings.append((parts[0], parts[1], parts[2] if len(parts) >= 3 else "ddp", parts[3] if len(parts) == 4 else "auto"))
+    if (len(parts) not in (2, 3, 4, 5) or parts[0] not in ("bf16", "fp32") or parts[1] not in ("none", "selective", "full")
+            or (len(parts) >= 4 and parts[3] not in ("auto", "exact"))
+            or (len(parts) == 5 and parts[4] not in ("auto", "unfused"))):
+        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention[/classifier]]] (bf16|fp32 / "
+                "none|selective|full / ... / auto|exact / auto|unfused)")
+    settings.append((parts[0], parts[1], parts[2] if len(parts) >= 3 else "ddp", parts[3] if len(parts) >= 4 else "auto",
+                     parts[4] if len(parts) == 5 else "auto"))
 if args.rounds < 1:
     p.error("--rounds must be at least 1")
 rows = []
 
 
-def write_deck(label, precision, recompute, strategy, steps, run_keys="", attention="auto"):
+def write_deck(label, precision, recompute, strategy, steps, run_keys="", attention="auto", classifier="auto"):
     deck = os.path.join(work, label + ".toml")
     with open(deck, "w") as f:
         f.write(f"""[run]
@@ -106,6 +110,9 @@ strategy = "{strategy}"
 precision = "{precision}"
 attention = "{attention}"
 """)
+        # Only when asked for: a build from before parallel.classifier existed runs the default.
+        if classifier != "auto":
+            f.write(f'classifier = "{classifier}"\n')
     return deck
 
 
@@ -120,10 +127,12 @@ def log_row(log, name):
 
 runs = {}  # setting label -> the train-step metrics of each round
 for round_index in range(args.rounds):
-    for precision, recompute, strategy, attention in settings:
-        label = f"{precision}_{recompute}_{strategy}" + ("" if attention == "auto" else f"_{attention}")
+    for precision, recompute, strategy, attention, classifier in settings:
+        label = (f"{precision}_{recompute}_{strategy}" + ("" if attention == "auto" else f"_{attention}") +
+                 ("" if classifier == "auto" else f"_{classifier}"))
         run_label = f"{label}_r{round_index + 1}"
-        deck = write_deck(run_label, precision, recompute, strategy, args.steps, attention=attention)
+        deck = write_deck(run_label, precision, recompute, strategy, args.steps, attention=attention,
+                          classifier=classifier)
         proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
                               timeout=300)
         entry = runs.setdefault(label, {"setting": label, "rounds": []})
@@ -141,10 +150,12 @@ for round_index in range(args.rounds):
                 peak = line.split("at most ")[1].split(";")[0]
         entry["rounds"].append({"train": train, "memory": memory[-1] if memory else None, "peak": peak,
                                 "mfu_against": log_row(log, "MFU against"), "attention": log_row(log, "attention"),
+                                "classifier": log_row(log, "classifier"),
                                 "activations": log_row(log, "activations per rank")})
         print(f"{run_label}: steps 3-{args.steps} ms: " + " ".join(f"{m['ms']:.1f}" for m in train) +
               f" | tok/s " + " ".join(f"{m['tokens_per_s']:.0f}" for m in train) +
-              f" | peak {peak} | attention: {log_row(log, 'attention')}", flush=True)
+              f" | peak {peak} | attention: {log_row(log, 'attention')} | classifier: {log_row(log, 'classifier')}",
+              flush=True)
 
 for label, entry in runs.items():
     if entry.get("failed") or not entry["rounds"]:
@@ -156,7 +167,8 @@ for label, entry in runs.items():
            "ms": statistics.median(m["ms"] for m in train), "mfu": statistics.median(m["mfu"] for m in train),
            "of_measured_gemm": statistics.median(m.get("mfu_of_measured_gemm", 0) for m in train),
            "mfu_against": last["mfu_against"], "steps": [[m["ms"] for m in r["train"]] for r in entry["rounds"]],
-           "peak_device_memory": last["peak"], "attention": last["attention"], "activations": last["activations"],
+           "peak_device_memory": last["peak"], "attention": last["attention"], "classifier": last["classifier"],
+           "activations": last["activations"],
            "loss_first": train[0]["loss"] if train else None,
            "loss_last": entry["rounds"][0]["train"][-1]["loss"] if train else None, "memory": last["memory"]}
     rows.append(row)
@@ -167,14 +179,15 @@ for label, entry in runs.items():
 rounds_note = f", {args.rounds} rounds interleaved" if args.rounds > 1 else ""
 table = [f"{model_name}, seq_len {seq_len}, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}"
          f"{rounds_note}; MFU counted as llm.c counts it", "",
-         "| setting | attention | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
-         "|---|---|---|---|---|---|---|"]
+         "| setting | attention | classifier | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
+         "|---|---|---|---|---|---|---|---|"]
 for r in rows:
     if r.get("failed"):
-        table.append(f"| {r['setting']} | | failed | | | | |")
+        table.append(f"| {r['setting']} | | | failed | | | | |")
     else:
-        table.append(f"| {r['setting']} | {r['attention'].split(' (')[0]} | {r['tokens_per_s']:.0f} | {r['ms']:.1f} | "
-                     f"{r['mfu']*100:.1f}% | {r['of_measured_gemm']*100:.1f}% | {r['peak_device_memory']} |")
+        table.append(f"| {r['setting']} | {r['attention'].split(' (')[0]} | {r['classifier'].split(' (')[0]} | "
+                     f"{r['tokens_per_s']:.0f} | {r['ms']:.1f} | {r['mfu']*100:.1f}% | {r['of_measured_gemm']*100:.1f}% | "
+                     f"{r['peak_device_memory']} |")
 print("\n" + "\n".join(table))
 with open(os.path.join(args.out, f"gpu_bench{suffix}.md"), "w") as f:
     f.write("\n".join(table) + "\n")
@@ -203,9 +216,9 @@ def one_step(names):
     return None
 
 
-def profile(precision, recompute, strategy, attention):
+def profile(precision, recompute, strategy, attention, classifier):
     label = f"profile_{precision}_{recompute}_{strategy}"
-    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention)
+    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention, classifier)
     cmd = [args.mpiexec, "-n", "1", args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
            "--print-units", "base", "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
     try:

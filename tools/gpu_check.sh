@@ -9,12 +9,15 @@
 # the exact path: attention alone, forward and backward, at both models' shapes
 # (tests/tools/attention_bench.cpp: every sample, medians, TFLOP/s), and whole bf16 steps of both
 # models with each, interleaved (tokens/s, MFU, peak memory, every step's time); last it runs the
-# CPU unit tests of the CUDA build with what is left. Prints each phase's time; stops each phase
+# CPU unit tests of the CUDA build with what is left. Phase classifier (not in the defaults: ask
+# for it) measures the fused classifier against the unfused one the same way, whole bf16 steps
+# of both models at each of --classifier-batches. Prints each phase's time; stops each phase
 # at what is left of the budget, so the whole command ends inside it with its results written.
 #
-#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn] [--budget SECONDS] [--nccl DIR]
+#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier]] [--budget SECONDS] [--nccl DIR]
 #                      [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
-#                      [--attn-rounds R] [--attn-steps N] [--profile] [--cmake-arg ARG]...
+#                      [--attn-rounds R] [--attn-steps N] [--classifier-batches LIST]
+#                      [--profile] [--cmake-arg ARG]...
 #
 # --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
 #   time to spare for the start and the transfers); 0: no limit.
@@ -24,12 +27,16 @@
 # --llama-settings: the same for SmolLM2-135M's shape (default bf16/selective; "" skips it).
 # --attn-rounds, --attn-steps: the attn phase's whole-step comparison runs flash, exact, flash,
 #   exact ... (R rounds, default 2) of N steps each (default 8), for each model.
+# --classifier-batches: phase classifier's GPT-2 batches (default 16; e.g. 16,64), each run
+#   fused, unfused, fused, unfused (the --attn-rounds and --attn-steps); the Llama at half as
+#   many sequences of 2048. A batch the unfused path cannot hold shows as failed in its table.
 # --profile: after each model's benchmark, its first setting's kernels under Nsight Compute (ncu):
 #   the GPU time of one step, kernel by kernel (gpu_profile*.md; gpu_bench.py --profile).
 # --cmake-arg: passed to the configure step (e.g. -DST_WERROR=ON, as CI builds).
 # The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
 # gpu_bench_smollm2-135m.md/.json; attn: attention_bench.txt, gpu_bench_attention.md/.json,
-# gpu_bench_smollm2-135m_attention.md/.json)
+# gpu_bench_smollm2-135m_attention.md/.json; classifier: gpu_bench_classifier_bB.md/.json,
+# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B)
 # go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +46,7 @@ phases=build,unit,gpu,bench,attn
 budget=470
 attn_rounds=2
 attn_steps=8
+classifier_batches=16
 nccl_dir=""
 bench_settings="bf16/none,fp32/none"
 llama_settings="bf16/selective"
@@ -55,6 +63,7 @@ while (($#)); do
     --llama-settings) llama_settings=$2; shift ;;
     --attn-rounds) attn_rounds=$2; shift ;;
     --attn-steps) attn_steps=$2; shift ;;
+    --classifier-batches) classifier_batches=$2; shift ;;
     --cmake-arg) extra_cmake+=("$2"); shift ;;
     --profile) profile=(--profile) ;;
     *) echo "gpu_check: unknown argument $1"; exit 2 ;;
@@ -261,6 +270,27 @@ if has_phase attn; then
     status=1
   summaries+=("$out/attention_bench.txt" "$out/gpu_bench_attention.md" "$out/gpu_bench_smollm2-135m_attention.md")
   phase_done attn
+fi
+if has_phase classifier; then
+  # The fused classifier (bf16, parallel.classifier = "auto": bf16 logits, the loss and
+  # d(loss)/d(logits) in one kernel per row) against the unfused one ("unfused": fp32 logits, the
+  # softmax, then its backward, and the head's gradient products rounding d(logits) to bf16, as
+  # every bf16 run did before), on one build: whole steps, the two in turn, with the tokens/s,
+  # MFU and peak device memory of each.
+  mpirun_path=$(command -v mpirun || echo mpirun)
+  for b in ${classifier_batches//,/ }; do
+    say "whole steps: GPT-2 124M bf16/none at $b x 1024, fused and unfused in turn, $attn_rounds rounds of $attn_steps steps"
+    run_phase classifier python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$attn_steps" --batch "$b" \
+      --rounds "$attn_rounds" --settings bf16/none/ddp/auto/auto,bf16/none/ddp/auto/unfused --tag "_classifier_b$b" \
+      --out "$out" --mpiexec "$mpirun_path" || status=1
+    say "whole steps: SmolLM2-135M-shaped Llama bf16/none at $((b / 2 > 0 ? b / 2 : 1)) x 2048, fused and unfused in turn"
+    run_phase classifier python3 tools/gpu_bench.py --exe build-cuda/shardtrain --model smollm2-135m \
+      --steps "$attn_steps" --batch "$((b / 2 > 0 ? b / 2 : 1))" --rounds "$attn_rounds" \
+      --settings bf16/none/ddp/auto/auto,bf16/none/ddp/auto/unfused --tag "_classifier_b$b" --out "$out" \
+      --mpiexec "$mpirun_path" || status=1
+    summaries+=("$out/gpu_bench_classifier_b$b.md" "$out/gpu_bench_smollm2-135m_classifier_b$b.md")
+  done
+  phase_done classifier
 fi
 if has_phase unit; then
   # Last: the GPU tests and the benchmark are what the lease is for. Each host test runs as many

@@ -25,6 +25,9 @@ enum class IntraNode { shm, mpi };
 // parallel.attention: automatic ("auto") is flash attention where it runs (a GPU, bf16, a head
 // width it has kernels for: exec/attention_probs.hpp), exact the T x T path everywhere.
 enum class AttentionChoice { automatic, exact };
+// parallel.classifier: automatic ("auto") is the fused classifier where it runs (a GPU in bf16:
+// LayerKernels::fused_classifier), unfused the fp32 logits and separate kernels everywhere.
+enum class ClassifierChoice { automatic, unfused };
 
 template <class E>
 struct ChoiceNames;  // static constexpr std::array<std::pair<E, const char*>, N> table
@@ -58,6 +61,11 @@ template <>
 struct ChoiceNames<AttentionChoice> {
   static constexpr std::array<std::pair<AttentionChoice, const char*>, 2> table{
       {{AttentionChoice::automatic, "auto"}, {AttentionChoice::exact, "exact"}}};
+};
+template <>
+struct ChoiceNames<ClassifierChoice> {
+  static constexpr std::array<std::pair<ClassifierChoice, const char*>, 2> table{
+      {{ClassifierChoice::automatic, "auto"}, {ClassifierChoice::unfused, "unfused"}}};
 };
 
 // The deck's word for a value.

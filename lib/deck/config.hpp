@@ -82,6 +82,7 @@ struct ParallelConfig {
   std::string device;
   Precision precision = Precision::fp32;
   AttentionChoice attention = AttentionChoice::automatic;
+  ClassifierChoice classifier = ClassifierChoice::automatic;
   std::int64_t ranks_per_node = 0;
   Collectives collectives = Collectives::automatic;
   IntraNode intra_node = IntraNode::shm;

@@ -284,6 +284,12 @@ std::vector<KeySpec> build_schema() {
              "probabilities; docs/gpu.md), the exact path for other widths and in fp32. exact: the T x T "
              "probabilities through cuBLAS, as fp32 runs and the CPU always compute them.",
              store_choice(&C::parallel, &ParallelConfig::attention)),
+      choice("parallel", "classifier", "\"auto\"", choice_names<ClassifierChoice>(),
+             "The LM head's logits and training's cross-entropy on GPUs. auto: with precision bf16, the fused "
+             "classifier (bf16 logits; the loss and d(loss)/d(logits) from one kernel per row, written over the "
+             "logits; docs/gpu.md), fp32 logits in fp32. unfused: fp32 logits, the softmax and its backward as "
+             "separate kernels, as fp32 runs and the CPU always compute them.",
+             store_choice(&C::parallel, &ParallelConfig::classifier)),
       integer("parallel", "ranks_per_node", "0", 0, 65536,
               "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
               "(emulates several nodes on one host); the world size must be a multiple of K. When this is 0 the "

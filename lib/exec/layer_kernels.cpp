@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "core/error.hpp"
+#include "exec/classifier_reference.hpp"
 #include "exec/host_kernels.hpp"
 #include "exec/host_llama_kernels.hpp"
 
@@ -97,6 +98,39 @@ template <class R>
 void HostLayerKernels<R>::logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                                                R scale) {
   kernels::logit_slice_backward(probs_to_dlogits, targets, N, V, Vp, first, scale);
+}
+
+template <class R>
+void HostLayerKernels<R>::classifier_logits(Bf16* logits, const R* in, const R* weight, int N, int C, int OC) {
+  kernels::classifier_logits(logits, in, weight, N, C, OC);
+}
+template <class R>
+double HostLayerKernels<R>::classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N,
+                                                     int V, int Vp) {
+  return kernels::classifier_cross_entropy(logits_to_dlogits, losses, targets, N, V, Vp);
+}
+template <class R>
+void HostLayerKernels<R>::classifier_slice_stats(const Bf16* logits, const int* targets, R* stats, int N, int V, int Vp,
+                                                 int first) {
+  kernels::classifier_slice_stats(logits, targets, stats, N, V, Vp, first);
+}
+template <class R>
+void HostLayerKernels<R>::classifier_slice_dlogits(Bf16* logits_to_dlogits, const R* row_stats, const int* targets,
+                                                   int N, int V, int Vp, int first) {
+  kernels::classifier_slice_dlogits(logits_to_dlogits, row_stats, targets, N, V, Vp, first);
+}
+template <class R>
+void HostLayerKernels<R>::classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) {
+  kernels::classifier_softmax<R>(logits_to_probs, N, V, Vp);
+}
+template <class R>
+void HostLayerKernels<R>::classifier_slice_softmax(Bf16* logits_to_probs, const R* row_stats, int N, int V, int Vp) {
+  kernels::classifier_slice_softmax(logits_to_probs, row_stats, N, V, Vp);
+}
+template <class R>
+void HostLayerKernels<R>::classifier_backward(R* din, R* dweight, const Bf16* dlogits, const R* in, const R* weight,
+                                              int N, int C, int OC, R scale) {
+  kernels::classifier_backward(din, dweight, dlogits, in, weight, N, C, OC, scale);
 }
 
 template <class R>

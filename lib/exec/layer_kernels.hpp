@@ -6,7 +6,7 @@
 // (exec/cuda/cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). Pointers are in
 // the backend's memory space; calls on a device are ordered on its compute stream and return
 // before the work is done, except where a result comes back to the host
-// (softmax_cross_entropy_forward's loss sum).
+// (softmax_cross_entropy_forward's and classifier_cross_entropy's loss sums).
 //
 // Shapes use N = rows (batch x time), C = channels. Backward kernels accumulate (+=) into
 // parameter gradients, so micro-batches add up without extra buffers. The meaning of every
@@ -14,6 +14,7 @@
 // exec/host_llama_kernels.hpp, except where a comment here says otherwise.
 #include <cstddef>
 
+#include "core/bf16.hpp"
 #include "exec/attention_probs.hpp"
 
 namespace st {
@@ -70,6 +71,30 @@ class LayerKernels {
   virtual void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                                     R scale) = 0;
 
+  // ---- the classifier: the LM head's logits in bf16 and a fused cross-entropy ----
+  // Whether the models store their logits in bf16 and fuse training's cross-entropy (llm.c's
+  // fused_classifier; exec/classifier_reference.hpp is the contract): a device in bf16. Then the
+  // LM head is classifier_logits, a training pass's loss and d(loss)/d(logits) come from one
+  // kernel (classifier_cross_entropy, or under tensor parallelism classifier_slice_stats,
+  // logit_slices_combine and classifier_slice_dlogits) with the loss's scale left to
+  // classifier_backward, and passes without targets normalise in bf16 (classifier_softmax,
+  // classifier_slice_softmax). Otherwise logits are R, through linear_forward and the
+  // softmax_cross_entropy_* and logit_slice_* kernels above. The host implements both (the fused
+  // ones as the reference), so a test backend can claim either.
+  virtual bool fused_classifier() const { return false; }
+  virtual void classifier_logits(Bf16* logits, const R* in, const R* weight, int N, int C, int OC) = 0;
+  // The loss sum comes back to the host, as softmax_cross_entropy_forward's does.
+  virtual double classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N, int V,
+                                          int Vp) = 0;
+  virtual void classifier_slice_stats(const Bf16* logits, const int* targets, R* stats, int N, int V, int Vp,
+                                      int first) = 0;
+  virtual void classifier_slice_dlogits(Bf16* logits_to_dlogits, const R* row_stats, const int* targets, int N, int V,
+                                        int Vp, int first) = 0;
+  virtual void classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) = 0;
+  virtual void classifier_slice_softmax(Bf16* logits_to_probs, const R* row_stats, int N, int V, int Vp) = 0;
+  virtual void classifier_backward(R* din, R* dweight, const Bf16* dlogits, const R* in, const R* weight, int N, int C,
+                                   int OC, R scale) = 0;
+
   // Llama's kernels (exec/host_llama_kernels.hpp).
   virtual void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) = 0;
   virtual void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
@@ -84,7 +109,8 @@ class LayerKernels {
 
 // The host implementation: the OpenMP/BLAS kernels of exec/host_kernels.hpp and
 // exec/host_llama_kernels.hpp. Not final: the unit tests stand in a device's attention choice
-// with it (tests/unit/flash_carving_exec.hpp).
+// and its fused classifier with it (tests/unit/flash_carving_exec.hpp,
+// tests/unit/fused_classifier_exec.hpp).
 template <class R>
 class HostLayerKernels : public LayerKernels<R> {
  public:
@@ -119,6 +145,19 @@ class HostLayerKernels : public LayerKernels<R> {
   void logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) override;
   void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                             R scale) override;
+  // The fused classifier as exec/classifier_reference.hpp computes it; fused_classifier() stays
+  // false: the host trains with the unfused kernels.
+  void classifier_logits(Bf16* logits, const R* in, const R* weight, int N, int C, int OC) override;
+  double classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N, int V,
+                                  int Vp) override;
+  void classifier_slice_stats(const Bf16* logits, const int* targets, R* stats, int N, int V, int Vp,
+                              int first) override;
+  void classifier_slice_dlogits(Bf16* logits_to_dlogits, const R* row_stats, const int* targets, int N, int V, int Vp,
+                                int first) override;
+  void classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) override;
+  void classifier_slice_softmax(Bf16* logits_to_probs, const R* row_stats, int N, int V, int Vp) override;
+  void classifier_backward(R* din, R* dweight, const Bf16* dlogits, const R* in, const R* weight, int N, int C, int OC,
+                           R scale) override;
   void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) override;
   void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
                         int C) override;

@@ -38,7 +38,7 @@ std::string gpu_backend_versions() {
 #endif
 }
 
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention) {
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention, bool fused_classifier) {
   Execution e;
   e.choice = choice;
   if (!choice.cuda) {
@@ -46,7 +46,8 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool fla
     return e;
   }
 #if defined(ST_HAVE_CUDA)
-  auto cuda = std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention});
+  auto cuda =
+      std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention, fused_classifier});
   CudaExec* device = cuda.get();
   e.exec = std::move(cuda);
   cudaDeviceProp prop{};
@@ -80,12 +81,14 @@ Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool fla
 #else
   (void)bf16_matmuls;
   (void)flash_attention;
+  (void)fused_classifier;
   throw Error("GPU training needs NCCL; choose_device refuses cuda in a build without it", ErrorScope::all_ranks);
 #endif
   return e;
 #else
   (void)bf16_matmuls;
   (void)flash_attention;
+  (void)fused_classifier;
   throw Error("GPU training is not built in; choose_device refuses cuda in such a build", ErrorScope::all_ranks);
 #endif
 }

@@ -37,7 +37,9 @@ std::string gpu_backend_versions();
 
 // bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device);
 // flash_attention: parallel.attention = "auto" (flash attention where it runs: with bf16 matmuls
-// on a device, exec/attention_probs.hpp).
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention);
+// on a device, exec/attention_probs.hpp); fused_classifier: parallel.classifier = "auto" (bf16
+// logits and the fused cross-entropy, with bf16 matmuls on a device).
+Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
+                         bool fused_classifier = true);
 
 }  // namespace st

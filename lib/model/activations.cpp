@@ -46,7 +46,8 @@ AttentionSizes attention_sizes(std::size_t max_batch, std::size_t T, int heads_h
 }
 
 ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                      int heads_at_once, int tensor, bool sequence_parallel, bool flash) {
+                                      int heads_at_once, int tensor, bool sequence_parallel, bool flash,
+                                      bool bf16_logits) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // The rows a rank keeps between split layers (R = N without sequence parallelism).
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor, sequence_parallel);
@@ -74,20 +75,22 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
       s.working = 3 * R * C + 4 * N * A + N * H + 4 * R + att.working + (flash ? att.kept : 0);
       break;
   }
-  // The embedding output (x0), final norm (R C, 2 R), logits (N V), losses (N), the projection
+  // The embedding output (x0), final norm (R C, 2 R), logits (N V, half that in bf16), losses (N), the projection
   // output (tmp, N C: whole rows, summed), then the backward scratch every block reuses: dres
   // (R C), dtmp (N C), datty (N A), dqkv (3 N A), attention's backward scratch (the
   // probabilities' gradient, one block per head in flight; flash: the row dots), and two of the
   // MLP's width (N H each; the recomputed GELU output goes to the second). With rows split: the
   // gathered rows a split layer reads (N C), the rows' shares of the two sums (R C each), and the
   // norms' gradients on their way through the group (4 C).
-  s.shared = R * C + R * C + 2 * R + N * V + N + N * C + R * C + N * C + N * A + 3 * N * A + att.backward + 2 * N * H +
+  s.shared = R * C + R * C + 2 * R + logit_elements(N, V, bf16_logits) + N + N * C + R * C + N * C + N * A + 3 * N * A +
+             att.backward + 2 * N * H +
              logit_slice_scratch(N, tensor) + (sequence_parallel ? N * C + 2 * R * C + 4 * C : 0);
   return s;
 }
 
 ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
-                                       int heads_at_once, bool device, int tensor, bool sequence_parallel, bool flash) {
+                                       int heads_at_once, bool device, int tensor, bool sequence_parallel, bool flash,
+                                       bool bf16_logits) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // The rows a rank keeps between split layers (R = N without sequence parallelism).
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor, sequence_parallel);
@@ -117,13 +120,14 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
       s.working = 3 * R * C + N * A + N * W + 2 * N * F + 2 * R + att.working + (flash ? att.kept : 0);
       break;
   }
-  // x0, the final norm (R C, R), logits (N V), losses (N), tmp (N C), then the backward scratch:
+  // x0, the final norm (R C, R), logits (N V, half that in bf16), losses (N), tmp (N C), then the backward scratch:
   // dres (R C), dtmp (N C), datty (N A), dqkv (N W), attention's backward scratch, two of the
   // MLP's width (2 N F each; the recomputed product goes to the second), and where the backend
   // folds grouped-query gradients (the host), the per-query-head gradient it folds from (3 N A).
   // With rows split: the gathered rows a split layer reads (N C), the rows' shares of the two
   // sums (R C each), and the norms' gradients on their way through the group (2 C).
-  s.shared = R * C + R * C + R + N * V + N + N * C + R * C + N * C + N * A + N * W + att.backward + 2 * 2 * N * F +
+  s.shared = R * C + R * C + R + logit_elements(N, V, bf16_logits) + N + N * C + R * C + N * C + N * A + N * W +
+             att.backward + 2 * 2 * N * F +
              grouped_gradient_elements(device || flash, N, static_cast<int>(A), heads_here, kv_here) +
              logit_slice_scratch(N, tensor) + (sequence_parallel ? N * C + 2 * R * C + 2 * C : 0);
   return s;
@@ -140,12 +144,16 @@ std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool s
   return std::max(rows / static_cast<std::size_t>(tensor), seq_len);
 }
 
+std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits) {
+  return bf16_logits ? (rows * columns + 1) / 2 : rows * columns;
+}
+
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device, int tensor, bool sequence_parallel, bool flash) {
+                                 bool device, int tensor, bool sequence_parallel, bool flash, bool bf16_logits) {
   return shape.arch == Arch::llama ? llama_activation_sizes(shape, max_batch, recompute, heads_at_once, device, tensor,
-                                                            sequence_parallel, flash)
+                                                            sequence_parallel, flash, bf16_logits)
                                    : gpt2_activation_sizes(shape, max_batch, recompute, heads_at_once, tensor,
-                                                           sequence_parallel, flash);
+                                                           sequence_parallel, flash, bf16_logits);
 }
 
 double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute, bool flash) {

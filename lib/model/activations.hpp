@@ -39,9 +39,14 @@ struct ActivationSizes {
   std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
 };
 // `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them);
-// `sequence_parallel`: the rows between split layers split over them too (split_rows).
+// `sequence_parallel`: the rows between split layers split over them too (split_rows);
+// `bf16_logits`: the logits are stored in bf16 (a fused classifier, LayerKernels::fused_classifier:
+// a GPU in bf16), half the 4-byte elements of fp32 ones (logit_elements).
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
-                                 bool device, int tensor = 1, bool sequence_parallel = false, bool flash = false);
+                                 bool device, int tensor = 1, bool sequence_parallel = false, bool flash = false,
+                                 bool bf16_logits = false);
+// The 4-byte elements of `rows` rows of `columns` logits: fp32, or bf16 two to an element.
+std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits);
 // The rows a rank keeps of what lies between split layers (norm outputs, the residual stream):
 // all `rows` without sequence parallelism; with it its share, rows / tensor, but at least a whole
 // sequence of seq_len (decoding works on whole rows).

@@ -41,7 +41,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_,
                                                  exec.space() != MemorySpace::host, tensor.split.degree,
-                                                 split_rows_ever, flash_);
+                                                 split_rows_ever, flash_, this->bf16_logits());
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
@@ -92,7 +92,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   lnf_ = take(R * C);
   lnf_mean_ = take(R);
   lnf_rstd_ = take(R);
-  logits_ = take(N * static_cast<std::size_t>(this->vocab_rows()));
+  logits_ = take(this->logit_elements(N));
   losses_ = take(N);
   tmp_ = take(N * C);
   dres_ = take(R * C);
@@ -202,7 +202,7 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   buffers.after_forward(last);
   // LM head tied to the token embedding (this rank's slice of the vocabulary), on every row.
   const Real* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
-  k_.linear_forward(logits_, normed, E + wte_, static_cast<const Real*>(nullptr), N, C, this->vocab_rows());
+  this->lm_head(logits_, normed, E + wte_, N, C);
   buffers.after_forward(0);
 }
 
@@ -215,17 +215,15 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const auto width = static_cast<std::size_t>(C);
   const bool split = this->rows_split();
 
-  // The loss is the mean over N tokens.
-  this->cross_entropy_backward(logits_, targets_at_, N, loss_scale / static_cast<Real>(N));
   buffers.before_backward(0);  // the embeddings: the LM head now, the encoder at the very end
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
   // Under tensor parallelism every input gradient of a split layer is a partial sum over the
   // group's slices: summed before the replicated layer below it uses it (with rows split, each
   // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
-  // gradient rather than kept whole.
-  k_.linear_backward(dtmp_, GE + wte_, static_cast<Real*>(nullptr), logits_,
-                     this->gather_rows(lnf_, rows_.gathered, rows, width), E + wte_, N, C, this->vocab_rows(), false);
+  // gradient rather than kept whole. The loss is the mean over N tokens.
+  this->lm_head_backward(dtmp_, GE + wte_, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + wte_,
+                         targets_at_, N, C, loss_scale / static_cast<Real>(N));
   const Real* d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
@@ -349,11 +347,11 @@ std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const in
   const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C;
   k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, 1, C);
   buffers.after_forward(last);
-  k_.linear_forward(logits_, lnf_, E + wte_, static_cast<const Real*>(nullptr), 1, C, this->vocab_rows());
+  this->lm_head(logits_, lnf_, E + wte_, 1, C);
   buffers.after_forward(0);
   this->cross_entropy(logits_, losses_, nullptr, 1, cross_entropy_scratch_);
   decoded_ = first + count;
-  return this->whole_row_on_host(logits_);
+  return this->whole_row_on_host(logits_, 0);
 }
 
 template <class Real>
@@ -377,7 +375,7 @@ void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, cons
 template <class Real>
 std::span<const Real> Gpt2<Real>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
-  return this->whole_row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * this->vocab_rows());
+  return this->whole_row_on_host(logits_, static_cast<std::size_t>(b) * T_ + t);
 }
 
 template class Gpt2<float>;

@@ -60,7 +60,8 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   const bool device = exec.space() != MemorySpace::host;
   const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes =
-      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree, split_rows_ever, flash_);
+      activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree, split_rows_ever, flash_,
+                       this->bf16_logits());
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, A = A_, W = W_, F = F_;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
@@ -106,7 +107,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   x0_ = take(R * C);
   lnf_ = take(R * C);
   lnf_rstd_ = take(R);
-  logits_ = take(N * static_cast<std::size_t>(this->vocab_rows()));
+  logits_ = take(this->logit_elements(N));
   losses_ = take(N);
   tmp_ = take(N * C);
   dres_ = take(R * C);
@@ -206,7 +207,7 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   buffers.after_forward(last);
   // This rank's slice of the vocabulary, on every row.
   const Real* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
-  k_.linear_forward(logits_, normed, E + head_, static_cast<const Real*>(nullptr), N, C_, this->vocab_rows());
+  this->lm_head(logits_, normed, E + head_, N, C_);
   buffers.after_forward(0);
 }
 
@@ -252,16 +253,15 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const bool split = this->rows_split();
   Real* none = nullptr;
 
-  this->cross_entropy_backward(logits_, targets_at_, N, loss_scale / static_cast<Real>(N));
   buffers.before_backward(0);  // the embedding (and LM head): the head now, the lookup at the very end
   const Real* E = buffers.params(0);
   Real* GE = buffers.grads(0);
   // Under tensor parallelism every input gradient of a split layer is a partial sum over the
   // group's slices: summed before the replicated layer below it uses it (with rows split, each
   // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
-  // gradient rather than kept whole.
-  k_.linear_backward(dtmp_, GE + head_, none, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + head_, N,
-                     C, this->vocab_rows(), false);
+  // gradient rather than kept whole. The loss is the mean over N tokens.
+  this->lm_head_backward(dtmp_, GE + head_, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + head_,
+                         targets_at_, N, C, loss_scale / static_cast<Real>(N));
   const Real* d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_backward(last);
@@ -356,17 +356,17 @@ std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const i
   const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C_;
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, 1, C_, shape_.norm_eps);
   buffers.after_forward(last);
-  k_.linear_forward(logits_, lnf_, E + head_, static_cast<const Real*>(nullptr), 1, C_, this->vocab_rows());
+  this->lm_head(logits_, lnf_, E + head_, 1, C_);
   buffers.after_forward(0);
   this->cross_entropy(logits_, losses_, nullptr, 1, cross_entropy_scratch_);
   decoded_ = first + count;
-  return this->whole_row_on_host(logits_);
+  return this->whole_row_on_host(logits_, 0);
 }
 
 template <class Real>
 std::span<const Real> Llama<Real>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
-  return this->whole_row_on_host(logits_ + (static_cast<std::size_t>(b) * T_ + t) * this->vocab_rows());
+  return this->whole_row_on_host(logits_, static_cast<std::size_t>(b) * T_ + t);
 }
 
 template class Llama<float>;

@@ -18,6 +18,7 @@ Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, Ten
       whole_layout_(make_layout(shape)),
       exec_(exec),
       recompute_(recompute),
+      bf16_logits_(layer_kernels_of<Real>(exec).fused_classifier()),
       kernels_(layer_kernels_of<Real>(exec)) {
   ST_REQUIRE(!tensor.active() || (tensor.comm && tensor.comm->size() == tensor.split.degree &&
                                   tensor.comm->rank() == tensor.split.rank),
@@ -116,10 +117,44 @@ void Model<Real>::add_split_row_gradients(Real* G, std::initializer_list<std::si
   for (const std::size_t at : offsets) kernels_.add(G + at, G + at, scratch + width * i++, width);
 }
 
+namespace {
+
+// Logits stored as bf16 in a model's Real activations.
+template <class Real>
+Bf16* as_bf16(Real* logits) {
+  return reinterpret_cast<Bf16*>(logits);
+}
+template <class Real>
+const Bf16* as_bf16(const Real* logits) {
+  return reinterpret_cast<const Bf16*>(logits);
+}
+
+}  // namespace
+
+template <class Real>
+std::size_t Model<Real>::logit_elements(std::size_t rows) const {
+  const std::size_t count = rows * static_cast<std::size_t>(vocab_rows());
+  if (!bf16_logits_) return count;
+  return (count * sizeof(Bf16) + sizeof(Real) - 1) / sizeof(Real);
+}
+
+template <class Real>
+void Model<Real>::lm_head(Real* logits, const Real* in, const Real* weight, int rows, int C) {
+  if (bf16_logits_) return kernels_.classifier_logits(as_bf16(logits), in, weight, rows, C, vocab_rows());
+  kernels_.linear_forward(logits, in, weight, static_cast<const Real*>(nullptr), rows, C, vocab_rows());
+}
+
 template <class Real>
 double Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch) {
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
-  if (!tensor_.active()) return kernels_.softmax_cross_entropy_forward(logits, losses, targets, rows, V, Vp);
+  if (!tensor_.active()) {
+    if (!bf16_logits_) return kernels_.softmax_cross_entropy_forward(logits, losses, targets, rows, V, Vp);
+    if (!targets) {
+      kernels_.classifier_softmax(as_bf16(logits), rows, V, Vp);
+      return 0.0;
+    }
+    return kernels_.classifier_cross_entropy(as_bf16(logits), losses, targets, rows, V, Vp);
+  }
   // Megatron's vocabulary-parallel cross-entropy: three numbers per row and slice cross the
   // group instead of the logits.
   const auto n = static_cast<std::size_t>(rows);
@@ -127,42 +162,66 @@ double Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets
   Real* stats = scratch;
   Real* gathered = stats + 3 * n;
   Real* row_stats = gathered + 3 * n * static_cast<std::size_t>(degree);
-  kernels_.logit_slice_stats(logits, targets, stats, rows, vocab_real(), vocab_rows(), vocab_first());
+  if (bf16_logits_) kernels_.classifier_slice_stats(as_bf16(logits), targets, stats, rows, vocab_real(), vocab_rows(), vocab_first());
+  else kernels_.logit_slice_stats(logits, targets, stats, rows, vocab_real(), vocab_rows(), vocab_first());
   tensor_.comm->all_gather(Buffer::of(std::span<Real>(stats, 3 * n), exec_.before_communication()),
                            Buffer::of(std::span<Real>(gathered, 3 * n * static_cast<std::size_t>(degree))));
   const double total = kernels_.logit_slices_combine(gathered, row_stats, losses, targets, rows, degree);
-  kernels_.logit_slice_softmax(logits, row_stats, rows, vocab_real(), vocab_rows());
+  if (!bf16_logits_) kernels_.logit_slice_softmax(logits, row_stats, rows, vocab_real(), vocab_rows());
+  else if (targets)
+    kernels_.classifier_slice_dlogits(as_bf16(logits), row_stats, targets, rows, vocab_real(), vocab_rows(), vocab_first());
+  else kernels_.classifier_slice_softmax(as_bf16(logits), row_stats, rows, vocab_real(), vocab_rows());
   return total;
 }
 
 template <class Real>
-void Model<Real>::cross_entropy_backward(Real* probs, const int* targets, int rows, Real scale) {
-  if (!tensor_.active()) {
-    kernels_.softmax_cross_entropy_backward(probs, targets, rows, static_cast<int>(shape_.vocab_size),
+void Model<Real>::lm_head_backward(Real* din, Real* dweight, Real* logits, const Real* in, const Real* weight,
+                                   const int* targets, int rows, int C, Real scale) {
+  if (bf16_logits_)
+    return kernels_.classifier_backward(din, dweight, as_bf16(logits), in, weight, rows, C, vocab_rows(), scale);
+  if (!tensor_.active())
+    kernels_.softmax_cross_entropy_backward(logits, targets, rows, static_cast<int>(shape_.vocab_size),
                                             static_cast<int>(shape_.padded_vocab), scale);
-    return;
-  }
-  kernels_.logit_slice_backward(probs, targets, rows, vocab_real(), vocab_rows(), vocab_first(), scale);
+  else kernels_.logit_slice_backward(logits, targets, rows, vocab_real(), vocab_rows(), vocab_first(), scale);
+  kernels_.linear_backward(din, dweight, static_cast<Real*>(nullptr), logits, in, weight, rows, C, vocab_rows(), false);
 }
 
 template <class Real>
-std::vector<Real> Model<Real>::whole_logits_on_host(const Real* logits, std::size_t rows) const {
-  const auto V = static_cast<std::size_t>(shape_.vocab_size), Vp = static_cast<std::size_t>(shape_.padded_vocab);
-  std::vector<Real> out(rows * V);
-  if (!tensor_.active()) {
-    for (std::size_t r = 0; r < rows; ++r) exec_.download(out.data() + r * V, logits + r * Vp, V * sizeof(Real));
-    return out;
-  }
-  // Every rank's slice of every row, one rank after another; then each row put back together.
+std::vector<Real> Model<Real>::whole_logits_on_host(const Real* logits, std::size_t rows, std::size_t first_row) const {
+  const auto V = static_cast<std::size_t>(shape_.vocab_size);
   const auto slice = static_cast<std::size_t>(vocab_rows()), degree = static_cast<std::size_t>(tensor_.split.degree);
-  const std::size_t count = degree * rows * slice;
-  if (gather_memory_.bytes() < count * sizeof(Real)) gather_memory_ = exec_.allocate(count * sizeof(Real));
-  Real* at = gather_memory_.as<Real>().data();
-  tensor_.comm->all_gather(
-      Buffer::of(std::span<Real>(const_cast<Real*>(logits), rows * slice), exec_.before_communication()),
-      Buffer::of(std::span<Real>(at, count)));
+  // Every rank's slice of every row, one rank after another (without tensor parallelism, the
+  // one slice is the whole padded row); then each row put back together, widened from bf16.
+  const std::size_t count = degree * rows * slice, skip = first_row * slice;
   std::vector<Real> parts(count);
-  exec_.download(parts.data(), at, count * sizeof(Real));
+  if (!bf16_logits_) {
+    logits += skip;
+    if (!tensor_.active()) {
+      exec_.download(parts.data(), logits, count * sizeof(Real));
+    } else {
+      if (gather_memory_.bytes() < count * sizeof(Real)) gather_memory_ = exec_.allocate(count * sizeof(Real));
+      Real* at = gather_memory_.as<Real>().data();
+      tensor_.comm->all_gather(
+          Buffer::of(std::span<Real>(const_cast<Real*>(logits), rows * slice), exec_.before_communication()),
+          Buffer::of(std::span<Real>(at, count)));
+      exec_.download(parts.data(), at, count * sizeof(Real));
+    }
+  } else {
+    std::vector<Bf16> narrow(count);
+    const Bf16* mine = as_bf16(logits) + skip;
+    if (!tensor_.active()) {
+      exec_.download(narrow.data(), mine, count * sizeof(Bf16));
+    } else {
+      if (gather_memory_.bytes() < count * sizeof(Bf16)) gather_memory_ = exec_.allocate(count * sizeof(Bf16));
+      Bf16* at = gather_memory_.as<Bf16>().data();
+      tensor_.comm->all_gather(
+          Buffer::of(std::span<Bf16>(const_cast<Bf16*>(mine), rows * slice), exec_.before_communication()),
+          Buffer::of(std::span<Bf16>(at, count)));
+      exec_.download(narrow.data(), at, count * sizeof(Bf16));
+    }
+    for (std::size_t i = 0; i < count; ++i) parts[i] = static_cast<Real>(to_float(narrow[i]));
+  }
+  std::vector<Real> out(rows * V);
   for (std::size_t p = 0; p < degree; ++p)
     for (std::size_t r = 0; r < rows; ++r) {
       const std::size_t first = p * slice;  // the slice's first column in the whole row
@@ -173,10 +232,11 @@ std::vector<Real> Model<Real>::whole_logits_on_host(const Real* logits, std::siz
 }
 
 template <class Real>
-std::span<const Real> Model<Real>::whole_row_on_host(const Real* row) const {
+std::span<const Real> Model<Real>::whole_row_on_host(const Real* logits, std::size_t row) const {
   const auto V = static_cast<std::size_t>(shape_.vocab_size);
-  if (!tensor_.active() && exec_.space() == MemorySpace::host) return {row, V};
-  whole_row_ = whole_logits_on_host(row, 1);
+  if (!bf16_logits_ && !tensor_.active() && exec_.space() == MemorySpace::host)
+    return {logits + row * static_cast<std::size_t>(vocab_rows()), V};
+  whole_row_ = whole_logits_on_host(logits, 1, row);
   return whole_row_;
 }
 

@@ -74,6 +74,9 @@ class Model {
   // without tensor parallelism).
   std::vector<Real> whole_from_slices(std::span<const Real> slice) const;
   Recompute recompute() const { return recompute_; }
+  // Whether the logits are stored in bf16 and training's cross-entropy is fused (the kernels'
+  // LayerKernels::fused_classifier: a device in bf16).
+  bool bf16_logits() const { return bf16_logits_; }
   virtual std::size_t activation_bytes() const = 0;
   Exec& exec() const { return exec_; }
 
@@ -163,18 +166,31 @@ class Model {
   // order); summed over the group, it is added to them (micro-batches accumulate).
   void add_split_row_gradients(Real* G, std::initializer_list<std::size_t> offsets, Real* scratch,
                                std::size_t width);
-  // Softmax and cross-entropy over `rows` rows of logits (vocab_rows() columns each: this rank's
-  // slice), in place to probabilities; losses per row; returns their sum (0 without targets).
-  // `scratch`: logit_slice_scratch(rows, degree) elements (model/activations.hpp), carved by the
-  // architecture with its activations.
+  // ---- the classifier: the LM head and the cross-entropy (both architectures alike) ----
+  // Logits are `rows` rows of vocab_rows() columns (this rank's slice of the vocabulary), stored
+  // as Real, or as bf16 where the kernels fuse the classifier (LayerKernels::fused_classifier):
+  // the architectures carve logit_elements(rows) of their activations for them and hand the
+  // same pointer to every call below, which reads it as the kernels store it.
+  std::size_t logit_elements(std::size_t rows) const;
+  // logits = in[rows, C] head^T, the head being the vocab_rows() x C rows of `weight`.
+  void lm_head(Real* logits, const Real* in, const Real* weight, int rows, int C);
+  // The cross-entropy over `rows` rows of logits; losses per row; returns their sum (0 without
+  // targets). Unfused: the logits become probabilities in place. Fused, with targets: they
+  // become d(loss)/d(logits) unscaled at once (lm_head_backward applies the scale); without
+  // targets, probabilities in bf16. `scratch`: logit_slice_scratch(rows, degree) elements
+  // (model/activations.hpp), carved by the architecture with its activations.
   double cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch);
-  // probabilities -> d(loss)/d(logits) x scale, in place.
-  void cross_entropy_backward(Real* probs, const int* targets, int rows, Real scale);
-  // A row of probabilities (vocab_rows() of them) as vocab_size entries of the whole vocabulary
-  // on the host: the group's slices gathered.
-  std::span<const Real> whole_row_on_host(const Real* row) const;
-  // Rows of logits of this rank's slice as whole rows of vocab_size entries on the host.
-  std::vector<Real> whole_logits_on_host(const Real* logits, std::size_t rows) const;
+  // After cross_entropy with targets: the head's backward, din = d(loss)/d(in) x scale
+  // (overwritten), dweight += d(loss)/d(head) x scale. Unfused, the probabilities become
+  // d(loss)/d(logits) x scale in place first, as the host has always computed them.
+  void lm_head_backward(Real* din, Real* dweight, Real* logits, const Real* in, const Real* weight,
+                        const int* targets, int rows, int C, Real scale);
+  // Row `row` of probabilities (vocab_rows() of them) as vocab_size entries of the whole
+  // vocabulary on the host: the group's slices gathered.
+  std::span<const Real> whole_row_on_host(const Real* logits, std::size_t row) const;
+  // Rows [first_row, first_row + rows) of logits of this rank's slice as whole rows of
+  // vocab_size entries on the host.
+  std::vector<Real> whole_logits_on_host(const Real* logits, std::size_t rows, std::size_t first_row = 0) const;
 
   ModelShape shape_;
   TensorGroup tensor_;
@@ -183,6 +199,7 @@ class Model {
   ParamLayout whole_layout_;
   Exec& exec_;
   Recompute recompute_;
+  bool bf16_logits_;  // the kernels' fused classifier: logits stored in bf16
   Memory decode_cache_;  // the keys and values (and queries) of the positions decoded so far
   int decoded_ = 0;
 

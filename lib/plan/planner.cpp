@@ -87,6 +87,11 @@ bool plans_flash_attention(const Config& config, const Machine& m) {
   return attention_uses_flash(flash_backend, static_cast<int>(model_shape(config.model).head_dim()));
 }
 
+bool plans_bf16_logits(const Config& config, const Machine& m) {
+  return m.gpu && config.parallel.precision == Precision::bf16 &&
+         config.parallel.classifier == ClassifierChoice::automatic;
+}
+
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
                                          Recompute recompute, int tensor) {
   const ModelShape shape = model_shape(config.model);
@@ -94,7 +99,7 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
   return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu, tensor,
                                           tensor > 1 && config.parallel.sequence_parallel,
-                                          plans_flash_attention(config, m))
+                                          plans_flash_attention(config, m), plans_bf16_logits(config, m))
                              .total();
 }
 

@@ -53,6 +53,9 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& machine
 // parallel.attention "auto", a head width with kernels: exec/attention_probs.hpp), which keeps
 // no T x T probabilities.
 bool plans_flash_attention(const Config& config, const Machine& machine);
+// Whether the run's ranks keep their logits in bf16 (the fused classifier,
+// LayerKernels::fused_classifier): GPUs in bf16, parallel.classifier "auto".
+bool plans_bf16_logits(const Config& config, const Machine& machine);
 // Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences
 // (its slice of them under tensor parallelism).
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,

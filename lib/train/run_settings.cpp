@@ -21,6 +21,7 @@ SettingsRows derived_rows(const DerivedSettings& s) {
                                    (s.model_state_note.empty() ? "" : "; " + s.model_state_note) + ")"},
       {"activations per rank", b(s.activations) + " (model.recompute = " + recompute_name(s.recompute) + ")"},
       {"attention", s.attention},
+      {"classifier", s.classifier},
       {"data", s.data + (s.sequential_data ? " (sequential)" : "")},
       {"tokenizer", s.tokenizer},
       {"run directory", s.run_directory},
@@ -36,6 +37,15 @@ std::string describe_attention(bool gpu, Precision precision, AttentionChoice at
   if (!bf16) return exact + " (fp32 keeps the exact path; flash attention is bf16's)";
   if (!automatic) return exact + " (parallel.attention = \"exact\")";
   return exact + " (flash attention has no kernel for head width " + std::to_string(head_dim) + ": 32, 64, 128)";
+}
+
+std::string describe_classifier(bool gpu, Precision precision, ClassifierChoice classifier) {
+  const bool bf16 = precision == Precision::bf16, automatic = classifier == ClassifierChoice::automatic;
+  if (gpu && bf16 && automatic) return "fused (bf16 logits; loss and d(logits) in one kernel per row)";
+  const std::string unfused = "unfused, fp32 logits";
+  if (!gpu) return unfused + " (the CPU's)";
+  if (!bf16) return unfused + " (fp32 keeps them; the fused classifier is bf16's)";
+  return unfused + " (parallel.classifier = \"unfused\")";
 }
 
 }  // namespace st

@@ -28,6 +28,7 @@ struct DerivedSettings {
   std::uint64_t activations = 0;  // per rank
   Recompute recompute = Recompute::none;
   std::string attention;  // describe_attention
+  std::string classifier;  // describe_classifier
 
   std::string data, tokenizer, run_directory;
   bool sequential_data = false;  // data.order = "sequential"
@@ -39,5 +40,7 @@ SettingsRows derived_rows(const DerivedSettings& s);
 // Which attention training runs and why (exec/attention_probs.hpp decides): flash attention, or
 // the exact path and what keeps it there. `gpu`: the ranks compute on GPUs.
 std::string describe_attention(bool gpu, Precision precision, AttentionChoice attention, int head_dim);
+// Which classifier training runs and why: fused (bf16 logits) or unfused (fp32 logits).
+std::string describe_classifier(bool gpu, Precision precision, ClassifierChoice classifier);
 
 }  // namespace st

@@ -40,7 +40,8 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
       timeline_(config.run.trace_steps > 0) {
   // The device first: the model, the strategy and the communicators are built for it.
   Execution execution = make_execution(device, config.parallel.precision == Precision::bf16,
-                                       config.parallel.attention == AttentionChoice::automatic);
+                                       config.parallel.attention == AttentionChoice::automatic,
+                                       config.parallel.classifier == ClassifierChoice::automatic);
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
@@ -111,6 +112,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.recompute = net_->model().recompute();
   built.attention = describe_attention(net_->execution().choice.cuda, config_.parallel.precision,
                                        config_.parallel.attention, static_cast<int>(shape_.head_dim()));
+  built.classifier = describe_classifier(net_->execution().choice.cuda, config_.parallel.precision,
+                                         config_.parallel.classifier);
   built.data = describe_data(data_);
   built.sequential_data = config_.data.order == "sequential";
   built.tokenizer = data_.tokenizer->description();

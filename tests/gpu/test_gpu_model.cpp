@@ -79,13 +79,15 @@ void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, boo
   const auto host = make_model<float>(shape, B);
   CudaExec exec(CudaExecSettings{0, bf16_matmuls, flash});
   const auto device = make_model<float>(shape, B, exec);
-  // The device carves what its attention keeps: with flash attention a log-sum-exp per row.
+  // The device carves what its attention keeps (with flash attention a log-sum-exp per row) and
+  // its logits: bf16 ones, with the fused classifier, in bf16.
   const bool uses_flash = exec.layer_kernels().attention_uses_flash(static_cast<int>(shape.head_dim()));
   EXPECT_EQ(uses_flash, flash) << name_of(shape);
+  EXPECT_EQ(device->bf16_logits(), bf16_matmuls) << name_of(shape);
   EXPECT_EQ(device->activation_bytes(),
             sizeof(float) * activation_sizes(shape, B, Recompute::none,
                                              exec.layer_kernels().attention_heads_at_once(B, static_cast<int>(shape.n_head)),
-                                             true, 1, false, uses_flash)
+                                             true, 1, false, uses_flash, bf16_matmuls)
                                 .total())
       << name_of(shape);
   std::vector<float> params(host->layout().total());
@@ -115,7 +117,10 @@ void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, boo
 TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(gpt2_shape(), false, 1e-4); }
 
 // bf16 inputs to every matmul: each product off by at most 2^-7 relative, accumulated over the
-// model's depth (a few matmuls in series per gradient): 5e-2 of the tensor's scale.
+// model's depth (a few matmuls in series per gradient): 5e-2 of the tensor's scale. The fused
+// classifier's bf16 logits and d(loss)/d(logits) add one rounding (2^-9) each at the head, well
+// inside it (on the host, its reference moved the gradients by at most 4.8e-3 of their scale:
+// tests/unit/test_fused_classifier.cpp).
 TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(gpt2_shape(), true, 5e-2); }
 
 TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostFp32) { compare_model(llama_shape(), false, 1e-4); }
@@ -181,14 +186,19 @@ TEST(GpuModel, RecomputationWithFlashAttentionGivesTheSameLossAndGradients) {
 
 // Incremental decoding on the device: after a prompt and then a few tokens at a time, the
 // next-token probabilities equal the host's decoding of the same tokens, and the device's own
-// full forward pass over all the tokens fed so far (fp32, 1e-5 of the largest probability).
-void check_decoding(const ModelShape& shape) {
+// full forward pass over all the tokens fed so far (fp32, 1e-5 of the largest probability). In
+// bf16 the device decodes from bf16 logits through the fused classifier's softmax: bf16 matmuls'
+// bound, 5e-2 (against its own full forward too: the two sum their products in other orders, so
+// a logit may round to the neighbouring bf16 value), and each distribution sums to 1 within 1e-2.
+void check_decoding(const ModelShape& shape, bool bf16 = false) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+  const double bound = bf16 ? 5e-2 : 1e-5;
   const auto host = make_model<float>(shape, 1, host_exec(), Recompute::full);
-  CudaExec exec(CudaExecSettings{0, false});
+  CudaExec exec(CudaExecSettings{0, bf16});
   const auto device = make_model<float>(shape, 1, exec, Recompute::full);
   const auto full = make_model<float>(shape, 1, exec);
+  EXPECT_EQ(device->bf16_logits(), bf16) << name_of(shape);
   std::vector<float> params(host->layout().total());
   host->init_params(params, 13);
   NormalStream noise(17, 4);
@@ -215,15 +225,22 @@ void check_decoding(const ModelShape& shape) {
     const auto d = device->decode(device_params, tokens.data() + fed, count);
     const std::vector<float> got(d.begin(), d.end());
     fed += count;
-    EXPECT_LE(worst_of(got, want), 1e-5) << name_of(shape) << ": against the host after " << fed << " positions";
+    EXPECT_LE(worst_of(got, want), bound) << name_of(shape) << ": against the host after " << fed << " positions";
     full->forward(device_span, tokens.data(), nullptr, 1, fed);
-    EXPECT_LE(worst_of(got, full->probs(0, fed - 1)), 1e-5)
+    EXPECT_LE(worst_of(got, full->probs(0, fed - 1)), bound)
         << name_of(shape) << ": against the full forward after " << fed << " positions";
+    double sum = 0;
+    for (const float p : got) sum += p;
+    EXPECT_NEAR(sum, 1.0, bf16 ? 1e-2 : 1e-5) << name_of(shape) << " after " << fed << " positions";
   }
 }
 
 TEST(GpuModel, DecodingMatchesTheHost) { check_decoding(gpt2_shape()); }
 TEST(GpuModel, LlamaDecodingWithAGroupedQueryCacheMatchesTheHostAndTheFullForward) { check_decoding(llama_shape()); }
+TEST(GpuModel, DecodingInBf16FromBf16LogitsMatchesTheHost) {
+  check_decoding(gpt2_shape(), true);
+  check_decoding(llama_shape(), true);
+}
 
 }  // namespace
 }  // namespace st

@@ -36,6 +36,18 @@ class Bf16Matmuls {
   // dweight += dout^T in.
   void weight_gradient(float* dweight, const float* dout, const float* in, int N, int C, int OC);
 
+  // The LM head of the fused classifier (exec/classifier_reference.hpp), whose logits and
+  // d(loss)/d(logits) are bf16 in memory. out[N, OC] (bf16) = in weight^T, the fp32 sum rounded
+  // to bf16 once by cuBLAS's epilogue.
+  void forward_to_bf16(std::uint16_t* out, const float* in, const float* weight, int N, int C, int OC);
+  // From a bf16 dout, which is an operand as it is (no rounding, no scratch for it):
+  // din = alpha dout weight (overwritten) and dweight += alpha dout^T in. alpha carries the
+  // loss's scale, applied to the fp32 sums.
+  void input_gradient_from_bf16(float* din, const std::uint16_t* dout, const float* weight, int N, int C, int OC,
+                                float alpha);
+  void weight_gradient_from_bf16(float* dweight, const std::uint16_t* dout, const float* in, int N, int C, int OC,
+                                 float alpha);
+
  private:
   // out[N, out_cols] = rows_in[N, in_cols] op(W) + beta out, op(W) = W^T for a weight [out_cols,
   // in_cols] (the forward) or W for one [in_cols, out_cols] (the input gradient).

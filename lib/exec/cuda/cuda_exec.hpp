@@ -23,6 +23,10 @@ struct CudaExecSettings {
   // the head widths it has kernels for; false keeps the exact path (T x T probabilities through
   // cuBLAS), as fp32 always does. make_execution sets it from parallel.attention.
   bool flash_attention = false;
+  // With bf16_matmuls: the fused classifier (LayerKernels::fused_classifier: bf16 logits, the
+  // cross-entropy in one kernel per row, exec/cuda/classifier.cu); false keeps fp32 logits and
+  // the unfused kernels, as fp32 always does. make_execution sets it from parallel.classifier.
+  bool fused_classifier = true;
 };
 
 class CudaExec final : public Exec {

@@ -2,9 +2,10 @@
 // The layer kernels of GPT-2 and Llama on one CUDA device (exec/layer_kernels.hpp): kernels of
 // our own for the element-wise, normalisation, rotary and softmax work, cuBLAS for every matmul
 // (cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu) but flash attention's, which
-// are its own kernels' (flash_attention.cu). All work is queued on
-// one stream; the only calls that wait are softmax_cross_entropy_forward and logit_slices_combine
-// with targets (they hand the loss sum to the host).
+// are its own kernels' (flash_attention.cu), and the fused classifier's cross-entropy
+// (classifier.cu). All work is queued on one stream; the only calls that wait are
+// softmax_cross_entropy_forward, classifier_cross_entropy and logit_slices_combine with targets
+// (they hand the loss sum to the host).
 //
 // Deterministic: the same inputs give the same bits on every run on the same device. No kernel
 // uses floating-point atomics; every reduction (over a row, over rows for parameter gradients,
@@ -24,13 +25,16 @@ class CudaLayerKernels final : public LayerKernels<float> {
   // Work goes to `device` (made current on each call: callers may be on any thread) and `stream`.
   // `flash_attention`: with bf16 matmuls, attention runs flash attention where the head width
   // has a kernel (attention_uses_flash); otherwise, and always in fp32, the exact path.
+  // `fused_classifier`: with bf16 matmuls, bf16 logits and the fused cross-entropy
+  // (fused_classifier()); otherwise, and always in fp32, fp32 logits and the unfused kernels.
   CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, bool flash_attention,
-                   double* pinned_result)
+                   bool fused_classifier, double* pinned_result)
       : device_(device),
         stream_(stream),
         cublas_(cublas),
         bf16_(bf16_matmuls),
         flash_(bf16_matmuls && flash_attention),
+        fused_(bf16_matmuls && fused_classifier),
         pinned_result_(pinned_result),
         bf16_matmuls_(stream, cublas) {}
 
@@ -66,6 +70,21 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void logit_slice_softmax(float* logits_to_probs, const float* row_stats, int N, int V, int Vp) override;
   void logit_slice_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                             float scale) override;
+  // With bf16 matmuls (unless the constructor was told otherwise) the models keep their logits
+  // in bf16 and train through these (exec/classifier_reference.hpp, classifier.cu); in fp32 they
+  // keep the kernels above.
+  bool fused_classifier() const override { return fused_; }
+  void classifier_logits(Bf16* logits, const float* in, const float* weight, int N, int C, int OC) override;
+  double classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N, int V,
+                                  int Vp) override;
+  void classifier_slice_stats(const Bf16* logits, const int* targets, float* stats, int N, int V, int Vp,
+                              int first) override;
+  void classifier_slice_dlogits(Bf16* logits_to_dlogits, const float* row_stats, const int* targets, int N, int V,
+                                int Vp, int first) override;
+  void classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) override;
+  void classifier_slice_softmax(Bf16* logits_to_probs, const float* row_stats, int N, int V, int Vp) override;
+  void classifier_backward(float* din, float* dweight, const Bf16* dlogits, const float* in, const float* weight,
+                           int N, int C, int OC, float scale) override;
   void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int N, int C,
                        double eps) override;
   void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
@@ -88,9 +107,10 @@ class CudaLayerKernels final : public LayerKernels<float> {
   cublasHandle_t cublas_;
   bool bf16_;
   bool flash_;  // flash attention where the head width allows (exec/cuda/flash_attention.hpp)
+  bool fused_;  // bf16 logits and the fused cross-entropy (classifier.cu)
   double* pinned_result_;
   // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
-  // (softmax_cross_entropy_forward's and logit_slices_combine's).
+  // (softmax_cross_entropy_forward's, classifier_cross_entropy's and logit_slices_combine's).
   DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;
   // The linear layers' products when bf16_: operands rounded to bf16 in scratch of their own.
   // (Attention's batched products hand cuBLAS fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF.)
