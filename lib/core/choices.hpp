@@ -25,6 +25,13 @@ enum class IntraNode { shm, mpi };
 // parallel.attention: automatic ("auto") is flash attention where it runs (a GPU, bf16, a head
 // width it has kernels for: exec/attention_probs.hpp), exact the T x T path everywhere.
 enum class AttentionChoice { automatic, exact };
+// parallel.grad_reduction, for the strategies that shard gradients (zero2, zero3, hsdp) when a
+// step accumulates several micro-batches: micro_batch ("every_micro_batch") reduce-scatters each
+// micro-batch's gradients into the sharded gradient as its backward finishes them, so no rank
+// holds a whole-model gradient (FSDP's and DeepSpeed's way); step ("once") accumulates them
+// whole and reduces once (fewer bytes, a whole-model fp32 gradient more per rank); automatic
+// ("auto") is once where that fits in the rank's memory, else every micro-batch (plan/fit).
+enum class GradReduction { automatic, micro_batch, step };
 
 template <class E>
 struct ChoiceNames;  // static constexpr std::array<std::pair<E, const char*>, N> table
@@ -58,6 +65,12 @@ template <>
 struct ChoiceNames<AttentionChoice> {
   static constexpr std::array<std::pair<AttentionChoice, const char*>, 2> table{
       {{AttentionChoice::automatic, "auto"}, {AttentionChoice::exact, "exact"}}};
+};
+
+template <>
+struct ChoiceNames<GradReduction> {
+  static constexpr std::array<std::pair<GradReduction, const char*>, 3> table{
+      {{GradReduction::automatic, "auto"}, {GradReduction::micro_batch, "every_micro_batch"}, {GradReduction::step, "once"}}};
 };
 
 // The deck's word for a value.
