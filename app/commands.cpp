@@ -107,6 +107,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const Machine machine = deck_machine(config, world, device, request.machine, ranks);
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);
+  resolve_grad_reduction(config, machine);
   check_memory_fits(config, machine);
   deck_ranks_per_node(config, world_size);  // refuses emulated nodes that do not divide the ranks (GPU path too)
   const RunData data = open_run_data(config, world.comm());

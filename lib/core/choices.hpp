@@ -28,6 +28,13 @@ enum class AttentionChoice { automatic, exact };
 // parallel.classifier: automatic ("auto") is the fused classifier where it runs (a GPU in bf16:
 // LayerKernels::fused_classifier), unfused the fp32 logits and separate kernels everywhere.
 enum class ClassifierChoice { automatic, unfused };
+// parallel.grad_reduction, for the strategies that shard gradients (zero2, zero3, hsdp) when a
+// step accumulates several micro-batches: micro_batch ("every_micro_batch") reduce-scatters each
+// micro-batch's gradients into the sharded gradient as its backward finishes them, so no rank
+// holds a whole-model gradient (FSDP's and DeepSpeed's way); step ("once") accumulates them
+// whole and reduces once (fewer bytes, a whole-model fp32 gradient more per rank); automatic
+// ("auto") is once where that fits in the rank's memory, else every micro-batch (plan/fit).
+enum class GradReduction { automatic, micro_batch, step };
 
 template <class E>
 struct ChoiceNames;  // static constexpr std::array<std::pair<E, const char*>, N> table
@@ -66,6 +73,12 @@ template <>
 struct ChoiceNames<ClassifierChoice> {
   static constexpr std::array<std::pair<ClassifierChoice, const char*>, 2> table{
       {{ClassifierChoice::automatic, "auto"}, {ClassifierChoice::unfused, "unfused"}}};
+};
+
+template <>
+struct ChoiceNames<GradReduction> {
+  static constexpr std::array<std::pair<GradReduction, const char*>, 3> table{
+      {{GradReduction::automatic, "auto"}, {GradReduction::micro_batch, "every_micro_batch"}, {GradReduction::step, "once"}}};
 };
 
 // The deck's word for a value.

@@ -94,6 +94,7 @@ struct ParallelConfig {
   std::int64_t tensor = 1;  // ranks of a tensor-parallel group (consecutive, inside a node)
   bool sequence_parallel = false;  // the rows between split layers split over the group too
   bool overlap = true;
+  GradReduction grad_reduction = GradReduction::automatic;
 };
 
 struct CheckpointConfig {

@@ -322,6 +322,14 @@ std::vector<KeySpec> build_schema() {
               "segment's gather. false: every collective is waited for where it starts (to measure what "
               "overlap hides).",
               store(&C::parallel, &ParallelConfig::overlap)),
+      choice("parallel", "grad_reduction", "\"auto\"", choice_names<GradReduction>(),
+             "zero2, zero3, hsdp with several micro-batches a step: when gradients are reduce-scattered. "
+             "every_micro_batch: each micro-batch's, as its backward finishes each segment, added into this rank's "
+             "fp32 gradient shard: no rank holds a whole-model gradient, and the gradients cross the links once per "
+             "micro-batch. once: accumulated whole (a whole-model fp32 gradient per rank) and reduced after the last "
+             "micro-batch. auto: once where that fits in the rank's memory, else every_micro_batch (the settings "
+             "table says which and why).",
+             store_choice(&C::parallel, &ParallelConfig::grad_reduction)),
       choice("parallel", "collectives", "\"auto\"", choice_names<Collectives>(),
              "flat: one ring over all ranks. two_level: inside the node, then across nodes, then inside "
              "again (needs equal nodes of consecutive ranks). auto: two_level when there are several such "

@@ -37,8 +37,11 @@ Mesh deck_mesh(const Config& config, int world_size, int node_size) {
 }
 
 ParallelChoice deck_choice(const Config& config) {
+  const GradReduction reduction = config.parallel.grad_reduction == GradReduction::automatic
+                                      ? GradReduction::step
+                                      : config.parallel.grad_reduction;
   return {config.parallel.strategy, config.parallel.shard_group, static_cast<int>(config.parallel.tensor),
-          recompute_of(config.model)};
+          recompute_of(config.model), reduction};
 }
 
 ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
@@ -52,7 +55,7 @@ ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, con
                                       choice.recompute == Recompute::full,
                                       tensor > 1 && config.parallel.sequence_parallel};
   return ParallelPlan(layout, choice.strategy, config.parallel.precision, mesh, micro_batches,
-                      config.parallel.bucket_mb, activations);
+                      config.parallel.bucket_mb, activations, choice.grad_reduction);
 }
 
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,

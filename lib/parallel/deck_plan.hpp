@@ -29,6 +29,10 @@ struct ParallelChoice {
   std::int64_t shard_group = 0;           // hsdp's group (parallel.shard_group; 0: the node's ranks)
   int tensor = 1;                         // ranks splitting each layer (parallel.tensor)
   Recompute recompute = Recompute::none;  // model.recompute: "full" repeats the tensor group's sums
+  // parallel.grad_reduction. "auto" is settled against the rank's memory (plan/fit) before a run
+  // builds its strategy; a plan made from it before then, or where no gradients are reduced
+  // (eval, generate, checkpoints), reduces once.
+  GradReduction grad_reduction = GradReduction::step;
 };
 ParallelChoice deck_choice(const Config& config);
 

@@ -30,18 +30,22 @@ Mesh make_mesh(StrategyKind strategy, std::int64_t shard_group, int world_size, 
 }
 
 ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Precision precision, Mesh mesh,
-                           std::int64_t micro_batches, double bucket_mb, ActivationTraffic activations)
+                           std::int64_t micro_batches, double bucket_mb, ActivationTraffic activations,
+                           GradReduction reduction)
     : strategy_(strategy),
       precision_(precision),
       mesh_(mesh),
       micro_batches_(micro_batches),
       bucket_mb_(bucket_mb),
       activations_(activations),
+      reduction_(reduction),
       shards_(layout, mesh.shards) {
   const int stage = zero_stage(strategy);
   ST_REQUIRE(stage >= 0, "parallel.strategy = \"auto\" must be resolved before the parallel plan is made");
   ST_REQUIRE(mesh.tensor == 1 || activations.rows > 0, "a tensor-parallel plan needs the activations' sizes");
   ST_REQUIRE(strategy == StrategyKind::hsdp || mesh.replicas == 1, "only hsdp replicates across shard groups");
+  ST_REQUIRE(reduction != GradReduction::automatic,
+             "parallel.grad_reduction = \"auto\" must be resolved before the parallel plan is made");
   // The stage rule, the only copy: what each ZeRO stage shards over the shard group.
   const auto extent = [&](int from_stage) { return stage >= from_stage ? Extent::sharded : Extent::full; };
   const std::uint64_t t = element_bytes();
@@ -92,8 +96,10 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
     std::uint64_t segment_share = 0;  // one ring pass over every padded segment
     for (std::size_t s = 0; s < segments; ++s) segment_share += ring_share(shards_.padded(s) * t, n);
     const auto count = static_cast<std::int64_t>(segments);
-    // zero1/zero2/zero3: each segment's gradients reduce-scattered once.
-    add(Collective::reduce_scatter, Purpose::gradients, count, segment_share);
+    // zero1/zero2/zero3: each segment's gradients reduce-scattered once, or once per micro-batch.
+    const std::int64_t reductions = reduces_each_micro_batch() ? micro_batches : 1;
+    add(Collective::reduce_scatter, Purpose::gradients, reductions * count,
+        static_cast<std::uint64_t>(reductions) * segment_share);
     // zero1/zero2 gather the updated parameters once; zero3 gathers each segment before every
     // micro-batch's forward and backward.
     const std::int64_t gathers = params_sharded() ? 2 * micro_batches : 1;
@@ -219,9 +225,9 @@ LevelBytes ParallelPlan::two_level_bytes(const ParamLayout& layout, int node_siz
   const int nodes = mesh_.shards / node_size;
   LevelBytes bytes;
   if (node_size > 1)
-    bytes.node = ParallelPlan(layout, strategy_, precision_, Mesh{1, node_size, 1}, micro_batches_, bucket_mb_)
+    bytes.node = ParallelPlan(layout, strategy_, precision_, Mesh{1, node_size, 1}, micro_batches_, bucket_mb_, {}, reduction_)
                      .group_bytes();
-  bytes.network = ParallelPlan(layout, strategy_, precision_, Mesh{1, nodes, 1}, micro_batches_, bucket_mb_)
+  bytes.network = ParallelPlan(layout, strategy_, precision_, Mesh{1, nodes, 1}, micro_batches_, bucket_mb_, {}, reduction_)
                       .group_bytes() /
                   static_cast<std::uint64_t>(node_size);
   return bytes;

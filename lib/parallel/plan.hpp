@@ -99,8 +99,10 @@ class ParallelPlan {
   // micro_batches: per step (zero3 gathers every segment for each forward and backward);
   // bucket_mb: parallel.bucket_mb (ddp's buckets; 0: one bucket).
   // activations: what a tensor group exchanges (needed when mesh.tensor > 1).
+  // reduction: parallel.grad_reduction, resolved (not automatic).
   ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Precision precision, Mesh mesh,
-               std::int64_t micro_batches, double bucket_mb, ActivationTraffic activations = {});
+               std::int64_t micro_batches, double bucket_mb, ActivationTraffic activations = {},
+               GradReduction reduction = GradReduction::step);
 
   StrategyKind strategy() const { return strategy_; }
   Precision precision() const { return precision_; }
@@ -117,6 +119,13 @@ class ParallelPlan {
   // Gradients reduce-scattered segment by segment into a full buffer (zero1): sharded optimizer
   // state, full gradients.
   bool reduce_scatters_in_place() const { return optimizer_sharded() && !grads_sharded(); }
+  // Sharded gradients reduce-scattered after every micro-batch and added into the gradient shard
+  // (parallel.grad_reduction = "every_micro_batch" with several micro-batches a step): no
+  // whole-model gradient buffer, the reduce-scatters' bytes once per micro-batch.
+  bool reduces_each_micro_batch() const {
+    return grads_sharded() && micro_batches_ > 1 && reduction_ == GradReduction::micro_batch;
+  }
+  GradReduction grad_reduction() const { return reduction_; }
   // Sharding within groups and replicating across them, on communicators of their own (hsdp,
   // even with a single group), rather than over the whole world.
   bool grouped() const { return strategy_ == StrategyKind::hsdp; }
@@ -182,6 +191,7 @@ class ParallelPlan {
   std::int64_t micro_batches_;
   double bucket_mb_;
   ActivationTraffic activations_;
+  GradReduction reduction_;
   ShardLayout shards_;
   BufferPlan params_, grads_, optimizer_;
   ModelState model_state_;

@@ -73,14 +73,17 @@ static_assert(kReductionsInFlight == 2 && kPrefetchDepth == 2, "workspace_estima
 // pools were seen to reach them in instrumented runs of 4- and 10-segment models: the pools keep
 // a block per size class in use at once, and the tied embedding is in use at both ends of the
 // model. fp32: gradient buffers (the embedding's, the final norm's and three blocks'; all of
-// them while micro-batches accumulate), zero3's gathered segments (the embedding and five
+// them while micro-batches accumulate to be reduced once), zero3's gathered segments (the embedding and five
 // blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
 // the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
 // bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
+// Reducing every micro-batch adds the reduced chunks on their way into the shard (as zero1's),
+// and in bf16 the shard's fp32 sum with a chunk widened to be added to it.
 std::uint64_t workspace_estimate(const ParallelPlan& plan) {
   const ShardLayout& shards = plan.shards();
   const bool mixed = plan.mixed();
-  const std::int64_t micro_batches = plan.micro_batches();
+  // Gradient buffers are held whole across micro-batches only when they are reduced once a step.
+  const bool whole_gradient = plan.grads_sharded() && plan.micro_batches() > 1 && !plan.reduces_each_micro_batch();
   const std::size_t count = shards.segments().size();
   std::vector<std::uint64_t> padded, chunks, blocks;
   std::uint64_t largest_chunk = 0, largest_block = 0;
@@ -107,17 +110,20 @@ std::uint64_t workspace_estimate(const ParallelPlan& plan) {
   const std::uint64_t embedding = shards.padded(0), norm = count > 1 ? shards.padded(count - 1) : 0;
   const std::uint64_t t = mixed ? 2 : 4;
   std::uint64_t bytes = 0;
-  if (plan.reduce_scatters_in_place()) bytes += three_and_smallest(chunks) * t;
+  // zero1's reduced chunks; reducing every micro-batch, the chunks on their way into the shard.
+  if (plan.reduce_scatters_in_place() || plan.reduces_each_micro_batch()) bytes += three_and_smallest(chunks) * t;
   if (plan.params_sharded()) bytes += (embedding + sum_largest(blocks, 5) + (blocks.size() < 5 ? norm : 0)) * t;
   if (!mixed) {
     if (plan.grads_sharded())
-      bytes += (micro_batches > 1 ? shards.padded_total() : embedding + norm + sum_largest(blocks, 3)) * 4;
+      bytes += (whole_gradient ? shards.padded_total() : embedding + norm + sum_largest(blocks, 3)) * 4;
     return bytes;
   }
   const std::uint64_t unpadded_embedding = shards.segment(0).size;
   const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
   std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
-  if (plan.grads_sharded() && micro_batches > 1) fp32 += shards.padded_total();
+  if (whole_gradient) fp32 += shards.padded_total();
+  // Reducing every micro-batch: the fp32 sum of the shard, and a chunk widened to be added to it.
+  if (plan.reduces_each_micro_batch()) fp32 += shards.shard_total() + largest_chunk;
   bytes += (fp32 + largest_chunk) * 4;
   if (plan.grads_sharded() && !plan.params_sharded()) bytes += three_and_smallest(padded) * t;
   return bytes;
@@ -157,6 +163,8 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
   if (!plan_.grads_sharded() && training) full_grads_ = buffer<T>(full_grads_memory_, &group, grad_elements);
   if (plan_.params_sharded()) shard_params_ = buffer<T>(shard_params_memory_, &group, param_elements);
   if (plan_.grads_sharded() && training) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, grad_elements);
+  if (kMixed && plan_.reduces_each_micro_batch() && training)
+    grad_sum_ = buffer<float>(grad_sum_memory_, nullptr, grad_elements);
   // Mixed precision keeps the fp32 master copy even for forward passes only: a checkpoint's
   // parameters are read into it and converted from there.
   if (kMixed) master_ = buffer<float>(master_memory_, nullptr, opt_total);
@@ -419,7 +427,26 @@ void ShardedStrategy<T>::grad_ready(std::size_t s) {
       grad_buffer_[s] = nullptr;
     }
   }
-  if (last_micro_batch_) start_reduction(s);
+  if (last_micro_batch_ || plan_.reduces_each_micro_batch()) start_reduction(s);
+}
+
+template <class T>
+void ShardedStrategy<T>::add_reduced_chunk(std::size_t s, T* chunk, bool first) {
+  const SegmentShard& seg = shards_.segment(s);
+  if constexpr (kMixed) {
+    const Buffer sum = view(grad_sum_.data() + seg.shard_offset, seg.chunk);
+    if (first) {
+      exec_.convert(sum, view(chunk, seg.chunk));
+    } else {
+      float* widened = float_pool_.acquire(seg.chunk);
+      exec_.convert(view(widened, seg.chunk), view(chunk, seg.chunk));
+      exec_.accumulate(sum, widened);
+      float_pool_.release(widened);
+    }
+  } else {
+    exec_.accumulate(view(grad_shard_.data() + seg.shard_offset, seg.chunk), chunk);
+  }
+  pool_.release(chunk);
 }
 
 template <class T>
@@ -469,10 +496,18 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
       release = [this, buffer] { float_pool_.release(buffer); };
     }
     const void* ready = exec_.before_communication();
-    in_flight_.push_back({group_.start_reduce_scatter(
-                              Buffer::of(std::span<const T>(input, padded), ready),
-                              Buffer::of(std::span<T>(grad_shard_.data() + seg.shard_offset, seg.chunk), ready),
-                              ReduceOp::sum),
+    // Once a step, or the first of several micro-batches in fp32, the reduced chunk lands in the
+    // gradient shard; otherwise it goes through a chunk of the pool and is added there.
+    const bool first = micro_batches_begun_ <= 1;
+    const bool into_shard = !plan_.reduces_each_micro_batch() || (first && !kMixed);
+    T* chunk = into_shard ? grad_shard_.data() + seg.shard_offset : pool_.acquire(seg.chunk);
+    if (!into_shard)
+      release = [this, s, chunk, first, release = std::move(release)] {
+        release();
+        add_reduced_chunk(s, chunk, first);
+      };
+    in_flight_.push_back({group_.start_reduce_scatter(Buffer::of(std::span<const T>(input, padded), ready),
+                                                      Buffer::of(std::span<T>(chunk, seg.chunk), ready), ReduceOp::sum),
                           std::move(release)});
   }
   drain(settings_.overlap ? kReductionsInFlight : 0);
@@ -485,11 +520,13 @@ void ShardedStrategy<T>::zero_grads() {
   ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   exec_.zero(full_grads_.data(), full_grads_.size_bytes());
   last_micro_batch_ = true;
+  micro_batches_begun_ = 0;
 }
 
 template <class T>
 void ShardedStrategy<T>::begin_micro_batch(bool last) {
   last_micro_batch_ = last;
+  ++micro_batches_begun_;
   for (std::size_t b = 0; b < waiting_.size(); ++b) waiting_[b] = plan_.buckets()[b].segments;
 }
 
@@ -497,6 +534,7 @@ template <class T>
 void ShardedStrategy<T>::finish_grads() {
   drain(0);
   for (float* buffer : grad_buffer_) ST_REQUIRE(buffer == nullptr, "a segment's gradients were never reduced");
+  if (!grad_sum_.empty()) exec_.convert(Buffer::of(grad_shard_), Buffer::of(std::span<const float>(grad_sum_)));
   if (replicas_ && replicas_->size() > 1) {
     // hsdp: every group holds the same shard layout; sum the shards across groups.
     const void* ready = exec_.before_communication();
@@ -807,7 +845,7 @@ MemoryReport ShardedStrategy<T>::memory() const {
   // Forward passes only: the fp32 master copy is where the parameters were read into, not state
   // an optimizer keeps.
   if (settings_.parameters_only) r.params += std::exchange(r.optimizer, 0);
-  r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.size_bytes();
+  r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.size_bytes() + grad_sum_.size_bytes();
   return r;
 }
 

@@ -20,9 +20,12 @@
 // and gradients for compute and communication: float, or Bf16 in mixed precision, where an fp32
 // master copy is what the optimizer updates and the model computes on fp32 copies of each segment.
 //
-// Gradient accumulation: before the last micro-batch nothing is reduced; with stage 2 and 3 the
-// segments' gradients are held whole until then (as FSDP's no_sync), so their memory is that of
-// the full gradients while accumulating.
+// Gradient accumulation (parallel.grad_reduction): reducing once, nothing is reduced before the
+// last micro-batch, and with stage 2 and 3 the segments' gradients are held whole until then (as
+// FSDP's no_sync), the memory of the full gradients while accumulating. Reducing every
+// micro-batch, stage 2 and 3 reduce-scatter each micro-batch's segment as its backward finishes
+// it and add the reduced chunk into the gradient shard (in bf16, into an fp32 sum of the shard):
+// no whole-model gradient, the reduce-scatters' bytes once per micro-batch.
 #include <deque>
 #include <functional>
 #include <type_traits>
@@ -115,6 +118,9 @@ class ShardedStrategy final : public Strategy {
   // The parameters this rank holds, from the full flat fp32 parameters (master copy included).
   void place_params(std::span<const float> full);
   void start_reduction(std::size_t s);
+  // Reducing every micro-batch: what to do with segment s's reduced chunk of this micro-batch
+  // (`chunk`, from pool_): the first micro-batch's becomes the sum, later ones add to it.
+  void add_reduced_chunk(std::size_t s, T* chunk, bool first);
   // A buffer of `count` elements the communicator `from` reduces or gathers again and again: on
   // the host its shared memory where it has some, else the backend's memory.
   template <class U>
@@ -145,7 +151,7 @@ class ShardedStrategy final : public Strategy {
   // (hsdp's gradient shard comes from the replicas' communicator, which all-reduces it.)
   // zero1/zero2 gather the parameters in place, each rank's chunk already in full_params_.
   Memory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
-  Memory master_memory_, adam_m_memory_, adam_v_memory_, scratch_memory_;
+  Memory master_memory_, adam_m_memory_, adam_v_memory_, scratch_memory_, grad_sum_memory_;
   // Flat ranges of the tensors every rank of the tensor group holds whole (with a tensor group):
   // their gradients enter the norm on the group's first rank only.
   std::vector<std::pair<std::size_t, std::size_t>> replicated_;
@@ -155,6 +161,9 @@ class ShardedStrategy final : public Strategy {
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks
   std::span<T> grad_shard_;      // stage >= 2: reduced gradients of this rank's chunks
+  // Mixed precision, reducing every micro-batch: the fp32 sum of the micro-batches' reduced
+  // chunks, rounded into grad_shard_ once they are all in.
+  std::span<float> grad_sum_;
   std::span<float> master_;      // mixed precision: fp32 copy of what this rank updates
   std::span<float> adam_m_, adam_v_;
   std::span<float> scratch_;     // mixed precision: fp32 gradients of one slice for the update
@@ -185,6 +194,7 @@ class ShardedStrategy final : public Strategy {
 
   std::deque<Pending> in_flight_;
   bool last_micro_batch_ = true;
+  int micro_batches_begun_ = 0;  // since zero_grads
   double wait_seconds_ = 0;
 };
 

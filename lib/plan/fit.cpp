@@ -21,15 +21,39 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine) {
                        machine.ranks_per_node, batches.accum_steps, batches.micro_batch);
 }
 
+namespace {
+
+// hsdp's shard group on the machine, in data-parallel ranks (0 for the other strategies).
+int deck_shard_group(const Config& config, const Machine& m) {
+  const int tensor = static_cast<int>(config.parallel.tensor);
+  return config.parallel.strategy == StrategyKind::hsdp
+             ? deck_mesh(config, m.world() / tensor, std::max(1, m.ranks_per_node / tensor)).shards
+             : 0;
+}
+
+}  // namespace
+
+void resolve_grad_reduction(Config& config, const Machine& m) {
+  if (config.parallel.grad_reduction != GradReduction::automatic) return;
+  deck_tensor_degree(config, m.world(), m.ranks_per_node, true);
+  const int tensor = static_cast<int>(config.parallel.tensor);
+  const StrategyPrediction p =
+      predict_strategy(config, m, config.parallel.strategy, deck_shard_group(config, m), std::nullopt, tensor);
+  const BatchPlan batches = plan_batches(config.data, config.model.seq_len, m.world() / tensor, config.deck_path);
+  const bool accumulates_sharded = zero_stage(config.parallel.strategy) >= 2 && batches.accum_steps > 1;
+  const std::string why = !accumulates_sharded    ? "auto: nothing to choose (no sharded gradient accumulates)"
+                          : p.reduces_each_micro_batch ? "auto: a whole-model gradient would not fit"
+                                                       : "auto: the whole-model gradient fits";
+  set_key(config, "parallel.grad_reduction", name_of(p.grad_reduction), why);
+}
+
 void check_memory_fits(const Config& config, const Machine& m) {
   // The tensor groups first: a degree the ranks or the model cannot split is refused, naming
   // parallel.tensor, before anything is predicted for it.
   deck_tensor_degree(config, m.world(), m.ranks_per_node, true);
   const StrategyKind strategy = config.parallel.strategy;
   const int tensor = static_cast<int>(config.parallel.tensor);
-  const int group = strategy == StrategyKind::hsdp
-                        ? deck_mesh(config, m.world() / tensor, std::max(1, m.ranks_per_node / tensor)).shards
-                        : 0;
+  const int group = deck_shard_group(config, m);
   const StrategyPrediction p = predict_strategy(config, m, strategy, group, std::nullopt, tensor);
   if (p.fits) return;
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };

@@ -21,6 +21,11 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine);
 // the machine has, naming the figure, the limit and the strategies and rank counts that would fit.
 void check_memory_fits(const Config& config, const Machine& machine);
 
+// parallel.grad_reduction = "auto": rewrites it as predicted for the deck's strategy on the
+// machine (once where the whole-model gradient fits, else every_micro_batch), noting why as its
+// origin. Call after resolve_auto_strategy, before check_memory_fits.
+void resolve_grad_reduction(Config& config, const Machine& machine);
+
 // parallel.strategy = "auto": plans, rewrites config.parallel.strategy (and shard_group for hsdp)
 // with the choice, notes the origin; returns the table and the reason as printed.
 std::string resolve_auto_strategy(Config& config, const Machine& machine);

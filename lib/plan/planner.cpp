@@ -129,8 +129,10 @@ TensorDegrees tensor_degrees(const Config& config, const Machine& m) {
 
 std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) { return tensor_degrees(config, m).degrees; }
 
-StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,
-                                    std::optional<Recompute> recompute, int tensor) {
+namespace {
+
+StrategyPrediction predict_reduced(const Config& config, const Machine& m, StrategyKind strategy, int group,
+                                   std::optional<Recompute> recompute, int tensor, GradReduction reduction) {
   // The strategy runs over the data-parallel ranks: `world` of them, `L` per node, each a
   // tensor group of `tensor` consecutive ranks.
   const int world = m.world() / tensor;
@@ -140,8 +142,8 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   const std::int64_t mb = batches.accum_steps;
   // The plan the run would make: its mesh, buffers, buckets and collectives.
   const Recompute chosen_recompute = recompute.value_or(recompute_of(config.model));
-  const ParallelPlan whole = choice_plan(config, {strategy, group, tensor, chosen_recompute}, layout, m.world(),
-                                         m.ranks_per_node, mb, batches.micro_batch);
+  const ParallelPlan whole = choice_plan(config, {strategy, group, tensor, chosen_recompute, reduction}, layout,
+                                         m.world(), m.ranks_per_node, mb, batches.micro_batch);
   const bool hsdp = whole.grouped();
   const int n = whole.mesh().shards;
   const ShardLayout& shards = whole.shards();
@@ -151,6 +153,8 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   p.group = n;
   p.tensor = tensor;
   p.recompute = chosen_recompute;
+  p.grad_reduction = reduction;
+  p.reduces_each_micro_batch = whole.reduces_each_micro_batch();
   p.state_bytes = whole.model_state().total();
   p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute, tensor);
   p.workspace_bytes = workspace_estimate(whole);
@@ -240,6 +244,21 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   }
   p.step_s = p.compute_s + p.exposed_s + p.optimizer_s;
   return p;
+}
+
+}  // namespace
+
+StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,
+                                    std::optional<Recompute> recompute, int tensor) {
+  const GradReduction asked = config.parallel.grad_reduction;
+  if (asked != GradReduction::automatic) return predict_reduced(config, m, strategy, group, recompute, tensor, asked);
+  // auto: once a step (fewer bytes) where the whole gradient fits, else every micro-batch.
+  StrategyPrediction once = predict_reduced(config, m, strategy, group, recompute, tensor, GradReduction::step);
+  if (once.fits) return once;
+  StrategyPrediction each = predict_reduced(config, m, strategy, group, recompute, tensor, GradReduction::micro_batch);
+  if (!each.reduces_each_micro_batch) return once;
+  // Where neither fits, the smaller says best what it would take.
+  return each.fits || each.total_bytes() < once.total_bytes() ? each : once;
 }
 
 PlanResult plan_strategies(const Config& config, const Machine& m) {
@@ -491,11 +510,14 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
                 "comm ms", "exposed ms", "step ms");
   out << line;
   int place = 0;
+  bool each_micro_batch = false;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& p = r.rows[i];
     const std::string rank = p.fits ? std::to_string(++place) : "-";
+    each_micro_batch = each_micro_batch || p.reduces_each_micro_batch;
+    const std::string strategy = name_of(p.strategy) + (p.reduces_each_micro_batch ? "*" : "");
     std::snprintf(line, sizeof line, "%-5s %-8s %6d %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
-                  rank.c_str(), name_of(p.strategy).c_str(), p.tensor, p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+                  rank.c_str(), strategy.c_str(), p.tensor, p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",
@@ -503,6 +525,9 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
                   static_cast<int>(i) == r.chosen ? "  <- chosen" : "");
     out << line;
   }
+  if (each_micro_batch)
+    out << "*: gradients reduce-scattered every micro-batch, holding no whole-model gradient "
+           "(parallel.grad_reduction; \"auto\" where one would not fit)\n";
   for (const auto& n : r.notes) out << "note: " << n << "\n";
   out << (r.chosen >= 0 ? "recommendation: " : "no recommendation: ") << r.reason << "\n";
   return out.str();

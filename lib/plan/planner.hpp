@@ -23,6 +23,11 @@ struct StrategyPrediction {
   int group = 0;  // ranks that shard together (hsdp: the group; others: the data-parallel ranks)
   int tensor = 1;  // ranks splitting each layer (parallel.tensor)
   Recompute recompute = Recompute::none;
+  // parallel.grad_reduction as predicted (auto: once where the whole gradient fits, else every
+  // micro-batch), and whether it reduce-scatters every micro-batch (sharded gradients, several
+  // micro-batches a step).
+  GradReduction grad_reduction = GradReduction::step;
+  bool reduces_each_micro_batch = false;
   std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
   std::uint64_t total_bytes() const { return state_bytes + activation_bytes + workspace_bytes; }
   bool fits = true;
@@ -46,7 +51,8 @@ struct PlanResult {
 // One strategy on the machine. `group`: hsdp's sharding group, in data-parallel ranks (ignored by
 // the others); `recompute`: the activation recomputation (model.recompute when not given);
 // `tensor`: ranks splitting each layer (consecutive, inside a node), the strategy running over the
-// world / tensor ranks holding the same slice.
+// world / tensor ranks holding the same slice. parallel.grad_reduction = "auto" is predicted
+// once a step where that fits, else every micro-batch.
 StrategyPrediction predict_strategy(const Config& config, const Machine& machine, StrategyKind strategy,
                                     int group, std::optional<Recompute> recompute = std::nullopt, int tensor = 1);
 // Whether the run's attention would be flash attention on this machine (GPUs, precision bf16,

@@ -39,6 +39,7 @@ TrainSummary train_deck(Config& config, World& world, const MachineOptions& opti
       write_plan_file(config, table);
     }
   }
+  resolve_grad_reduction(config, machine);
   check_memory_fits(config, machine);
   // The deck may group ranks into emulated nodes: the training world is built from it.
   World training_world(world.comm(), deck_ranks_per_node(config, world.size()));

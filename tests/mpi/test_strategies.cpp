@@ -125,7 +125,8 @@ struct TensorLayout {
 // the strategy runs over the ranks holding the same slice; the parameters returned are whole.
 Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Precision precision, double bucket_mb,
               int tensor = 1,
-              bool sequence_parallel = false, Recompute recompute = Recompute::none) {
+              bool sequence_parallel = false, Recompute recompute = Recompute::none,
+              GradReduction reduction = GradReduction::step) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -148,7 +149,8 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
   mesh.tensor = tensor;
   auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision, mesh, kMicroBatches, bucket_mb,
                                                     ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer,
-                                                                      recompute == Recompute::full, sequence_parallel});
+                                                                      recompute == Recompute::full, sequence_parallel},
+                                                    reduction);
   const ParallelPlan& plan = *plan_holder;
   StrategyComms strategy_comms{comms.collectives()};
   if (plan.grouped()) {
@@ -284,6 +286,64 @@ TEST_P(Strategies, MixedPrecisionSendsWhatThePlanSays) {
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, Strategies,
                          ::testing::Combine(::testing::Values(StrategyKind::ddp, StrategyKind::zero1,
                                                               StrategyKind::zero2, StrategyKind::zero3,
+                                                              StrategyKind::hsdp),
+                                            ::testing::Values(Arch::gpt2, Arch::llama)),
+                         [](const auto& param_info) {
+                           return std::string(name_of(std::get<0>(param_info.param))) + "_" +
+                                  arch_name(std::get<1>(param_info.param));
+                         });
+
+// The strategies that shard gradients, reduce-scattering each of the kMicroBatches micro-batches
+// into the gradient shard (parallel.grad_reduction = "every_micro_batch") instead of accumulating a
+// whole-model gradient: parameters and norms equal one rank's, the reduce-scatters send
+// kMicroBatches times the bytes of a reduction once a step, and every kind what the plan says.
+// In bf16 each micro-batch's reduced chunk is summed in fp32: close to the reference, and to the
+// same run reducing once.
+class EveryMicroBatch : public Strategies {};
+
+TEST_P(EveryMicroBatch, MatchesOneRankAndSendsWhatThePlanSays) {
+  World world(MPI_COMM_WORLD, emulated_ranks_per_node());
+  const Trained t = train(world, shape_of(arch()), strategy(), Precision::fp32, 0, 1, false, Recompute::none,
+                          GradReduction::micro_batch);
+  ASSERT_TRUE(t.plan->reduces_each_micro_batch());
+  const Trained& ref = reference(arch());
+  ASSERT_EQ(t.params.size(), ref.params.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < t.params.size(); ++i) worst = std::max(worst, std::fabs(double(t.params[i]) - ref.params[i]));
+  EXPECT_LT(worst, 1e-5) << name_of(strategy()) << " on " << world.size() << " rank(s)";
+  for (int step = 0; step < kSteps; ++step)
+    EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], ref.norms[static_cast<std::size_t>(step)], 1e-5) << step;
+  expect_matches_plan(t, *t.plan, "fp32, every micro-batch");
+  const Trained once = train(world, shape_of(arch()), strategy(), Precision::fp32, 0);
+  EXPECT_EQ(t.plan->bytes_of(Collective::reduce_scatter), kMicroBatches * once.plan->bytes_of(Collective::reduce_scatter));
+  if (world.size() > 1 && strategy() != StrategyKind::hsdp) {
+    EXPECT_GT(t.plan->bytes_of(Collective::reduce_scatter), 0u);
+  }
+}
+
+TEST_P(EveryMicroBatch, MixedPrecisionSumsInFp32) {
+  World world(MPI_COMM_WORLD, emulated_ranks_per_node());
+  const Trained t = train(world, shape_of(arch()), strategy(), Precision::bf16, 0, 1, false, Recompute::none,
+                          GradReduction::micro_batch);
+  expect_matches_plan(t, *t.plan, "bf16, every micro-batch");
+  const Trained once = train(world, shape_of(arch()), strategy(), Precision::bf16, 0);
+  double from_reference = 0, from_once = 0;
+  for (std::size_t i = 0; i < t.params.size(); ++i) {
+    from_reference = std::max(from_reference, std::fabs(double(t.params[i]) - reference(arch()).params[i]));
+    from_once = std::max(from_once, std::fabs(double(t.params[i]) - once.params[i]));
+  }
+  EXPECT_LT(from_reference, 0.1);
+  // Both round each micro-batch's gradients to bf16 on their way through the links; they differ
+  // only in where the micro-batches are summed.
+  EXPECT_LT(from_once, 0.1);
+  for (int step = 0; step < kSteps; ++step)
+    EXPECT_NEAR(t.norms[static_cast<std::size_t>(step)], once.norms[static_cast<std::size_t>(step)],
+                0.02 * once.norms[static_cast<std::size_t>(step)])
+        << step;
+}
+
+INSTANTIATE_TEST_SUITE_P(ShardedGradients, EveryMicroBatch,
+                         ::testing::Combine(::testing::Values(StrategyKind::zero2, StrategyKind::zero3,
                                                               StrategyKind::hsdp),
                                             ::testing::Values(Arch::gpt2, Arch::llama)),
                          [](const auto& param_info) {

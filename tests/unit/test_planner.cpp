@@ -13,6 +13,7 @@
 #include "model/deck_shape.hpp"
 #include "model/gpt2.hpp"
 #include "parallel/plan.hpp"
+#include "parallel/shard_layout.hpp"
 #include "plan/fit.hpp"
 #include "plan/planner.hpp"
 
@@ -65,6 +66,52 @@ TEST(Planner, AModelThatFitsOnlyShardedPicksZero) {
     if (row.strategy == StrategyKind::ddp) {
       EXPECT_FALSE(row.fits);
     }
+}
+
+// GPT-2 XL in fp32 with 8 micro-batches a step on each of 8 GPUs: zero3 reducing once holds a
+// whole-model fp32 gradient (4 Psi, 6.2 GB) beside its shards; reducing every micro-batch holds
+// only the buffers of the segments in flight and the chunks on their way into the shard, and
+// sends the reduce-scatters 8 times. On a GPU too small for the first, "auto" takes the second.
+TEST(Planner, AccumulationReducesEveryMicroBatchWhereAWholeGradientWouldNotFit) {
+  const Machine roomy = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
+  const Config once = parse_deck(kXl, "xl.toml", {"parallel.grad_reduction=once"});
+  const Config each = parse_deck(kXl, "xl.toml", {"parallel.grad_reduction=every_micro_batch"});
+  const StrategyPrediction p_once = predict_strategy(once, roomy, StrategyKind::zero3, 0);
+  const StrategyPrediction p_each = predict_strategy(each, roomy, StrategyKind::zero3, 0);
+  EXPECT_FALSE(p_once.reduces_each_micro_batch);
+  EXPECT_TRUE(p_each.reduces_each_micro_batch);
+  const ShardLayout shards(make_layout(model_shape(once.model)), 8);
+  const double whole_gradient = 4.0 * static_cast<double>(shards.padded_total());
+  EXPECT_EQ(p_once.state_bytes, p_each.state_bytes);
+  EXPECT_GT(static_cast<double>(p_once.workspace_bytes - p_each.workspace_bytes), 0.8 * whole_gradient)
+      << p_once.workspace_bytes << " against " << p_each.workspace_bytes;
+  // zero3 sends (2m + 1) passes over the model once (its gathers and one reduce-scatter), 3m
+  // reducing every micro-batch: the fast level's bytes grow by (3m) / (2m + 1), m = 8.
+  EXPECT_NEAR(static_cast<double>(p_each.fast_bytes) / static_cast<double>(p_once.fast_bytes), 24.0 / 17.0, 1e-3);
+  EXPECT_GT(p_each.step_s, p_once.step_s - 1e-12);
+
+  // auto: once where it fits; on a GPU between the two, every micro-batch, with the table saying so.
+  const Config automatic = parse_deck(kXl, "xl.toml", {});
+  EXPECT_FALSE(predict_strategy(automatic, roomy, StrategyKind::zero3, 0).reduces_each_micro_batch);
+  const double between = (static_cast<double>(p_once.total_bytes()) + static_cast<double>(p_each.total_bytes())) / 2;
+  const Machine tight = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", between / (1024.0 * 1024 * 1024));
+  EXPECT_FALSE(predict_strategy(once, tight, StrategyKind::zero3, 0).fits);
+  const PlanResult r = plan_strategies(automatic, tight);
+  const StrategyPrediction& c = chosen(r);
+  EXPECT_EQ(c.strategy, StrategyKind::zero3) << r.reason;
+  EXPECT_TRUE(c.reduces_each_micro_batch);
+  EXPECT_EQ(c.grad_reduction, GradReduction::micro_batch);
+  const std::string table = format_plan(r, tight);
+  EXPECT_NE(table.find("zero3*"), std::string::npos) << table;
+  EXPECT_NE(table.find("*: gradients reduce-scattered every micro-batch"), std::string::npos) << table;
+  Config resolved = parse_deck(kXl, "xl.toml", {"parallel.strategy=zero3"});
+  resolve_grad_reduction(resolved, tight);
+  EXPECT_EQ(resolved.parallel.grad_reduction, GradReduction::micro_batch);
+  EXPECT_EQ(resolved.origin["parallel.grad_reduction"], "auto: a whole-model gradient would not fit");
+  resolved = parse_deck(kXl, "xl.toml", {"parallel.strategy=zero3"});
+  resolve_grad_reduction(resolved, roomy);
+  EXPECT_EQ(resolved.parallel.grad_reduction, GradReduction::step);
+  EXPECT_EQ(resolved.origin["parallel.grad_reduction"], "auto: the whole-model gradient fits");
 }
 
 TEST(Planner, NvlinkPairsJoinedBySysPickHsdpInPairs) {
