@@ -223,7 +223,11 @@ std::string set_aside_other_run(const std::string& path, const CheckpointInfo& i
   const std::string stem = at.stem().string();  // ckpt_00000010
   std::string aside;
   for (int n = 0;; ++n) {
-    aside = (at.parent_path() / (stem + ".run-" + owner + (n > 0 ? "-" + std::to_string(n) : "") + ".h5")).string();
+    std::string name = stem;
+    name.append(".run-").append(owner);
+    if (n > 0) name.append("-").append(std::to_string(n));
+    name.append(".h5");
+    aside = (at.parent_path() / name).string();
     if (!fs::exists(aside, ec)) break;
   }
   fs::rename(path, aside, ec);

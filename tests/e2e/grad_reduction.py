@@ -32,18 +32,6 @@ def deck(label, strategy, reduction, precision="fp32"):
                         parallel={"strategy": strategy, "grad_reduction": reduction, "precision": precision})
 
 
-def with_node_memory(gb, ranks, argv):
-    saved = os.environ.get("SHARDTRAIN_NODE_MEM_GB")
-    os.environ["SHARDTRAIN_NODE_MEM_GB"] = str(gb)
-    try:
-        return h.mpirun(args, ranks, argv, timeout=300)
-    finally:
-        if saved is None:
-            del os.environ["SHARDTRAIN_NODE_MEM_GB"]
-        else:
-            os.environ["SHARDTRAIN_NODE_MEM_GB"] = saved
-
-
 def train(label, ranks, strategy, reduction, precision="fp32", extra=()):
     path = deck(label, strategy, reduction, precision)
     proc = h.mpirun(args, ranks, ["run", path] + list(extra), timeout=300)
@@ -57,7 +45,7 @@ def losses(rows):
 
 
 def predicted_memory(path, ranks, extra=()):
-    proc = with_node_memory(1000, 1, ["check", path, "--ranks", str(ranks)] + list(extra))
+    proc = h.mpirun_on_node(args, 1, ["check", path, "--ranks", str(ranks)] + list(extra), 1000)
     h.check(proc.returncode == 0, f"check {path} --ranks {ranks}\n{proc.stderr[-800:]}")
     m = re.search(r"memory per rank\s*\|\s*([0-9.]+) (B|KiB|MiB|GiB) predicted", proc.stdout)
     return float(m.group(1)) * SCALE[m.group(2)], proc.stdout
@@ -124,7 +112,7 @@ once_bytes, _ = predicted_memory(deck("zero3_once_plan", "zero3", "once"), 2)
 each_bytes, _ = predicted_memory(deck("zero3_each_plan", "zero3", "every_micro_batch"), 2)
 h.check(each_bytes < once_bytes, f"every micro-batch is predicted smaller ({each_bytes:.0f} < {once_bytes:.0f} B)")
 between_gb = 2 * ((once_bytes + each_bytes) / 2) / 2**30  # per rank between the two; a node of 2 ranks
-proc = with_node_memory(between_gb, 2, ["run", auto])
+proc = h.mpirun_on_node(args, 2, ["run", auto], between_gb)
 h.check(proc.returncode == 0, f"auto on a node of {between_gb * 2**30:.0f} B trains\n{proc.stderr[-1500:]}")
 h.check(re.search(r"parallel\.grad_reduction\s*\|\s*\"every_micro_batch\"\s*\|\s*auto: a whole-model gradient would "
                   r"not fit", proc.stdout) is not None,

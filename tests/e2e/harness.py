@@ -62,6 +62,20 @@ def mpirun(args, ranks, argv, timeout=300, cwd=None):
     return proc
 
 
+def mpirun_on_node(args, ranks, argv, node_mem_gb, timeout=300):
+    """mpirun on a node of node_mem_gb GiB (SHARDTRAIN_NODE_MEM_GB: one node's memory, shared by
+    its ranks), the environment restored after."""
+    saved = os.environ.get("SHARDTRAIN_NODE_MEM_GB")
+    os.environ["SHARDTRAIN_NODE_MEM_GB"] = str(node_mem_gb)
+    try:
+        return mpirun(args, ranks, argv, timeout=timeout)
+    finally:
+        if saved is None:
+            del os.environ["SHARDTRAIN_NODE_MEM_GB"]
+        else:
+            os.environ["SHARDTRAIN_NODE_MEM_GB"] = saved
+
+
 def write_deck(directory, name, text):
     path = os.path.join(directory, name)
     with open(path, "w") as f:

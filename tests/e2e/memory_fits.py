@@ -24,15 +24,7 @@ SCALE = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 
 def run(ranks, argv, mem_gb):
-    env_backup = os.environ.get("SHARDTRAIN_NODE_MEM_GB")
-    os.environ["SHARDTRAIN_NODE_MEM_GB"] = str(mem_gb)
-    try:
-        return h.mpirun(args, ranks, argv, timeout=300)
-    finally:
-        if env_backup is None:
-            del os.environ["SHARDTRAIN_NODE_MEM_GB"]
-        else:
-            os.environ["SHARDTRAIN_NODE_MEM_GB"] = env_backup
+    return h.mpirun_on_node(args, ranks, argv, mem_gb)
 
 
 def predicted(deck, ranks, strategy, extra=()):
