@@ -31,6 +31,7 @@
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/flash_reference.hpp"
 #include "exec/layer_kernels.hpp"
+#include "device_test.hpp"
 
 namespace st {
 namespace {
@@ -74,30 +75,7 @@ double norm_relative_error(const std::vector<float>& got, const std::vector<doub
   return diff / std::max(scale, 1e-30);
 }
 
-class FlashAttention : public ::testing::Test {
- public:  // the helpers below use its device and copies
-  void SetUp() override {
-    int devices = 0;
-    const cudaError_t code = cudaGetDeviceCount(&devices);
-    if (code != cudaSuccess) GTEST_SKIP() << "no usable CUDA device: " << cudaGetErrorString(code);
-    if (devices == 0) GTEST_SKIP() << "no usable CUDA device: none visible";
-    exec = std::make_unique<CudaExec>(CudaExecSettings{0, true, true});
-  }
-
-  template <class T>
-  Memory upload(const std::vector<T>& host) {
-    Memory m = exec->allocate(host.size() * sizeof(T));
-    exec->upload(m.data(), host.data(), host.size() * sizeof(T));
-    return m;
-  }
-  template <class T>
-  std::vector<T> download(const Memory& m, std::size_t n) {
-    std::vector<T> host(n);
-    exec->download(host.data(), m.data(), n * sizeof(T));
-    return host;
-  }
-
-  std::unique_ptr<CudaExec> exec;
+class FlashAttention : public testing_support::DeviceTest {
 };
 
 // What the seam returns for one case: forward's output and lse, backward's gradient twice.

@@ -39,6 +39,7 @@
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/host_kernels.hpp"
 #include "exec/layer_kernels.hpp"
+#include "device_test.hpp"
 
 namespace st {
 namespace {
@@ -87,31 +88,9 @@ std::vector<double> random_doubles(std::size_t n, unsigned seed) {
   return out;
 }
 
-class FusedClassifierDevice : public ::testing::Test {
+class FusedClassifierDevice : public testing_support::DeviceTest {
  public:
-  void SetUp() override {
-    int devices = 0;
-    const cudaError_t code = cudaGetDeviceCount(&devices);
-    if (code != cudaSuccess) GTEST_SKIP() << "no usable CUDA device: " << cudaGetErrorString(code);
-    if (devices == 0) GTEST_SKIP() << "no usable CUDA device: none visible";
-    exec = std::make_unique<CudaExec>(CudaExecSettings{0, true, true});
-  }
-
-  template <class T>
-  Memory upload(const std::vector<T>& host) {
-    Memory m = exec->allocate(std::max<std::size_t>(host.size(), 1) * sizeof(T));
-    exec->upload(m.data(), host.data(), host.size() * sizeof(T));
-    return m;
-  }
-  template <class T>
-  std::vector<T> download(const Memory& m, std::size_t n) {
-    std::vector<T> host(n);
-    exec->download(host.data(), m.data(), n * sizeof(T));
-    return host;
-  }
   LayerKernels<float>& kernels() { return exec->layer_kernels(); }
-
-  std::unique_ptr<CudaExec> exec;
 };
 
 // Each element within one bf16 unit of the reference's, plus `relative` of its probability (the

@@ -16,6 +16,7 @@
 #include "core/bf16.hpp"
 #include "exec/classifier_reference.hpp"
 #include "exec/host_kernels.hpp"
+#include "random_values.hpp"
 
 namespace st {
 namespace {
@@ -36,14 +37,7 @@ std::vector<R> widened(const std::vector<Bf16>& v) {
   return out;
 }
 
-template <class R>
-std::vector<R> random_values(std::size_t n, unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<R> v(n);
-  for (auto& x : v) x = static_cast<R>(normal(rng));
-  return v;
-}
+using testing_support::random_values;
 
 std::vector<int> targets_for(int N, int V) {
   std::vector<int> t(static_cast<std::size_t>(N));

@@ -13,6 +13,7 @@
 
 #include "exec/flash_reference.hpp"
 #include "exec/layer_kernels.hpp"
+#include "random_values.hpp"
 
 namespace st {
 namespace {
@@ -27,14 +28,7 @@ struct Shape {
   }
 };
 
-template <class R>
-std::vector<R> random_values(std::size_t n, unsigned seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<R> v(n);
-  for (auto& x : v) x = static_cast<R>(normal(rng));
-  return v;
-}
+using testing_support::random_values;
 
 // max |got - want| / max |want|.
 template <class R>
