@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "comm/group.hpp"
 #include "comm/watched.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
@@ -39,10 +40,8 @@ struct ShardedModel::TensorRanks {
   std::unique_ptr<CommStack> data;
 
   TensorRanks(const World& world, int degree, const CommStack::Settings& settings) {
-    MPI_Comm split = MPI_COMM_NULL;
-    ST_CHECK_MPI(MPI_Comm_split(world.comm(), world.rank() / degree, world.rank(), &split));
-    group_comm = OwnedComm(split);
-    ST_CHECK_MPI(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
+    group_comm = split_group(world.comm(), world.rank() / degree, world.rank());
+    const MPI_Comm split = group_comm.get();
     // Inside a node (deck_tensor_degree checks it): NVLink's NCCL on GPUs, shared memory or MPI
     // on CPU nodes, as the node's own collectives go.
     if (settings.device_peers)
@@ -53,10 +52,9 @@ struct ShardedModel::TensorRanks {
       backend = std::make_unique<MpiCommunicator>(split, TrafficLevel::intra, MpiWait::polling);
     watchdog = std::make_unique<Watchdog>(world.comm(), settings.timeout_seconds);
     group = std::make_unique<WatchedCommunicator>(*backend, *watchdog, "tensor");
-    ST_CHECK_MPI(MPI_Comm_split(world.comm(), world.rank() % degree, world.rank(), &split));
-    data_comm = OwnedComm(split);
+    data_comm = split_group(world.comm(), world.rank() % degree, world.rank());
     // The emulated nodes hold node_size / degree of the data-parallel ranks each.
-    data_world = std::make_unique<World>(split, world.emulated() ? world.local_size() / degree : 0);
+    data_world = std::make_unique<World>(data_comm.get(), world.emulated() ? world.local_size() / degree : 0);
     data = std::make_unique<CommStack>(*data_world, settings);
   }
 };
