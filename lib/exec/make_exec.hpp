@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/communicator.hpp"  // the device communicators this factory builds
 #include "exec/device_choice.hpp"
 #include "exec/exec.hpp"
 
