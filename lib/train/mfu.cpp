@@ -15,12 +15,12 @@ MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& 
   barrier(comm);
   const int m = static_cast<int>(plan.micro_batch * model.seq_len);
   const int n = static_cast<int>(model_shape(model).widest_linear()), k = static_cast<int>(model.d_model);
-  const double rate =
-      min_over(execution.matmul_rate ? execution.matmul_rate(m, n, k) : measure_sgemm_flops(m, n, k), comm);
-  const bool gpu = static_cast<bool>(execution.matmul_rate);
+  const std::optional<double> device_rate = execution.matmul_rate(m, n, k);
+  const double rate = min_over(device_rate ? *device_rate : measure_sgemm_flops(m, n, k), comm);
+  const bool gpu = device_rate.has_value();
   // The datasheet peak where every rank's GPU is in the table (0 stands for "not known"), the
   // lowest of them: MFU against the slowest device, as the measured rate is the slowest rank's.
-  std::optional<PeakFlops> peak = gpu ? datasheet_peak(execution.device_name, bf16) : std::nullopt;
+  std::optional<PeakFlops> peak = gpu ? datasheet_peak(execution.device_name(), bf16) : std::nullopt;
   const double lowest = min_over(peak ? peak->flops : 0.0, comm);
   if (lowest <= 0) return MfuYardstick(rate, gpu, bf16);
   if (peak->flops != lowest) peak = PeakFlops{lowest, "the slowest rank's GPU"};

@@ -23,9 +23,14 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
   s.timeout_seconds = p.collective_timeout_s;
   s.inter_gbps = p.inter_node_gbps;
   s.inter_latency_us = p.inter_node_latency_us;
-  s.device_peers = execution.device_peers;
-  s.device_staging = execution.device_staging;
-  s.device_name = execution.device_comm_name;
+  if (execution.has_device_communicators()) {
+    // The execution outlives the communicators: ShardedModel holds it before them.
+    s.device_peers = [&execution](MPI_Comm comm, TrafficLevel level, double timeout_seconds) {
+      return execution.device_peers(comm, level, timeout_seconds);
+    };
+    s.device_staging = [&execution](Communicator& host) { return execution.device_staging(host); };
+  }
+  s.device_name = execution.device_comm_name();
   return s;
 }
 
@@ -59,14 +64,14 @@ struct ShardedModel::TensorRanks {
   }
 };
 
-ShardedModel::ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline,
-                           Use use)
-    : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, execution_)) {
+ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<Execution> execution, int max_batch,
+                           Timeline* timeline, Use use)
+    : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, *execution_)) {
   const bool inference = use == Use::inference;
   const int degree = deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
   TensorGroup group;
   if (degree > 1) {
-    tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, execution_));
+    tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, *execution_));
     group = {{degree, world.rank() % degree}, tensor_->group.get(), config.parallel.sequence_parallel};
     if (config.parallel.sequence_parallel && (max_batch * config.model.seq_len) % degree != 0)
       throw Error(config.deck_path + ": parallel.sequence_parallel = true splits a micro-batch's " +
@@ -76,9 +81,9 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
                   ErrorScope::all_ranks);
   }
   const World& data_world = tensor_ ? *tensor_->data_world : world;
-  model_ = make_model<float>(model_shape(config.model), max_batch, *execution_.exec,
+  model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(),
                              inference ? Recompute::full : recompute_of(config.model), group);
-  scalar_memory_ = execution_.exec->allocate(sizeof(double));
+  scalar_memory_ = execution_->exec().allocate(sizeof(double));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;
   if (group.active()) comms.whole_layout = &model_->whole_layout();
@@ -101,9 +106,9 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   // On GPUs the tensor group's NCCL collectives run on this thread; the strategy's, overlapped,
   // on the progress thread, in an order that could differ between ranks, which NCCL does not
   // allow across communicators (it may hang). So there the strategy waits for each of its own.
-  const bool overlap = config.parallel.overlap && !(group.active() && execution_.device_peers);
+  const bool overlap = config.parallel.overlap && !(group.active() && execution_->has_device_communicators());
   strategy_ = make_strategy(*plan_, overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
-                            adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
+                            adamw_settings(config.optimizer), comms, timeline, execution_->exec(), inference);
 }
 
 ShardedModel::~ShardedModel() = default;
@@ -139,7 +144,7 @@ void ShardedModel::load_whole_params(std::span<const float> whole) {
 }
 
 double ShardedModel::sum_over_ranks(double value) {
-  Exec& exec = *execution_.exec;
+  Exec& exec = execution_->exec();
   double* at = scalar_memory_.as<double>().data();
   exec.upload(at, &value, sizeof value);
   const void* ready = exec.before_communication();
