@@ -26,10 +26,12 @@
 #include <thread>
 #include <vector>
 
+#include "comm/group.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shard.hpp"
 #include "comm/shm_communicator.hpp"
 #include "comm/two_level.hpp"
+#include "comm/values.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
@@ -77,41 +79,25 @@ double memcpy_bandwidth(MPI_Comm together) {
   std::memcpy(b.data(), a.data(), n);
   double best = 0;
   for (int i = 0; i < 5; ++i) {
-    ST_CHECK_MPI(MPI_Barrier(together));
+    st::barrier(together);
     st::Stopwatch clock;
     std::memcpy(b.data(), a.data(), n);
-    ST_CHECK_MPI(MPI_Barrier(together));
-    double seconds = clock.seconds();
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, together));
+    st::barrier(together);
+    const double seconds = st::max_over(clock.seconds(), together);
     best = std::max(best, static_cast<double>(n) / seconds);
   }
   return best;
 }
 
-// A barrier whose waiters nap rather than spin, so that they leave the cores to a rank that is
-// measuring alone.
-void quiet_barrier(MPI_Comm comm) {
-  MPI_Request request;
-  ST_CHECK_MPI(MPI_Ibarrier(comm, &request));
-  for (int done = 0;;) {
-    ST_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
 // One core's memcpy bandwidth: each rank in turn copies while the others nap; the slowest rank's.
 double one_core_memcpy_bandwidth(MPI_Comm comm) {
-  int rank = 0, size = 1;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  ST_CHECK_MPI(MPI_Comm_size(comm, &size));
+  const int rank = st::group_rank(comm), size = st::group_size(comm);
   double bandwidth = 0;
   for (int turn = 0; turn < size; ++turn) {
     if (turn == rank) bandwidth = memcpy_bandwidth(MPI_COMM_SELF);
-    quiet_barrier(comm);
+    st::quiet_barrier(comm);  // the others nap while this rank measures alone
   }
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bandwidth, 1, MPI_DOUBLE, MPI_MIN, comm));
-  return bandwidth;
+  return st::min_over(bandwidth, comm);
 }
 
 // Runs `op` on `comm` for a buffer of `bytes`, returns seconds per call (slowest rank) and
@@ -154,13 +140,12 @@ std::pair<double, bool> measure(Collective op, Communicator& comm, bool shared_b
   double seconds = 0;
   for (int i = 0; i < iterations; ++i) {
     prepare();
-    ST_CHECK_MPI(MPI_Barrier(world));
+    st::barrier(world);
     st::Stopwatch clock;
     run();
     seconds += clock.seconds();
   }
-  seconds /= iterations;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, world));
+  seconds = st::max_over(seconds / iterations, world);
 
   // Check the last result against a locally computed reference.
   bool ok = true;
@@ -191,9 +176,7 @@ std::pair<double, bool> measure(Collective op, Communicator& comm, bool shared_b
       for (std::size_t i = 0; i < n && ok; ++i) ok = buffer[i] == value(0, i);
       break;
   }
-  int all_ok = ok ? 1 : 0;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, world));
-  return {seconds, all_ok == 1};
+  return {seconds, st::min_over(ok ? 1 : 0, world) == 1};
 }
 
 std::size_t parse_size(const std::string& text) {
@@ -218,9 +201,7 @@ int bench(int argc, char** argv) {
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank == 0 ? cli.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
+    return st::world_rank_for_report() == 0 ? cli.exit(e) : (e.get_exit_code() == 0 ? 0 : 2);
   }
   st::World world(MPI_COMM_WORLD, ranks_per_node);
   // As in training: the host's cores are shared among its ranks.
@@ -313,7 +294,7 @@ int main(int argc, char** argv) {
     return bench(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shardtrain-comm-bench: error: %s\n", e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    st::abort_job(1);
     return 1;
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.hpp"
 #include "comm/world.hpp"
 #include "core/error.hpp"
 #include "deck/config.hpp"
@@ -78,18 +79,14 @@ int weights_command(const WeightsRequest& request, World& world);
 // ends together: kExitOk, or kExitUsage after rank 0 printed the Error.
 template <class Work>
 int on_root(World& world, Work work) {
-  std::string problem;
-  if (world.is_root()) {
-    try {
-      work();
-    } catch (const Error& e) {
-      problem = e.what();
-    }
+  try {
+    agreed_on_root(world.comm(), work);
+  } catch (const Error& e) {
+    if (e.scope() != ErrorScope::all_ranks) throw;  // a failed MPI call, not the work's verdict
+    if (world.is_root()) std::cerr << "shardtrain: error: " << e.what() << "\n";
+    return kExitUsage;
   }
-  int failed = problem.empty() ? 0 : 1;
-  ST_CHECK_MPI(MPI_Bcast(&failed, 1, MPI_INT, 0, world.comm()));
-  if (failed && world.is_root()) std::cerr << "shardtrain: error: " << problem << "\n";
-  return failed ? kExitUsage : kExitOk;
+  return kExitOk;
 }
 
 // Parses argv and dispatches; every rank parses the same command line.

@@ -15,6 +15,9 @@
 #include "app/commands.hpp"
 #include "app/doctor_cpus.hpp"
 #include "app/doctor_nodes.hpp"
+#include "comm/group.hpp"
+#include "comm/mpi_library.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
@@ -55,12 +58,7 @@ int env_int(const char* name) {
 }
 
 // The largest and smallest of a value over the ranks.
-std::pair<double, double> min_max(double x, MPI_Comm comm) {
-  double lo = x, hi = x;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_DOUBLE, MPI_MIN, comm));
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return {lo, hi};
-}
+std::pair<double, double> min_max(double x, MPI_Comm comm) { return {min_over(x, comm), max_over(x, comm)}; }
 
 std::string fixed(double x, int digits = 1) { return format_fixed(x, digits); }
 
@@ -71,19 +69,11 @@ int doctor_command(World& world) {
   const int size = world.size();
 
   // MPI library and standard.
-  char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-  int length = 0, major = 0, minor = 0;
-  ST_CHECK_MPI(MPI_Get_library_version(library, &length));
-  ST_CHECK_MPI(MPI_Get_version(&major, &minor));
-  std::string lib(library, static_cast<std::size_t>(std::max(length, 0)));
-  lib = lib.substr(0, lib.find_first_of(",\n"));
-  int thread_level = 0;
-  ST_CHECK_MPI(MPI_Query_thread(&thread_level));
-  const bool threaded = thread_level >= MPI_THREAD_SERIALIZED;  // what the progress thread needs
-  r.add(threaded ? Verdict::ok : Verdict::warn,
-        "mpi", lib + ", MPI " + std::to_string(major) + "." + std::to_string(minor) + ", thread level " +
-                   std::to_string(thread_level),
-        threaded ? "" : "an MPI library built with thread support (the progress thread needs it)");
+  const MpiLibrary mpi = describe_mpi_library();
+  r.add(mpi.threaded ? Verdict::ok : Verdict::warn,
+        "mpi", mpi.name + ", MPI " + std::to_string(mpi.major) + "." + std::to_string(mpi.minor) + ", thread level " +
+                   std::to_string(mpi.thread_level),
+        mpi.threaded ? "" : "an MPI library built with thread support (the progress thread needs it)");
 
   // Launcher and world size: what the launcher promised against what MPI started.
   const int slurm_tasks = env_int("SLURM_NTASKS");
@@ -207,13 +197,12 @@ int doctor_command(World& world) {
   std::string probe = sgemm.detail + "; memcpy " + fixed(copy.first) + "-" + fixed(copy.second) + " GB/s per rank";
   if (size > 1) {
     std::vector<float> buffer(4u << 20, 1.0f);  // 16 MiB
-    ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, MPI_SUM, world.comm()));
-    ST_CHECK_MPI(MPI_Barrier(world.comm()));
+    reduce_each(std::span<float>(buffer), Reduction::sum, world.comm());
+    barrier(world.comm());
     Stopwatch clock;
     const int runs = 3;
     for (int i = 0; i < runs; ++i)
-      ST_CHECK_MPI(
-          MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, MPI_SUM, world.comm()));
+      reduce_each(std::span<float>(buffer), Reduction::sum, world.comm());
     const double t = min_max(clock.seconds() / runs, world.comm()).second;
     const double bytes = static_cast<double>(buffer.size()) * sizeof(float);
     // nccl-tests' bus bandwidth: algbw x 2 (N-1)/N.

@@ -1,16 +1,17 @@
 #include "app/doctor_cpus.hpp"
 
-#include <mpi.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
-#include "app/doctor_nodes.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "exec/gemm_rate.hpp"
@@ -112,8 +113,7 @@ CpuCheck check_cpu_sets(const World& world, int threads) {
   mine.given = set_of(given_cpus());
   mine.threads = set_of(thread_cpus(threads));
   mine.usable = set_of(host_cpus());
-  std::vector<RankCpus> all(world.is_root() ? static_cast<std::size_t>(world.size()) : 0);
-  ST_CHECK_MPI(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, world.comm()));
+  const std::vector<RankCpus> all = gather_values(mine, 0, world.comm());
   CpuCheck check;
   if (!world.is_root()) return check;
 
@@ -190,23 +190,18 @@ CpuCheck check_cpu_sets(const World& world, int threads) {
 }
 
 CpuCheck probe_sgemm(const World& world, double seconds) {
-  MPI_Comm raw = MPI_COMM_NULL;
-  ST_CHECK_MPI(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &raw));
-  const OwnedComm host(raw);
-  int host_rank = 0, host_size = 1;
-  ST_CHECK_MPI(MPI_Comm_rank(host.get(), &host_rank));
-  ST_CHECK_MPI(MPI_Comm_size(host.get(), &host_size));
+  const OwnedComm host = host_group(world.comm());
+  const int host_rank = group_rank(host.get()), host_size = group_size(host.get());
   // The shape of the widest matmuls of a small GPT-2 (1024 tokens, d_model 768).
   const auto probe = [seconds] { return measure_sgemm_throughput(1024, 768, 768, seconds); };
-  double rates[3] = {0, 0, static_cast<double>(host_size)};  // alone, together, ranks on the host
+  std::array<double, 3> rates = {0, 0, static_cast<double>(host_size)};  // alone, together, ranks on the host
   quiet_barrier(world.comm());
   if (host_rank == 0) rates[0] = probe();
   quiet_barrier(world.comm());  // the others sleep while the first rank of each host measures
-  ST_CHECK_MPI(MPI_Bcast(&rates[0], 1, MPI_DOUBLE, 0, host.get()));
-  ST_CHECK_MPI(MPI_Barrier(world.comm()));
+  broadcast_value(rates[0], 0, host.get());
+  barrier(world.comm());
   rates[1] = probe();
-  std::vector<double> all(world.is_root() ? 3 * static_cast<std::size_t>(world.size()) : 0);
-  ST_CHECK_MPI(MPI_Gather(rates, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, world.comm()));
+  const std::vector<std::array<double, 3>> all = gather_values(rates, 0, world.comm());
   CpuCheck check;
   if (!world.is_root()) return check;
 
@@ -214,9 +209,8 @@ CpuCheck probe_sgemm(const World& world, double seconds) {
   std::vector<int> slow;
   double slow_lo = 1e300, slow_hi = 0;
   for (int r = 0; r < world.size(); ++r) {
-    const std::size_t at = 3 * static_cast<std::size_t>(r);
-    const double alone = all[at], together = all[at + 1];
-    const bool shares_host = all[at + 2] > 1;  // alone: the same measurement twice, its ratio noise
+    const auto [alone, together, host_ranks] = all[static_cast<std::size_t>(r)];
+    const bool shares_host = host_ranks > 1;  // alone: the same measurement twice, its ratio noise
     const double ratio = together / std::max(alone, 1.0);
     lo = std::min(lo, together), hi = std::max(hi, together);
     alone_lo = std::min(alone_lo, alone), alone_hi = std::max(alone_hi, alone);

@@ -16,8 +16,4 @@ struct NodeReport {
 // Collective over the world; the strings are complete on rank 0.
 NodeReport describe_nodes(const World& world);
 
-// Waits for every rank of `comm` without spinning: the ranks that take no part in a measurement
-// must not take the cores of those that do (several ranks per core is common on a test host).
-void quiet_barrier(MPI_Comm comm);
-
 }  // namespace st::app

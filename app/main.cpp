@@ -1,11 +1,11 @@
 // shardtrain: a thin entry point. MPI starts here; errors end the job here.
-#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <exception>
 
 #include "app/commands.hpp"
+#include "comm/world.hpp"
 #include "core/error.hpp"
 
 namespace {
@@ -13,8 +13,7 @@ namespace {
 // An error every rank saw (a bad deck) ends the job cleanly with one message from rank 0. An
 // error one rank saw alone aborts the whole job, so no other rank waits in a collective.
 int report_and_end(const char* what, st::ErrorScope scope) {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = st::world_rank_for_report();
   if (scope == st::ErrorScope::all_ranks) {
     if (rank == 0) std::fprintf(stderr, "shardtrain: error: %s\n", what);
     return st::kExitUsage;
@@ -23,7 +22,7 @@ int report_and_end(const char* what, st::ErrorScope scope) {
   gethostname(host, sizeof host - 1);
   std::fprintf(stderr, "[rank %d on %s] shardtrain: error: %s\n", rank, host, what);
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, st::kExitFailure);
+  st::abort_job(st::kExitFailure);
   return st::kExitFailure;
 }
 

@@ -6,6 +6,8 @@
 
 #include "app/commands.hpp"
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "data/mapped_file.hpp"
@@ -31,11 +33,10 @@ int tokenize_command(const TokenizeRequest& request, World& world) {
   const std::string_view text(reinterpret_cast<const char*>(input->data()), input->size());
 
   // Encoding alone is timed (the slowest rank's): the throughput a benchmark compares.
-  ST_CHECK_MPI(MPI_Barrier(comm));
+  barrier(comm);
   Stopwatch clock;
   const std::vector<std::uint32_t> tokens = encode_rank_share(text, request.separator, *tokenizer, comm);
-  double seconds = clock.seconds();
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
+  const double seconds = max_over(clock.seconds(), comm);
   const std::size_t token_bytes = token_file_bytes(*tokenizer);
   // The output's directory is made if it is missing (rank 0; every rank hears whether it could be).
   agreed(comm, [&] {

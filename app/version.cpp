@@ -1,27 +1,18 @@
 #include "app/version.hpp"
 
 #include <hdf5.h>
-#include <mpi.h>
 
 #include <algorithm>
 
+#include "comm/mpi_library.hpp"
 #include "exec/make_exec.hpp"
 #include "train/blas_kernel.hpp"
 
 namespace st::app {
 
 std::string version_text() {
-  std::string mpi = "(MPI not initialised)";
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) {
-    char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-    int length = 0;
-    if (MPI_Get_library_version(text, &length) == MPI_SUCCESS) {
-      mpi.assign(text, static_cast<std::size_t>(length));
-      mpi = mpi.substr(0, mpi.find_first_of(",\n"));  // the library and its version, not its build notes
-    }
-  }
+  std::string mpi = mpi_library_name_if_running();
+  if (mpi.empty()) mpi = "(MPI not initialised)";
   unsigned major = 0, minor = 0, release = 0;
   std::string hdf5 = "HDF5 (version unknown)";
   if (H5get_libversion(&major, &minor, &release) >= 0)

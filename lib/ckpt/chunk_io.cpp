@@ -14,6 +14,7 @@
 
 #include "ckpt/fletcher32.hpp"
 #include "comm/agree.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st::h5 {
@@ -379,7 +380,7 @@ void write_chunks(const std::string& path, const std::vector<ChunkedWrite>& writ
   PhaseLog& phases = log ? *log : unused;
   std::vector<std::size_t> first_part;
   std::vector<std::uint64_t> sums = partial_sums(writes, first_part);
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, comm));
+  reduce_each(std::span<std::uint64_t>(sums), Reduction::sum, comm);
   std::vector<std::array<unsigned char, 4>> checksums;
   std::vector<unsigned char> zeros;
   const std::vector<Extent> extents = extents_to_write(writes, sums, first_part, checksums, zeros);

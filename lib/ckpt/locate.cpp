@@ -5,6 +5,8 @@
 #include "ckpt/read.hpp"
 #include "ckpt/verify.hpp"
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 
@@ -26,12 +28,6 @@ std::vector<std::string> shared_list(std::vector<std::string> list, MPI_Comm com
     at = end + 1;
   }
   return list;
-}
-
-int rank_of(MPI_Comm comm) {
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  return rank;
 }
 
 // Reads the candidate's header, then tries it. "" when it passes; else why not, and whether it
@@ -96,7 +92,7 @@ LocatedCheckpoint locate_resume(const ResumeRequest& request, MPI_Comm comm, con
   }
   located.dir = request.dir;
   const std::vector<std::string> candidates =
-      shared_list(rank_of(comm) == 0 ? checkpoint_candidates(request.dir) : std::vector<std::string>{}, comm);
+      shared_list(group_rank(comm) == 0 ? checkpoint_candidates(request.dir) : std::vector<std::string>{}, comm);
   const ModelShape* other_shape = nullptr;
   CheckpointInfo other;
   for (const std::string& path : candidates) {
@@ -137,7 +133,7 @@ LocatedCheckpoint locate_for_reading(const std::string& given, MPI_Comm comm, co
   // (or an error).
   std::string dir, problem;
   std::vector<std::string> candidates;
-  if (rank_of(comm) == 0) {
+  if (group_rank(comm) == 0) {
     const PathClass path = classify(given);
     if (path.kind == PathKind::missing)
       problem = "checkpoint " + given + ": no such file or directory";

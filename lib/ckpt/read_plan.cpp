@@ -8,6 +8,8 @@
 #include "ckpt/file_format.hpp"
 #include "ckpt/h5.hpp"
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -73,8 +75,7 @@ ReadPlan plan_read(const std::string& path, const ModelShape& shape) {
 }
 
 ReadPlan plan_on_rank0(const std::string& path, MPI_Comm comm, const std::function<ReadPlan()>& make_plan) {
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  const int rank = group_rank(comm);
   ReadPlan plan;
   agreed(comm, [&] {
     if (rank != 0) return;

@@ -8,6 +8,8 @@
 #include "ckpt/read.hpp"
 #include "ckpt/read_plan.hpp"
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -15,9 +17,7 @@ namespace st {
 VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm) {
   // Rank 0 finds the chunks (and checks the datasets against the model the file says it holds).
   ReadPlan plan = plan_on_rank0(path, comm, [&] { return plan_read(path, read_checkpoint_header(path).shape); });
-  int rank = 0, ranks = 1;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
+  const int rank = group_rank(comm), ranks = group_size(comm);
   VerifiedCheckpoint out;
   out.info = plan.info;
   const std::uint64_t elements = make_layout(plan.info.shape).total();
@@ -61,7 +61,7 @@ VerifiedCheckpoint verify_checkpoint(const std::string& path, MPI_Comm comm) {
     problem = "checkpoint " + path + ": " + e.what();
   }
   agree_or_throw(comm, problem, false);  // the message names the chunk, whichever rank read it
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, out.sum_squares, 3, MPI_DOUBLE, MPI_SUM, comm));
+  reduce_each(std::span<double>(out.sum_squares), Reduction::sum, comm);
   return out;
 }
 

@@ -18,6 +18,8 @@
 #include "ckpt/locate.hpp"
 #include "ckpt/skeleton_file.hpp"
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -164,8 +166,7 @@ WrittenCheckpoint write_checkpoint(const std::string& dir, const CheckpointInfo&
   PhaseLog unused;
   PhaseLog& phases = log ? *log : unused;
   phases.skip();
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  const int rank = group_rank(comm);
   const std::string name = checkpoint_name(info.step);
   const std::string tmp = dir + "/" + name + ".tmp";
   const h5::ChunkGeometry geometry{layout.total(), std::min<std::uint64_t>(kChunkElements, layout.total())};

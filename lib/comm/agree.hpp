@@ -1,10 +1,11 @@
 #pragma once
+// Agreeing on an error: the one way a step that may fail on some ranks only (or on rank 0 alone)
+// ends on every rank together, with the same message, so that none is left in a later collective.
 #include <mpi.h>
 
-#include <cstdint>
 #include <string>
-#include <vector>
 
+#include "comm/group.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -28,10 +29,19 @@ void agreed(MPI_Comm comm, Step&& step) {
   agree_or_throw(comm, problem);
 }
 
-// The root's value on every rank (resized to fit). Collective.
-void broadcast(std::string& text, int root, MPI_Comm comm);
-void broadcast(std::vector<std::uint64_t>& values, int root, MPI_Comm comm);
-// Every rank's `text`, in rank order, on every rank. Collective.
-std::vector<std::string> all_gather_text(const std::string& text, MPI_Comm comm);
+// Runs `step` on rank 0 of `comm` alone (reading a file the others then receive, say); if it
+// throws an Error there, every rank throws that message unchanged. Collective.
+template <class Step>
+void agreed_on_root(MPI_Comm comm, Step&& step) {
+  std::string problem;
+  if (group_rank(comm) == 0) {
+    try {
+      step();
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  agree_or_throw(comm, problem, false);
+}
 
 }  // namespace st

@@ -9,16 +9,6 @@
 
 namespace st {
 
-Memory Memory::private_memory(std::size_t bytes) {
-  // Cache-line aligned and zeroed, like the shared regions.
-  constexpr std::size_t kAlign = 64;
-  const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
-  void* data = std::aligned_alloc(kAlign, rounded);
-  if (!data) throw std::bad_alloc();
-  std::memset(data, 0, rounded);
-  return Memory(std::shared_ptr<void>(data, std::free), data, bytes);
-}
-
 void require_reduce_scatter_shapes(const Buffer& input, const Buffer& output, int size) {
   ST_REQUIRE(input.type == output.type, "reduce_scatter: input and output element types differ");
   ST_REQUIRE(input.count == output.count * static_cast<std::size_t>(size),

@@ -5,7 +5,7 @@
 #include <climits>
 #include <thread>
 
-#include "core/error.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace st {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "comm/cuda_check.hpp"
 #include "comm/device_wait.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace st {
 

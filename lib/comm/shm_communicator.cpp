@@ -14,7 +14,7 @@
 #include <string>
 #include <exception>
 
-#include "core/error.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace st {
 

@@ -1,7 +1,7 @@
 #include "comm/stack.hpp"
 
 #include "comm/agree.hpp"
-#include "core/error.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace st {
 

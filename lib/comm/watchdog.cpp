@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/error.hpp"
+#include "comm/mpi_check.hpp"
 #include "core/text.hpp"
 
 namespace st {

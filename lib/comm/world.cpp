@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "core/error.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace st {
 
@@ -30,13 +30,23 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     throw Error("MPI_Init_thread failed");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  set_rank_for_messages(world_rank_for_report());
 }
 
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  set_rank_for_messages(-1);
   if (!finalized) MPI_Finalize();
 }
+
+int world_rank_for_report() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);  // unchecked: this runs while the job is failing
+  return rank;
+}
+
+void abort_job(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code); }
 
 World::World(MPI_Comm parent, int ranks_per_node) : emulated_(ranks_per_node > 0) {
   MPI_Comm dup = MPI_COMM_NULL;

@@ -23,7 +23,7 @@ class OwnedComm {
   MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
-// MPI_Init_thread / MPI_Finalize for the life of main().
+// MPI_Init_thread / MPI_Finalize for the life of main(); error messages name this rank meanwhile.
 class MpiSession {
  public:
   MpiSession(int& argc, char**& argv);
@@ -31,6 +31,12 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
+
+// This process's rank in MPI_COMM_WORLD for a failing job's last message (0 when MPI cannot say).
+int world_rank_for_report();
+// Ends every rank of the job with `exit_code` (MPI_Abort over the world): the way out of an error
+// one rank saw alone, so that no other rank waits in a collective.
+void abort_job(int exit_code);
 
 // world -> node-local communicator -> cross-node communicator (the ranks with the same local
 // rank, one per node). Two-level collectives need every node to hold the same number of ranks

@@ -1,43 +1,34 @@
 #include "core/error.hpp"
 
-#include <mpi.h>
-
+#include <atomic>
 #include <sstream>
 
 namespace st {
 namespace {
 
-std::string where(const char* file, int line) {
-  std::ostringstream os;
-  os << file << ":" << line;
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    os << " (rank " << rank << ")";
-  }
-  return os.str();
-}
+// Read by whichever thread raises an error (the hang watchdog's among them).
+std::atomic<int> rank_for_messages{-1};
 
 }  // namespace
 
-void fail_mpi_call(int code, const char* call, const char* file, int line) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) std::snprintf(text, sizeof text, "code %d", code);
-  throw Error(std::string("MPI call failed: ") + call + ": " + text + " at " + where(file, line));
+void set_rank_for_messages(int rank) { rank_for_messages.store(rank); }
+
+std::string call_site(const char* file, int line) {
+  std::ostringstream os;
+  os << file << ":" << line;
+  const int rank = rank_for_messages.load();
+  if (rank >= 0) os << " (rank " << rank << ")";
+  return os.str();
 }
 
 void fail_call(const char* library, long code, const char* call, const char* file, int line) {
   std::ostringstream os;
-  os << library << " call failed (code " << code << "): " << call << " at " << where(file, line);
+  os << library << " call failed (code " << code << "): " << call << " at " << call_site(file, line);
   throw Error(os.str());
 }
 
 void fail_requirement(const std::string& message, const char* condition, const char* file, int line) {
-  throw Error(message + " [" + condition + " failed at " + where(file, line) + "]");
+  throw Error(message + " [" + condition + " failed at " + call_site(file, line) + "]");
 }
 
 }  // namespace st

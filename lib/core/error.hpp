@@ -1,5 +1,6 @@
 #pragma once
-// The one error type of the library, and the checked-call macros that produce it.
+// The one error type of the library, and the checked-call macros that produce it (MPI's, ST_CHECK_MPI,
+// live in comm/mpi_check.hpp: the MPI library is the communication layer's).
 #include <stdexcept>
 #include <string>
 
@@ -28,15 +29,16 @@ inline constexpr int kExitStopped = 4;  // SIGUSR1/SIGTERM: a checkpoint was wri
 inline constexpr int kExitAborted = 5;  // a second signal, or a checkpoint that overran checkpoint.timeout_s
 inline constexpr int kExitDiverged = 6;  // a loss or gradient norm not finite: the step before was checkpointed
 
-[[noreturn]] void fail_mpi_call(int code, const char* call, const char* file, int line);
 [[noreturn]] void fail_call(const char* library, long code, const char* call, const char* file, int line);
 [[noreturn]] void fail_requirement(const std::string& message, const char* condition, const char* file,
                                    int line);
 
-// MPI's error handler is set to MPI_ERRORS_RETURN on our communicators so that these fire.
-inline void check_mpi(int code, const char* call, const char* file, int line) {
-  if (code != 0) fail_mpi_call(code, call, file, line);
-}
+// "file:line", with " (rank R)" while MPI runs: where a checked call failed. The rank comes from
+// set_rank_for_messages (comm/world.hpp's MpiSession sets it), as core itself knows no MPI.
+std::string call_site(const char* file, int line);
+// The rank named in error messages from now on; a negative one names none (MPI not running).
+void set_rank_for_messages(int rank);
+
 // HDF5 returns a negative herr_t/hid_t on failure.
 template <class Code>
 inline Code check_hdf5(Code code, const char* call, const char* file, int line) {
@@ -46,7 +48,6 @@ inline Code check_hdf5(Code code, const char* call, const char* file, int line) 
 
 }  // namespace st
 
-#define ST_CHECK_MPI(call) ::st::check_mpi((call), #call, __FILE__, __LINE__)
 #define ST_CHECK_HDF5(call) ::st::check_hdf5((call), #call, __FILE__, __LINE__)
 // A precondition of the program's own: it fails with a message instead of crashing.
 #define ST_REQUIRE(cond, msg)                                              \

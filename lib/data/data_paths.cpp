@@ -7,6 +7,8 @@
 #include <set>
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -81,8 +83,7 @@ std::vector<std::string> expand_data_paths(const std::vector<std::string>& entri
 
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& entries, const std::string& key,
                                            MPI_Comm comm) {
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  const int rank = group_rank(comm);
   std::vector<std::string> files;
   std::string problem;
   if (rank == 0) {

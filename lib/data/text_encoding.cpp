@@ -3,6 +3,8 @@
 #include <climits>
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -81,9 +83,7 @@ std::size_t token_file_bytes(const Tokenizer& tokenizer) { return tokenizer.voca
 
 std::vector<std::uint32_t> encode_rank_share(std::string_view text, const std::string& separator, Tokenizer& tokenizer,
                                              MPI_Comm comm) {
-  int rank = 0, ranks = 1;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
+  const int rank = group_rank(comm), ranks = group_size(comm);
   const auto [begin, end] = text_share(text, rank, ranks, separator, tokenizer.cuts_streams_at_line_breaks());
   std::vector<int> tokens;
   encode_text_share(text, begin, end, separator, tokenizer, tokens);
@@ -93,23 +93,13 @@ std::vector<std::uint32_t> encode_rank_share(std::string_view text, const std::s
 std::vector<std::uint32_t> encode_text_over_ranks(std::string_view text, const std::string& separator,
                                                   Tokenizer& tokenizer, MPI_Comm comm, const std::string& path) {
   const std::vector<std::uint32_t> mine = encode_rank_share(text, separator, tokenizer, comm);
-  int ranks = 1;
-  ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
-  unsigned long long count = mine.size(), total = 0;
-  ST_CHECK_MPI(MPI_Allreduce(&count, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  const unsigned long long total = sum_over<unsigned long long>(mine.size(), comm);
   if (total > INT_MAX)
     throw Error("data file '" + path + "' encodes to " + std::to_string(total) +
                     " tokens, too many to encode at start-up; write token files with `shardtrain tokenize` and "
                     "train on those",
                 ErrorScope::all_ranks);
-  std::vector<int> counts(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks));
-  const int mine_count = static_cast<int>(count);
-  ST_CHECK_MPI(MPI_Allgather(&mine_count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
-  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-  std::vector<std::uint32_t> all(total);
-  ST_CHECK_MPI(MPI_Allgatherv(mine.data(), mine_count, MPI_UINT32_T, all.data(), counts.data(), offsets.data(),
-                              MPI_UINT32_T, comm));
-  return all;
+  return all_gather_joined(std::span<const std::uint32_t>(mine), comm);
 }
 
 }  // namespace st

@@ -8,18 +8,14 @@
 #include <filesystem>
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/mpi_check.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 
 namespace st {
 namespace {
-
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<std::size_t>(length));
-}
 
 // An MPI-IO file opened by every rank of comm; closed (collectively) when it goes.
 class SharedFile {
@@ -62,12 +58,8 @@ std::vector<WrittenShard> write_token_shards(const std::string& path, const std:
       token_bytes == 2 ? std::vector<std::uint16_t>(local.begin(), local.end()) : std::vector<std::uint16_t>{};
   const MPI_Datatype type = token_bytes == 2 ? MPI_UINT16_T : MPI_UINT32_T;
   const auto* data = token_bytes == 2 ? static_cast<const void*>(narrow.data()) : static_cast<const void*>(local.data());
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  unsigned long long mine = local.size(), before = 0, total = 0;
-  ST_CHECK_MPI(MPI_Exscan(&mine, &before, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
-  if (rank == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
-  ST_CHECK_MPI(MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm));
+  const int rank = group_rank(comm);
+  const unsigned long long mine = local.size(), before = sum_before(mine, comm), total = sum_over(mine, comm);
   if (total == 0) throw Error("the text encodes to no tokens: nothing to write to '" + path + "'", ErrorScope::all_ranks);
   const std::uint64_t per_file = shard_tokens > 0 ? shard_tokens : total;
   if (per_file > static_cast<std::uint64_t>(INT_MAX))

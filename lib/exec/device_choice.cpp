@@ -8,6 +8,8 @@
 #endif
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -68,33 +70,27 @@ DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const st
   probe.cuda_built = true;  // GPU training needs both: its communicators are NCCL's
 #endif
   if (requested != "cpu" && probe.cuda_built) probe.visible_devices = visible_cuda_devices(probe.why_none);
-  MPI_Comm host = MPI_COMM_NULL;
-  ST_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
-  ST_CHECK_MPI(MPI_Comm_rank(host, &probe.host_rank));
-  ST_CHECK_MPI(MPI_Comm_size(host, &probe.host_ranks));
+  const OwnedComm host = host_group(comm);
+  probe.host_rank = group_rank(host.get());
+  probe.host_ranks = group_size(host.get());
   if (probe.cuda_built && probe.host_ranks > 1) {
     // One GPU each, given by the launcher? Compare the devices' identities across the host.
     std::string mine = probe.visible_devices == 1 ? cuda_device_uuid(0) : std::string();
     mine.resize(16, '\0');
-    std::string all(16 * static_cast<std::size_t>(probe.host_ranks), '\0');
-    ST_CHECK_MPI(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, host));
-    std::vector<std::string> ids;
-    for (int r = 0; r < probe.host_ranks; ++r) ids.push_back(all.substr(16 * static_cast<std::size_t>(r), 16));
+    std::vector<std::string> ids = all_gather_text(mine, host.get());
     const bool known = std::none_of(ids.begin(), ids.end(), [](const std::string& id) {
       return id == std::string(16, '\0');
     });
     std::sort(ids.begin(), ids.end());
     probe.own_gpu_each = known && std::adjacent_find(ids.begin(), ids.end()) == ids.end();
   }
-  ST_CHECK_MPI(MPI_Comm_free(&host));
 
   DeviceChoice choice = decide_device(probe, deck_path);
   agree_or_throw(comm, choice.error);
   // "auto" must come out the same everywhere: a job half on GPUs and half on CPUs cannot share
   // its collectives. If some rank has no GPU, every rank refuses.
-  int on_cuda = choice.cuda ? 1 : 0, lowest = on_cuda, highest = on_cuda;
-  ST_CHECK_MPI(MPI_Allreduce(&on_cuda, &lowest, 1, MPI_INT, MPI_MIN, comm));
-  ST_CHECK_MPI(MPI_Allreduce(&on_cuda, &highest, 1, MPI_INT, MPI_MAX, comm));
+  const int on_cuda = choice.cuda ? 1 : 0;
+  const int lowest = min_over(on_cuda, comm), highest = max_over(on_cuda, comm);
   std::string mixed;
   if (lowest != highest)
     mixed = deck_path + ": parallel.device = \"auto\" found GPUs on some nodes and none on others; the job must run "

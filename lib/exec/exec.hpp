@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/communicator.hpp"
+#include "core/buffer.hpp"
 #include "exec/layer_kernels.hpp"
 #include "exec/adamw_constants.hpp"
 

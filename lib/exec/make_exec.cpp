@@ -38,58 +38,92 @@ std::string gpu_backend_versions() {
 #endif
 }
 
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention, bool fused_classifier) {
-  Execution e;
-  e.choice = choice;
-  if (!choice.cuda) {
-    e.exec = std::make_unique<HostExec>();
-    return e;
+namespace {
+
+// The host: OpenMP and BLAS, no device. The trainer measures sgemm itself.
+class HostExecution final : public Execution {
+ public:
+  explicit HostExecution(const DeviceChoice& choice) : Execution(std::make_unique<HostExec>(), choice) {}
+  std::string device_name() const override { return {}; }
+  std::optional<double> matmul_rate(int, int, int) const override { return std::nullopt; }
+  bool has_device_communicators() const override { return false; }
+  std::string device_comm_name() const override { return {}; }
+  std::unique_ptr<Communicator> device_peers(MPI_Comm, TrafficLevel, double) const override { no_device(); }
+  std::unique_ptr<Communicator> device_staging(Communicator&) const override { no_device(); }
+  std::uint64_t device_bytes() const override { return 0; }
+  std::uint64_t device_peak_bytes() const override { return 0; }
+  std::uint64_t device_used_bytes() const override { return 0; }
+  std::uint64_t device_total_bytes() const override { return 0; }
+
+ private:
+  [[noreturn]] static void no_device() {
+    throw Error("the host execution has no device communicators (ask has_device_communicators first)");
   }
-#if defined(ST_HAVE_CUDA)
-  auto cuda =
-      std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention, fused_classifier});
-  CudaExec* device = cuda.get();
-  e.exec = std::move(cuda);
-  cudaDeviceProp prop{};
-  ST_CHECK_CUDA(cudaGetDeviceProperties(&prop, choice.device));
-  e.device_name = prop.name;
-  e.matmul_rate = [device](int m, int n, int k) { return device->measure_gemm_flops(m, n, k); };
-  e.device_bytes = [device] { return device->allocated_bytes(); };
-  e.device_peak_bytes = [device] { return device->peak_allocated_bytes(); };
-  e.device_used_bytes = [] {
+};
+
+#if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
+// One CUDA device: its GEMM rate, its memory, and NCCL communicators whose collectives start
+// after the kernels queued before them, by an event (no host wait).
+class CudaExecution final : public Execution {
+ public:
+  CudaExecution(std::unique_ptr<CudaExec> cuda, const DeviceChoice& choice)
+      : Execution(std::move(cuda), choice), device_(static_cast<CudaExec*>(&exec())), index_(choice.device) {
+    cudaDeviceProp prop{};
+    ST_CHECK_CUDA(cudaGetDeviceProperties(&prop, index_));
+    name_ = prop.name;
+  }
+  std::string device_name() const override { return name_; }
+  std::optional<double> matmul_rate(int m, int n, int k) const override { return device_->measure_gemm_flops(m, n, k); }
+  bool has_device_communicators() const override { return true; }
+  std::string device_comm_name() const override { return "NCCL"; }
+  std::unique_ptr<Communicator> device_peers(MPI_Comm comm, TrafficLevel level, double timeout_seconds) const override {
+    return std::make_unique<NcclCommunicator>(comm, index_, level, order(), device_wait_limit(timeout_seconds));
+  }
+  std::unique_ptr<Communicator> device_staging(Communicator& host) const override {
+    return std::make_unique<HostStagedCommunicator>(host, index_, order());
+  }
+  std::uint64_t device_bytes() const override { return device_->allocated_bytes(); }
+  std::uint64_t device_peak_bytes() const override { return device_->peak_allocated_bytes(); }
+  std::uint64_t device_used_bytes() const override {
     std::size_t free = 0, total = 0;
     ST_CHECK_CUDA(cudaMemGetInfo(&free, &total));
     return static_cast<std::uint64_t>(total - free);
-  };
-  e.device_total_bytes = [] {
+  }
+  std::uint64_t device_total_bytes() const override {
     std::size_t free = 0, total = 0;
     ST_CHECK_CUDA(cudaMemGetInfo(&free, &total));
     return static_cast<std::uint64_t>(total);
-  };
-#if defined(ST_HAVE_NCCL)
-  const int index = choice.device;
-  // Collectives start after the kernels queued before them, by an event: no host wait.
-  StreamOrder order = [device](cudaStream_t stream, const void* ready) { device->order_after_compute(stream, ready); };
-  e.device_peers = [index, order](MPI_Comm comm, TrafficLevel level,
-                                   double timeout_seconds) -> std::unique_ptr<Communicator> {
-    return std::make_unique<NcclCommunicator>(comm, index, level, order, device_wait_limit(timeout_seconds));
-  };
-  e.device_staging = [index, order](Communicator& host) -> std::unique_ptr<Communicator> {
-    return std::make_unique<HostStagedCommunicator>(host, index, order);
-  };
-  e.device_comm_name = "NCCL";
-#else
-  (void)bf16_matmuls;
-  (void)flash_attention;
-  (void)fused_classifier;
-  throw Error("GPU training needs NCCL; choose_device refuses cuda in a build without it", ErrorScope::all_ranks);
+  }
+
+ private:
+  StreamOrder order() const {
+    CudaExec* device = device_;
+    return [device](cudaStream_t stream, const void* ready) { device->order_after_compute(stream, ready); };
+  }
+  CudaExec* device_;  // exec(), with its CUDA-only calls
+  int index_;
+  std::string name_;
+};
 #endif
-  return e;
+
+}  // namespace
+
+std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
+                                          bool fused_classifier) {
+  if (!choice.cuda) return std::make_unique<HostExecution>(choice);
+#if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
+  return std::make_unique<CudaExecution>(
+      std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention, fused_classifier}),
+      choice);
 #else
   (void)bf16_matmuls;
   (void)flash_attention;
   (void)fused_classifier;
+#if defined(ST_HAVE_CUDA)
+  throw Error("GPU training needs NCCL; choose_device refuses cuda in a build without it", ErrorScope::all_ranks);
+#else
   throw Error("GPU training is not built in; choose_device refuses cuda in such a build", ErrorScope::all_ranks);
+#endif
 #endif
 }
 

@@ -4,31 +4,57 @@
 // measured against. The only place that knows which backends this build has.
 #include <mpi.h>
 
-#include <functional>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "comm/communicator.hpp"  // the device communicators this factory builds
 #include "exec/device_choice.hpp"
 #include "exec/exec.hpp"
 
 namespace st {
 
-struct Execution {
-  std::unique_ptr<Exec> exec;
-  DeviceChoice choice;
+// A rank's execution backend and what the rest of the job asks of its device. make_execution
+// builds one of two implementations (make_exec.cpp): the host's, which has no device (no device
+// communicators, no device memory, sgemm measured by the trainer), and the CUDA device's.
+class Execution {
+ public:
+  Execution(std::unique_ptr<Exec> exec, DeviceChoice choice) : exec_(std::move(exec)), choice_(std::move(choice)) {}
+  virtual ~Execution() = default;
+  Execution(const Execution&) = delete;
+  Execution& operator=(const Execution&) = delete;
+
+  Exec& exec() const { return *exec_; }
+  const DeviceChoice& choice() const { return choice_; }
+
+  // The CUDA runtime's name of the GPU ("NVIDIA H200"); empty on the host.
+  virtual std::string device_name() const = 0;
+  // The device's matmul rate for an m x n x k GEMM at the run's precision (FLOP/s); none on the
+  // host, where the trainer measures sgemm itself.
+  virtual std::optional<double> matmul_rate(int m, int n, int k) const = 0;
+
   // GPU runs: a group's backend on device buffers (NCCL), and a host backend carried over
-  // pinned host memory (MPI across nodes). Unset on the host. device_peers' double is the
-  // job's collective timeout (parallel.collective_timeout_s; 0: none).
-  std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel, double)> device_peers;
-  std::function<std::unique_ptr<Communicator>(Communicator&)> device_staging;
-  std::string device_comm_name;  // "NCCL"
-  std::string device_name;       // the CUDA runtime's name of the GPU ("NVIDIA H200"); empty on the host
-  // The device's matmul rate for an m x n x k GEMM at the run's precision (FLOP/s); unset on
-  // the host, where the trainer measures sgemm itself.
-  std::function<double(int, int, int)> matmul_rate;
-  // Device memory the backend holds now and at most, and what the whole device has in use
-  // (the CUDA context, cuBLAS's and NCCL's buffers included; cudaMemGetInfo) and in total.
-  std::function<std::uint64_t()> device_bytes, device_peak_bytes, device_used_bytes, device_total_bytes;
+  // pinned host memory (MPI across nodes). Only where has_device_communicators().
+  // device_peers' timeout_seconds is the job's collective timeout (parallel.collective_timeout_s;
+  // 0: none).
+  virtual bool has_device_communicators() const = 0;
+  virtual std::string device_comm_name() const = 0;  // "NCCL"; empty without device communicators
+  virtual std::unique_ptr<Communicator> device_peers(MPI_Comm comm, TrafficLevel level,
+                                                     double timeout_seconds) const = 0;
+  virtual std::unique_ptr<Communicator> device_staging(Communicator& host) const = 0;
+
+  // Device memory the backend holds now and at most, and what the whole device has in use (the
+  // CUDA context, cuBLAS's and NCCL's buffers included; cudaMemGetInfo) and in total; 0 on the
+  // host.
+  virtual std::uint64_t device_bytes() const = 0;
+  virtual std::uint64_t device_peak_bytes() const = 0;
+  virtual std::uint64_t device_used_bytes() const = 0;
+  virtual std::uint64_t device_total_bytes() const = 0;
+
+ private:
+  std::unique_ptr<Exec> exec_;
+  DeviceChoice choice_;
 };
 
 // The GPU libraries this build has, with versions ("CUDA runtime 13.0 (driver: ...), cuBLAS
@@ -39,7 +65,7 @@ std::string gpu_backend_versions();
 // flash_attention: parallel.attention = "auto" (flash attention where it runs: with bf16 matmuls
 // on a device, exec/attention_probs.hpp); fused_classifier: parallel.classifier = "auto" (bf16
 // logits and the fused cross-entropy, with bf16 matmuls on a device).
-Execution make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
-                         bool fused_classifier = true);
+std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
+                                          bool fused_classifier = true);
 
 }  // namespace st

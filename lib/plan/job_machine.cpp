@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
@@ -40,7 +42,7 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
   int K = deck_ranks_per_node(config, W);
   if (K == 0) K = o.nodes > 0 ? W / o.nodes : job ? world.local_size() : W;
   // Every rank must plan the same machine: nodes of unequal size are planned as the smallest.
-  if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &K, 1, MPI_INT, MPI_MIN, world.comm()));
+  if (job) K = min_over(K, world.comm());
   if (K <= 0 || W % K != 0)
     throw Error(config.deck_path + ": " + std::to_string(W) + " ranks do not split into " + std::to_string(o.nodes) +
                     " nodes (--nodes)",
@@ -65,7 +67,7 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
   const bool per_node = source != "MemAvailable";
   const int sharing = per_node ? K : host_ranks;
   double per_rank = available / sharing;
-  if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &per_rank, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  if (job) per_rank = min_over(per_rank, world.comm());
   rates.memory_per_rank = per_rank;
   rates.memory_source = source + " " + format_bytes(available) + " / " + std::to_string(sharing) + " rank(s)";
 
@@ -80,14 +82,14 @@ Machine job_machine(const Config& config, World& world, int world_size, const Ma
     // The model's own forward and backward when a copy of it fits easily beside what runs;
     // else the sgemm rate of its widest matmul (which leaves out the other kernels).
     int whole_model = model_probe_bytes(shape, micro) < 0.25 * per_rank ? 1 : 0;
-    if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &whole_model, 1, MPI_INT, MPI_MIN, world.comm()));
-    if (job) ST_CHECK_MPI(MPI_Barrier(world.comm()));
+    if (job) whole_model = min_over(whole_model, world.comm());
+    if (job) barrier(world.comm());
     double rate[2] = {whole_model ? measure_model_flops(shape, micro)
                                   : measure_sgemm_flops(static_cast<int>(batches.micro_batch * config.model.seq_len),
                                                         static_cast<int>(shape.widest_linear()),
                                                         static_cast<int>(config.model.d_model)),
                       measure_copy_gbps(0.2)};
-    if (job) ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rate, 2, MPI_DOUBLE, MPI_MIN, world.comm()));
+    if (job) reduce_each(std::span<double>(rate), Reduction::min, world.comm());
     rate_source = whole_model ? "the model's forward + backward, measured now" : "sgemm, measured now";
     rates.sgemm_flops = rate[0];
     rates.copy_gbps = rate[1];
@@ -129,7 +131,7 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
   options.nodes = o.nodes > 0 ? o.nodes : world.node_count();
   options.gpus_per_node = world.size() / options.nodes;
   double memory = o.gpu_mem_gb > 0 ? o.gpu_mem_gb * 1024.0 * 1024.0 * 1024.0 : cuda_device_memory_bytes(cuda_device);
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &memory, 1, MPI_DOUBLE, MPI_MIN, world.comm()));
+  memory = min_over(memory, world.comm());
   if (options.inter_node_gbps <= 0) options.inter_node_gbps = config.parallel.inter_node_gbps;
   if (options.inter_node_latency_us <= 0) options.inter_node_latency_us = config.parallel.inter_node_latency_us;
   std::vector<std::string> assumed;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/agree.hpp"
+#include "comm/values.hpp"
 #include "core/text.hpp"
 
 namespace st {

@@ -1,5 +1,6 @@
 #include "train/checkpointer.hpp"
 
+#include "comm/group.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 
@@ -12,11 +13,7 @@ Checkpointer::Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, in
       keep_(keep),
       async_(async),
       watchdog_(std::make_unique<Watchdog>(world, timeout_s, kCheckpointLimit)) {
-  if (async_) {
-    MPI_Comm dup = MPI_COMM_NULL;
-    ST_CHECK_MPI(MPI_Comm_dup(world, &dup));
-    io_comm_ = OwnedComm(dup);
-  }
+  if (async_) io_comm_ = duplicate_group(world);
 }
 
 namespace {

@@ -49,7 +49,7 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
   if (checkpoint_copy > 0) text += ", checkpoint copy " + b(checkpoint_copy);
   text += " = " + b(total) + " (largest rank " + b(largest) + ")";
   const Execution& e = net.execution();
-  if (e.choice.cuda)
+  if (e.choice().cuda)
     return text + "; GPU " + b(e.device_used_bytes()) + " of " + b(e.device_total_bytes()) + " in use (" +
            b(e.device_bytes()) + " of it shardtrain's buffers)";
   if (!peak_restarted_) return text;

@@ -1,5 +1,7 @@
 #include "train/mfu.hpp"
 
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "exec/gemm_rate.hpp"
@@ -10,17 +12,16 @@ namespace st {
 MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& plan, const ModelConfig& model,
                                    bool bf16, MPI_Comm comm) {
   // Every rank of the node measures at once, as they will compute during training.
-  ST_CHECK_MPI(MPI_Barrier(comm));
+  barrier(comm);
   const int m = static_cast<int>(plan.micro_batch * model.seq_len);
   const int n = static_cast<int>(model_shape(model).widest_linear()), k = static_cast<int>(model.d_model);
-  double rate = execution.matmul_rate ? execution.matmul_rate(m, n, k) : measure_sgemm_flops(m, n, k);
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &rate, 1, MPI_DOUBLE, MPI_MIN, comm));
-  const bool gpu = static_cast<bool>(execution.matmul_rate);
+  const std::optional<double> device_rate = execution.matmul_rate(m, n, k);
+  const double rate = min_over(device_rate ? *device_rate : measure_sgemm_flops(m, n, k), comm);
+  const bool gpu = device_rate.has_value();
   // The datasheet peak where every rank's GPU is in the table (0 stands for "not known"), the
   // lowest of them: MFU against the slowest device, as the measured rate is the slowest rank's.
-  std::optional<PeakFlops> peak = gpu ? datasheet_peak(execution.device_name, bf16) : std::nullopt;
-  double lowest = peak ? peak->flops : 0.0;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_DOUBLE, MPI_MIN, comm));
+  std::optional<PeakFlops> peak = gpu ? datasheet_peak(execution.device_name(), bf16) : std::nullopt;
+  const double lowest = min_over(peak ? peak->flops : 0.0, comm);
   if (lowest <= 0) return MfuYardstick(rate, gpu, bf16);
   if (peak->flops != lowest) peak = PeakFlops{lowest, "the slowest rank's GPU"};
   return MfuYardstick(rate, gpu, bf16, peak);

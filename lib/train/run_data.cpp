@@ -4,6 +4,8 @@
 #include <optional>
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "data/data_paths.hpp"
 #include "data/mapped_file.hpp"
@@ -22,18 +24,14 @@ void require_readable(const std::vector<std::string>& files, MPI_Comm comm) {
 
 // Token ids at or above model.vocab_size: the ranks scan one part of the data each.
 void require_ids_fit(const TokenDataset& data, std::int64_t vocab_size, MPI_Comm comm) {
-  int rank = 0, ranks = 1;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  ST_CHECK_MPI(MPI_Comm_size(comm, &ranks));
+  const int rank = group_rank(comm), ranks = group_size(comm);
   const std::size_t n = data.size(), r = static_cast<std::size_t>(rank), k = static_cast<std::size_t>(ranks);
   const std::size_t begin = n / k * r + n % k * r / k, end = n / k * (r + 1) + n % k * (r + 1) / k;
-  int largest = begin < end ? data.max_token(begin, end) : 0;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_INT, MPI_MAX, comm));
+  const int largest = max_over(begin < end ? data.max_token(begin, end) : 0, comm);
   if (largest < vocab_size) return;
   // Where the largest id first occurs, to name the file.
   const std::optional<std::size_t> here = data.first_token_at_least(largest, begin, end);
-  unsigned long long first = here ? *here : ULLONG_MAX;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm));
+  const unsigned long long first = min_over<unsigned long long>(here ? *here : ULLONG_MAX, comm);
   const DataShard& shard = data.shards()[data.shard_of(static_cast<std::size_t>(first))];
   throw Error("data file '" + shard.path + "' holds token id " + std::to_string(largest) +
                   " but model.vocab_size = " + std::to_string(vocab_size) + " (at token " +

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
 #include "core/error.hpp"
 #include "core/input_file.hpp"
 #include "core/json_text.hpp"
@@ -37,9 +38,7 @@ std::string run_directories_problem(const Config& config) {
 }
 
 void require_run_directories(const Config& config, MPI_Comm comm) {
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  std::string problem = rank == 0 ? run_directories_problem(config) : std::string();
+  std::string problem = group_rank(comm) == 0 ? run_directories_problem(config) : std::string();
   if (!problem.empty()) problem = config.deck_path + ": " + problem;
   agree_or_throw(comm, problem);
 }

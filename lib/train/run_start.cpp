@@ -9,6 +9,8 @@
 #include "ckpt/locate.hpp"
 #include "ckpt/read.hpp"
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "core/timer.hpp"
@@ -141,9 +143,7 @@ LoaderPosition loader_position(const Context& c, const CheckpointInfo& info, con
 // A new run's id: 16 hex digits from the system's entropy, made on rank 0 and shared.
 std::string new_run_id(MPI_Comm comm) {
   std::string id;
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  if (rank == 0) {
+  if (group_rank(comm) == 0) {
     std::random_device entropy;
     const std::uint64_t bits = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
     char text[17];

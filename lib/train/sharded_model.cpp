@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "comm/group.hpp"
 #include "comm/watched.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
@@ -22,9 +23,14 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
   s.timeout_seconds = p.collective_timeout_s;
   s.inter_gbps = p.inter_node_gbps;
   s.inter_latency_us = p.inter_node_latency_us;
-  s.device_peers = execution.device_peers;
-  s.device_staging = execution.device_staging;
-  s.device_name = execution.device_comm_name;
+  if (execution.has_device_communicators()) {
+    // The execution outlives the communicators: ShardedModel holds it before them.
+    s.device_peers = [&execution](MPI_Comm comm, TrafficLevel level, double timeout_seconds) {
+      return execution.device_peers(comm, level, timeout_seconds);
+    };
+    s.device_staging = [&execution](Communicator& host) { return execution.device_staging(host); };
+  }
+  s.device_name = execution.device_comm_name();
   return s;
 }
 
@@ -39,10 +45,8 @@ struct ShardedModel::TensorRanks {
   std::unique_ptr<CommStack> data;
 
   TensorRanks(const World& world, int degree, const CommStack::Settings& settings) {
-    MPI_Comm split = MPI_COMM_NULL;
-    ST_CHECK_MPI(MPI_Comm_split(world.comm(), world.rank() / degree, world.rank(), &split));
-    group_comm = OwnedComm(split);
-    ST_CHECK_MPI(MPI_Comm_set_errhandler(split, MPI_ERRORS_RETURN));
+    group_comm = split_group(world.comm(), world.rank() / degree, world.rank());
+    const MPI_Comm split = group_comm.get();
     // Inside a node (deck_tensor_degree checks it): NVLink's NCCL on GPUs, shared memory or MPI
     // on CPU nodes, as the node's own collectives go.
     if (settings.device_peers)
@@ -53,22 +57,21 @@ struct ShardedModel::TensorRanks {
       backend = std::make_unique<MpiCommunicator>(split, TrafficLevel::intra, MpiWait::polling);
     watchdog = std::make_unique<Watchdog>(world.comm(), settings.timeout_seconds);
     group = std::make_unique<WatchedCommunicator>(*backend, *watchdog, "tensor");
-    ST_CHECK_MPI(MPI_Comm_split(world.comm(), world.rank() % degree, world.rank(), &split));
-    data_comm = OwnedComm(split);
+    data_comm = split_group(world.comm(), world.rank() % degree, world.rank());
     // The emulated nodes hold node_size / degree of the data-parallel ranks each.
-    data_world = std::make_unique<World>(split, world.emulated() ? world.local_size() / degree : 0);
+    data_world = std::make_unique<World>(data_comm.get(), world.emulated() ? world.local_size() / degree : 0);
     data = std::make_unique<CommStack>(*data_world, settings);
   }
 };
 
-ShardedModel::ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline,
-                           Use use)
-    : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, execution_)) {
+ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<Execution> execution, int max_batch,
+                           Timeline* timeline, Use use)
+    : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, *execution_)) {
   const bool inference = use == Use::inference;
   const int degree = deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
   TensorGroup group;
   if (degree > 1) {
-    tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, execution_));
+    tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, *execution_));
     group = {{degree, world.rank() % degree}, tensor_->group.get(), config.parallel.sequence_parallel};
     if (config.parallel.sequence_parallel && (max_batch * config.model.seq_len) % degree != 0)
       throw Error(config.deck_path + ": parallel.sequence_parallel = true splits a micro-batch's " +
@@ -78,9 +81,9 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
                   ErrorScope::all_ranks);
   }
   const World& data_world = tensor_ ? *tensor_->data_world : world;
-  model_ = make_model<float>(model_shape(config.model), max_batch, *execution_.exec,
+  model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(),
                              inference ? Recompute::full : recompute_of(config.model), group);
-  scalar_memory_ = execution_.exec->allocate(sizeof(double));
+  scalar_memory_ = execution_->exec().allocate(sizeof(double));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;
   if (group.active()) comms.whole_layout = &model_->whole_layout();
@@ -103,9 +106,9 @@ ShardedModel::ShardedModel(const Config& config, World& world, Execution executi
   // On GPUs the tensor group's NCCL collectives run on this thread; the strategy's, overlapped,
   // on the progress thread, in an order that could differ between ranks, which NCCL does not
   // allow across communicators (it may hang). So there the strategy waits for each of its own.
-  const bool overlap = config.parallel.overlap && !(group.active() && execution_.device_peers);
+  const bool overlap = config.parallel.overlap && !(group.active() && execution_->has_device_communicators());
   strategy_ = make_strategy(*plan_, overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
-                            adamw_settings(config.optimizer), comms, timeline, *execution_.exec, inference);
+                            adamw_settings(config.optimizer), comms, timeline, execution_->exec(), inference);
 }
 
 ShardedModel::~ShardedModel() = default;
@@ -141,7 +144,7 @@ void ShardedModel::load_whole_params(std::span<const float> whole) {
 }
 
 double ShardedModel::sum_over_ranks(double value) {
-  Exec& exec = *execution_.exec;
+  Exec& exec = execution_->exec();
   double* at = scalar_memory_.as<double>().data();
   exec.upload(at, &value, sizeof value);
   const void* ready = exec.before_communication();

@@ -29,8 +29,8 @@ class ShardedModel {
   // `execution`: this rank's backend (make_execution); forward passes of up to `max_batch`
   // sequences; collectives and compute spans go to `timeline` (may be null). Throws Error (all
   // ranks) for an hsdp group the job cannot form.
-  ShardedModel(const Config& config, World& world, Execution execution, int max_batch, Timeline* timeline,
-               Use use = Use::training);
+  ShardedModel(const Config& config, World& world, std::unique_ptr<Execution> execution, int max_batch,
+               Timeline* timeline, Use use = Use::training);
   ~ShardedModel();
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;
@@ -39,7 +39,7 @@ class ShardedModel {
   const Model<float>& model() const { return *model_; }
   Strategy& strategy() { return *strategy_; }
   const Strategy& strategy() const { return *strategy_; }
-  const Execution& execution() const { return execution_; }
+  const Execution& execution() const { return *execution_; }
   CommStack& comms() { return comms_; }
   const CommStack& comms() const { return comms_; }
   // What the strategy shards and sends, made once from the deck, the layout and the world.
@@ -81,7 +81,7 @@ class ShardedModel {
   struct TensorRanks;
   CommStack& data_comms();
 
-  Execution execution_;
+  std::unique_ptr<Execution> execution_;  // before the communicators, which call into it
   CommStack comms_;
   std::unique_ptr<TensorRanks> tensor_;
   std::unique_ptr<Model<float>> model_;

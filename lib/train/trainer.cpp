@@ -39,9 +39,9 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
       world_(world),
       timeline_(config.run.trace_steps > 0) {
   // The device first: the model, the strategy and the communicators are built for it.
-  Execution execution = make_execution(device, config.parallel.precision == Precision::bf16,
-                                       config.parallel.attention == AttentionChoice::automatic,
-                                       config.parallel.classifier == ClassifierChoice::automatic);
+  std::unique_ptr<Execution> execution = make_execution(device, config.parallel.precision == Precision::bf16,
+                                                        config.parallel.attention == AttentionChoice::automatic,
+                                                        config.parallel.classifier == ClassifierChoice::automatic);
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 
@@ -54,7 +54,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
   // buffers) is the libraries', not the run's. (So before the communicators too: its two
   // collectives are the only ones the hang watchdog does not watch.)
-  yardstick_.emplace(MfuYardstick::measure(execution, plan_, config.model, config.parallel.precision == Precision::bf16,
+  yardstick_.emplace(MfuYardstick::measure(*execution, plan_, config.model, config.parallel.precision == Precision::bf16,
                                            world.comm()));
 
   // What this rank holds before any of the run's buffers: the measured growth starts here.
@@ -101,7 +101,7 @@ Trainer::~Trainer() = default;
 std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() const {
   DerivedSettings built;
   built.world_size = world_.size();
-  built.device = net_->execution().choice.note;
+  built.device = net_->execution().choice().note;
   built.batches = plan_;
   built.parameters = net_->model().whole_layout().total();
   built.segments = net_->model().layout().segments().size();
@@ -110,9 +110,9 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.model_state = net_->strategy().memory();
   built.activations = net_->model().activation_bytes();
   built.recompute = net_->model().recompute();
-  built.attention = describe_attention(net_->execution().choice.cuda, config_.parallel.precision,
+  built.attention = describe_attention(net_->execution().choice().cuda, config_.parallel.precision,
                                        config_.parallel.attention, static_cast<int>(shape_.head_dim()));
-  built.classifier = describe_classifier(net_->execution().choice.cuda, config_.parallel.precision,
+  built.classifier = describe_classifier(net_->execution().choice().cuda, config_.parallel.precision,
                                          config_.parallel.classifier);
   built.data = describe_data(data_);
   built.sequential_data = config_.data.order == "sequential";
@@ -120,11 +120,11 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.run_directory = run_dir_->path();
   SettingsRows rows = derived_rows(built);
   const SettingsRows measured = {
-      {"execution", net_->execution().exec->description()},
+      {"execution", net_->execution().exec().description()},
       {"collectives", net_->comms().description()},
       {"threads per rank", std::to_string(threads_)},
       {"padded vocabulary", std::to_string(shape_.padded_vocab)},
-      {net_->execution().choice.cuda ? "measured GEMM rate" : "measured sgemm rate", yardstick_->description()},
+      {net_->execution().choice().cuda ? "measured GEMM rate" : "measured sgemm rate", yardstick_->description()},
       {"MFU against", yardstick_->yardstick_description()},
       {"BLAS", blas_description()},
   };
@@ -338,7 +338,7 @@ TrainSummary Trainer::run() {
         !verdict.warning.empty()) {
       record.largest_peak_bytes = net_->comms().max_over_ranks(record.peak_bytes, "world (memory)");
       const Execution& execution = net_->execution();
-      const std::uint64_t per_rank = execution.choice.cuda ? execution.device_total_bytes()
+      const std::uint64_t per_rank = execution.choice().cuda ? execution.device_total_bytes()
                                                            : node_memory_bytes() / static_cast<std::uint64_t>(world_.host_ranks());
       record.peak_share = per_rank > 0 ? static_cast<double>(record.largest_peak_bytes) / static_cast<double>(per_rank) : 0;
       say(step_line(record));
@@ -420,7 +420,7 @@ void Trainer::export_model() {
 
 std::uint64_t Trainer::measured_peak() const {
   const Execution& execution = net_->execution();
-  return execution.choice.cuda ? execution.device_used_bytes() : peak_resident_bytes();
+  return execution.choice().cuda ? execution.device_used_bytes() : peak_resident_bytes();
 }
 
 std::string Trainer::memory_line(const std::string& when) {

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/agree.hpp"
+#include "comm/group.hpp"
+#include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "model/deck_shape.hpp"
@@ -78,8 +80,7 @@ void share(WeightsSource& source, MPI_Comm comm) {
 // message however many ranks there are; every rank gets the result. Collective.
 template <class Check>
 WeightsSource probe_on_rank0(const std::string& path, MPI_Comm comm, Check check) {
-  int rank = 0;
-  ST_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  const int rank = group_rank(comm);
   WeightsSource source;
   std::string problem;
   if (rank == 0) {
@@ -191,8 +192,7 @@ InitialWeights load_initial_weights(const std::string& path, const ModelShape& s
     problem = "model.init_from: " + std::string(e.what());
   }
   agree_or_throw(comm, problem);
-  double seconds = clock.seconds();
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
+  const double seconds = max_over(clock.seconds(), comm);
   char line[96];
   std::snprintf(line, sizeof line, "; every rank read it, the slowest in %.2f s", seconds);
   out.note = "initialised from " + source.path + " (" + source.description + "): step 0, fresh optimizer state" + line;

@@ -17,6 +17,7 @@
 #include <ostream>
 #include <vector>
 
+#include "comm/mpi_check.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/stack.hpp"
 #include "core/error.hpp"

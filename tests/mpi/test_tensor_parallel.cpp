@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/mpi_check.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/world.hpp"
 #include "../unit/fused_classifier_exec.hpp"
