@@ -6,8 +6,9 @@
 // Everything the strategy does to its buffers between collectives is here, so the strategy
 // holds the schedule (when to gather, reduce, release) and the backend the maths. Pointers are
 // in the backend's memory space. On a device, calls are queued on the compute stream in the
-// order they are made and return at once; calls that hand a value to the host (download,
-// sum_squares) wait for what they need.
+// order they are made and return at once; only download and synchronize make the host wait. A
+// training step keeps its scalars (the loss, the gradient norm, clipping's factor) in this
+// backend's memory (exec/step_scalars.hpp) and reads them once, at its end.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "core/buffer.hpp"
 #include "exec/layer_kernels.hpp"
 #include "exec/adamw_constants.hpp"
+#include "exec/step_scalars.hpp"
 
 namespace st {
 
@@ -32,7 +34,9 @@ class Exec {
   virtual void zero(void* data, std::size_t bytes) = 0;
   // Both in this space.
   virtual void copy(void* to, const void* from, std::size_t bytes) = 0;
-  // Host memory into this space; `from` may be reused as soon as the call returns.
+  // Host memory into this space; `from` may be reused as soon as the call returns. Queued: a
+  // device stages small copies (a micro-batch's tokens) through pinned memory, so the host does
+  // not wait for the work before them.
   virtual void upload(void* to, const void* host_from, std::size_t bytes) = 0;
   // This space into host memory, after all queued work; complete when the call returns.
   virtual void download(void* host_to, const void* from, std::size_t bytes) = 0;
@@ -43,11 +47,20 @@ class Exec {
   virtual void convert(Buffer to, Buffer from) = 0;
   // into += from, element by element; bf16 `into` adds in fp32 and rounds once.
   virtual void accumulate(Buffer into, const float* from) = 0;
-  // Sum of squares in double precision, on the host when the call returns.
-  virtual double sum_squares(Buffer values) = 0;
-  // AdamW on n elements (exec/adamw_element.hpp); grads are fp32.
-  virtual void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v,
-                     std::size_t n) = 0;
+  // AdamW (exec/adamw_element.hpp) over every tile in one launch; `tiles` is in this space.
+  // grads are f32 or bf16 (widened exactly), each multiplied by *grad_scale (in this space) first;
+  // a NaN factor leaves parameters and state as they are.
+  virtual void adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params,
+                     Buffer grads, float* m, float* v, const float* grad_scale) = 0;
+
+  // ---- the step's scalars (in this space; queued, no host wait) ----
+  // *total += the sum of squares of the parts, in double precision: each part's sum, the parts'
+  // sums added in order, then that to *total.
+  virtual void add_sum_squares(double* total, std::span<const Buffer> parts) = 0;
+  // *value /= divisor.
+  virtual void divide(double* value, double divisor) = 0;
+  // scalars->grad_scale = clip_factor(loss, grad_norm_squared, clip) (exec/step_scalars.hpp).
+  virtual void set_clip_factor(StepScalars* scalars, double clip) = 0;
 
   // ---- ordering ----
   // Wait for every queued kernel and copy (the host: nothing to wait for). Not for collectives:

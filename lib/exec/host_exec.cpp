@@ -15,6 +15,8 @@ namespace {
 inline double as_double(float x) { return x; }
 inline double as_double(double x) { return x; }
 inline double as_double(Bf16 x) { return to_float(x); }
+inline float as_float(float x) { return x; }
+inline float as_float(Bf16 x) { return to_float(x); }
 }  // namespace
 
 std::string HostExec::description() const {
@@ -57,7 +59,7 @@ void HostExec::accumulate(Buffer into, const float* from) {
   }
 }
 
-double HostExec::sum_squares(Buffer values) {
+double HostExec::sum_squares(Buffer values) const {
   // One loop per element type, so the type is not decided per element.
   auto sum_of = [n = values.count](const auto* x) {
     // Blocks of 4096 squares: a block's sum is cheap to keep and long enough to be worth a thread.
@@ -74,12 +76,50 @@ double HostExec::sum_squares(Buffer values) {
   return 0;
 }
 
-void HostExec::adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) {
-  const std::ptrdiff_t count = static_cast<std::ptrdiff_t>(n);
-#pragma omp parallel for schedule(static)
-  for (std::ptrdiff_t i = 0; i < count; ++i)
-    adamw_element(params[i], grads[i], m[i], v[i], c.beta1, c.beta2, c.grad_scale, c.decay_factor, c.step_size,
-                  c.inv_correction2, c.eps);
+void HostExec::add_sum_squares(double* total, std::span<const Buffer> parts) {
+  double sum = 0;
+  for (const Buffer& part : parts) sum += sum_squares(part);
+  *total += sum;
+}
+
+void HostExec::set_clip_factor(StepScalars* scalars, double clip) {
+  scalars->grad_scale = clip_factor(scalars->loss, scalars->grad_norm_squared, clip);
+}
+
+namespace {
+template <class G>
+void adamw_tiles(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params,
+                 const G* grads, float* m, float* v, float grad_scale) {
+  const auto count = static_cast<std::ptrdiff_t>(tile_count);
+  // Tiles differ in size (a bias is one short tile), so threads take them as they come; every
+  // element's arithmetic is its own, so the result does not depend on which thread takes which.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::ptrdiff_t t = 0; t < count; ++t) {
+    const AdamWTile& tile = tiles[t];
+    const float decay_factor = c.decay_factor[tile.decay];
+    float* p = params + tile.param;
+    const G* g = grads + tile.grad;
+    float* mt = m + tile.state;
+    float* vt = v + tile.state;
+    for (std::uint32_t i = 0; i < tile.count; ++i)
+      adamw_element(p[i], as_float(g[i]), mt[i], vt[i], c.beta1, c.beta2, grad_scale, decay_factor, c.step_size,
+                    c.inv_correction2, c.eps);
+  }
+}
+}  // namespace
+
+void HostExec::adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params,
+                     Buffer grads, float* m, float* v, const float* grad_scale) {
+  const float scale = *grad_scale;
+  if (scale != scale) return;  // NaN: a loss or gradient norm that is not finite
+  switch (grads.type) {
+    case DataType::f32:
+      return adamw_tiles(c, tiles, tile_count, params, static_cast<const float*>(grads.data), m, v, scale);
+    case DataType::bf16:
+      return adamw_tiles(c, tiles, tile_count, params, static_cast<const Bf16*>(grads.data), m, v, scale);
+    case DataType::f64: break;
+  }
+  throw Error("adamw: gradients are f32 or bf16");
 }
 
 Exec& host_exec() {

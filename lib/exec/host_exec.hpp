@@ -16,10 +16,17 @@ class HostExec final : public Exec {
   void download(void* host_to, const void* from, std::size_t bytes) override { copy(host_to, from, bytes); }
   void convert(Buffer to, Buffer from) override;
   void accumulate(Buffer into, const float* from) override;
-  double sum_squares(Buffer values) override;
-  void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) override;
+  void adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params, Buffer grads,
+             float* m, float* v, const float* grad_scale) override;
+  void add_sum_squares(double* total, std::span<const Buffer> parts) override;
+  void divide(double* value, double divisor) override { *value /= divisor; }
+  void set_clip_factor(StepScalars* scalars, double clip) override;
   void synchronize() override {}
   LayerKernels<float>& layer_kernels() override { return kernels_; }
+
+  // The sum of squares in double precision, in fixed blocks (exec/ordered_sum.hpp): its bits do
+  // not depend on the thread count.
+  double sum_squares(Buffer values) const;
 
  private:
   HostLayerKernels<float> kernels_;

@@ -69,10 +69,16 @@ template <class R>
 void HostLayerKernels<R>::add(R* out, const R* a, const R* b, std::size_t n) {
   kernels::add(out, a, b, n);
 }
+namespace {
+void add_loss(LossSum loss, double sum) {
+  if (loss.total) *loss.total += sum / loss.divisor;
+}
+}  // namespace
+
 template <class R>
-double HostLayerKernels<R>::softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N,
-                                                          int V, int Vp) {
-  return kernels::softmax_cross_entropy_forward(logits_to_probs, losses, targets, N, V, Vp);
+void HostLayerKernels<R>::softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N, int V,
+                                                        int Vp, LossSum loss) {
+  add_loss(loss, kernels::softmax_cross_entropy_forward(logits_to_probs, losses, targets, N, V, Vp));
 }
 template <class R>
 void HostLayerKernels<R>::softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
@@ -86,9 +92,9 @@ void HostLayerKernels<R>::logit_slice_stats(const R* logits, const int* targets,
   kernels::logit_slice_stats(logits, targets, stats, N, V, Vp, first);
 }
 template <class R>
-double HostLayerKernels<R>::logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
-                                                 int parts) {
-  return kernels::logit_slices_combine(gathered, row_stats, losses, targets, N, parts);
+void HostLayerKernels<R>::logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
+                                               int parts, LossSum loss) {
+  add_loss(loss, kernels::logit_slices_combine(gathered, row_stats, losses, targets, N, parts));
 }
 template <class R>
 void HostLayerKernels<R>::logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) {
@@ -105,9 +111,9 @@ void HostLayerKernels<R>::classifier_logits(Bf16* logits, const R* in, const R* 
   kernels::classifier_logits(logits, in, weight, N, C, OC);
 }
 template <class R>
-double HostLayerKernels<R>::classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N,
-                                                     int V, int Vp) {
-  return kernels::classifier_cross_entropy(logits_to_dlogits, losses, targets, N, V, Vp);
+void HostLayerKernels<R>::classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N,
+                                                   int V, int Vp, LossSum loss) {
+  add_loss(loss, kernels::classifier_cross_entropy(logits_to_dlogits, losses, targets, N, V, Vp));
 }
 template <class R>
 void HostLayerKernels<R>::classifier_slice_stats(const Bf16* logits, const int* targets, R* stats, int N, int V, int Vp,

@@ -5,8 +5,8 @@
 // exec/host_llama_kernels.hpp, the reference), CUDA with kernels of its own and cuBLAS
 // (exec/cuda/cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu). Pointers are in
 // the backend's memory space; calls on a device are ordered on its compute stream and return
-// before the work is done, except where a result comes back to the host
-// (softmax_cross_entropy_forward's and classifier_cross_entropy's loss sums).
+// before the work is done. Nothing comes back to the host: the loss is added to a double in the
+// backend's memory (LossSum).
 //
 // Shapes use N = rows (batch x time), C = channels. Backward kernels accumulate (+=) into
 // parameter gradients, so micro-batches add up without extra buffers. The meaning of every
@@ -18,6 +18,13 @@
 #include "exec/attention_probs.hpp"
 
 namespace st {
+
+// Where a cross-entropy's loss goes: (the sum of the rows' losses) / divisor is added to *total,
+// a double in the backend's memory. Passes without targets give no loss and may leave total null.
+struct LossSum {
+  double* total = nullptr;
+  double divisor = 1;
+};
 
 template <class R>
 class LayerKernels {
@@ -57,16 +64,15 @@ class LayerKernels {
   virtual void gelu_forward(R* out, const R* in, std::size_t n) = 0;
   virtual void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) = 0;
   virtual void add(R* out, const R* a, const R* b, std::size_t n) = 0;
-  // The loss sum comes back to the host (a device waits for it).
-  virtual double softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N, int V,
-                                               int Vp) = 0;
+  virtual void softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N, int V, int Vp,
+                                             LossSum loss) = 0;
   virtual void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                               R scale) = 0;
-  // Vocabulary-parallel cross-entropy (exec/host_kernels.hpp logit_slice_*): the combine's loss
-  // sum comes back to the host, as softmax_cross_entropy_forward's does.
+  // Vocabulary-parallel cross-entropy (exec/host_kernels.hpp logit_slice_*): the combine gives
+  // the loss, as softmax_cross_entropy_forward does.
   virtual void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp, int first) = 0;
-  virtual double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
-                                      int parts) = 0;
+  virtual void logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N, int parts,
+                                    LossSum loss) = 0;
   virtual void logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) = 0;
   virtual void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                                     R scale) = 0;
@@ -83,9 +89,8 @@ class LayerKernels {
   // ones as the reference), so a test backend can claim either.
   virtual bool fused_classifier() const { return false; }
   virtual void classifier_logits(Bf16* logits, const R* in, const R* weight, int N, int C, int OC) = 0;
-  // The loss sum comes back to the host, as softmax_cross_entropy_forward's does.
-  virtual double classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N, int V,
-                                          int Vp) = 0;
+  virtual void classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N, int V, int Vp,
+                                        LossSum loss) = 0;
   virtual void classifier_slice_stats(const Bf16* logits, const int* targets, R* stats, int N, int V, int Vp,
                                       int first) = 0;
   virtual void classifier_slice_dlogits(Bf16* logits_to_dlogits, const R* row_stats, const int* targets, int N, int V,
@@ -135,21 +140,21 @@ class HostLayerKernels : public LayerKernels<R> {
   void gelu_forward(R* out, const R* in, std::size_t n) override;
   void gelu_backward(R* din, const R* in, const R* dout, std::size_t n) override;
   void add(R* out, const R* a, const R* b, std::size_t n) override;
-  double softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N, int V,
-                                       int Vp) override;
+  void softmax_cross_entropy_forward(R* logits_to_probs, R* losses, const int* targets, int N, int V, int Vp,
+                                     LossSum loss) override;
   void softmax_cross_entropy_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                       R scale) override;
   void logit_slice_stats(const R* logits, const int* targets, R* stats, int N, int V, int Vp, int first) override;
-  double logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N,
-                              int parts) override;
+  void logit_slices_combine(const R* gathered, R* row_stats, R* losses, const int* targets, int N, int parts,
+                            LossSum loss) override;
   void logit_slice_softmax(R* logits_to_probs, const R* row_stats, int N, int V, int Vp) override;
   void logit_slice_backward(R* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                             R scale) override;
   // The fused classifier as exec/classifier_reference.hpp computes it; fused_classifier() stays
   // false: the host trains with the unfused kernels.
   void classifier_logits(Bf16* logits, const R* in, const R* weight, int N, int C, int OC) override;
-  double classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N, int V,
-                                  int Vp) override;
+  void classifier_cross_entropy(Bf16* logits_to_dlogits, R* losses, const int* targets, int N, int V, int Vp,
+                                LossSum loss) override;
   void classifier_slice_stats(const Bf16* logits, const int* targets, R* stats, int N, int V, int Vp,
                               int first) override;
   void classifier_slice_dlogits(Bf16* logits_to_dlogits, const R* row_stats, const int* targets, int N, int V, int Vp,

@@ -43,7 +43,7 @@ namespace {
 // The host: OpenMP and BLAS, no device. The trainer measures sgemm itself.
 class HostExecution final : public Execution {
  public:
-  explicit HostExecution(const DeviceChoice& choice) : Execution(std::make_unique<HostExec>(), choice) {}
+  HostExecution(std::unique_ptr<Exec> exec, const DeviceChoice& choice) : Execution(std::move(exec), choice) {}
   std::string device_name() const override { return {}; }
   std::optional<double> matmul_rate(int, int, int) const override { return std::nullopt; }
   bool has_device_communicators() const override { return false; }
@@ -108,9 +108,15 @@ class CudaExecution final : public Execution {
 
 }  // namespace
 
+std::unique_ptr<Execution> host_execution(std::unique_ptr<Exec> exec, const DeviceChoice& choice) {
+  if (exec->space() != MemorySpace::host)
+    throw Error("host_execution takes a host backend; " + exec->description() + " is not one");
+  return std::make_unique<HostExecution>(std::move(exec), choice);
+}
+
 std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
                                           bool fused_classifier) {
-  if (!choice.cuda) return std::make_unique<HostExecution>(choice);
+  if (!choice.cuda) return host_execution(std::make_unique<HostExec>(), choice);
 #if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
   return std::make_unique<CudaExecution>(
       std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention, fused_classifier}),

@@ -65,6 +65,10 @@ std::string gpu_backend_versions();
 // flash_attention: parallel.attention = "auto" (flash attention where it runs: with bf16 matmuls
 // on a device, exec/attention_probs.hpp); fused_classifier: parallel.classifier = "auto" (bf16
 // logits and the fused cross-entropy, with bf16 matmuls on a device).
+// The host's execution around a given host backend: tests wrap the host's backend to count its
+// waits or to stand in for a device's kernel choices.
+std::unique_ptr<Execution> host_execution(std::unique_ptr<Exec> exec, const DeviceChoice& choice = {});
+
 std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
                                           bool fused_classifier = true);
 

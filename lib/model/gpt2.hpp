@@ -36,7 +36,8 @@ class Gpt2 final : public Model<Real> {
   // GPT-2 initialisation: N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
   void init_params(std::span<Real> params, std::uint64_t seed) const override;
-  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) override;
+  void forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+                    double* loss_sum) override;
   void backward(SegmentBuffers<Real>& buffers, Real loss_scale) override;
   std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
   std::span<const Real> probs(int b, int t) const override;

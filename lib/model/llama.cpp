@@ -157,11 +157,11 @@ void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const 
 }
 
 template <class Real>
-double Llama<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
+void Llama<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+                             double* loss_sum) {
   forward_to_logits(buffers, tokens, targets, B, T);
   const int N = B * T;
-  const double total = this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_);
-  return targets ? total / N : 0.0;
+  this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_, {loss_sum, double(N)});
 }
 
 template <class Real>

@@ -145,15 +145,23 @@ void Model<Real>::lm_head(Real* logits, const Real* in, const Real* weight, int 
 }
 
 template <class Real>
-double Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch) {
+double Model<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
+  if (loss_memory_.bytes() == 0) loss_memory_ = exec_.allocate(sizeof(double));
+  double* sum = loss_memory_.template as<double>().data();
+  exec_.zero(sum, sizeof(double));
+  forward_into(buffers, tokens, targets, B, T, sum);
+  double mean = 0;
+  exec_.download(&mean, sum, sizeof mean);
+  return mean;
+}
+
+template <class Real>
+void Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch, LossSum loss) {
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
   if (!tensor_.active()) {
-    if (!bf16_logits_) return kernels_.softmax_cross_entropy_forward(logits, losses, targets, rows, V, Vp);
-    if (!targets) {
-      kernels_.classifier_softmax(as_bf16(logits), rows, V, Vp);
-      return 0.0;
-    }
-    return kernels_.classifier_cross_entropy(as_bf16(logits), losses, targets, rows, V, Vp);
+    if (!bf16_logits_) return kernels_.softmax_cross_entropy_forward(logits, losses, targets, rows, V, Vp, loss);
+    if (!targets) return kernels_.classifier_softmax(as_bf16(logits), rows, V, Vp);
+    return kernels_.classifier_cross_entropy(as_bf16(logits), losses, targets, rows, V, Vp, loss);
   }
   // Megatron's vocabulary-parallel cross-entropy: three numbers per row and slice cross the
   // group instead of the logits.
@@ -166,12 +174,11 @@ double Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets
   else kernels_.logit_slice_stats(logits, targets, stats, rows, vocab_real(), vocab_rows(), vocab_first());
   tensor_.comm->all_gather(Buffer::of(std::span<Real>(stats, 3 * n), exec_.before_communication()),
                            Buffer::of(std::span<Real>(gathered, 3 * n * static_cast<std::size_t>(degree))));
-  const double total = kernels_.logit_slices_combine(gathered, row_stats, losses, targets, rows, degree);
+  kernels_.logit_slices_combine(gathered, row_stats, losses, targets, rows, degree, loss);
   if (!bf16_logits_) kernels_.logit_slice_softmax(logits, row_stats, rows, vocab_real(), vocab_rows());
   else if (targets)
     kernels_.classifier_slice_dlogits(as_bf16(logits), row_stats, targets, rows, vocab_real(), vocab_rows(), vocab_first());
   else kernels_.classifier_slice_softmax(as_bf16(logits), row_stats, rows, vocab_real(), vocab_rows());
-  return total;
 }
 
 template <class Real>

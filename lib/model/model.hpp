@@ -85,9 +85,13 @@ class Model {
   // slice_of() them, so that every split starts from the same model.
   virtual void init_params(std::span<Real> params, std::uint64_t seed) const = 0;
 
-  // tokens and targets are B x T (T <= seq_len). Returns the mean loss over B x T (0 without
-  // targets). Keeps activations for backward and probabilities for probs().
-  virtual double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) = 0;
+  // tokens and targets are B x T (T <= seq_len). With targets, adds the mean loss over B x T to
+  // *loss_sum, a double in the backend's memory (a training step's, exec/step_scalars.hpp), so
+  // nothing waits for it. Keeps activations for backward and probabilities for probs().
+  virtual void forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+                            double* loss_sum) = 0;
+  // The same, returning the mean loss on the host (0 without targets): the host waits for it.
+  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
   // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
   virtual void backward(SegmentBuffers<Real>& buffers, Real loss_scale) = 0;
 
@@ -174,12 +178,12 @@ class Model {
   std::size_t logit_elements(std::size_t rows) const;
   // logits = in[rows, C] head^T, the head being the vocab_rows() x C rows of `weight`.
   void lm_head(Real* logits, const Real* in, const Real* weight, int rows, int C);
-  // The cross-entropy over `rows` rows of logits; losses per row; returns their sum (0 without
-  // targets). Unfused: the logits become probabilities in place. Fused, with targets: they
+  // The cross-entropy over `rows` rows of logits; losses per row, their sum added to `loss`
+  // (exec/layer_kernels.hpp) with targets. Unfused: the logits become probabilities in place. Fused, with targets: they
   // become d(loss)/d(logits) unscaled at once (lm_head_backward applies the scale); without
   // targets, probabilities in bf16. `scratch`: logit_slice_scratch(rows, degree) elements
   // (model/activations.hpp), carved by the architecture with its activations.
-  double cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch);
+  void cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch, LossSum loss = {});
   // After cross_entropy with targets: the head's backward, din = d(loss)/d(in) x scale
   // (overwritten), dweight += d(loss)/d(head) x scale. Unfused, the probabilities become
   // d(loss)/d(logits) x scale in place first, as the host has always computed them.
@@ -200,6 +204,7 @@ class Model {
   Exec& exec_;
   Recompute recompute_;
   bool bf16_logits_;  // the kernels' fused classifier: logits stored in bf16
+  Memory loss_memory_;   // forward()'s mean loss on its way to the host
   Memory decode_cache_;  // the keys and values (and queries) of the positions decoded so far
   int decoded_ = 0;
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
-#include "exec/exec.hpp"
+#include "exec/adamw_element.hpp"
 
 namespace st {
 
@@ -28,11 +28,23 @@ bool AdamW::decays(std::size_t global_offset) const {
   throw Error("offset outside the parameter layout");
 }
 
+namespace {
+// Bias corrections and the decay factor in double, rounded once to float: what every form uses.
+struct StepTerms {
+  float beta1, beta2, step_size, inv_correction2, eps;
+  float decay_factor(double lr, double weight_decay) const { return static_cast<float>(1.0 - lr * weight_decay); }
+};
+StepTerms step_terms(const AdamWSettings& s, double lr, std::int64_t t) {
+  const double correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(t));
+  const double correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(t));
+  return {static_cast<float>(s.beta1), static_cast<float>(s.beta2), static_cast<float>(lr / correction1),
+          static_cast<float>(1.0 / correction2), static_cast<float>(s.eps)};
+}
+}  // namespace
+
 std::vector<AdamW::Piece> AdamW::pieces(std::size_t global_offset, std::size_t count, double lr, double grad_scale,
                                         std::int64_t t) const {
-  const double b1 = settings_.beta1, b2 = settings_.beta2;
-  const double correction1 = 1.0 - std::pow(b1, static_cast<double>(t));
-  const double correction2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  const StepTerms terms = step_terms(settings_, lr, t);
   const std::size_t end = global_offset + count;
   std::vector<Piece> out;
   for (const auto& r : ranges_) {
@@ -41,25 +53,60 @@ std::vector<AdamW::Piece> AdamW::pieces(std::size_t global_offset, std::size_t c
     Piece p;
     p.first = begin - global_offset;
     p.count = stop - begin;
-    p.constants.beta1 = static_cast<float>(b1);
-    p.constants.beta2 = static_cast<float>(b2);
+    p.constants.beta1 = terms.beta1;
+    p.constants.beta2 = terms.beta2;
     p.constants.grad_scale = static_cast<float>(grad_scale);
-    p.constants.decay_factor = static_cast<float>(1.0 - lr * (r.decay ? settings_.weight_decay : 0.0));
-    p.constants.step_size = static_cast<float>(lr / correction1);
-    p.constants.inv_correction2 = static_cast<float>(1.0 / correction2);
-    p.constants.eps = static_cast<float>(settings_.eps);
+    p.constants.decay_factor = terms.decay_factor(lr, r.decay ? settings_.weight_decay : 0.0);
+    p.constants.step_size = terms.step_size;
+    p.constants.inv_correction2 = terms.inv_correction2;
+    p.constants.eps = terms.eps;
     out.push_back(p);
   }
   return out;
+}
+
+AdamWStepConstants AdamW::step_constants(double lr, std::int64_t t) const {
+  const StepTerms terms = step_terms(settings_, lr, t);
+  AdamWStepConstants c;
+  c.beta1 = terms.beta1;
+  c.beta2 = terms.beta2;
+  c.step_size = terms.step_size;
+  c.inv_correction2 = terms.inv_correction2;
+  c.eps = terms.eps;
+  c.decay_factor[0] = terms.decay_factor(lr, 0.0);
+  c.decay_factor[1] = terms.decay_factor(lr, settings_.weight_decay);
+  return c;
+}
+
+void AdamW::append_tiles(std::vector<AdamWTile>& tiles, std::size_t global_offset, std::size_t count, std::size_t param,
+                         std::size_t grad, std::size_t state) const {
+  const std::size_t end = global_offset + count;
+  for (const auto& r : ranges_) {
+    std::size_t begin = std::max(r.begin, global_offset);
+    const std::size_t stop = std::min(r.end, end);
+    for (; begin < stop; begin += kAdamWTileElements) {
+      const std::size_t at = begin - global_offset;
+      AdamWTile tile;
+      tile.param = param + at;
+      tile.grad = grad + at;
+      tile.state = state + at;
+      tile.count = static_cast<std::uint32_t>(std::min<std::size_t>(kAdamWTileElements, stop - begin));
+      tile.decay = r.decay ? 1 : 0;
+      tiles.push_back(tile);
+    }
+  }
 }
 
 void AdamW::update(std::span<float> params, std::span<const float> grads, std::span<float> m, std::span<float> v,
                    std::size_t global_offset, double lr, double grad_scale, std::int64_t t) const {
   ST_REQUIRE(grads.size() == params.size() && m.size() == params.size() && v.size() == params.size(),
              "AdamW buffers differ in size");
-  for (const Piece& p : pieces(global_offset, params.size(), lr, grad_scale, t))
-    host_exec().adamw(p.constants, params.data() + p.first, grads.data() + p.first, m.data() + p.first, v.data() + p.first,
-               p.count);
+  for (const Piece& p : pieces(global_offset, params.size(), lr, grad_scale, t)) {
+    const AdamWConstants& c = p.constants;
+    for (std::size_t i = p.first; i < p.first + p.count; ++i)
+      adamw_element(params[i], grads[i], m[i], v[i], c.beta1, c.beta2, c.grad_scale, c.decay_factor, c.step_size,
+                    c.inv_correction2, c.eps);
+  }
 }
 
 }  // namespace st

@@ -76,7 +76,7 @@ static_assert(kReductionsInFlight == 2 && kPrefetchDepth == 2, "workspace_estima
 // them while micro-batches accumulate to be reduced once), zero3's gathered segments (the embedding and five
 // blocks, or every segment of a smaller model), zero1's reduced chunks (three of the largest and
 // the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
-// bf16 inputs of the reductions, and the optimizer's fp32 copy of its largest gradient chunk.
+// bf16 inputs of the reductions (AdamW reads the bf16 gradients as they are).
 // Reducing every micro-batch adds the reduced chunks on their way into the shard (as zero1's),
 // and in bf16 the shard's fp32 sum with a chunk widened to be added to it.
 std::uint64_t workspace_estimate(const ParallelPlan& plan) {
@@ -124,7 +124,7 @@ std::uint64_t workspace_estimate(const ParallelPlan& plan) {
   if (whole_gradient) fp32 += shards.padded_total();
   // Reducing every micro-batch: the fp32 sum of the shard, and a chunk widened to be added to it.
   if (plan.reduces_each_micro_batch()) fp32 += shards.shard_total() + largest_chunk;
-  bytes += (fp32 + largest_chunk) * 4;
+  bytes += fp32 * 4;
   if (plan.grads_sharded() && !plan.params_sharded()) bytes += three_and_smallest(padded) * t;
   return bytes;
 }
@@ -188,11 +188,18 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
 
   waiting_.assign(plan_.buckets().size(), 0);
 
-  buffer<double>(norm_memory_, nullptr, 1);
-  if (kMixed && training) {  // the fp32 gradients of the largest slice this rank updates, for AdamW
-    std::size_t largest = 0;
-    for (std::size_t s = 0; s < n; ++s) largest = std::max(largest, owned(s));
-    scratch_ = buffer<float>(scratch_memory_, nullptr, largest);
+  if (training) {
+    // The update's tiles, made once: where each owned run lies in the parameter, gradient and
+    // Adam buffers, and whether it decays.
+    std::vector<AdamWTile> tiles;
+    const float* params = update_params().data();
+    const T* grads = update_grads().data();
+    for (std::size_t s = 0; s < n; ++s)
+      if (owned(s) > 0)
+        adamw_.append_tiles(tiles, owned_flat(s), owned(s), static_cast<std::size_t>(master_slice(s).data() - params),
+                            static_cast<std::size_t>(grad_slice(s).data() - grads), opt_offset(s));
+    adamw_tiles_ = buffer<AdamWTile>(adamw_tiles_memory_, nullptr, tiles.size());
+    exec_.upload(adamw_tiles_.data(), tiles.data(), tiles.size() * sizeof(AdamWTile));
   }
 }
 
@@ -271,6 +278,17 @@ std::span<float> ShardedStrategy<T>::master_slice(std::size_t s) {
         plan_.optimizer_sharded() ? shards_.owned_padded_offset(s, rank_) : shards_.segment(s).padded_offset;
     return {full_params_.data() + at, n};
   }
+}
+
+template <class T>
+std::span<float> ShardedStrategy<T>::update_params() {
+  if constexpr (kMixed) return master_;
+  else return plan_.params_sharded() ? shard_params_ : full_params_;
+}
+
+template <class T>
+std::span<T> ShardedStrategy<T>::update_grads() {
+  return plan_.grads_sharded() ? grad_shard_ : full_grads_;
 }
 
 template <class T>
@@ -544,17 +562,20 @@ void ShardedStrategy<T>::finish_grads() {
 }
 
 template <class T>
-double ShardedStrategy<T>::owned_squares(std::size_t s) {
+void ShardedStrategy<T>::add_owned_squares(std::size_t s, double* total) {
   const std::span<T> grads = grad_slice(s);
-  if (!settings_.tensor) return exec_.sum_squares(Buffer::of(grads));
+  if (!settings_.tensor) {
+    const Buffer whole = Buffer::of(grads);
+    return exec_.add_sum_squares(total, std::span<const Buffer>(&whole, 1));
+  }
   // The tensor group's slices partition the split tensors; the whole ones are the same on every
   // rank of the group and count once, on its first rank.
   const std::size_t begin = owned_flat(s), end = begin + grads.size();
   const bool first = settings_.tensor->rank() == 0;
-  double sum = 0;
+  std::vector<Buffer> parts;
   std::size_t at = begin;
   auto add = [&](std::size_t from, std::size_t to) {
-    if (to > from) sum += exec_.sum_squares(Buffer::of(grads.subspan(from - begin, to - from)));
+    if (to > from) parts.push_back(Buffer::of(grads.subspan(from - begin, to - from)));
   };
   for (const auto& [r_begin, r_end] : replicated_) {
     const std::size_t lo = std::max(r_begin, begin), hi = std::min(r_end, end);
@@ -564,49 +585,28 @@ double ShardedStrategy<T>::owned_squares(std::size_t s) {
     at = hi;
   }
   add(at, end);
-  return sum;
+  exec_.add_sum_squares(total, parts);
 }
 
 template <class T>
-double ShardedStrategy<T>::grad_norm_squared() {
-  double sum = 0;
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s) sum += owned_squares(s);
+void ShardedStrategy<T>::add_grad_norm_squared(double* total) {
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s) add_owned_squares(s, total);
   // The shards of a group partition the gradient; replicas hold the same shards; the tensor
-  // group's ranks hold the slices of each layer. The sum goes through the backend's memory: a
-  // device communicator reduces device buffers only.
-  const bool over_group = plan_.optimizer_sharded() && group_.size() > 1;
-  if (over_group || settings_.tensor) {
-    double* at = norm_memory_.as<double>().data();
-    exec_.upload(at, &sum, sizeof sum);
-    if (over_group) group_.all_reduce(Buffer::of(std::span<double>(at, 1), exec_.before_communication()), ReduceOp::sum);
-    if (settings_.tensor)
-      settings_.tensor->all_reduce(Buffer::of(std::span<double>(at, 1), exec_.before_communication()), ReduceOp::sum);
-    exec_.download(&sum, at, sizeof sum);
-  }
-  return sum;
+  // group's ranks hold the slices of each layer. Summed in place, in the backend's memory: a
+  // device communicator reduces device buffers only, and nothing comes back to the host.
+  if (plan_.optimizer_sharded() && group_.size() > 1)
+    group_.all_reduce(Buffer::of(std::span<double>(total, 1), exec_.before_communication()), ReduceOp::sum);
+  if (settings_.tensor && settings_.tensor->size() > 1)
+    settings_.tensor->all_reduce(Buffer::of(std::span<double>(total, 1), exec_.before_communication()), ReduceOp::sum);
 }
 
 template <class T>
-void ShardedStrategy<T>::optimizer_step(double lr, double grad_scale, std::int64_t step) {
+void ShardedStrategy<T>::optimizer_step(double lr, const float* grad_scale, std::int64_t step) {
   ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   drop_prefetched();  // gathered before the update: stale after it
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
-    const std::size_t n = owned(s);
-    if (n == 0) continue;
-    const std::size_t global = owned_flat(s);
-    const float* grads = nullptr;
-    if constexpr (kMixed) {
-      exec_.convert(view(scratch_.data(), n), Buffer::of(grad_slice(s)));
-      grads = scratch_.data();
-    } else {
-      grads = grad_slice(s).data();
-    }
-    float* params = master_slice(s).data();
-    float* m = adam_m_.data() + opt_offset(s);
-    float* v = adam_v_.data() + opt_offset(s);
-    for (const AdamW::Piece& p : adamw_.pieces(global, n, lr, grad_scale, step))
-      exec_.adamw(p.constants, params + p.first, grads + p.first, m + p.first, v + p.first, p.count);
-  }
+  // Everything this rank updates, in one launch (bf16 gradients are widened as they are read).
+  exec_.adamw(adamw_.step_constants(lr, step), adamw_tiles_.data(), adamw_tiles_.size(), update_params().data(),
+              Buffer::of(update_grads()), adam_m_.data(), adam_v_.data(), grad_scale);
 
   // Publish the updated parameters where the model reads them.
   if (!plan_.optimizer_sharded()) {
@@ -845,7 +845,7 @@ MemoryReport ShardedStrategy<T>::memory() const {
   // Forward passes only: the fp32 master copy is where the parameters were read into, not state
   // an optimizer keeps.
   if (settings_.parameters_only) r.params += std::exchange(r.optimizer, 0);
-  r.workspace = pool_.bytes() + float_pool_.bytes() + scratch_.size_bytes() + grad_sum_.size_bytes();
+  r.workspace = pool_.bytes() + float_pool_.bytes() + grad_sum_.size_bytes();
   return r;
 }
 

@@ -87,8 +87,8 @@ class ShardedStrategy final : public Strategy {
   void zero_grads() override;
   void begin_micro_batch(bool last) override;
   void finish_grads() override;
-  double grad_norm_squared() override;
-  void optimizer_step(double lr, double grad_scale, std::int64_t step) override;
+  void add_grad_norm_squared(double* total) override;
+  void optimizer_step(double lr, const float* grad_scale, std::int64_t step) override;
   void settle() override;
   std::vector<StatePiece> state_pieces() override;
   LoadTargets load_targets() override;
@@ -134,6 +134,10 @@ class ShardedStrategy final : public Strategy {
   std::size_t owned(std::size_t s) const;        // elements
   std::size_t owned_flat(std::size_t s) const;   // first of them in the flat layout
   std::size_t opt_offset(std::size_t s) const;   // into master_, adam_m_, adam_v_
+  // The buffers AdamW updates from: the parameters (master copy in mixed precision) and the
+  // gradients the slices above lie in.
+  std::span<float> update_params();
+  std::span<T> update_grads();
 
   ShardingSettings settings_;
   ParallelPlan plan_;
@@ -151,13 +155,12 @@ class ShardedStrategy final : public Strategy {
   // (hsdp's gradient shard comes from the replicas' communicator, which all-reduces it.)
   // zero1/zero2 gather the parameters in place, each rank's chunk already in full_params_.
   Memory full_params_memory_, full_grads_memory_, shard_params_memory_, grad_shard_memory_;
-  Memory master_memory_, adam_m_memory_, adam_v_memory_, scratch_memory_, grad_sum_memory_;
+  Memory master_memory_, adam_m_memory_, adam_v_memory_, grad_sum_memory_, adamw_tiles_memory_;
   // Flat ranges of the tensors every rank of the tensor group holds whole (with a tensor group):
   // their gradients enter the norm on the group's first rank only.
   std::vector<std::pair<std::size_t, std::size_t>> replicated_;
   const ParamLayout* slice_layout_ = nullptr;  // with a tensor group: the layout this rank holds
-  double owned_squares(std::size_t s);
-  Memory norm_memory_;  // one double: the gradient norm's sum on its way through the group
+  void add_owned_squares(std::size_t s, double* total);
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks
   std::span<T> grad_shard_;      // stage >= 2: reduced gradients of this rank's chunks
@@ -166,7 +169,7 @@ class ShardedStrategy final : public Strategy {
   std::span<float> grad_sum_;
   std::span<float> master_;      // mixed precision: fp32 copy of what this rank updates
   std::span<float> adam_m_, adam_v_;
-  std::span<float> scratch_;     // mixed precision: fp32 gradients of one slice for the update
+  std::span<AdamWTile> adamw_tiles_;  // in the backend's memory (Exec::adamw)
   // Resuming: fp32 parameters until finish_load() (mixed precision, or on a device: the whole
   // model unless parameters are sharded), on the host.
   std::vector<float> load_staging_;

@@ -43,9 +43,13 @@ class Strategy : public SegmentBuffers<float> {
   // After the last micro-batch: wait for the reductions; each rank then holds the reduced
   // gradients of what it updates.
   virtual void finish_grads() = 0;
-  // Squared L2 norm of the full, reduced gradient (the same on every rank). Collective.
-  virtual double grad_norm_squared() = 0;
-  virtual void optimizer_step(double lr, double grad_scale, std::int64_t step) = 0;
+  // Adds the squared L2 norm of the full, reduced gradient (the same on every rank) to *total, a
+  // double in the backend's memory holding 0 (a step's StepScalars): queued, nothing comes back
+  // to the host. Collective.
+  virtual void add_grad_norm_squared(double* total) = 0;
+  // AdamW at step `step` (1-based), every gradient multiplied first by *grad_scale, a float in the
+  // backend's memory (StepScalars::grad_scale: NaN leaves the weights as they are).
+  virtual void optimizer_step(double lr, const float* grad_scale, std::int64_t step) = 0;
   // Wait for collectives the strategy started ahead (prefetches for the next step), so that
   // what the communicators counted belongs to the step that ends here.
   virtual void settle() {}

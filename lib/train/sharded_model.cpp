@@ -83,7 +83,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   const World& data_world = tensor_ ? *tensor_->data_world : world;
   model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(),
                              inference ? Recompute::full : recompute_of(config.model), group);
-  scalar_memory_ = execution_->exec().allocate(sizeof(double));
+  scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;
   if (group.active()) comms.whole_layout = &model_->whole_layout();
@@ -147,11 +147,16 @@ double ShardedModel::sum_over_ranks(double value) {
   Exec& exec = execution_->exec();
   double* at = scalar_memory_.as<double>().data();
   exec.upload(at, &value, sizeof value);
-  const void* ready = exec.before_communication();
-  // The data-parallel ranks: a tensor group's ranks hold the same value.
-  data_comms().collectives().all_reduce(Buffer::of(std::span<double>(at, 1), ready), ReduceOp::sum);
+  sum_over_ranks_in_place(at);
   exec.download(&value, at, sizeof value);
   return value;
+}
+
+void ShardedModel::sum_over_ranks_in_place(double* value) {
+  // The data-parallel ranks: a tensor group's ranks hold the same value.
+  if (data_ranks() == 1) return;
+  const void* ready = execution_->exec().before_communication();
+  data_comms().collectives().all_reduce(Buffer::of(std::span<double>(value, 1), ready), ReduceOp::sum);
 }
 
 std::string tensor_split_note(int degree, int data_ranks) {

@@ -74,6 +74,11 @@ class ShardedModel {
   // Collective: the sum of every rank's value (through the backend's memory: on GPUs the job's
   // collectives reduce device buffers only).
   double sum_over_ranks(double value);
+  // The same in place, on a double in the backend's memory: queued, no host wait (nothing on one
+  // data-parallel rank).
+  void sum_over_ranks_in_place(double* value);
+  // A training step's scalars, in the backend's memory (exec/step_scalars.hpp, train/train_step.hpp).
+  StepScalars* step_scalars() { return scalar_memory_.as<StepScalars>().data(); }
 
  private:
   // Under tensor parallelism: the tensor group's communicator and the data-parallel world with
@@ -87,7 +92,7 @@ class ShardedModel {
   std::unique_ptr<Model<float>> model_;
   std::unique_ptr<ParallelPlan> plan_;
   std::unique_ptr<Strategy> strategy_;
-  Memory scalar_memory_;  // one double in the backend's space, for sums over ranks
+  Memory scalar_memory_;  // in the backend's space: a step's scalars, or one value summed over ranks
 };
 
 // "; tensor parallel: each layer split over T consecutive ranks (D data-parallel rank(s) per

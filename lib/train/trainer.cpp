@@ -24,6 +24,7 @@
 #include "train/blas_kernel.hpp"
 #include "train/evaluate.hpp"
 #include "train/loss_watch.hpp"
+#include "train/train_step.hpp"
 #include "train/mfu.hpp"
 #include "train/report.hpp"
 #include "train/run_settings.hpp"
@@ -197,39 +198,25 @@ void Trainer::say(const std::string& line) {
 }
 
 double Trainer::train_step(std::int64_t step) {
-  net_->strategy().zero_grads();
-  // Each micro-batch's mean loss enters with weight 1/(micro-batches x ranks): summed over
-  // ranks by the reduction, the gradient is that of the global batch's mean loss.
-  const float loss_scale = 1.0f / static_cast<float>(plan_.accum_steps * plan_.ranks);
-  double loss_sum = 0;
   const std::int64_t first = plan_.first_sequence(net_->data_rank());
   train_loader_->next_batch();
-  for (std::int64_t micro = 0; micro < plan_.accum_steps; ++micro) {
-    net_->strategy().begin_micro_batch(micro + 1 == plan_.accum_steps);
+  StepSettings settings;
+  settings.micro_batches = plan_.accum_steps;
+  settings.micro_batch = static_cast<int>(plan_.micro_batch);
+  settings.seq_len = static_cast<int>(plan_.seq_len);
+  settings.data_ranks = static_cast<int>(plan_.ranks);
+  settings.lr = learning_rate(config_.optimizer, step, config_.run.steps);
+  settings.grad_clip = config_.optimizer.grad_clip;
+  settings.step = step + 1;
+  auto fill = [&](std::int64_t micro) {
     train_loader_->fill(first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
-    loss_sum += net_->model().forward(net_->strategy(), tokens_.data(), targets_.data(),
-                                      static_cast<int>(plan_.micro_batch), static_cast<int>(plan_.seq_len));
-    net_->model().backward(net_->strategy(), loss_scale);
-  }
-  net_->strategy().finish_grads();
-  Timeline::Span span(&timeline_, "compute", "clip and update");
-
-  const double grad_norm = std::sqrt(net_->strategy().grad_norm_squared());
-  const double loss = net_->sum_over_ranks(loss_sum / static_cast<double>(plan_.accum_steps * plan_.ranks));
-  const double lr = learning_rate(config_.optimizer, step, config_.run.steps);
-  last_grad_norm_ = grad_norm;
-  last_lr_ = lr;
+  };
   // A loss or gradient that is not a number would make every weight NaN: the update is skipped
-  // (the same on every rank: both values are sums over the ranks) and the run stops after it.
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) return loss;
-  const double clip = config_.optimizer.grad_clip;
-  const double grad_scale = clip > 0 && grad_norm > clip ? clip / (grad_norm + 1e-6) : 1.0;
-  net_->strategy().optimizer_step(lr, grad_scale, step + 1);
-
-  // The gathers the update started ahead finish before the next collective of the world: it must
-  // not run beside a group's (hsdp), which NCCL does not allow in an order that may differ by rank.
-  net_->strategy().settle();
-  return loss;
+  // and the run stops after this step (run()).
+  const StepOutcome outcome = st::train_step(*net_, settings, fill, tokens_.data(), targets_.data(), &timeline_);
+  last_grad_norm_ = outcome.grad_norm;
+  last_lr_ = settings.lr;
+  return outcome.loss;
 }
 
 double Trainer::validation_loss() {

@@ -12,6 +12,17 @@
 
 namespace st::testing_support {
 
+// The loss a kernel adds to a LossSum (exec/layer_kernels.hpp), read back: `call` gets a LossSum
+// on a device double holding 0, with divisor 1 (the rows' sum itself).
+template <class Call>
+double device_loss_sum(Exec& exec, Call&& call) {
+  Memory total = exec.allocate(sizeof(double));
+  call(LossSum{static_cast<double*>(total.data()), 1.0});
+  double sum = 0;
+  exec.download(&sum, total.data(), sizeof sum);
+  return sum;
+}
+
 class DeviceTest : public ::testing::Test {
  public:  // the cases' helpers use its device and copies
   void SetUp() override {

@@ -32,6 +32,7 @@
 #include "exec/host_kernels.hpp"
 #include "exec/host_llama_kernels.hpp"
 #include "exec/layer_kernels.hpp"
+#include "device_test.hpp"
 
 namespace st {
 namespace {
@@ -409,8 +410,9 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyWithPaddedVocabulary) {
 
   auto probs_g = to_device(e, logits), losses_g = to_device(e, std::vector<float>(N, 1e30f));
   auto targets_g = to_device(e, targets);
-  const double sum = e.layer_kernels().softmax_cross_entropy_forward(probs_g.data(), losses_g.data(), targets_g.data(),
-                                                                     N, V, Vp);
+  const double sum = testing_support::device_loss_sum(e, [&](LossSum loss) {
+    e.layer_kernels().softmax_cross_entropy_forward(probs_g.data(), losses_g.data(), targets_g.data(), N, V, Vp, loss);
+  });
   EXPECT_NEAR(sum, sum_ref, kFp32Tolerance * std::abs(sum_ref));
   const auto probs = to_host(e, probs_g);
   ST_EXPECT_CLOSE(probs, probs_ref, kFp32Tolerance);
@@ -419,15 +421,19 @@ TEST_F(CudaKernels, SoftmaxCrossEntropyWithPaddedVocabulary) {
     for (int j = V; j < Vp; ++j) ASSERT_EQ(probs[static_cast<std::size_t>(i) * Vp + j], 0.0f);
   // The same inputs give the same loss sum, bit for bit.
   auto again_g = to_device(e, logits);
-  EXPECT_EQ(sum, e.layer_kernels().softmax_cross_entropy_forward(again_g.data(), losses_g.data(), targets_g.data(), N,
-                                                                 V, Vp));
+  EXPECT_EQ(sum, testing_support::device_loss_sum(e, [&](LossSum loss) {
+              e.layer_kernels().softmax_cross_entropy_forward(again_g.data(), losses_g.data(), targets_g.data(), N, V,
+                                                              Vp, loss);
+            }));
 
   e.layer_kernels().softmax_cross_entropy_backward(probs_g.data(), targets_g.data(), N, V, Vp, scale);
   ST_EXPECT_CLOSE(to_host(e, probs_g), dlogits_ref, kFp32Tolerance);
 
-  // Without targets: only the softmax, and 0 comes back.
+  // Without targets: only the softmax, and nothing is added to the loss.
   auto plain_g = to_device(e, logits);
-  EXPECT_EQ(0.0, e.layer_kernels().softmax_cross_entropy_forward(plain_g.data(), nullptr, nullptr, N, V, Vp));
+  EXPECT_EQ(0.0, testing_support::device_loss_sum(e, [&](LossSum loss) {
+              e.layer_kernels().softmax_cross_entropy_forward(plain_g.data(), nullptr, nullptr, N, V, Vp, loss);
+            }));
   ST_EXPECT_CLOSE(to_host(e, plain_g), probs_ref, kFp32Tolerance);
 }
 
@@ -577,14 +583,18 @@ TEST_F(CudaKernels, LogitSlicesMatchTheHost) {
 
   auto row_stats_g = to_device(e, std::vector<float>(row_stats_ref.size(), 1e30f));
   auto losses_g = to_device(e, std::vector<float>(kRows, 1e30f));
-  const double sum = e.layer_kernels().logit_slices_combine(gathered_g.data(), row_stats_g.data(), losses_g.data(),
-                                                            targets_g.data(), kRows, kParts);
+  const double sum = testing_support::device_loss_sum(e, [&](LossSum loss) {
+    e.layer_kernels().logit_slices_combine(gathered_g.data(), row_stats_g.data(), losses_g.data(), targets_g.data(),
+                                           kRows, kParts, loss);
+  });
   EXPECT_NEAR(sum, sum_ref, kFp32Tolerance * std::abs(sum_ref));
   ST_EXPECT_CLOSE(to_host(e, row_stats_g), row_stats_ref, kFp32Tolerance);
   ST_EXPECT_CLOSE(to_host(e, losses_g), losses_ref, kFp32Tolerance);
   // The same inputs give the same loss sum, bit for bit.
-  EXPECT_EQ(sum, e.layer_kernels().logit_slices_combine(gathered_g.data(), row_stats_g.data(), losses_g.data(),
-                                                        targets_g.data(), kRows, kParts));
+  EXPECT_EQ(sum, testing_support::device_loss_sum(e, [&](LossSum loss) {
+              e.layer_kernels().logit_slices_combine(gathered_g.data(), row_stats_g.data(), losses_g.data(),
+                                                     targets_g.data(), kRows, kParts, loss);
+            }));
 
   // The same loss as the whole vocabulary's cross-entropy (the real columns side by side).
   std::vector<double> whole(std::size_t{1} * kRows * kVocab), whole_losses(kRows);
@@ -611,10 +621,12 @@ TEST_F(CudaKernels, LogitSlicesMatchTheHost) {
     ST_EXPECT_CLOSE(to_host(e, slice_g), dlogits_ref[static_cast<std::size_t>(p)], kFp32Tolerance);
   }
 
-  // Without targets: the row stats alone, and 0 comes back.
+  // Without targets: the row stats alone, and nothing is added to the loss.
   auto plain_row_stats_g = to_device(e, std::vector<float>(row_stats_ref.size(), 1e30f));
-  EXPECT_EQ(0.0, e.layer_kernels().logit_slices_combine(gathered_g.data(), plain_row_stats_g.data(), nullptr, nullptr,
-                                                        kRows, kParts));
+  EXPECT_EQ(0.0, testing_support::device_loss_sum(e, [&](LossSum loss) {
+              e.layer_kernels().logit_slices_combine(gathered_g.data(), plain_row_stats_g.data(), nullptr, nullptr,
+                                                     kRows, kParts, loss);
+            }));
   ST_EXPECT_CLOSE(to_host(e, plain_row_stats_g), row_stats_ref, kFp32Tolerance);
 }
 
@@ -887,9 +899,14 @@ TEST_F(CudaKernels, AccumulateIsBitExact) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got_bf16[i].bits, want_bf16[i].bits) << i;
 }
 
-TEST_F(CudaKernels, SumSquaresInDouble) {
+TEST_F(CudaKernels, SumSquaresInDoubleAddToTheTotalOnTheDevice) {
   CudaExec& e = *fp32;
-  Exec& host = host_exec();
+  HostExec host;
+  auto device_sum = [&](std::vector<Buffer> parts, double start) {
+    auto total_g = to_device(e, std::vector<double>{start});
+    e.add_sum_squares(total_g.data(), parts);
+    return to_host(e, total_g)[0];
+  };
   for (const std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{100003}, std::size_t{3000017}}) {
     const auto f = random_floats(n, 91);
     std::vector<Bf16> b(n);
@@ -901,38 +918,82 @@ TEST_F(CudaKernels, SumSquaresInDouble) {
     const double want_f = host.sum_squares(Buffer::of(std::span<const float>(f)));
     const double want_b = host.sum_squares(Buffer::of(std::span<Bf16>(b)));
     const double want_d = host.sum_squares(Buffer::of(std::span<const double>(d)));
-    const double got_f = e.sum_squares(Buffer{f_g.data(), n, DataType::f32});
+    const Buffer whole_f{f_g.data(), n, DataType::f32};
+    const double got_f = device_sum({whole_f}, 0.0);
     EXPECT_NEAR(got_f, want_f, 1e-12 * want_f) << n;
-    EXPECT_NEAR(e.sum_squares(Buffer{b_g.data(), n, DataType::bf16}), want_b, 1e-12 * want_b) << n;
-    EXPECT_NEAR(e.sum_squares(Buffer{d_g.data(), n, DataType::f64}), want_d, 1e-12 * want_d) << n;
-    EXPECT_EQ(got_f, e.sum_squares(Buffer{f_g.data(), n, DataType::f32})) << "not deterministic, n " << n;
+    EXPECT_NEAR(device_sum({Buffer{b_g.data(), n, DataType::bf16}}, 0.0), want_b, 1e-12 * want_b) << n;
+    EXPECT_NEAR(device_sum({Buffer{d_g.data(), n, DataType::f64}}, 0.0), want_d, 1e-12 * want_d) << n;
+    EXPECT_EQ(got_f, device_sum({whole_f}, 0.0)) << "not deterministic, n " << n;
+    // Added to what the total holds; several parts (a tensor group's slices) summed first.
+    EXPECT_NEAR(device_sum({whole_f}, 2.5), want_f + 2.5, 1e-12 * (want_f + 2.5)) << n;
+    if (n > 2) {
+      const std::size_t cut = n / 3;
+      const Buffer head{f_g.data(), cut, DataType::f32}, tail{f_g.data() + cut, n - cut, DataType::f32};
+      EXPECT_NEAR(device_sum({head, tail}, 1.0), want_f + 1.0, 1e-12 * (want_f + 1.0)) << n;
+    }
   }
 }
 
-TEST_F(CudaKernels, AdamWMatchesHost) {
+TEST_F(CudaKernels, StepScalarsStayOnTheDevice) {
   CudaExec& e = *fp32;
-  Exec& host = host_exec();
-  const std::size_t n = 100003;
+  for (const double norm_squared : {0.25, 9.0, std::nan(""), HUGE_VAL}) {
+    StepScalars s;
+    s.loss = 12.0;
+    s.grad_norm_squared = norm_squared;
+    auto s_g = to_device(e, std::vector<StepScalars>{s});
+    e.divide(&s_g.data()->loss, 4.0);
+    e.set_clip_factor(s_g.data(), 1.0);
+    const StepScalars got = to_host(e, s_g)[0];
+    EXPECT_EQ(got.loss, 3.0);
+    const float want = clip_factor(3.0, norm_squared, 1.0);
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(got.grad_scale)) << norm_squared;
+    else EXPECT_EQ(got.grad_scale, want) << norm_squared;
+  }
+}
+
+TEST_F(CudaKernels, AdamWOverTilesMatchesHostBitForBit) {
+  CudaExec& e = *fp32;
+  HostExec host;
+  // Two runs of elements with a gap between, the first decayed and longer than a tile, read from
+  // fp32 and from bf16 gradients.
+  const std::size_t n = 200003;
   auto params = random_floats(n, 101), grads = random_floats(n, 102), m = random_floats(n, 103, 0.1f),
        v = random_floats(n, 104, 0.01f);
   for (auto& x : v) x = x * x;
-  AdamWConstants c;
+  std::vector<AdamWTile> tiles;
+  for (std::size_t at = 0; at < 150000; at += kAdamWTileElements)
+    tiles.push_back({at, at, at, static_cast<std::uint32_t>(std::min<std::size_t>(kAdamWTileElements, 150000 - at)), 1});
+  tiles.push_back({150100, 150100, 150100, static_cast<std::uint32_t>(n - 150100), 0});
+  AdamWStepConstants c;
   c.beta1 = 0.9f;
   c.beta2 = 0.95f;
-  c.grad_scale = 0.7f;
-  c.decay_factor = 1.0f - 6e-4f * 0.1f;
   c.step_size = 6e-4f / (1.0f - 0.9f * 0.9f * 0.9f);
   c.inv_correction2 = 1.0f / (1.0f - 0.95f * 0.95f * 0.95f);
   c.eps = 1e-8f;
-  auto p_g = to_device(e, params), g_g = to_device(e, grads), m_g = to_device(e, m), v_g = to_device(e, v);
-  host.adamw(c, params.data(), grads.data(), m.data(), v.data(), n);
-  e.adamw(c, p_g.data(), g_g.data(), m_g.data(), v_g.data(), n);
-  const auto p = to_host(e, p_g), mm = to_host(e, m_g), vv = to_host(e, v_g);
-  // Built without fused multiply-adds, the device should match bit for bit; one ulp is allowed.
-  for (std::size_t i = 0; i < n; ++i) {
-    ASSERT_LE(ulp_distance(p[i], params[i]), 1) << i << ": " << p[i] << " vs " << params[i];
-    ASSERT_LE(ulp_distance(mm[i], m[i]), 1) << i;
-    ASSERT_LE(ulp_distance(vv[i], v[i]), 1) << i;
+  c.decay_factor[1] = 1.0f - 6e-4f * 0.1f;
+  const float scale = 0.7f;
+  std::vector<Bf16> grads16(n);
+  host.convert(Buffer::of(std::span<Bf16>(grads16)), Buffer::of(std::span<const float>(grads)));
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 gradients" : "fp32 gradients");
+    auto want_p = params, want_m = m, want_v = v;
+    const Buffer host_grads = bf16 ? Buffer::of(std::span<const Bf16>(grads16)) : Buffer::of(std::span<const float>(grads));
+    host.adamw(c, tiles.data(), tiles.size(), want_p.data(), host_grads, want_m.data(), want_v.data(), &scale);
+    auto p_g = to_device(e, params), g_g = to_device(e, grads), m_g = to_device(e, m), v_g = to_device(e, v);
+    auto g16_g = to_device(e, grads16);
+    auto tiles_g = to_device(e, tiles);
+    auto scale_g = to_device(e, std::vector<float>{scale});
+    const Buffer device_grads = bf16 ? Buffer{g16_g.data(), n, DataType::bf16} : Buffer{g_g.data(), n, DataType::f32};
+    e.adamw(c, tiles_g.data(), tiles.size(), p_g.data(), device_grads, m_g.data(), v_g.data(), scale_g.data());
+    const auto p = to_host(e, p_g), mm = to_host(e, m_g), vv = to_host(e, v_g);
+    // Built without fused multiply-adds, the device matches bit for bit.
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(p[i]), std::bit_cast<std::uint32_t>(want_p[i])) << i;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(mm[i]), std::bit_cast<std::uint32_t>(want_m[i])) << i;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(vv[i]), std::bit_cast<std::uint32_t>(want_v[i])) << i;
+    }
+    // The gap between the runs is left alone.
+    for (std::size_t i = 150000; i < 150100; ++i) ASSERT_EQ(p[i], params[i]) << i;
   }
 }
 

@@ -133,9 +133,10 @@ TEST_F(FusedClassifierDevice, WholeRowsGiveTheReferencesLossesAndDlogits) {
     Memory rows = upload(logits), target_memory = upload(targets);
     Memory losses = upload(std::vector<float>(static_cast<std::size_t>(v.N), NAN));  // every one written
     auto* rows_p = static_cast<Bf16*>(rows.data());
-    const double total = kernels().classifier_cross_entropy(rows_p, static_cast<float*>(losses.data()),
-                                                            static_cast<const int*>(target_memory.data()), v.N, v.V,
-                                                            v.Vp);
+    const double total = testing_support::device_loss_sum(*exec, [&](LossSum loss) {
+      kernels().classifier_cross_entropy(rows_p, static_cast<float*>(losses.data()),
+                                         static_cast<const int*>(target_memory.data()), v.N, v.V, v.Vp, loss);
+    });
     const std::vector<Bf16> got = download<Bf16>(rows, logits.size());
     const std::vector<float> got_losses = download<float>(losses, static_cast<std::size_t>(v.N));
     EXPECT_NEAR(total, want_total, kLossAbsolute * v.N) << v.name();
@@ -149,9 +150,10 @@ TEST_F(FusedClassifierDevice, WholeRowsGiveTheReferencesLossesAndDlogits) {
 
     // Deterministic: the same logits give the same bits and the same loss sum.
     exec->upload(rows_p, logits.data(), logits.size() * sizeof(Bf16));
-    const double again = kernels().classifier_cross_entropy(rows_p, static_cast<float*>(losses.data()),
-                                                            static_cast<const int*>(target_memory.data()), v.N, v.V,
-                                                            v.Vp);
+    const double again = testing_support::device_loss_sum(*exec, [&](LossSum loss) {
+      kernels().classifier_cross_entropy(rows_p, static_cast<float*>(losses.data()),
+                                         static_cast<const int*>(target_memory.data()), v.N, v.V, v.Vp, loss);
+    });
     EXPECT_EQ(again, total) << v.name();
     const std::vector<Bf16> got_again = download<Bf16>(rows, logits.size());
     EXPECT_TRUE(std::equal(got.begin(), got.end(), got_again.begin(),
@@ -227,9 +229,11 @@ TEST_F(FusedClassifierDevice, VocabularySlicesGiveTheReferencesStatisticsAndRows
       // The device's own combine from its own statistics.
       Memory gathered_d = upload(device_gathered), own_row_stats = upload(std::vector<float>(2 * N, NAN)),
              own_losses = upload(std::vector<float>(static_cast<std::size_t>(N), NAN));
-      const double own_total = kernels().logit_slices_combine(
-          static_cast<const float*>(gathered_d.data()), static_cast<float*>(own_row_stats.data()),
-          static_cast<float*>(own_losses.data()), targets_d, N, degree);
+      const double own_total = testing_support::device_loss_sum(*exec, [&](LossSum loss) {
+        kernels().logit_slices_combine(static_cast<const float*>(gathered_d.data()),
+                                       static_cast<float*>(own_row_stats.data()), static_cast<float*>(own_losses.data()),
+                                       targets_d, N, degree, loss);
+      });
       double want_total = 0;
       for (const double l : whole_losses) want_total += l;
       EXPECT_NEAR(own_total, want_total, kLossAbsolute * N) << what;

@@ -186,9 +186,12 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
       model.backward(*s, loss_scale);
     }
     s->finish_grads();
-    const double norm = std::sqrt(s->grad_norm_squared());
+    double norm_squared = 0;
+    s->add_grad_norm_squared(&norm_squared);
+    const double norm = std::sqrt(norm_squared);
     out.norms.push_back(norm);
-    s->optimizer_step(kLr, norm > kClip ? kClip / (norm + 1e-6) : 1.0, step + 1);
+    const float grad_scale = static_cast<float>(norm > kClip ? kClip / (norm + 1e-6) : 1.0);
+    s->optimizer_step(kLr, &grad_scale, step + 1);
     s->settle();
     const TrafficCounters now = total_by_kind(comms.traffic());
     // The first step gathers what the later ones find prefetched by the step before: from the

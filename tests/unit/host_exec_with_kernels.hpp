@@ -1,7 +1,9 @@
 #pragma once
 // The host backend with layer kernels of the test's choosing: the host's kernels with one claim
 // changed (flash attention, the fused classifier), so that a model built on it takes the path a
-// device in bf16 takes there, while memory, copies and the optimizer stay the host's.
+// device in bf16 takes there, while memory, copies and the optimizer stay the host's. It counts
+// the calls that would make the host wait on a device (download, synchronize), so a test can
+// hold a training step to its one read.
 #include <string>
 #include <utility>
 
@@ -20,17 +22,27 @@ class HostExecWithKernels : public Exec {
   void zero(void* data, std::size_t bytes) override { host_.zero(data, bytes); }
   void copy(void* to, const void* from, std::size_t bytes) override { host_.copy(to, from, bytes); }
   void upload(void* to, const void* from, std::size_t bytes) override { host_.upload(to, from, bytes); }
-  void download(void* to, const void* from, std::size_t bytes) override { host_.download(to, from, bytes); }
+  void download(void* to, const void* from, std::size_t bytes) override {
+    ++waits_;
+    host_.download(to, from, bytes);
+  }
   void convert(Buffer to, Buffer from) override { host_.convert(to, from); }
   void accumulate(Buffer into, const float* from) override { host_.accumulate(into, from); }
-  double sum_squares(Buffer values) override { return host_.sum_squares(values); }
-  void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) override {
-    host_.adamw(c, params, grads, m, v, n);
+  void adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params, Buffer grads,
+             float* m, float* v, const float* grad_scale) override {
+    host_.adamw(c, tiles, tile_count, params, grads, m, v, grad_scale);
   }
-  void synchronize() override {}
+  void add_sum_squares(double* total, std::span<const Buffer> parts) override { host_.add_sum_squares(total, parts); }
+  void divide(double* value, double divisor) override { host_.divide(value, divisor); }
+  void set_clip_factor(StepScalars* scalars, double clip) override { host_.set_clip_factor(scalars, clip); }
+  void synchronize() override { ++waits_; }
   LayerKernels<float>& layer_kernels() override { return kernels_; }
 
+  // download() and synchronize() calls so far.
+  long waits() const { return waits_; }
+
  private:
+  long waits_ = 0;
   std::string description_;
   HostExec host_;
   Kernels kernels_;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +13,9 @@
 #include "data/batches.hpp"
 #include "data/data_paths.hpp"
 #include "data/dataset.hpp"
+#include "exec/exec.hpp"
 #include "optim/adamw.hpp"
+#include "random_values.hpp"
 #include "optim/schedule.hpp"
 
 namespace st {
@@ -75,6 +78,131 @@ TEST(AdamW, UpdatingShardsEqualsUpdatingTheWhole) {
                  std::span(m2).subspan(b, e - b), std::span(v2).subspan(b, e - b), b, 1e-2, 1.0, 1);
   }
   EXPECT_EQ(p, p2);
+}
+
+// The one-launch update (Exec::adamw over AdamW::append_tiles) against the per-range loop
+// (AdamW::update), bit for bit: the buffers are laid out as a sharded strategy's, each segment's
+// parameters, gradients and state at their own offsets with gaps between, and the token table
+// (300 x 256) is longer than a tile, so it is split.
+struct OneLaunchCase {
+  ParamLayout layout = make_layout(ModelShape{2, 256, 4, 16, 300, 300});
+  AdamW adamw{AdamWSettings{0.9, 0.95, 1e-8, 0.1, false, true}, layout};
+  std::vector<std::pair<std::size_t, std::size_t>> segments;  // [begin, end) in the flat layout
+  std::size_t param_gap = 7, grad_gap = 3, state_gap = 11;   // elements between segments in each buffer
+  OneLaunchCase() {
+    for (const Segment& segment : layout.segments())
+      segments.emplace_back(segment.offset, segment.offset + segment.size);
+  }
+  // Where segment k starts in a buffer whose segments are `gap` elements apart.
+  std::size_t at(std::size_t k, std::size_t gap) const { return segments[k].first + k * gap; }
+  std::size_t length(std::size_t gap) const { return layout.total() + segments.size() * gap; }
+  std::vector<AdamWTile> tiles() const {
+    std::vector<AdamWTile> out;
+    for (std::size_t k = 0; k < segments.size(); ++k)
+      adamw.append_tiles(out, segments[k].first, segments[k].second - segments[k].first, at(k, param_gap),
+                         at(k, grad_gap), at(k, state_gap));
+    return out;
+  }
+};
+
+TEST(AdamW, OneLaunchOverTilesEqualsThePerRangeLoopBitForBit) {
+  using testing_support::random_values;
+  OneLaunchCase c;
+  const std::size_t n = c.layout.total();
+  const std::vector<AdamWTile> tiles = c.tiles();
+  std::size_t longest = 0;
+  for (const AdamWTile& t : tiles) longest = std::max<std::size_t>(longest, t.count);
+  ASSERT_EQ(longest, kAdamWTileElements) << "the token table should fill a tile";
+  ASSERT_GT(tiles.size(), c.layout.all_tensors().size());
+
+  // The reference: flat buffers, one range at a time.
+  std::vector<float> p = random_values<float>(n, 1), m(n, 0.f), v(n, 0.f);
+  // The one launch: the same values at the segments' offsets, NaN in the gaps (never touched).
+  const float gap = std::nanf("");
+  std::vector<float> tp(c.length(c.param_gap), gap), tg(c.length(c.grad_gap), gap);
+  std::vector<float> tm(c.length(c.state_gap), gap), tv(c.length(c.state_gap), gap);
+  auto scatter = [&](const std::vector<float>& from, std::vector<float>& to, std::size_t spacing) {
+    for (std::size_t k = 0; k < c.segments.size(); ++k)
+      std::copy(from.begin() + static_cast<std::ptrdiff_t>(c.segments[k].first),
+                from.begin() + static_cast<std::ptrdiff_t>(c.segments[k].second),
+                to.begin() + static_cast<std::ptrdiff_t>(c.at(k, spacing)));
+  };
+  scatter(p, tp, c.param_gap);
+  scatter(m, tm, c.state_gap);
+  scatter(v, tv, c.state_gap);
+  const double lrs[] = {3e-3, 1e-2, 6e-3};
+  const float scales[] = {1.0f, 0.37f, 0.81f};
+  for (int t = 1; t <= 3; ++t) {
+    const std::vector<float> g = random_values<float>(n, 10u + static_cast<unsigned>(t));
+    scatter(g, tg, c.grad_gap);
+    c.adamw.update(p, g, m, v, 0, lrs[t - 1], scales[t - 1], t);
+    host_exec().adamw(c.adamw.step_constants(lrs[t - 1], t), tiles.data(), tiles.size(), tp.data(),
+                      Buffer::of(std::span<const float>(tg)), tm.data(), tv.data(), &scales[t - 1]);
+  }
+  std::vector<float> back_p(n), back_m(n), back_v(n);
+  for (std::size_t k = 0; k < c.segments.size(); ++k)
+    for (std::size_t i = c.segments[k].first; i < c.segments[k].second; ++i) {
+      back_p[i] = tp[c.at(k, c.param_gap) + i - c.segments[k].first];
+      back_m[i] = tm[c.at(k, c.state_gap) + i - c.segments[k].first];
+      back_v[i] = tv[c.at(k, c.state_gap) + i - c.segments[k].first];
+    }
+  EXPECT_EQ(0, std::memcmp(back_p.data(), p.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(back_m.data(), m.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(back_v.data(), v.data(), n * sizeof(float)));
+  std::size_t untouched = 0;
+  for (float x : tp) untouched += std::isnan(x) ? 1 : 0;
+  EXPECT_EQ(untouched, c.segments.size() * c.param_gap);
+}
+
+TEST(AdamW, OneLaunchReadsBf16GradientsAsTheirWidenedValues) {
+  using testing_support::random_values;
+  OneLaunchCase c;
+  c.param_gap = c.grad_gap = c.state_gap = 0;
+  const std::size_t n = c.layout.total();
+  const std::vector<AdamWTile> tiles = c.tiles();
+  std::vector<Bf16> g16(n);
+  std::vector<float> g(n);
+  const std::vector<float> drawn = random_values<float>(n, 5);
+  for (std::size_t i = 0; i < n; ++i) {
+    g16[i] = to_bf16(drawn[i]);
+    g[i] = to_float(g16[i]);
+  }
+  std::vector<float> p = random_values<float>(n, 6), m(n, 0.f), v(n, 0.f);
+  auto p2 = p, m2 = m, v2 = v;
+  const float scale = 0.5f;
+  c.adamw.update(p, g, m, v, 0, 1e-2, scale, 1);
+  host_exec().adamw(c.adamw.step_constants(1e-2, 1), tiles.data(), tiles.size(), p2.data(),
+                    Buffer::of(std::span<const Bf16>(g16)), m2.data(), v2.data(), &scale);
+  EXPECT_EQ(0, std::memcmp(p.data(), p2.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(v.data(), v2.data(), n * sizeof(float)));
+}
+
+TEST(AdamW, ANanClipFactorLeavesEveryWeightAndStateAsItIs) {
+  OneLaunchCase c;
+  c.param_gap = c.grad_gap = c.state_gap = 0;
+  const std::size_t n = c.layout.total();
+  const std::vector<AdamWTile> tiles = c.tiles();
+  std::vector<float> p = testing_support::random_values<float>(n, 3), g(n, 1.0f), m(n, 0.25f), v(n, 0.5f);
+  const auto p0 = p, m0 = m, v0 = v;
+  const float skip = clip_factor(std::nan(""), 1.0, 1.0);
+  host_exec().adamw(c.adamw.step_constants(1e-2, 1), tiles.data(), tiles.size(), p.data(),
+                    Buffer::of(std::span<const float>(g)), m.data(), v.data(), &skip);
+  EXPECT_EQ(p, p0);
+  EXPECT_EQ(m, m0);
+  EXPECT_EQ(v, v0);
+}
+
+TEST(StepScalars, ClipFactorIsTheHostFormulaAndNanWhereAValueIsNotFinite) {
+  const double clip = 1.0;
+  for (double norm : {0.0, 0.5, 1.0, 1.0000001, 3.7, 1e30}) {
+    const double want = clip > 0 && norm > clip ? clip / (norm + 1e-6) : 1.0;
+    EXPECT_EQ(clip_factor(2.5, norm * norm, clip), static_cast<float>(want)) << norm;
+  }
+  EXPECT_EQ(clip_factor(2.5, 100.0, 0.0), 1.0f) << "clip 0: no clipping";
+  EXPECT_TRUE(std::isnan(clip_factor(std::nan(""), 1.0, clip)));
+  EXPECT_TRUE(std::isnan(clip_factor(HUGE_VAL, 1.0, clip)));
+  EXPECT_TRUE(std::isnan(clip_factor(2.5, HUGE_VAL, clip)));
+  EXPECT_TRUE(std::isnan(clip_factor(2.5, std::nan(""), clip)));
 }
 
 TEST(Schedule, WarmupThenCosineToMinimum) {

@@ -162,12 +162,12 @@ void CudaLayerKernels::classifier_logits(Bf16* logits, const float* in, const fl
   bf16_matmuls_.forward_to_bf16(bits(logits), in, weight, N, C, OC);
 }
 
-double CudaLayerKernels::classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N,
-                                                  int V, int Vp) {
+void CudaLayerKernels::classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N,
+                                                int V, int Vp, LossSum loss) {
   use_device();
   ST_REQUIRE(targets, "classifier_cross_entropy needs targets (classifier_softmax normalises without)");
-  if (N == 0) return 0.0;
-  double* row_losses = row_losses_.get<double>(static_cast<std::size_t>(N) + 1, stream_);
+  if (N == 0) return;
+  double* row_losses = row_losses_.get<double>(static_cast<std::size_t>(N), stream_);
   const auto blocks = static_cast<unsigned>(N);
   if (vectorised(logits_to_dlogits, Vp))
     classifier_rows_kernel<kVector>
@@ -176,7 +176,7 @@ double CudaLayerKernels::classifier_cross_entropy(Bf16* logits_to_dlogits, float
     classifier_rows_kernel<1>
         <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_dlogits), losses, row_losses, targets, V, Vp);
   ST_CHECK_LAUNCH();
-  return sum_row_losses(row_losses, N);
+  add_row_losses(row_losses, N, loss);
 }
 
 void CudaLayerKernels::classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) {

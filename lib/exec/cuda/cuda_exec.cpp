@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "exec/cuda/cuda_checks.hpp"
@@ -16,7 +17,10 @@
 namespace st {
 namespace {
 constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS advises for Hopper
-constexpr std::size_t kPinnedBytes = 64;                             // a few scalar results
+// upload()'s staging: slots of 1 MiB (a micro-batch of 64 x 2048 token ids is 512 KiB), eight of
+// them, so that a slot comes round again long after its copy has finished.
+constexpr std::size_t kStagingSlotBytes = std::size_t{1} << 20;
+constexpr int kStagingSlots = 8;
 }  // namespace
 
 CudaExec::State::~State() {
@@ -45,7 +49,12 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
       ST_CHECK_CUDA(cudaEventCreateWithFlags(&marker, cudaEventDisableTiming));
       markers_.push_back(marker);
     }
-    ST_CHECK_CUDA(cudaMallocHost(&pinned_, kPinnedBytes));
+    for (int i = 0; i < kStagingSlots; ++i) {
+      StagingSlot slot;
+      ST_CHECK_CUDA(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+      staging_.push_back(slot);  // the event is released with the slot, even if the allocation fails
+      ST_CHECK_CUDA(cudaMallocHost(&staging_.back().pinned, kStagingSlotBytes));
+    }
     state_ = std::make_unique<State>();
     ST_CHECK_CUBLAS(cublasCreate(&state_->cublas));
     ST_CHECK_CUBLAS(cublasSetStream(state_->cublas, compute_));
@@ -54,8 +63,7 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     ST_CHECK_CUBLAS(cublasSetWorkspace(state_->cublas, state_->cublas_workspace, kCublasWorkspaceBytes));
     ST_CHECK_CUDA(cudaMalloc(&state_->reduce_scratch, (kSumSquaresBlocks + 1) * sizeof(double)));
     state_->kernels = std::make_unique<CudaLayerKernels>(settings.device, compute_, state_->cublas, settings.bf16_matmuls,
-                                                         settings.flash_attention, settings.fused_classifier,
-                                                         static_cast<double*>(pinned_) + 1);
+                                                         settings.flash_attention, settings.fused_classifier);
   } catch (...) {
     release();
     throw;
@@ -68,12 +76,15 @@ void CudaExec::release() noexcept {
   // Nothing may still run on the stream when it and the buffers go.
   if (compute_) cudaStreamSynchronize(compute_);
   state_.reset();
-  if (pinned_) cudaFreeHost(pinned_);
   if (ready_) cudaEventDestroy(ready_);
   for (cudaEvent_t marker : markers_) cudaEventDestroy(marker);
   markers_.clear();
+  for (StagingSlot& slot : staging_) {
+    if (slot.pinned) cudaFreeHost(slot.pinned);
+    if (slot.copied) cudaEventDestroy(slot.copied);
+  }
+  staging_.clear();
   if (compute_) cudaStreamDestroy(compute_);
-  pinned_ = nullptr;
   ready_ = nullptr;
   compute_ = nullptr;
 }
@@ -134,6 +145,14 @@ void CudaExec::copy(void* to, const void* from, std::size_t bytes) {
 void CudaExec::upload(void* to, const void* host_from, std::size_t bytes) {
   use_device();
   if (!bytes) return;
+  if (bytes <= kStagingSlotBytes) {
+    StagingSlot& slot = staging_[next_staging_++ % staging_.size()];
+    ST_CHECK_CUDA(cudaEventSynchronize(slot.copied));  // its copy of kStagingSlots uploads ago
+    std::memcpy(slot.pinned, host_from, bytes);
+    ST_CHECK_CUDA(cudaMemcpyAsync(to, slot.pinned, bytes, cudaMemcpyHostToDevice, compute_));
+    ST_CHECK_CUDA(cudaEventRecord(slot.copied, compute_));
+    return;
+  }
   ST_CHECK_CUDA(cudaMemcpyAsync(to, host_from, bytes, cudaMemcpyHostToDevice, compute_));
   // The caller may reuse `host_from` at once. From pageable memory the runtime has copied it to
   // its staging buffers when the call returns, so the host need not wait for the compute stream;

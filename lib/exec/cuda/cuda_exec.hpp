@@ -45,8 +45,11 @@ class CudaExec final : public Exec {
   void download(void* host_to, const void* from, std::size_t bytes) override;
   void convert(Buffer to, Buffer from) override;
   void accumulate(Buffer into, const float* from) override;
-  double sum_squares(Buffer values) override;
-  void adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) override;
+  void adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params, Buffer grads,
+             float* m, float* v, const float* grad_scale) override;
+  void add_sum_squares(double* total, std::span<const Buffer> parts) override;
+  void divide(double* value, double divisor) override;
+  void set_clip_factor(StepScalars* scalars, double clip) override;
   void synchronize() override;
   const void* before_communication() override;
   LayerKernels<float>& layer_kernels() override;
@@ -75,7 +78,15 @@ class CudaExec final : public Exec {
   std::vector<cudaEvent_t> markers_;
   std::size_t next_marker_ = 0;
   std::unique_ptr<State> state_;
-  void* pinned_ = nullptr;  // small pinned host buffer for scalar results (sum_squares, losses)
+  // upload()'s pinned slots, used in turn: a small upload (a micro-batch's tokens) is copied into
+  // one and queued from there, so the host waits neither for the stream (a copy from pageable
+  // memory synchronises it first) nor for the copy. Each slot's event marks its last copy done.
+  struct StagingSlot {
+    void* pinned = nullptr;
+    cudaEvent_t copied = nullptr;
+  };
+  std::vector<StagingSlot> staging_;
+  std::size_t next_staging_ = 0;
   void release() noexcept;  // frees whatever the constructor got so far (destructor, failed constructor)
   // Makes this backend's device the calling thread's current one (the CUDA runtime keeps it per
   // thread, and a caller may come from another thread than the constructor's).

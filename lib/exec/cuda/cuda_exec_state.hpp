@@ -25,12 +25,12 @@ struct CudaExec::State {
 
   cublasHandle_t cublas = nullptr;
   void* cublas_workspace = nullptr;  // fixed, so cuBLAS results do not depend on a shared pool
-  double* reduce_scratch = nullptr;  // sum_squares: one partial per block, then the total
+  double* reduce_scratch = nullptr;  // add_sum_squares: one partial per block, then the parts' sum
   std::shared_ptr<CudaAllocationCounters> counters = std::make_shared<CudaAllocationCounters>();
   std::unique_ptr<CudaLayerKernels> kernels;
 };
 
-// sum_squares' first pass runs at most this many blocks (its scratch holds as many doubles + 1).
+// add_sum_squares' first pass runs at most this many blocks (its scratch holds as many doubles + 1).
 inline constexpr unsigned kSumSquaresBlocks = 1024;
 
 }  // namespace st

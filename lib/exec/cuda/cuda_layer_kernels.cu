@@ -418,27 +418,23 @@ void CudaLayerKernels::add(float* out, const float* a, const float* b, std::size
   ST_CHECK_LAUNCH();
 }
 
-double CudaLayerKernels::sum_row_losses(double* row_losses, int N) {
-  // One block, in an order that depends only on N (the same total on every run), into the
-  // N + 1st element, then to the host: the one wait of a training step's kernels.
-  double* total = row_losses + N;
-  sum_in_one_block<<<1, 1024, 0, stream_>>>(total, row_losses, N);
+void CudaLayerKernels::add_row_losses(const double* row_losses, int N, LossSum loss) {
+  // One block, in an order that depends only on N (the same total on every run), added to the
+  // step's total on the device: nothing waits.
+  if (!loss.total) return;
+  sum_in_one_block<<<1, 1024, 0, stream_>>>(loss.total, row_losses, N, loss.divisor, true);
   ST_CHECK_LAUNCH();
-  ST_CHECK_CUDA(cudaMemcpyAsync(pinned_result_, total, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  ST_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return *pinned_result_;
 }
 
-double CudaLayerKernels::softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N,
-                                                       int V, int Vp) {
+void CudaLayerKernels::softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N,
+                                                     int V, int Vp, LossSum loss) {
   use_device();
-  if (N == 0) return 0.0;
-  double* row_losses = targets ? row_losses_.get<double>(static_cast<std::size_t>(N) + 1, stream_) : nullptr;
+  if (N == 0) return;
+  double* row_losses = targets ? row_losses_.get<double>(static_cast<std::size_t>(N), stream_) : nullptr;
   softmax_cross_entropy_forward_kernel<<<static_cast<unsigned>(N), kBlock, 0, stream_>>>(logits_to_probs, losses,
                                                                                           row_losses, targets, V, Vp);
   ST_CHECK_LAUNCH();
-  if (!targets) return 0.0;
-  return sum_row_losses(row_losses, N);
+  if (targets) add_row_losses(row_losses, N, loss);
 }
 
 void CudaLayerKernels::softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V,
@@ -459,16 +455,15 @@ void CudaLayerKernels::logit_slice_stats(const float* logits, const int* targets
   ST_CHECK_LAUNCH();
 }
 
-double CudaLayerKernels::logit_slices_combine(const float* gathered, float* row_stats, float* losses,
-                                              const int* targets, int N, int parts) {
+void CudaLayerKernels::logit_slices_combine(const float* gathered, float* row_stats, float* losses,
+                                            const int* targets, int N, int parts, LossSum loss) {
   use_device();
-  if (N == 0) return 0.0;
-  double* row_losses = targets ? row_losses_.get<double>(static_cast<std::size_t>(N) + 1, stream_) : nullptr;
+  if (N == 0) return;
+  double* row_losses = targets ? row_losses_.get<double>(static_cast<std::size_t>(N), stream_) : nullptr;
   logit_slices_combine_kernel<<<grid_for(static_cast<std::size_t>(N)), kBlock, 0, stream_>>>(
       gathered, row_stats, losses, row_losses, targets, N, parts);
   ST_CHECK_LAUNCH();
-  if (!targets) return 0.0;
-  return sum_row_losses(row_losses, N);
+  if (targets) add_row_losses(row_losses, N, loss);
 }
 
 void CudaLayerKernels::logit_slice_softmax(float* logits_to_probs, const float* row_stats, int N, int V, int Vp) {

@@ -3,9 +3,8 @@
 // our own for the element-wise, normalisation, rotary and softmax work, cuBLAS for every matmul
 // (cuda_layer_kernels.cu, cuda_llama_kernels.cu, cuda_attention.cu) but flash attention's, which
 // are its own kernels' (flash_attention.cu), and the fused classifier's cross-entropy
-// (classifier.cu). All work is queued on one stream; the only calls that wait are
-// softmax_cross_entropy_forward, classifier_cross_entropy and logit_slices_combine with targets
-// (they hand the loss sum to the host).
+// (classifier.cu). All work is queued on one stream and nothing waits for it: the loss is added
+// to a double on the device (LossSum).
 //
 // Deterministic: the same inputs give the same bits on every run on the same device. No kernel
 // uses floating-point atomics; every reduction (over a row, over rows for parameter gradients,
@@ -21,21 +20,19 @@ namespace st {
 
 class CudaLayerKernels final : public LayerKernels<float> {
  public:
-  // `pinned_result` is one double of pinned host memory the loss sum comes back through.
   // Work goes to `device` (made current on each call: callers may be on any thread) and `stream`.
   // `flash_attention`: with bf16 matmuls, attention runs flash attention where the head width
   // has a kernel (attention_uses_flash); otherwise, and always in fp32, the exact path.
   // `fused_classifier`: with bf16 matmuls, bf16 logits and the fused cross-entropy
   // (fused_classifier()); otherwise, and always in fp32, fp32 logits and the unfused kernels.
   CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, bool flash_attention,
-                   bool fused_classifier, double* pinned_result)
+                   bool fused_classifier)
       : device_(device),
         stream_(stream),
         cublas_(cublas),
         bf16_(bf16_matmuls),
         flash_(bf16_matmuls && flash_attention),
         fused_(bf16_matmuls && fused_classifier),
-        pinned_result_(pinned_result),
         bf16_matmuls_(stream, cublas) {}
 
   void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
@@ -59,14 +56,14 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void gelu_forward(float* out, const float* in, std::size_t n) override;
   void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
-  double softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N, int V,
-                                       int Vp) override;
+  void softmax_cross_entropy_forward(float* logits_to_probs, float* losses, const int* targets, int N, int V, int Vp,
+                                     LossSum loss) override;
   void softmax_cross_entropy_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp,
                                       float scale) override;
   void logit_slice_stats(const float* logits, const int* targets, float* stats, int N, int V, int Vp,
                          int first) override;
-  double logit_slices_combine(const float* gathered, float* row_stats, float* losses, const int* targets, int N,
-                              int parts) override;
+  void logit_slices_combine(const float* gathered, float* row_stats, float* losses, const int* targets, int N,
+                            int parts, LossSum loss) override;
   void logit_slice_softmax(float* logits_to_probs, const float* row_stats, int N, int V, int Vp) override;
   void logit_slice_backward(float* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                             float scale) override;
@@ -75,8 +72,8 @@ class CudaLayerKernels final : public LayerKernels<float> {
   // keep the kernels above.
   bool fused_classifier() const override { return fused_; }
   void classifier_logits(Bf16* logits, const float* in, const float* weight, int N, int C, int OC) override;
-  double classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                                  int Vp) override;
+  void classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N, int V, int Vp,
+                                LossSum loss) override;
   void classifier_slice_stats(const Bf16* logits, const int* targets, float* stats, int N, int V, int Vp,
                               int first) override;
   void classifier_slice_dlogits(Bf16* logits_to_dlogits, const float* row_stats, const int* targets, int N, int V,
@@ -97,8 +94,8 @@ class CudaLayerKernels final : public LayerKernels<float> {
  private:
   // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.
   void add_column_sums(float* dst, const float* src, int N, int C);
-  // The sum of row_losses[0..N) (N + 1 elements: the total goes to the last), on the host.
-  double sum_row_losses(double* row_losses, int N);
+  // loss: adds the sum of row_losses[0..N), in a fixed order, divided, on the device.
+  void add_row_losses(const double* row_losses, int N, LossSum loss);
 
   void use_device() const { ST_CHECK_CUDA(cudaSetDevice(device_)); }
 
@@ -108,7 +105,6 @@ class CudaLayerKernels final : public LayerKernels<float> {
   bool bf16_;
   bool flash_;  // flash attention where the head width allows (exec/cuda/flash_attention.hpp)
   bool fused_;  // bf16 logits and the fused cross-entropy (classifier.cu)
-  double* pinned_result_;
   // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
   // (softmax_cross_entropy_forward's, classifier_cross_entropy's and logit_slices_combine's).
   DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;

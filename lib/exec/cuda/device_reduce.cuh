@@ -46,16 +46,16 @@ __device__ T block_reduce(T value, Op op, T identity, T* shared) {
   return warp_reduce(value, op);
 }
 
-// *total = the sum of values[0, n), by one block in a fixed order (deterministic): launch with
-// <<<1, threads>>>, threads a multiple of 32 up to 1024. A template, so each .cu file that uses
-// it has its own instance.
+// *into (+)= (the sum of values[0, n)) / divisor, by one block in a fixed order (deterministic):
+// `add` adds to *into, else sets it. Launch with <<<1, threads>>>, threads a multiple of 32 up to
+// 1024. A template, so each .cu file that uses it has its own instance.
 template <class Index>
-__global__ void sum_in_one_block(double* total, const double* values, Index n) {
+__global__ void sum_in_one_block(double* into, const double* values, Index n, double divisor, bool add) {
   __shared__ double shared[kWarp];
   double sum = 0;
   for (Index i = threadIdx.x; i < n; i += blockDim.x) sum += values[i];
   sum = block_reduce(sum, Sum{}, 0.0, shared);
-  if (threadIdx.x == 0) *total = sum;
+  if (threadIdx.x == 0) *into = add ? *into + sum / divisor : sum / divisor;
 }
 
 // Parameter gradients sum over rows in chunks of this many rows: a partial sum per chunk and

@@ -1,7 +1,8 @@
 // The strategy's element-wise arithmetic on the device: conversion between fp32 and bf16,
-// gradient accumulation, the sum of squares (for the gradient norm) and AdamW. Compiled without
+// gradient accumulation, the sum of squares (for the gradient norm), the step's scalars and AdamW. Compiled without
 // fused multiply-adds (see lib/exec/CMakeLists.txt) so that each result is the host's bit for bit
 // (HostExec in exec/host_exec.cpp), except sum_squares, whose order of addition differs.
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.hpp"
@@ -65,11 +66,30 @@ __global__ void sum_squares_partials_kernel(double* partials, const T* values, s
 }
 
 
-// AdamW, one element per thread step (exec/adamw_element.hpp, shared with the host).
-__global__ void adamw_kernel(AdamWConstants c, float* params, const float* grads, float* m, float* v, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-    adamw_element(params[i], grads[i], m[i], v[i], c.beta1, c.beta2, c.grad_scale, c.decay_factor, c.step_size,
-                  c.inv_correction2, c.eps);
+// Element g of a gradient as AdamW reads it: fp32, or bf16 widened exactly.
+__device__ inline float gradient_at(const float* g, std::size_t i) { return g[i]; }
+__device__ inline float gradient_at(const std::uint16_t* g, std::size_t i) { return bf16_bits_to_f32(g[i]); }
+
+// AdamW over the tiles (exec/adamw_element.hpp, shared with the host): block b takes tiles b,
+// b + gridDim.x, ...; its threads stride over the tile. A NaN factor leaves everything unchanged.
+template <class G>
+__global__ void adamw_tiles_kernel(AdamWStepConstants c, const AdamWTile* tiles, std::size_t tile_count, float* params,
+                                   const G* grads, float* m, float* v, const float* grad_scale) {
+  const float scale = *grad_scale;
+  if (scale != scale) return;
+  for (std::size_t t = blockIdx.x; t < tile_count; t += gridDim.x) {
+    const AdamWTile tile = tiles[t];
+    const float decay_factor = c.decay_factor[tile.decay];
+    for (std::uint32_t i = threadIdx.x; i < tile.count; i += blockDim.x)
+      adamw_element(params[tile.param + i], gradient_at(grads, tile.grad + i), m[tile.state + i], v[tile.state + i],
+                    c.beta1, c.beta2, scale, decay_factor, c.step_size, c.inv_correction2, c.eps);
+  }
+}
+
+__global__ void divide_kernel(double* value, double divisor) { *value /= divisor; }
+
+__global__ void clip_factor_kernel(StepScalars* scalars, double clip) {
+  scalars->grad_scale = clip_factor(scalars->loss, scalars->grad_norm_squared, clip);
 }
 
 }  // namespace
@@ -106,38 +126,65 @@ void CudaExec::accumulate(Buffer into, const float* from) {
   ST_CHECK_LAUNCH();
 }
 
-double CudaExec::sum_squares(Buffer values) {
+void CudaExec::add_sum_squares(double* total, std::span<const Buffer> parts) {
   use_device();
-  const std::size_t n = values.count;
-  if (n == 0) return 0.0;
+  // partials: one double per block of a part's first pass; part_sum: the parts added in order
+  // (needed only with several parts, as the host adds them before adding to the total).
   double* partials = state_->reduce_scratch;
-  double* total = partials + kSumSquaresBlocks;
-  const unsigned blocks = grid_for(n, kSumSquaresBlocks);
-  switch (values.type) {
-    case DataType::f32:
-      sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials, static_cast<const float*>(values.data), n);
-      break;
-    case DataType::f64:
-      sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials, static_cast<const double*>(values.data), n);
-      break;
-    case DataType::bf16:
-      sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials,
-                                                                   static_cast<const std::uint16_t*>(values.data), n);
-      break;
+  double* part_sum = partials + kSumSquaresBlocks;
+  bool first = true;
+  for (const Buffer& values : parts) {
+    const std::size_t n = values.count;
+    if (n == 0) continue;
+    const unsigned blocks = grid_for(n, kSumSquaresBlocks);
+    switch (values.type) {
+      case DataType::f32:
+        sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials, static_cast<const float*>(values.data), n);
+        break;
+      case DataType::f64:
+        sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials, static_cast<const double*>(values.data), n);
+        break;
+      case DataType::bf16:
+        sum_squares_partials_kernel<<<blocks, kBlock, 0, compute_>>>(partials,
+                                                                     static_cast<const std::uint16_t*>(values.data), n);
+        break;
+    }
+    ST_CHECK_LAUNCH();
+    const bool alone = parts.size() == 1;
+    sum_in_one_block<<<1, kBlock, 0, compute_>>>(alone ? total : part_sum, partials, blocks, 1.0, alone || !first);
+    ST_CHECK_LAUNCH();
+    first = false;
   }
-  ST_CHECK_LAUNCH();
-  sum_in_one_block<<<1, kBlock, 0, compute_>>>(total, partials, blocks);
-  ST_CHECK_LAUNCH();
-  double* result = static_cast<double*>(pinned_);
-  ST_CHECK_CUDA(cudaMemcpyAsync(result, total, sizeof(double), cudaMemcpyDeviceToHost, compute_));
-  ST_CHECK_CUDA(cudaStreamSynchronize(compute_));
-  return *result;
+  if (parts.size() > 1 && !first) {
+    sum_in_one_block<<<1, kWarp, 0, compute_>>>(total, part_sum, 1u, 1.0, true);
+    ST_CHECK_LAUNCH();
+  }
 }
 
-void CudaExec::adamw(const AdamWConstants& c, float* params, const float* grads, float* m, float* v, std::size_t n) {
+void CudaExec::divide(double* value, double divisor) {
   use_device();
-  if (n == 0) return;
-  adamw_kernel<<<grid_for(n), kBlock, 0, compute_>>>(c, params, grads, m, v, n);
+  divide_kernel<<<1, 1, 0, compute_>>>(value, divisor);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaExec::set_clip_factor(StepScalars* scalars, double clip) {
+  use_device();
+  clip_factor_kernel<<<1, 1, 0, compute_>>>(scalars, clip);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaExec::adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::size_t tile_count, float* params,
+                     Buffer grads, float* m, float* v, const float* grad_scale) {
+  use_device();
+  if (tile_count == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(tile_count, 1u << 16));
+  if (grads.type == DataType::bf16)
+    adamw_tiles_kernel<<<blocks, kBlock, 0, compute_>>>(c, tiles, tile_count, params,
+                                                        static_cast<const std::uint16_t*>(grads.data), m, v, grad_scale);
+  else if (grads.type == DataType::f32)
+    adamw_tiles_kernel<<<blocks, kBlock, 0, compute_>>>(c, tiles, tile_count, params,
+                                                        static_cast<const float*>(grads.data), m, v, grad_scale);
+  else throw Error("adamw: gradients are f32 or bf16");
   ST_CHECK_LAUNCH();
 }
 
