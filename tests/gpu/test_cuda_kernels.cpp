@@ -974,16 +974,16 @@ TEST_F(CudaKernels, AdamWOverTilesMatchesHostBitForBit) {
   const float scale = 0.7f;
   std::vector<Bf16> grads16(n);
   host.convert(Buffer::of(std::span<Bf16>(grads16)), Buffer::of(std::span<const float>(grads)));
-  for (const bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16 ? "bf16 gradients" : "fp32 gradients");
+  for (const bool bf16_grads : {false, true}) {
+    SCOPED_TRACE(bf16_grads ? "bf16 gradients" : "fp32 gradients");
     auto want_p = params, want_m = m, want_v = v;
-    const Buffer host_grads = bf16 ? Buffer::of(std::span<const Bf16>(grads16)) : Buffer::of(std::span<const float>(grads));
+    const Buffer host_grads = bf16_grads ? Buffer::of(std::span<const Bf16>(grads16)) : Buffer::of(std::span<const float>(grads));
     host.adamw(c, tiles.data(), tiles.size(), want_p.data(), host_grads, want_m.data(), want_v.data(), &scale);
     auto p_g = to_device(e, params), g_g = to_device(e, grads), m_g = to_device(e, m), v_g = to_device(e, v);
     auto g16_g = to_device(e, grads16);
     auto tiles_g = to_device(e, tiles);
     auto scale_g = to_device(e, std::vector<float>{scale});
-    const Buffer device_grads = bf16 ? Buffer{g16_g.data(), n, DataType::bf16} : Buffer{g_g.data(), n, DataType::f32};
+    const Buffer device_grads = bf16_grads ? Buffer{g16_g.data(), n, DataType::bf16} : Buffer{g_g.data(), n, DataType::f32};
     e.adamw(c, tiles_g.data(), tiles.size(), p_g.data(), device_grads, m_g.data(), v_g.data(), scale_g.data());
     const auto p = to_host(e, p_g), mm = to_host(e, m_g), vv = to_host(e, v_g);
     // Built without fused multiply-adds, the device matches bit for bit.
