@@ -108,9 +108,7 @@ void build_model(LoadedModel& m, World& world, int max_batch) {
   if (max_batch == 0)
     max_batch = static_cast<int>(
         plan_batches(m.config.data, m.config.model.seq_len, world.size() / tensor, m.config.deck_path).micro_batch);
-  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p.precision == Precision::bf16,
-                                                                      p.attention == AttentionChoice::automatic,
-                                                                      p.classifier == ClassifierChoice::automatic),
+  m.net = std::make_unique<ShardedModel>(m.config, *m.world, make_execution(device, p),
                                          max_batch, nullptr, ShardedModel::Use::inference);
 }
 

@@ -50,6 +50,12 @@ if(ST_ENABLE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 80 90)
   endif()
   enable_language(CUDA)
+  # C++20 in .cu files (the headers use std::span; CUDA_STANDARD follows CXX_STANDARD), here and
+  # in the tests' kernels. CMake 3.25 does not know nvcc's flag for it, so it is named here.
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION OR CMAKE_CUDA20_STANDARD_COMPILE_OPTION STREQUAL "")
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   find_package(CUDAToolkit REQUIRED)
 endif()
 if(ST_ENABLE_KOKKOS)

@@ -83,6 +83,7 @@ struct ParallelConfig {
   Precision precision = Precision::fp32;
   AttentionChoice attention = AttentionChoice::automatic;
   ClassifierChoice classifier = ClassifierChoice::automatic;
+  bool sync_every_launch = false;  // GPUs: wait for and check every kernel where it is launched
   std::int64_t ranks_per_node = 0;
   Collectives collectives = Collectives::automatic;
   IntraNode intra_node = IntraNode::shm;

@@ -290,6 +290,11 @@ std::vector<KeySpec> build_schema() {
              "logits; docs/gpu.md), fp32 logits in fp32. unfused: fp32 logits, the softmax and its backward as "
              "separate kernels, as fp32 runs and the CPU always compute them.",
              store_choice(&C::parallel, &ParallelConfig::classifier)),
+      boolean("parallel", "sync_every_launch", "false",
+              "GPUs, for debugging: wait for every kernel and cuBLAS call where it is launched and check it, so "
+              "that a failing kernel (an illegal address, a trap) is named by its source file and line instead "
+              "of surfacing at a later call. Slow: nothing overlaps. The results do not change.",
+              store(&C::parallel, &ParallelConfig::sync_every_launch)),
       integer("parallel", "ranks_per_node", "0", 0, 65536,
               "0: ranks that share memory form a node. K > 0: treat each K consecutive ranks as one node "
               "(emulates several nodes on one host); the world size must be a multiple of K. When this is 0 the "

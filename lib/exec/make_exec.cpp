@@ -114,17 +114,18 @@ std::unique_ptr<Execution> host_execution(std::unique_ptr<Exec> exec, const Devi
   return std::make_unique<HostExecution>(std::move(exec), choice);
 }
 
-std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
-                                          bool fused_classifier) {
+std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, const ParallelConfig& parallel) {
   if (!choice.cuda) return host_execution(std::make_unique<HostExec>(), choice);
 #if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
-  return std::make_unique<CudaExecution>(
-      std::make_unique<CudaExec>(CudaExecSettings{choice.device, bf16_matmuls, flash_attention, fused_classifier}),
-      choice);
+  CudaExecSettings settings;
+  settings.device = choice.device;
+  settings.bf16_matmuls = parallel.precision == Precision::bf16;
+  settings.flash_attention = parallel.attention == AttentionChoice::automatic;
+  settings.fused_classifier = parallel.classifier == ClassifierChoice::automatic;
+  settings.sync_every_launch = parallel.sync_every_launch;
+  return std::make_unique<CudaExecution>(std::make_unique<CudaExec>(settings), choice);
 #else
-  (void)bf16_matmuls;
-  (void)flash_attention;
-  (void)fused_classifier;
+  (void)parallel;
 #if defined(ST_HAVE_CUDA)
   throw Error("GPU training needs NCCL; choose_device refuses cuda in a build without it", ErrorScope::all_ranks);
 #else

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"  // the device communicators this factory builds
+#include "deck/config.hpp"
 #include "exec/device_choice.hpp"
 #include "exec/exec.hpp"
 
@@ -61,15 +62,14 @@ class Execution {
 // 13.x, NCCL 2.28.x"), or that it has none.
 std::string gpu_backend_versions();
 
-// bf16_matmuls: parallel.precision = "bf16" (matmuls with bf16 inputs on a device);
-// flash_attention: parallel.attention = "auto" (flash attention where it runs: with bf16 matmuls
-// on a device, exec/attention_probs.hpp); fused_classifier: parallel.classifier = "auto" (bf16
-// logits and the fused cross-entropy, with bf16 matmuls on a device).
 // The host's execution around a given host backend: tests wrap the host's backend to count its
 // waits or to stand in for a device's kernel choices.
 std::unique_ptr<Execution> host_execution(std::unique_ptr<Exec> exec, const DeviceChoice& choice = {});
 
-std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, bool bf16_matmuls, bool flash_attention,
-                                          bool fused_classifier = true);
+// The backend the deck's [parallel] settings ask for on this device: bf16 matmuls with
+// precision "bf16", flash attention and the fused classifier where attention and classifier are
+// "auto" (on a device, with bf16 matmuls: exec/attention_probs.hpp, docs/gpu.md), and every
+// launch waited for and checked with sync_every_launch.
+std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, const ParallelConfig& parallel);
 
 }  // namespace st

@@ -180,7 +180,7 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   if (targets) targets_.assign(targets, targets + N);
   else targets_.clear();
   this->upload_slice_tokens(tokens_at_, tokens, N);
-  if (targets) exec_.upload(targets_at_, targets, static_cast<std::size_t>(N) * sizeof(int));
+  if (targets) this->upload_targets(targets_at_, targets, N);
 
   buffers.before_forward(0);
   const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again

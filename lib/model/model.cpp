@@ -1,6 +1,7 @@
 #include "model/model.hpp"
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "core/error.hpp"
@@ -9,6 +10,21 @@
 #include "model/llama.hpp"
 
 namespace st {
+
+namespace {
+
+// The first id outside [0, vocabulary) fails the pass on this rank (the job's error handling
+// stops the others) before anything reads it.
+void require_in_vocabulary(const int* ids, int count, std::int64_t vocabulary, const char* kind) {
+  const int* bad = std::find_if(ids, ids + count, [&](int id) { return id < 0 || id >= vocabulary; });
+  if (bad == ids + count) return;
+  throw Error(std::string(kind) + " id " + std::to_string(*bad) + " (position " + std::to_string(bad - ids) + " of " +
+              std::to_string(count) + " in this pass) is outside the model's vocabulary [0, " +
+              std::to_string(vocabulary) + "): the ids must come from a tokenizer of at most model.vocab_size = " +
+              std::to_string(vocabulary) + " tokens");
+}
+
+}  // namespace
 
 template <class Real>
 Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor)
@@ -68,6 +84,7 @@ int Model<Real>::vocab_real() const {
 
 template <class Real>
 void Model<Real>::upload_slice_tokens(int* to, const int* tokens, int count) {
+  require_in_vocabulary(tokens, count, shape_.vocab_size, "token");
   const auto n = static_cast<std::size_t>(count);
   if (!tensor_.active()) {
     exec_.upload(to, tokens, n * sizeof(int));
@@ -78,6 +95,12 @@ void Model<Real>::upload_slice_tokens(int* to, const int* tokens, int count) {
   for (std::size_t i = 0; i < n; ++i)
     slice_tokens_[i] = tokens[i] >= first && tokens[i] < first + rows ? tokens[i] - first : -1;
   exec_.upload(to, slice_tokens_.data(), n * sizeof(int));
+}
+
+template <class Real>
+void Model<Real>::upload_targets(int* to, const int* targets, int count) {
+  require_in_vocabulary(targets, count, shape_.vocab_size, "target");
+  exec_.upload(to, targets, static_cast<std::size_t>(count) * sizeof(int));
 }
 
 template <class Real>

@@ -149,7 +149,11 @@ class Model {
   int vocab_real() const;
   // `tokens` as this rank's slice of the token table numbers them (a token another rank holds
   // becomes -1: the encoder looks it up as zeros), uploaded to `to` (count ints).
+  // Token and target ids reach the backend only through these two, checked against
+  // model.vocab_size first: an id outside the vocabulary would make the embedding and the loss
+  // read outside their tables, on a GPU as an illegal address reported far from its cause.
   void upload_slice_tokens(int* to, const int* tokens, int count);
+  void upload_targets(int* to, const int* targets, int count);
   // Sums the group's partial results in place (the row-parallel projections' outputs, the
   // input gradients of the column-parallel ones).
   void sum_over_tensor_group(Real* data, std::size_t count);

@@ -40,9 +40,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
       world_(world),
       timeline_(config.run.trace_steps > 0) {
   // The device first: the model, the strategy and the communicators are built for it.
-  std::unique_ptr<Execution> execution = make_execution(device, config.parallel.precision == Precision::bf16,
-                                                        config.parallel.attention == AttentionChoice::automatic,
-                                                        config.parallel.classifier == ClassifierChoice::automatic);
+  std::unique_ptr<Execution> execution = make_execution(device, config.parallel);
   threads_ = choose_thread_count(static_cast<int>(config.run.threads), world.host_ranks());
   apply_thread_count(threads_);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 #include <ostream>
 #include <vector>
 
@@ -157,6 +158,38 @@ TEST_P(EveryArch, GreedyTokensEqualFullForwardPassesAcrossTheWindow) {
   EXPECT_EQ(got, expected);
   // The comparison can fail: the tokens vary.
   EXPECT_GT(std::set<int>(expected.begin() + 5, expected.end()).size(), 3u);
+}
+
+// An id outside the vocabulary stops the pass before the embedding or the loss reads it, naming
+// the id, where it is and model.vocab_size; in range, the same ids pass (the check is no refusal
+// of everything). Decoding is checked too: its tokens come from prompts.
+TEST_P(EveryArch, IdsOutsideTheVocabularyAreRefusedBeforeAnyKernelReadsThem) {
+  const ModelShape shape = shape_of(GetParam(), 1, 4);
+  const auto owned = make_model<float>(shape, 1, host_exec(), Recompute::none);
+  Model<float>& model = *owned;
+  std::vector<float> params(model.layout().total(), 0.0f);
+  model.init_params(params, 3);
+  const std::vector<int> fine{0, 39, 5, 7};
+  EXPECT_NO_THROW(model.forward(params, fine.data(), fine.data(), 1, 4));
+
+  auto message_of = [](const auto& pass) -> std::string {
+    try {
+      pass();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::vector<int> token_40{0, 39, 40, 7}, negative{0, 1, 2, -3};
+  EXPECT_EQ(message_of([&] { model.forward(params, token_40.data(), fine.data(), 1, 4); }),
+            "token id 40 (position 2 of 4 in this pass) is outside the model's vocabulary [0, 40): the ids must come "
+            "from a tokenizer of at most model.vocab_size = 40 tokens");
+  EXPECT_NE(message_of([&] { model.forward(params, fine.data(), negative.data(), 1, 4); })
+                .find("target id -3 (position 3 of 4"),
+            std::string::npos);
+  FlatBuffers<float> flat(model.layout(), params);
+  model.reset_decoding();
+  EXPECT_NE(message_of([&] { model.decode(flat, token_40.data() + 2, 1); }).find("token id 40"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EveryArch, ::testing::Values(Arch::gpt2, Arch::llama),

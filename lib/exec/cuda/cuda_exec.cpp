@@ -4,6 +4,7 @@
 #include "exec/cuda/cuda_exec.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -16,6 +17,8 @@
 
 namespace st {
 namespace {
+
+std::atomic<bool> every_launch_synced{false};
 constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS advises for Hopper
 // upload()'s staging: slots of 1 MiB (a micro-batch of 64 x 2048 token ids is 512 KiB), eight of
 // them, so that a slot comes round again long after its copy has finished.
@@ -31,7 +34,13 @@ CudaExec::State::~State() {
   if (reduce_scratch) cudaFree(reduce_scratch);
 }
 
+void sync_every_launch(bool on) {
+  if (on) every_launch_synced.store(true, std::memory_order_relaxed);
+}
+bool syncing_every_launch() { return every_launch_synced.load(std::memory_order_relaxed); }
+
 CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
+  sync_every_launch(settings.sync_every_launch);
   try {
     int devices = 0;
     ST_CHECK_CUDA(cudaGetDeviceCount(&devices));
