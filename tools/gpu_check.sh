@@ -11,13 +11,17 @@
 # models with each, interleaved (tokens/s, MFU, peak memory, every step's time); last it runs the
 # CPU unit tests of the CUDA build with what is left. Phase classifier (not in the defaults: ask
 # for it) measures the fused classifier against the unfused one the same way, whole bf16 steps
-# of both models at each of --classifier-batches. Prints each phase's time; stops each phase
-# at what is left of the budget, so the whole command ends inside it with its results written.
+# of both models at each of --classifier-batches. Phase llmc (not in the defaults: ask for it,
+# after tools/gpu_stage_llmc.sh here) builds llm.c's train_gpt2cu from the copy in .gpudeps/llm.c
+# and runs it beside shardtrain on the same shape and tokens, GPT-2 124M from random init in bf16
+# at each of --llmc-batches x 1024 (tools/llmc_bench.py: llm.c, shardtrain, llm.c, shardtrain ...).
+# Prints each phase's time; stops each phase at what is left of the budget, so the whole command
+# ends inside it with its results written.
 #
-#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier]] [--budget SECONDS] [--nccl DIR]
-#                      [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
+#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier][,llmc]] [--budget SECONDS]
+#                      [--nccl DIR] [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
 #                      [--attn-rounds R] [--attn-steps N] [--classifier-batches LIST]
-#                      [--profile] [--cmake-arg ARG]...
+#                      [--llmc-batches LIST] [--profile] [--cmake-arg ARG]...
 #
 # --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
 #   time to spare for the start and the transfers); 0: no limit.
@@ -30,13 +34,20 @@
 # --classifier-batches: phase classifier's GPT-2 batches (default 16; e.g. 16,64), each run
 #   fused, unfused, fused, unfused (the --attn-rounds and --attn-steps); the Llama at half as
 #   many sequences of 2048. A batch the unfused path cannot hold shows as failed in its table.
+# --llmc-batches: phase llmc's batches (default 16,64), each run llm.c, shardtrain, llm.c, shardtrain
+#   (the --attn-rounds and --attn-steps); llm.c runs -e d12 -b B -t 1024 -r 0 (no recomputation, as
+#   shardtrain's bf16/none), shardtrain through gpu_bench.py --settings bf16/none, both on one token
+#   file that `shardtrain tokenize` writes from the training text in llm.c's format. llm.c is built
+#   into build-cuda/llmc/ with the nvcc line of its Makefile (NO_MULTI_GPU=1 NO_USE_MPI=1
+#   USE_CUDNN=0 PRECISION=BF16) for the GPU's compute capability, tools/llmc_compat.h included first.
 # --profile: after each model's benchmark, its first setting's kernels under Nsight Compute (ncu):
 #   the GPU time of one step, kernel by kernel (gpu_profile*.md; gpu_bench.py --profile).
 # --cmake-arg: passed to the configure step (e.g. -DST_WERROR=ON, as CI builds).
 # The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
 # gpu_bench_smollm2-135m.md/.json; attn: attention_bench.txt, gpu_bench_attention.md/.json,
 # gpu_bench_smollm2-135m_attention.md/.json; classifier: gpu_bench_classifier_bB.md/.json,
-# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B)
+# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B; llmc: llmc_build.log,
+# llmc_side_by_side_bB.md/.json for each batch B)
 # go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +58,7 @@ budget=470
 attn_rounds=2
 attn_steps=8
 classifier_batches=16
+llmc_batches=16,64
 nccl_dir=""
 bench_settings="bf16/none,fp32/none"
 llama_settings="bf16/selective"
@@ -64,6 +76,7 @@ while (($#)); do
     --attn-rounds) attn_rounds=$2; shift ;;
     --attn-steps) attn_steps=$2; shift ;;
     --classifier-batches) classifier_batches=$2; shift ;;
+    --llmc-batches) llmc_batches=$2; shift ;;
     --cmake-arg) extra_cmake+=("$2"); shift ;;
     --profile) profile=(--profile) ;;
     *) echo "gpu_check: unknown argument $1"; exit 2 ;;
@@ -291,6 +304,62 @@ if has_phase classifier; then
     summaries+=("$out/gpu_bench_classifier_b$b.md" "$out/gpu_bench_smollm2-135m_classifier_b$b.md")
   done
   phase_done classifier
+fi
+if has_phase llmc; then
+  # llm.c's train_gpt2cu beside shardtrain on the same shape: GPT-2 124M from random init, bf16,
+  # T = 1024, B sequences per step, no gradient accumulation, one GPU. llm.c's sources come from
+  # .gpudeps/llm.c (tools/gpu_stage_llmc.sh; never committed); it is built here with the recipe of
+  # its Makefile for train_gpt2cu at NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0 PRECISION=BF16 (the
+  # nvcc line `make -n` prints), run directly: the image may have no make. tools/llmc_compat.h,
+  # included first, lets llm.c's sources build with CUDA 13 unchanged.
+  llmc_src=.gpudeps/llm.c
+  llmc_exe=build-cuda/llmc/train_gpt2cu
+  if [[ ! -f $llmc_src/train_gpt2.cu ]]; then
+    say "llmc: $llmc_src is not here: run tools/gpu_stage_llmc.sh before the device call and carry .gpudeps"
+    status=1
+  else
+    mkdir -p build-cuda/llmc
+    llmc_cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+    [[ $llmc_cc =~ ^[0-9]+$ ]] || llmc_cc=90  # no GPU to ask (a build here): the H100's and H200's
+    # llm.c includes nvml.h wherever the compiler finds it, and its Makefile then links NVML; where
+    # the toolkit has no nvml.h, nothing of NVML is referenced and the link leaves it out.
+    llmc_link=(-lcublas -lcublasLt)
+    cuda_root=$(cd "$(dirname "$nvcc")/.." && pwd)
+    # nvcc links cuBLAS without a run path (CMake gives shardtrain one): name the toolkit's.
+    cublas_dir=$(dirname "$(ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/lib/libcublas.so* \
+                              "$cuda_root"/targets/*/lib/libcublas.so* 2>/dev/null | head -1)")
+    [[ $cublas_dir != . ]] && llmc_link+=(-Xlinker -rpath -Xlinker "$cublas_dir")
+    if compgen -G "$cuda_root/include/nvml.h" >/dev/null || compgen -G "$cuda_root/targets/*/include/nvml.h" >/dev/null ||
+       [[ -f /usr/include/nvml.h ]]; then
+      nvml_so=$(ls "$cuda_root"/lib64/stubs/libnvidia-ml.so "$cuda_root"/targets/*/lib/stubs/libnvidia-ml.so \
+                   "$cuda_root"/lib64/libnvidia-ml.so 2>/dev/null | head -1)
+      if [[ -z $nvml_so ]]; then  # the driver's library alone (libnvidia-ml.so.1): an unversioned link to it
+        nvml_so=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 / {print $NF; exit}')
+        [[ -n $nvml_so ]] && mkdir -p build-cuda/llmc/nvml && ln -sf "$nvml_so" build-cuda/llmc/nvml/libnvidia-ml.so &&
+          nvml_so=build-cuda/llmc/nvml/libnvidia-ml.so
+      fi
+      llmc_link+=(-L"$(dirname "${nvml_so:-/nonexistent/x}")" -lnvidia-ml)
+    fi
+    llmc_build=("$nvcc" --threads=0 -t=0 --use_fast_math -std=c++17 -O3
+                "--generate-code" "arch=compute_$llmc_cc,code=[compute_$llmc_cc,sm_$llmc_cc]" -DENABLE_BF16
+                -include tools/llmc_compat.h
+                "$llmc_src/train_gpt2.cu" "${llmc_link[@]}" -o "$llmc_exe")
+    say "llmc: building llm.c's train_gpt2cu ($(cat "$llmc_src/SNAPSHOT" 2>/dev/null || echo "no SNAPSHOT file")) for sm_$llmc_cc"
+    echo "${llmc_build[*]}" > "$out/llmc_build.log"
+    if ! run_phase llmc "${llmc_build[@]}" >> "$out/llmc_build.log" 2>&1; then
+      grep -m 20 -E "error|fatal|cannot find" "$out/llmc_build.log"; say "llmc: building train_gpt2cu FAILED"; status=1
+    else
+      phase_done llmc_build
+      for b in ${llmc_batches//,/ }; do
+        say "llmc: GPT-2 124M bf16 at $b x 1024, llm.c and shardtrain in turn, $attn_rounds rounds of $attn_steps steps"
+        run_phase llmc python3 tools/llmc_bench.py --exe build-cuda/shardtrain --llmc "$llmc_exe" --batch "$b" \
+          --steps "$attn_steps" --rounds "$attn_rounds" --out "$out" --mpiexec "$(command -v mpirun || echo mpirun)" ||
+          status=1
+        summaries+=("$out/llmc_side_by_side_b$b.md")
+      done
+    fi
+  fi
+  phase_done llmc
 fi
 if has_phase unit; then
   # Last: the GPU tests and the benchmark are what the lease is for. Each host test runs as many
