@@ -119,7 +119,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, batch_plan.global_batch, "validation");
   const ModelShape shape = model_shape(config.model);
   const ParamLayout layout = make_layout(shape);
-  const Recompute recompute = recompute_of(config.model);
+  const Recompute recompute = config.model.recompute;
   const std::uint64_t activations = predicted_activation_bytes(config, machine, batch_plan.micro_batch, recompute, tensor);
   const auto& p = config.parallel;
   // The plan the run would make: the planner's machine says how the ranks split into nodes.
@@ -145,7 +145,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
                                                     static_cast<int>(shape.head_dim()));
   predicted_settings.classifier = describe_classifier(machine.gpu, p.precision, p.classifier);
   predicted_settings.data = describe_data(data);
-  predicted_settings.sequential_data = config.data.order == "sequential";
+  predicted_settings.sequential_data = config.data.order == DataOrder::sequential;
   predicted_settings.tokenizer = data.tokenizer->description();
   predicted_settings.run_directory = resolve_out_dir(config);
   SettingsRows derived = derived_rows(predicted_settings);

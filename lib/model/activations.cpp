@@ -7,19 +7,9 @@
 
 namespace st {
 
-std::optional<Recompute> recompute_from_name(std::string_view name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  return std::nullopt;
-}
-
 const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
+  for (const auto& [value, name] : ChoiceNames<Recompute>::table)
+    if (value == recompute) return name;
   return "?";
 }
 

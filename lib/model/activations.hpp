@@ -15,16 +15,13 @@
 // the memory lines predict with them, so prediction and allocation cannot drift apart.
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
+#include "core/choices.hpp"
 #include "model/layout.hpp"
 
 namespace st {
 
-enum class Recompute { none, selective, full };
-
-std::optional<Recompute> recompute_from_name(std::string_view name);
+// Recompute is one of the deck's choices (core/choices.hpp); its word, for messages.
 const char* recompute_name(Recompute recompute);
 
 // Elements, for micro-batches of up to max_batch sequences with `heads_at_once` attention

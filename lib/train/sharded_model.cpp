@@ -82,7 +82,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   }
   const World& data_world = tensor_ ? *tensor_->data_world : world;
   model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(),
-                             inference ? Recompute::full : recompute_of(config.model), group);
+                             inference ? Recompute::full : config.model.recompute, group);
   scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;

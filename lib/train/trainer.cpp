@@ -116,7 +116,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.classifier = describe_classifier(net_->execution().choice().cuda, config_.parallel.precision,
                                          config_.parallel.classifier);
   built.data = describe_data(data_);
-  built.sequential_data = config_.data.order == "sequential";
+  built.sequential_data = config_.data.order == DataOrder::sequential;
   built.tokenizer = data_.tokenizer->description();
   built.run_directory = run_dir_->path();
   SettingsRows rows = derived_rows(built);
@@ -142,7 +142,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   const std::size_t next = train_loader_->next_start();
   const DataShard& shard = data.shards()[data.shard_of(next)];
   info.data_position = position.batches;
-  info.data_order = config_.data.order;
+  info.data_order = name_of(config_.data.order);
   info.data_shard = shard.path;
   info.data_shard_offset = static_cast<std::int64_t>(next - shard.begin);
   info.data_epoch = position.epoch;
@@ -378,7 +378,7 @@ TrainSummary Trainer::run() {
     }
   }
   if (auto done = checkpointer_->finish()) report_checkpoint(*done);
-  if (summary.steps == config_.run.steps && config_.run.export_at_end == "safetensors") export_model();
+  if (summary.steps == config_.run.steps && config_.run.export_at_end == ExportAtEnd::safetensors) export_model();
   timeline_.set_enabled(false);
   write_traces();
   return summary;
