@@ -113,14 +113,14 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const RunData data = open_run_data(config, world.comm());
   // The batch splits between the data-parallel ranks (a tensor group's ranks share theirs).
   const auto tensor = static_cast<int>(config.parallel.tensor);
-  const BatchPlan plan = plan_batches(config.data, config.model.seq_len, world_size / tensor, config.deck_path);
+  const BatchPlan batch_plan = plan_batches(config.data, config.model.seq_len, world_size / tensor, config.deck_path);
   // The loaders refuse a sequential batch that does not fit in its part of the data.
-  BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, plan.global_batch, "training");
-  BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, plan.global_batch, "validation");
+  BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, batch_plan.global_batch, "training");
+  BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, batch_plan.global_batch, "validation");
   const ModelShape shape = model_shape(config.model);
   const ParamLayout layout = make_layout(shape);
-  const Recompute recompute = recompute_of(config.model);
-  const std::uint64_t activations = predicted_activation_bytes(config, machine, plan.micro_batch, recompute, tensor);
+  const Recompute recompute = config.model.recompute;
+  const std::uint64_t activations = predicted_activation_bytes(config, machine, batch_plan.micro_batch, recompute, tensor);
   const auto& p = config.parallel;
   // The plan the run would make: the planner's machine says how the ranks split into nodes.
   const ParallelPlan predicted = deck_plan(config, machine);
@@ -131,7 +131,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.world_size = world_size;
   predicted_settings.world_note = ranks > 0 ? " (--ranks)" : "";
   predicted_settings.device = device.note;
-  predicted_settings.batches = plan;
+  predicted_settings.batches = batch_plan;
   predicted_settings.parameters = layout.total();
   predicted_settings.segments = layout.segments().size();
   predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
@@ -145,7 +145,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
                                                     static_cast<int>(shape.head_dim()));
   predicted_settings.classifier = describe_classifier(machine.gpu, p.precision, p.classifier);
   predicted_settings.data = describe_data(data);
-  predicted_settings.sequential_data = config.data.order == "sequential";
+  predicted_settings.sequential_data = config.data.order == DataOrder::sequential;
   predicted_settings.tokenizer = data.tokenizer->description();
   predicted_settings.run_directory = resolve_out_dir(config);
   SettingsRows derived = derived_rows(predicted_settings);

@@ -19,6 +19,7 @@
 #include "weights/gpt2_weights.hpp"
 #include "weights/hf_gpt2.hpp"
 #include "weights/hf_llama.hpp"
+#include "weights/weight_formats.hpp"
 
 namespace st::app {
 namespace {
@@ -38,18 +39,7 @@ std::string wrote(WeightsFormat format, const std::string& out, const ModelShape
   if (format == WeightsFormat::llmc)
     return "wrote " + out + " (llm.c model file, version " + (dtype == WeightDtype::bf16 ? "5" : "3") + ", " +
            dtype_name(dtype) + ")";
-  const std::string type = dtype == WeightDtype::bf16 ? "BF16" : "F32";
-  if (shape.arch != Arch::llama)
-    return "wrote " + out + " (Hugging Face GPT-2 safetensors, " + type + ") and " + hf_config_path(out);
-  // The files written, less the other form's file that was removed (or never there).
-  std::vector<std::string> files = hf_llama_outputs(out, shape, dtype, max_shard_bytes);
-  const bool sharded = files.size() > 3;
-  files.erase(files.begin() + (sharded ? files.size() - 2 : 1));
-  std::string list;
-  for (std::size_t i = 0; i < files.size(); ++i)
-    list += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") + files[i];
-  return "wrote " + list + " (Hugging Face Llama safetensors, " + type +
-         (sharded ? ", " + std::to_string(files.size() - 2) + " shards" : "") + ")";
+  return weight_formats(shape.arch).hf_written(out, shape, dtype, max_shard_bytes);
 }
 
 // "5GB", "200MB", "64KB" (decimal, as transformers reads them), "1GiB", "1000000" (bytes).
@@ -140,9 +130,7 @@ int ckpt_command(const CkptRequest& request, World& world) {
     const std::string source = located_checkpoint(request.file);
     const WeightDtype dtype = weight_dtype(request.dtype);
     const ModelShape shape = read_checkpoint_header(source).shape;
-    if (format == WeightsFormat::llmc && shape.arch != Arch::gpt2)
-      throw Error(std::string("llm.c files hold GPT-2 models; this one is model.arch = \"") + arch_name(shape.arch) +
-                  "\" (export it with --format safetensors or hdf5)");
+    if (format == WeightsFormat::llmc) require_llmc_holds(shape);
     prepare_outputs(weights_outputs(format, request.out, shape, dtype, max_shard), request.file, request.force);
     const CheckpointParams checkpoint = read_checkpoint_params(source);
     write_weights(format, request.out, checkpoint.info.shape, checkpoint.params, dtype, max_shard);

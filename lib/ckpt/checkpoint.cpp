@@ -1,8 +1,20 @@
 #include "ckpt/checkpoint.hpp"
 
 #include "core/text.hpp"
+#include "model/arch.hpp"
 
 namespace st {
+
+bool field_recorded(const CheckpointField& field, const ModelShape& shape) {
+  const ArchSpec& arch = arch_spec(shape.arch);
+  switch (field.recorded) {
+    case Recorded::always: return true;
+    case Recorded::named_arch: return arch.checkpoint_names_arch;
+    case Recorded::llama_keys: return arch.llama_keys;
+    case Recorded::scaled_rope: return arch.llama_keys && shape.rope_scaling != RopeScaling::none;
+  }
+  return true;
+}
 
 std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run) {
   using std::to_string;
@@ -12,9 +24,10 @@ std::vector<ModelKey> model_keys(const ModelShape& file, const ModelShape& run) 
                              {"model.seq_len", to_string(file.seq_len), to_string(run.seq_len)},
                              {"model.vocab_size", to_string(file.vocab_size), to_string(run.vocab_size)}};
   if (file.arch != run.arch) keys.push_back({"model.arch", arch_name(file.arch), arch_name(run.arch)});
-  // A llama checkpoint names all its keys whatever the deck's architecture, so that the --set
-  // suggestions (ckpt/locate.cpp) give the whole model; a GPT-2 deck's side shows Llama's defaults.
-  if (file.arch == Arch::llama) {
+  // A checkpoint with Llama's keys names all of them whatever the deck's architecture, so that the
+  // --set suggestions (ckpt/locate.cpp) give the whole model; a GPT-2 deck's side shows Llama's
+  // defaults.
+  if (arch_spec(file.arch).llama_keys) {
     auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
     keys.push_back({"model.n_kv_head", to_string(file.kv_heads()), to_string(run.kv_heads())});
     keys.push_back({"model.ffn_dim", to_string(file.hidden()), to_string(run.hidden())});

@@ -62,6 +62,13 @@ struct CheckpointInfo {
   const std::string& settings_or_deck() const { return settings.empty() ? deck : settings; }
 };
 
+// Which checkpoints hold an attribute, by what the architecture table (model/arch.hpp) says of
+// the model's family: every one; those whose family is named (ArchSpec::checkpoint_names_arch;
+// without the name, GPT-2); those with Llama's shape keys (ArchSpec::llama_keys: a GPT-2
+// checkpoint's bytes stay those of earlier versions); those whose rotary frequencies are
+// rescaled (model.rope_scaling other than "none"; absent, the shape's defaults: no scaling).
+enum class Recorded { always, named_arch, llama_keys, scaled_rope };
+
 // One attribute of a checkpoint's metadata. Reading, writing, sharing with the other ranks and
 // exporting all loop over kCheckpointFields, so a field added there is written, read and reaches
 // every rank; listed by hand in each of those places, one could be missed in one of them.
@@ -73,12 +80,8 @@ struct CheckpointField {
   // Absent from checkpoints written before it was recorded: read when present, else left at its
   // default.
   bool optional = false;
-  // Written for llama models only (a GPT-2 checkpoint's bytes stay those of earlier versions);
-  // read when present.
-  bool llama_only = false;
-  // Written only for a llama whose rotary frequencies are rescaled (model.rope_scaling other than
-  // "none"); absent, the shape's defaults: no scaling.
-  bool scaled_rope_only = false;
+  // Which models record it (read when present, whatever the model):
+  Recorded recorded = Recorded::always;
   bool in_model() const {
     return !std::holds_alternative<std::int64_t CheckpointInfo::*>(member) &&
            !std::holds_alternative<std::string CheckpointInfo::*>(member);
@@ -109,17 +112,17 @@ inline constexpr CheckpointField kCheckpointFields[] = {
     {"seq_len", &ModelShape::seq_len},
     {"vocab_size", &ModelShape::vocab_size},
     {"padded_vocab", &ModelShape::padded_vocab},
-    {"arch", &ModelShape::arch, true, true},
-    {"n_kv_head", &ModelShape::n_kv_head, true, true},
-    {"ffn_dim", &ModelShape::ffn_dim, true, true},
-    {"norm_eps", &ModelShape::norm_eps, true, true},
-    {"rope_theta", &ModelShape::rope_theta, true, true},
-    {"tie_embeddings", &ModelShape::tie_embeddings, true, true},
-    {"rope_scaling", &ModelShape::rope_scaling, true, true, true},
-    {"rope_factor", &ModelShape::rope_factor, true, true, true},
-    {"rope_low_freq_factor", &ModelShape::rope_low_freq_factor, true, true, true},
-    {"rope_high_freq_factor", &ModelShape::rope_high_freq_factor, true, true, true},
-    {"rope_original_positions", &ModelShape::rope_original_positions, true, true, true},
+    {"arch", &ModelShape::arch, true, Recorded::named_arch},
+    {"n_kv_head", &ModelShape::n_kv_head, true, Recorded::llama_keys},
+    {"ffn_dim", &ModelShape::ffn_dim, true, Recorded::llama_keys},
+    {"norm_eps", &ModelShape::norm_eps, true, Recorded::llama_keys},
+    {"rope_theta", &ModelShape::rope_theta, true, Recorded::llama_keys},
+    {"tie_embeddings", &ModelShape::tie_embeddings, true, Recorded::llama_keys},
+    {"rope_scaling", &ModelShape::rope_scaling, true, Recorded::scaled_rope},
+    {"rope_factor", &ModelShape::rope_factor, true, Recorded::scaled_rope},
+    {"rope_low_freq_factor", &ModelShape::rope_low_freq_factor, true, Recorded::scaled_rope},
+    {"rope_high_freq_factor", &ModelShape::rope_high_freq_factor, true, Recorded::scaled_rope},
+    {"rope_original_positions", &ModelShape::rope_original_positions, true, Recorded::scaled_rope},
 };
 
 // Calls visit with the field's value in `info`: a std::int64_t&, std::string&, double&, bool&,
@@ -138,10 +141,7 @@ void visit_field(Info& info, const CheckpointField& field, Visit&& visit) {
 }
 
 // Whether `field` is written for a checkpoint of this model.
-inline bool field_recorded(const CheckpointField& field, const ModelShape& shape) {
-  if (field.scaled_rope_only) return shape.arch == Arch::llama && shape.rope_scaling != RopeScaling::none;
-  return !field.llama_only || shape.arch == Arch::llama;
-}
+bool field_recorded(const CheckpointField& field, const ModelShape& shape);
 
 // The deck keys that set a model's shape, each with the checkpoint's value and the deck's.
 struct ModelKey {

@@ -6,6 +6,7 @@
 
 #include "ckpt/h5.hpp"
 #include "core/error.hpp"
+#include "model/arch.hpp"
 
 namespace st {
 namespace {
@@ -19,7 +20,7 @@ void read_value(hid_t at, const char* name, T& value) {
   } else if constexpr (std::is_same_v<T, Arch>) {
     const std::string text = h5::read_string_attribute(at, name);
     const std::optional<Arch> arch = arch_from_name(text);
-    if (!arch) throw Error("model architecture '" + text + "' is not one this shardtrain knows (gpt2, llama)");
+    if (!arch) throw Error("model architecture '" + text + "' is not one this shardtrain knows (" + arch_names() + ")");
     value = *arch;
   } else if constexpr (std::is_same_v<T, RopeScaling>) {
     const std::string text = h5::read_string_attribute(at, name);
@@ -77,17 +78,21 @@ CheckpointInfo read_info(hid_t file) {
   for (const CheckpointField& field : kCheckpointFields) {
     const hid_t at = field.in_model() ? model.get() : file;
     if (field.optional && !h5::has_attribute(at, field.name)) {
-      // Older checkpoints lack the optional fields; a llama checkpoint always has its own keys, and
-      // defaults in their place would describe another model.
-      if (field.scaled_rope_only ? field_recorded(field, info.shape)
-                                 : field.llama_only && info.shape.arch == Arch::llama)
-        throw Error(std::string("attribute '/model/") + field.name + "' is missing (a " +
-                    (field.scaled_rope_only ? "llama checkpoint with rope_scaling llama3" : "llama checkpoint") +
+      // Older checkpoints lack the optional fields; a llama checkpoint always has its own keys (the
+      // architecture, read before them, says which it records), and defaults in their place would
+      // describe another model. A checkpoint without /model/arch is GPT-2's.
+      if (field.recorded != Recorded::always && field.recorded != Recorded::named_arch &&
+          field_recorded(field, info.shape))
+        throw Error(std::string("attribute '/model/") + field.name + "' is missing (a " + arch_name(info.shape.arch) +
+                    " checkpoint" +
+                    (field.recorded == Recorded::scaled_rope
+                         ? std::string(" with rope_scaling ") + rope_scaling_name(info.shape.rope_scaling)
+                         : std::string()) +
                     " records it)");
       continue;
     }
     // The scaling's parameters without the scaling (read before them) would be silently unused.
-    if (field.scaled_rope_only && !std::holds_alternative<RopeScaling ModelShape::*>(field.member) &&
+    if (field.recorded == Recorded::scaled_rope && !std::holds_alternative<RopeScaling ModelShape::*>(field.member) &&
         !field_recorded(field, info.shape))
       throw Error(std::string("attribute '/model/rope_scaling' is missing (a llama checkpoint with '/model/") +
                   field.name + "' records it)");

@@ -1,9 +1,10 @@
 #pragma once
-// The deck's parallel choices as enums, parsed once when the deck is read (deck/schema.cpp):
+// The deck's choices as enums, parsed once when the deck is read (deck/schema.cpp):
 // code compares enums, never strings, and a new value is one line in its table. Here in core,
 // since the communicators, the strategies and the planner all speak them. Each value keeps the word the
 // deck spells it with (name_of), for messages, checkpoints and the run's records.
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -35,6 +36,7 @@ enum class ClassifierChoice { automatic, unfused };
 // whole and reduces once (fewer bytes, a whole-model fp32 gradient more per rank); automatic
 // ("auto") is once where that fits in the rank's memory, else every micro-batch (plan/fit).
 enum class GradReduction { automatic, micro_batch, step };
+
 
 template <class E>
 struct ChoiceNames;  // static constexpr std::array<std::pair<E, const char*>, N> table
@@ -79,6 +81,36 @@ template <>
 struct ChoiceNames<GradReduction> {
   static constexpr std::array<std::pair<GradReduction, const char*>, 3> table{
       {{GradReduction::automatic, "auto"}, {GradReduction::micro_batch, "every_micro_batch"}, {GradReduction::step, "once"}}};
+};
+
+// The deck's other choices. Their words are their enumerators' names in order: each enum's
+// choice_words lists them, and one ChoiceNames serves them all.
+template <class E, std::size_t N>
+constexpr std::array<std::pair<E, const char*>, N> words_in_order(const char* const (&words)[N]) {
+  std::array<std::pair<E, const char*>, N> table{};
+  for (std::size_t i = 0; i < N; ++i) table[i] = {static_cast<E>(i), words[i]};
+  return table;
+}
+
+// model.recompute: the activations recomputed in backward rather than kept (model/activations.hpp
+// says what each keeps).
+enum class Recompute { none, selective, full };
+constexpr auto choice_words(Recompute) { return words_in_order<Recompute>({"none", "selective", "full"}); }
+// data.order: training batches drawn at random from the seed, or read on in order (llm.c's way).
+enum class DataOrder { random, sequential };
+constexpr auto choice_words(DataOrder) { return words_in_order<DataOrder>({"random", "sequential"}); }
+// optimizer.schedule: the learning rate's decay after warmup (optim/schedule.hpp).
+enum class LrSchedule { cosine, linear, constant };
+constexpr auto choice_words(LrSchedule) { return words_in_order<LrSchedule>({"cosine", "linear", "constant"}); }
+// run.export_at_end: what the run writes for other tools after its last step (none, or Hugging
+// Face's safetensors layout).
+enum class ExportAtEnd { none, safetensors };
+constexpr auto choice_words(ExportAtEnd) { return words_in_order<ExportAtEnd>({"none", "safetensors"}); }
+
+template <class E>
+  requires requires { choice_words(E{}); }
+struct ChoiceNames<E> {
+  static constexpr auto table = choice_words(E{});
 };
 
 // The deck's word for a value.

@@ -63,10 +63,10 @@ DataSplits separate_splits(const TokenDataset& train, const TokenDataset& val, s
   return splits;
 }
 
-BatchLoader::BatchLoader(Split split, const std::string& order, std::uint64_t seed, std::uint64_t stream,
+BatchLoader::BatchLoader(Split split, DataOrder order, std::uint64_t seed, std::uint64_t stream,
                          std::int64_t seq_len, std::int64_t global_batch, const std::string& split_name)
     : split_(split),
-      sequential_(order == "sequential"),
+      sequential_(order == DataOrder::sequential),
       seed_(seed),
       stream_(stream),
       seq_len_(seq_len),

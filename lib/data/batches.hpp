@@ -54,7 +54,7 @@ struct LoaderPosition {
 class BatchLoader {
  public:
   // Throws Error (all ranks) when the sequential order's batch does not fit in the split.
-  BatchLoader(Split split, const std::string& order, std::uint64_t seed, std::uint64_t stream, std::int64_t seq_len,
+  BatchLoader(Split split, DataOrder order, std::uint64_t seed, std::uint64_t stream, std::int64_t seq_len,
               std::int64_t global_batch, const std::string& split_name);
   // Moves to the next batch: fill() gives its sequences until the next call.
   void next_batch();

@@ -23,7 +23,7 @@ struct RunConfig {
   std::string sample_prompt;
   std::string out_dir;
   std::int64_t threads = 0;
-  std::string export_at_end;  // "none" or "safetensors": the trained model in Hugging Face's layout
+  ExportAtEnd export_at_end = ExportAtEnd::none;  // the trained model in Hugging Face's layout, or not
 };
 
 struct ModelConfig {
@@ -45,7 +45,7 @@ struct ModelConfig {
   double rope_low_freq_factor = 0.0;          // llama3 scaling: low_freq_factor
   double rope_high_freq_factor = 0.0;         // llama3 scaling: high_freq_factor
   std::int64_t rope_original_positions = 0;   // llama3 scaling: original_max_position_embeddings
-  std::string recompute;
+  Recompute recompute = Recompute::none;
   std::string init_from;  // GPT-2 weights to start from ("": the random GPT-2 initialisation)
   bool from_file = false;  // take the model's shape from init_from's file
 };
@@ -54,7 +54,7 @@ struct DataConfig {
   std::vector<std::string> path;      // files or globs, in order
   std::vector<std::string> val_path;  // empty: validation is the end of data.path
   std::string format;
-  std::string order;
+  DataOrder order = DataOrder::random;
   std::string tokenizer;
   std::vector<std::string> tokenizer_files;
   std::string tokenizer_pattern;  // "auto", "gpt2" or "cl100k" (hf and tiktoken)
@@ -67,7 +67,7 @@ struct OptimizerConfig {
   double lr = 0.0;
   double min_lr = 0.0;
   std::int64_t warmup_steps = 0;
-  std::string schedule;
+  LrSchedule schedule = LrSchedule::cosine;
   double weight_decay = 0.0;
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;

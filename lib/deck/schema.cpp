@@ -104,10 +104,10 @@ std::vector<KeySpec> build_schema() {
       integer("run", "threads", "0", 0, 4096,
               "OpenMP/BLAS threads per rank (0: the node's cores divided by the ranks on the node).",
               store(&C::run, &RunConfig::threads)),
-      choice("run", "export_at_end", "\"none\"", {"none", "safetensors"},
+      choice("run", "export_at_end", "\"none\"", choice_names<ExportAtEnd>(),
              "After the last step, also write the trained model for other tools: \"safetensors\" writes Hugging "
              "Face's layout (model.safetensors and config.json; a Llama's shards and index) to <run dir>/model/.",
-             store(&C::run, &RunConfig::export_at_end)),
+             store_choice(&C::run, &RunConfig::export_at_end)),
       // [model]
       integer("model", "n_layer", "4", 1, 4096, "Transformer blocks.", store(&C::model, &ModelConfig::n_layer)),
       integer("model", "d_model", "128", 1, 65536, "Embedding width; divisible by model.n_head.",
@@ -167,14 +167,14 @@ std::vector<KeySpec> build_schema() {
               "llama: the LM head is the token embedding (SmolLM, Llama 3.2 1B) or a matrix of its own (false: "
               "Llama 3 8B).",
               store(&C::model, &ModelConfig::tie_embeddings)),
-      choice("model", "recompute", "\"none\"", {"none", "selective", "full"},
+      choice("model", "recompute", "\"none\"", choice_names<Recompute>(),
              "Activation recomputation, compute traded for memory. none: keep every activation for backward; "
              "selective: recompute the attention probabilities and the GELU output (the largest activations, "
              "cheap to recompute: a few percent more compute); full: keep only each block's input and rerun the "
              "block's forward in backward (about a third more compute). Results are the same bit for bit. With "
              "flash attention (GPUs in bf16, parallel.attention) no setting keeps the probabilities: selective then "
              "recomputes the GELU output (Llama: the SwiGLU product) alone.",
-             store(&C::model, &ModelConfig::recompute)),
+             store_choice(&C::model, &ModelConfig::recompute)),
       text("model", "init_from", "\"\"",
            "Start training (step 0, fresh optimizer state) from weights in this file instead of the random "
            "initialisation: GPT-2 as an llm.c model file (gpt2_124M.bin; versions 3, fp32, and 5, bf16) or a "
@@ -225,12 +225,12 @@ std::vector<KeySpec> build_schema() {
              "names, or a rank file's by its name (cl100k_base.*: cl100k; r50k_base.*, gpt2.*: gpt2). Name it for a "
              "rank file of another name.",
              store(&C::data, &DataConfig::tokenizer_pattern)),
-      choice("data", "order", "\"random\"", {"random", "sequential"},
+      choice("data", "order", "\"random\"", choice_names<DataOrder>(),
              "random: each sequence is a window drawn from the seed anywhere in the training data. sequential: "
              "each step reads the next data.global_batch x model.seq_len tokens in order, as llm.c does, from the "
              "start again after the end. Both are independent of the number of ranks; checkpoints name the file "
              "and offset where the next batch starts.",
-             store(&C::data, &DataConfig::order)),
+             store_choice(&C::data, &DataConfig::order)),
       integer("data", "global_batch", "16", 1, kMaxInt,
               "Sequences per optimizer step, over all ranks together.",
               store(&C::data, &DataConfig::global_batch)),
@@ -247,9 +247,9 @@ std::vector<KeySpec> build_schema() {
            store(&C::optimizer, &OptimizerConfig::min_lr)),
       integer("optimizer", "warmup_steps", "0", 0, kMaxInt, "Steps of linear warmup from 0 to optimizer.lr.",
               store(&C::optimizer, &OptimizerConfig::warmup_steps)),
-      choice("optimizer", "schedule", "\"cosine\"", {"cosine", "linear", "constant"},
+      choice("optimizer", "schedule", "\"cosine\"", choice_names<LrSchedule>(),
              "Decay from optimizer.lr to optimizer.min_lr over the steps after warmup.",
-             store(&C::optimizer, &OptimizerConfig::schedule)),
+             store_choice(&C::optimizer, &OptimizerConfig::schedule)),
       real("optimizer", "weight_decay", "0.1", 0.0, 10.0, "Decoupled weight decay (AdamW) on matrices.",
            store(&C::optimizer, &OptimizerConfig::weight_decay)),
       boolean("optimizer", "decay_embeddings", "false", "Apply weight decay to the token and position embeddings too.",

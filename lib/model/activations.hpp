@@ -15,16 +15,13 @@
 // the memory lines predict with them, so prediction and allocation cannot drift apart.
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
+#include "core/choices.hpp"
 #include "model/layout.hpp"
 
 namespace st {
 
-enum class Recompute { none, selective, full };
-
-std::optional<Recompute> recompute_from_name(std::string_view name);
+// Recompute is one of the deck's choices (core/choices.hpp); its word, for messages.
 const char* recompute_name(Recompute recompute);
 
 // Elements, for micro-batches of up to max_batch sequences with `heads_at_once` attention
@@ -45,6 +42,17 @@ struct ActivationSizes {
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
                                  bool device, int tensor = 1, bool sequence_parallel = false, bool flash = false,
                                  bool bf16_logits = false);
+// What attention needs of a block's activations: kept by the block until its backward (the
+// probabilities, B x heads x T x T; or with flash attention each row's log-sum-exp, B x heads x
+// T, whatever the recomputation, since its backward recomputes the probabilities anyway), in the
+// working set when probabilities are recomputed (T x T per head in flight; flash: none), and in
+// the backward scratch (the probabilities' gradient, T x T per head in flight; flash: each row's
+// <dO, O>, B x heads x T). Every family's activation_sizes (model/arch.hpp) counts it.
+struct AttentionSizes {
+  std::size_t kept = 0, working = 0, backward = 0;
+};
+AttentionSizes attention_sizes(std::size_t max_batch, std::size_t T, int heads_here, int heads_at_once, Recompute recompute,
+                               bool flash);
 // The 4-byte elements of `rows` rows of `columns` logits: fp32, or bf16 two to an element.
 std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits);
 // The rows a rank keeps of what lies between split layers (norm outputs, the residual stream):

@@ -4,6 +4,7 @@
 // sharded copy use the same layout, so "which bytes are where" has one answer.
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,14 +52,15 @@ struct ModelShape {
   std::int64_t qkv_width() const { return d_model + 2 * kv_heads() * head_dim(); }
   // Output width of a block's widest linear layer: GPT-2's MLP up-projection, Llama's fused gate
   // and up projection.
-  std::int64_t widest_linear() const { return arch == Arch::llama ? 2 * hidden() : hidden(); }
+  std::int64_t widest_linear() const;
 };
 
 // "n_layer 2, d_model 32, n_head 4, seq_len 32, vocab 256 (padded 256)", and for llama
 // "llama, n_layer 2, ..., n_head 4, n_kv_head 2, ffn_dim 48, untied LM head, seq_len ...".
 std::string model_summary(const ModelShape& shape);
 
-// "gpt2" / "llama", and back (nullopt for another name).
+// "gpt2" / "llama", and back (nullopt for another name): the names in the architecture table
+// (model/arch.hpp).
 const char* arch_name(Arch arch);
 std::optional<Arch> arch_from_name(std::string_view name);
 // "none" / "llama3", and back (nullopt for another name).
@@ -79,6 +81,13 @@ struct TensorSplit {
   int rank = 0;
   bool active() const { return degree > 1; }
 };
+
+// A rank's share of `whole` along a dimension its tensor-parallel group splits (the whole when
+// the group is one rank); and where the parts given are whole tensors' sizes (a fused
+// projection's), the rows a rank holds: each part's share. The families' layouts (model/arch_*.cpp)
+// size their slices so.
+std::int64_t rank_share(std::int64_t whole, TensorSplit split);
+std::int64_t rank_shares(std::initializer_list<std::int64_t> parts, TensorSplit split);
 
 // Which dimension of a tensor the ranks of a tensor-parallel group split (Megatron's scheme):
 //   none     every rank holds the whole tensor (norms, the biases added after a reduction,

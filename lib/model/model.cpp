@@ -6,8 +6,7 @@
 
 #include "core/error.hpp"
 #include "exec/layer_kernels.hpp"
-#include "model/gpt2.hpp"
-#include "model/llama.hpp"
+#include "model/arch.hpp"
 
 namespace st {
 
@@ -288,8 +287,9 @@ std::vector<std::size_t> Model<Real>::backward_order() const {
 template <class Real>
 std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
                                         TensorGroup tensor) {
-  if (shape.arch == Arch::llama) return std::make_unique<Llama<Real>>(shape, max_batch, exec, recompute, tensor);
-  return std::make_unique<Gpt2<Real>>(shape, max_batch, exec, recompute, tensor);
+  const ArchSpec& arch = arch_spec(shape.arch);
+  if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor);
+  else return arch.make_double(shape, max_batch, exec, recompute, tensor);
 }
 
 template <class Real>

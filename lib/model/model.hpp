@@ -226,6 +226,14 @@ template <class Real>
 std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec = host_exec(),
                                         Recompute recompute = Recompute::none, TensorGroup tensor = {});
 
+// make_model for one family's class (Gpt2, Llama): what its row in the architecture table
+// (model/arch.hpp) builds with.
+template <template <class> class Family, class Real>
+std::unique_ptr<Model<Real>> make_family_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
+                                               TensorGroup tensor) {
+  return std::make_unique<Family<Real>>(shape, max_batch, exec, recompute, tensor);
+}
+
 // The backend's layer kernels for Real: exec's for float; the host's for double (gradient checks,
 // which run on the host only).
 template <class Real>

@@ -1,18 +1,11 @@
 #include "parallel/deck_plan.hpp"
 
 #include <algorithm>
-#include <optional>
 
 #include "core/error.hpp"
 #include "model/deck_shape.hpp"
 
 namespace st {
-
-Recompute recompute_of(const ModelConfig& m) {
-  const std::optional<Recompute> r = recompute_from_name(m.recompute);
-  ST_REQUIRE(r.has_value(), "model.recompute was not validated");
-  return *r;
-}
 
 int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes) {
   const auto degree = static_cast<int>(config.parallel.tensor);
@@ -41,7 +34,7 @@ ParallelChoice deck_choice(const Config& config) {
                                       ? GradReduction::step
                                       : config.parallel.grad_reduction;
   return {config.parallel.strategy, config.parallel.shard_group, static_cast<int>(config.parallel.tensor),
-          recompute_of(config.model), reduction};
+          config.model.recompute, reduction};
 }
 
 ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,

@@ -12,8 +12,6 @@
 
 namespace st {
 
-// The deck's model.recompute (validated by the deck's schema).
-Recompute recompute_of(const ModelConfig& model);
 // The ranks splitting each layer (parallel.tensor), checked against the world and the model:
 // returns it, or throws Error (all ranks) naming parallel.tensor and what it must divide.
 int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes);

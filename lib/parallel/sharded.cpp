@@ -134,13 +134,13 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
                                     const AdamWSettings& adamw, Communicator& group, Communicator* replicas,
                                     ShardingSettings settings, Timeline* timeline, Exec& exec)
     : settings_(std::move(settings)),
-      plan_(plan),
+      parallel_plan_(plan),
       exec_(exec),
       adamw_(adamw, layout),
       group_(group),
       replicas_(replicas),
       timeline_(timeline),
-      shards_(plan_.shards()),
+      shards_(parallel_plan_.shards()),
       rank_(group.rank()),
       pool_(exec),
       float_pool_(exec) {
@@ -150,20 +150,20 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
   if (settings_.tensor)
     for (const TensorSlot* t : layout.all_tensors())
       if (t->split == SplitDim::none) replicated_.emplace_back(t->offset, t->offset + t->size);
-  ST_REQUIRE(group.size() == plan_.mesh().shards, "the sharding group is not the plan's");
-  ST_REQUIRE((replicas ? replicas->size() : 1) == plan_.mesh().replicas, "the replicas are not the plan's");
+  ST_REQUIRE(group.size() == parallel_plan_.mesh().shards, "the sharding group is not the plan's");
+  ST_REQUIRE((replicas ? replicas->size() : 1) == parallel_plan_.mesh().replicas, "the replicas are not the plan's");
   // Every buffer as the plan sizes it: full (padded, so that a segment is one collective) or
   // this rank's shard.
-  const std::size_t opt_total = plan_.optimizer().elements;
+  const std::size_t opt_total = parallel_plan_.optimizer().elements;
   const bool training = !settings_.parameters_only;
-  const std::size_t param_elements = plan_.params().elements, grad_elements = plan_.grads().elements;
+  const std::size_t param_elements = parallel_plan_.params().elements, grad_elements = parallel_plan_.grads().elements;
   // Full parameters are gathered in place where the optimizer state is sharded (zero1/zero2).
-  if (!plan_.params_sharded())
-    full_params_ = buffer<T>(full_params_memory_, plan_.optimizer_sharded() ? &group : nullptr, param_elements);
-  if (!plan_.grads_sharded() && training) full_grads_ = buffer<T>(full_grads_memory_, &group, grad_elements);
-  if (plan_.params_sharded()) shard_params_ = buffer<T>(shard_params_memory_, &group, param_elements);
-  if (plan_.grads_sharded() && training) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, grad_elements);
-  if (kMixed && plan_.reduces_each_micro_batch() && training)
+  if (!parallel_plan_.params_sharded())
+    full_params_ = buffer<T>(full_params_memory_, parallel_plan_.optimizer_sharded() ? &group : nullptr, param_elements);
+  if (!parallel_plan_.grads_sharded() && training) full_grads_ = buffer<T>(full_grads_memory_, &group, grad_elements);
+  if (parallel_plan_.params_sharded()) shard_params_ = buffer<T>(shard_params_memory_, &group, param_elements);
+  if (parallel_plan_.grads_sharded() && training) grad_shard_ = buffer<T>(grad_shard_memory_, replicas_, grad_elements);
+  if (kMixed && parallel_plan_.reduces_each_micro_batch() && training)
     grad_sum_ = buffer<float>(grad_sum_memory_, nullptr, grad_elements);
   // Mixed precision keeps the fp32 master copy even for forward passes only: a checkpoint's
   // parameters are read into it and converted from there.
@@ -186,7 +186,7 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
   backward_first_ = order.backward.empty() ? kNone : order.backward.front();
   for (const Segment& segment : layout.segments()) segment_names_.push_back(segment.name);
 
-  waiting_.assign(plan_.buckets().size(), 0);
+  waiting_.assign(parallel_plan_.buckets().size(), 0);
 
   if (training) {
     // The update's tiles, made once: where each owned run lies in the parameter, gradient and
@@ -217,8 +217,8 @@ ShardedStrategy<T>::~ShardedStrategy() = default;
 
 template <class T>
 std::string ShardedStrategy<T>::description() const {
-  std::string line = settings_.name + ": " + plan_.sharded_what();
-  if (plan_.optimizer_sharded()) line += " over " + std::to_string(group_.size()) + " rank(s)";
+  std::string line = settings_.name + ": " + parallel_plan_.sharded_what();
+  if (parallel_plan_.optimizer_sharded()) line += " over " + std::to_string(group_.size()) + " rank(s)";
   if (replicas_) line += ", replicated over " + std::to_string(replicas_->size()) + " group(s)";
   line += kMixed ? "; bf16 params/grads, fp32 master weights and Adam state" : "; fp32";
   if (exec_.space() == MemorySpace::device) line += "; on the GPU";
@@ -254,17 +254,17 @@ void ShardedStrategy<T>::drain(std::size_t keep) {
 
 template <class T>
 std::size_t ShardedStrategy<T>::owned(std::size_t s) const {
-  return plan_.owned(s, rank_);
+  return parallel_plan_.owned(s, rank_);
 }
 
 template <class T>
 std::size_t ShardedStrategy<T>::owned_flat(std::size_t s) const {
-  return plan_.owned_flat(s, rank_);
+  return parallel_plan_.owned_flat(s, rank_);
 }
 
 template <class T>
 std::size_t ShardedStrategy<T>::opt_offset(std::size_t s) const {
-  return plan_.optimizer_offset(s);
+  return parallel_plan_.optimizer_offset(s);
 }
 
 template <class T>
@@ -273,9 +273,9 @@ std::span<float> ShardedStrategy<T>::master_slice(std::size_t s) {
   if constexpr (kMixed) {
     return {master_.data() + opt_offset(s), n};
   } else {
-    if (plan_.params_sharded()) return {shard_params_.data() + shards_.segment(s).shard_offset, n};
+    if (parallel_plan_.params_sharded()) return {shard_params_.data() + shards_.segment(s).shard_offset, n};
     const std::size_t at =
-        plan_.optimizer_sharded() ? shards_.owned_padded_offset(s, rank_) : shards_.segment(s).padded_offset;
+        parallel_plan_.optimizer_sharded() ? shards_.owned_padded_offset(s, rank_) : shards_.segment(s).padded_offset;
     return {full_params_.data() + at, n};
   }
 }
@@ -283,19 +283,19 @@ std::span<float> ShardedStrategy<T>::master_slice(std::size_t s) {
 template <class T>
 std::span<float> ShardedStrategy<T>::update_params() {
   if constexpr (kMixed) return master_;
-  else return plan_.params_sharded() ? shard_params_ : full_params_;
+  else return parallel_plan_.params_sharded() ? shard_params_ : full_params_;
 }
 
 template <class T>
 std::span<T> ShardedStrategy<T>::update_grads() {
-  return plan_.grads_sharded() ? grad_shard_ : full_grads_;
+  return parallel_plan_.grads_sharded() ? grad_shard_ : full_grads_;
 }
 
 template <class T>
 std::span<T> ShardedStrategy<T>::grad_slice(std::size_t s) {
   const std::size_t n = owned(s);
-  if (!plan_.optimizer_sharded()) return {full_grads_.data() + shards_.segment(s).padded_offset, n};
-  if (!plan_.grads_sharded()) return {full_grads_.data() + shards_.owned_padded_offset(s, rank_), n};
+  if (!parallel_plan_.optimizer_sharded()) return {full_grads_.data() + shards_.segment(s).padded_offset, n};
+  if (!parallel_plan_.grads_sharded()) return {full_grads_.data() + shards_.owned_padded_offset(s, rank_), n};
   return {grad_shard_.data() + shards_.segment(s).shard_offset, n};
 }
 
@@ -308,7 +308,7 @@ const float* ShardedStrategy<T>::params(std::size_t s) {
 template <class T>
 float* ShardedStrategy<T>::grads(std::size_t s) {
   if constexpr (!kMixed)
-    if (!plan_.grads_sharded()) return full_grads_.data() + shards_.segment(s).padded_offset;
+    if (!parallel_plan_.grads_sharded()) return full_grads_.data() + shards_.segment(s).padded_offset;
   if (!grad_buffer_[s]) {
     const std::size_t n = shards_.padded(s);
     grad_buffer_[s] = float_pool_.acquire(n);
@@ -332,7 +332,7 @@ void ShardedStrategy<T>::start_gather(std::size_t s) {
 
 template <class T>
 void ShardedStrategy<T>::prefetch(bool forward, std::size_t s) {
-  if (!plan_.params_sharded() || !settings_.overlap) return;
+  if (!parallel_plan_.params_sharded() || !settings_.overlap) return;
   // Gather the next segments that are not in use, up to kPrefetchDepth ahead: the collectives
   // run in order on one progress thread, so a gather issued only one segment ahead would queue
   // behind the reduce-scatter of the segment just finished. The end of forward runs on into
@@ -371,7 +371,7 @@ void ShardedStrategy<T>::acquire_params(std::size_t s) {
   if (timeline_) compute_started_us_[s] = timeline_->now_us();
   const std::size_t n = shards_.segment(s).size;
   const T* source = nullptr;
-  if (plan_.params_sharded()) {
+  if (parallel_plan_.params_sharded()) {
     if (!gathered_[s]) start_gather(s);
     wait(gather_request_[s], "gather");
     source = gathered_[s];
@@ -437,7 +437,7 @@ template <class T>
 void ShardedStrategy<T>::grad_ready(std::size_t s) {
   end_of_use(s, "backward ");
   if constexpr (kMixed) {
-    if (!plan_.grads_sharded()) {
+    if (!parallel_plan_.grads_sharded()) {
       // Accumulate this micro-batch's fp32 gradients into the bf16 gradient buffer.
       T* into = full_grads_.data() + shards_.segment(s).padded_offset;
       exec_.accumulate(view(into, shards_.segment(s).size), grad_buffer_[s]);
@@ -445,7 +445,7 @@ void ShardedStrategy<T>::grad_ready(std::size_t s) {
       grad_buffer_[s] = nullptr;
     }
   }
-  if (last_micro_batch_ || plan_.reduces_each_micro_batch()) start_reduction(s);
+  if (last_micro_batch_ || parallel_plan_.reduces_each_micro_batch()) start_reduction(s);
 }
 
 template <class T>
@@ -471,12 +471,12 @@ template <class T>
 void ShardedStrategy<T>::start_reduction(std::size_t s) {
   const SegmentShard& seg = shards_.segment(s);
   const std::size_t padded = shards_.padded(s);
-  if (!plan_.optimizer_sharded()) {
+  if (!parallel_plan_.optimizer_sharded()) {
     if (group_.size() == 1) return;
-    const std::size_t b = plan_.bucket_of()[s];
+    const std::size_t b = parallel_plan_.bucket_of()[s];
     if (--waiting_[b] > 0) return;
     // Each rank's gradients are already scaled by 1/(micro-batches x ranks): a sum gives the mean.
-    const GradientBucket& bucket = plan_.buckets()[b];
+    const GradientBucket& bucket = parallel_plan_.buckets()[b];
     const void* ready = exec_.before_communication();
     in_flight_.push_back(
         {group_.start_all_reduce(
@@ -485,7 +485,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     if (!settings_.overlap) drain(0);
     return;
   }
-  if (plan_.reduce_scatters_in_place()) {
+  if (parallel_plan_.reduce_scatters_in_place()) {
     // Reduce-scatter the segment; this rank's reduced chunk replaces its slice of the buffer.
     T* chunk = pool_.acquire(seg.chunk);
     const void* ready = exec_.before_communication();
@@ -517,7 +517,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     // Once a step, or the first of several micro-batches in fp32, the reduced chunk lands in the
     // gradient shard; otherwise it goes through a chunk of the pool and is added there.
     const bool first = micro_batches_begun_ <= 1;
-    const bool into_shard = !plan_.reduces_each_micro_batch() || (first && !kMixed);
+    const bool into_shard = !parallel_plan_.reduces_each_micro_batch() || (first && !kMixed);
     T* chunk = into_shard ? grad_shard_.data() + seg.shard_offset : pool_.acquire(seg.chunk);
     if (!into_shard)
       release = [this, s, chunk, first, release = std::move(release)] {
@@ -545,7 +545,7 @@ template <class T>
 void ShardedStrategy<T>::begin_micro_batch(bool last) {
   last_micro_batch_ = last;
   ++micro_batches_begun_;
-  for (std::size_t b = 0; b < waiting_.size(); ++b) waiting_[b] = plan_.buckets()[b].segments;
+  for (std::size_t b = 0; b < waiting_.size(); ++b) waiting_[b] = parallel_plan_.buckets()[b].segments;
 }
 
 template <class T>
@@ -594,7 +594,7 @@ void ShardedStrategy<T>::add_grad_norm_squared(double* total) {
   // The shards of a group partition the gradient; replicas hold the same shards; the tensor
   // group's ranks hold the slices of each layer. Summed in place, in the backend's memory: a
   // device communicator reduces device buffers only, and nothing comes back to the host.
-  if (plan_.optimizer_sharded() && group_.size() > 1)
+  if (parallel_plan_.optimizer_sharded() && group_.size() > 1)
     group_.all_reduce(Buffer::of(std::span<double>(total, 1), exec_.before_communication()), ReduceOp::sum);
   if (settings_.tensor && settings_.tensor->size() > 1)
     settings_.tensor->all_reduce(Buffer::of(std::span<double>(total, 1), exec_.before_communication()), ReduceOp::sum);
@@ -609,13 +609,13 @@ void ShardedStrategy<T>::optimizer_step(double lr, const float* grad_scale, std:
               Buffer::of(update_grads()), adam_m_.data(), adam_v_.data(), grad_scale);
 
   // Publish the updated parameters where the model reads them.
-  if (!plan_.optimizer_sharded()) {
+  if (!parallel_plan_.optimizer_sharded()) {
     if constexpr (kMixed)
       for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
         const std::span<float> m = master_slice(s);
         exec_.convert(view(full_params_.data() + shards_.segment(s).padded_offset, m.size()), Buffer::of(m));
       }
-  } else if (plan_.params_sharded()) {
+  } else if (parallel_plan_.params_sharded()) {
     if constexpr (kMixed)
       for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
         const std::span<float> m = master_slice(s);
@@ -680,9 +680,9 @@ void ShardedStrategy<T>::place_params(std::span<const float> full) {
       exec_.upload(staged, source, seg.size * sizeof(float));
       source = staged;
     }
-    if (!plan_.params_sharded()) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(source, seg.size));
+    if (!parallel_plan_.params_sharded()) exec_.convert(view(full_params_.data() + seg.padded_offset, seg.size), view(source, seg.size));
     const std::size_t n = owned(s), local = owned_flat(s) - seg.offset;
-    if (plan_.params_sharded()) exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(source + local, n));
+    if (parallel_plan_.params_sharded()) exec_.convert(view(shard_params_.data() + seg.shard_offset, n), view(source + local, n));
     if constexpr (kMixed) exec_.copy(master_slice(s).data(), source + local, n * sizeof(float));
     if (staged) float_pool_.release(staged);
   }
@@ -698,7 +698,7 @@ std::vector<float> ShardedStrategy<T>::gather_params() {
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
     const std::span<float> m = master_slice(s);
-    if (!plan_.optimizer_sharded()) {  // every rank holds the whole model
+    if (!parallel_plan_.optimizer_sharded()) {  // every rank holds the whole model
       exec_.download(full.data() + seg.offset, m.data(), m.size_bytes());
       continue;
     }
@@ -734,7 +734,7 @@ std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
   ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   // Which part of the model this rank writes is the plan's; the strategy says where it lies.
   std::vector<StatePiece> pieces;
-  for (const ParallelPlan::WrittenPiece& w : plan_.checkpoint_pieces(rank_, replicas_ ? replicas_->rank() : 0)) {
+  for (const ParallelPlan::WrittenPiece& w : parallel_plan_.checkpoint_pieces(rank_, replicas_ ? replicas_->rank() : 0)) {
     const std::size_t s = w.segment, local = w.begin - owned_flat(s);
     pieces.push_back({w.begin, w.end - w.begin, master_slice(s).data() + local, adam_m_.data() + opt_offset(s) + local,
                       adam_v_.data() + opt_offset(s) + local});
@@ -771,12 +771,12 @@ Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
   const bool on_device = exec_.space() == MemorySpace::device;
   // Parameters held whole are staged on the host and placed by finish_load() where they are
   // converted (mixed precision) or live on a device.
-  const bool staged_whole = !plan_.params_sharded() && (kMixed || on_device);
+  const bool staged_whole = !parallel_plan_.params_sharded() && (kMixed || on_device);
   if (staged_whole) load_staging_.assign(shards_.flat_total(), 0.0f);
   load_uploads_.clear();
   for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
     const SegmentShard& seg = shards_.segment(s);
-    if (!plan_.params_sharded()) {  // every rank holds the whole segment
+    if (!parallel_plan_.params_sharded()) {  // every rank holds the whole segment
       t.param_ranges.push_back({seg.offset, seg.size});
       if (staged_whole) t.params.push_back(load_staging_.data() + seg.offset);
       else t.params.push_back(reinterpret_cast<float*>(full_params_.data()) + seg.padded_offset);
@@ -826,7 +826,7 @@ void ShardedStrategy<T>::finish_load() {
   load_uploads_ = {};
   if (!load_staging_.empty()) {
     place_params(load_staging_);  // the whole model was staged
-  } else if (kMixed && plan_.params_sharded()) {  // the master slices were read: their bf16 copies follow
+  } else if (kMixed && parallel_plan_.params_sharded()) {  // the master slices were read: their bf16 copies follow
     for (std::size_t s = 0; s < shards_.segments().size(); ++s) {
       const std::span<float> master = master_slice(s);
       exec_.convert(view(shard_params_.data() + shards_.segment(s).shard_offset, master.size()), Buffer::of(master));

@@ -140,7 +140,7 @@ class ShardedStrategy final : public Strategy {
   std::span<T> update_grads();
 
   ShardingSettings settings_;
-  ParallelPlan plan_;
+  ParallelPlan parallel_plan_;
   Exec& exec_;
   AdamW adamw_;
   Communicator& group_;

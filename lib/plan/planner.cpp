@@ -141,7 +141,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
   const ParamLayout layout = make_layout(shape, TensorSplit{tensor, 0});
   const std::int64_t mb = batches.accum_steps;
   // The plan the run would make: its mesh, buffers, buckets and collectives.
-  const Recompute chosen_recompute = recompute.value_or(recompute_of(config.model));
+  const Recompute chosen_recompute = recompute.value_or(config.model.recompute);
   const ParallelPlan whole = choice_plan(config, {strategy, group, tensor, chosen_recompute, reduction}, layout,
                                          m.world(), m.ranks_per_node, mb, batches.micro_batch);
   const bool hsdp = whole.grouped();
@@ -283,7 +283,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     return rows;
   };
   const auto fits = [](const StrategyPrediction& p) { return p.fits; };
-  const Recompute asked = recompute_of(config.model);
+  const Recompute asked = config.model.recompute;
   const TensorDegrees candidates = tensor_degrees(config, m);
   const std::vector<int>& degrees = candidates.degrees;
   const int asked_degree = static_cast<int>(config.parallel.tensor);

@@ -5,23 +5,23 @@
 
 namespace st {
 
-double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& plan, int rank, std::int64_t batches) {
-  std::vector<int> tokens(static_cast<std::size_t>(plan.micro_batch * plan.seq_len)), targets(tokens.size());
+double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& batch_plan, int rank, std::int64_t batches) {
+  std::vector<int> tokens(static_cast<std::size_t>(batch_plan.micro_batch * batch_plan.seq_len)), targets(tokens.size());
   double sum = 0;
-  const std::int64_t first = plan.first_sequence(rank);
-  const std::int64_t per_rank = plan.global_batch / plan.ranks;
+  const std::int64_t first = batch_plan.first_sequence(rank);
+  const std::int64_t per_rank = batch_plan.global_batch / batch_plan.ranks;
   loader.seek({});  // the same batches every time
   for (std::int64_t batch = 0; batch < batches; ++batch) {
     loader.next_batch();
-    for (std::int64_t micro = 0; micro < per_rank / plan.micro_batch; ++micro) {
-      loader.fill(first + micro * plan.micro_batch, plan.micro_batch, tokens.data(), targets.data());
-      sum += net.model().forward(net.strategy(), tokens.data(), targets.data(), static_cast<int>(plan.micro_batch),
-                                 static_cast<int>(plan.seq_len));
+    for (std::int64_t micro = 0; micro < per_rank / batch_plan.micro_batch; ++micro) {
+      loader.fill(first + micro * batch_plan.micro_batch, batch_plan.micro_batch, tokens.data(), targets.data());
+      sum += net.model().forward(net.strategy(), tokens.data(), targets.data(), static_cast<int>(batch_plan.micro_batch),
+                                 static_cast<int>(batch_plan.seq_len));
     }
   }
   net.strategy().settle();  // no group collective beside the world's (hsdp on NCCL)
   // Micro-batches are of one size: the mean of their means is the mean per token.
-  return net.sum_over_ranks(sum) / static_cast<double>(batches * (plan.global_batch / plan.micro_batch));
+  return net.sum_over_ranks(sum) / static_cast<double>(batches * (batch_plan.global_batch / batch_plan.micro_batch));
 }
 
 InOrderLoss mean_loss_in_order(ShardedModel& net, const Split& split, std::int64_t seq_len, std::int64_t micro_batch) {

@@ -13,10 +13,10 @@ namespace st {
 inline constexpr std::uint64_t kTrainStream = 0, kValStream = 1;
 
 // The mean loss per token over the first `batches` batches that `loader` gives from its start
-// (plan.global_batch sequences each; this rank forwards its share in micro-batches of
-// plan.micro_batch). The sequences do not depend on the world size, so neither does the value.
+// (batch_plan.global_batch sequences each; this rank forwards its share in micro-batches of
+// batch_plan.micro_batch). The sequences do not depend on the world size, so neither does the value.
 // Collective.
-double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& plan, int rank, std::int64_t batches);
+double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& batch_plan, int rank, std::int64_t batches);
 
 // Every token of `split` but its first predicted once, in order: windows of seq_len + 1 tokens
 // that overlap by one (each predicts its last seq_len from what comes before in the window), the

@@ -9,11 +9,11 @@
 
 namespace st {
 
-MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& plan, const ModelConfig& model,
+MfuYardstick MfuYardstick::measure(const Execution& execution, const BatchPlan& batch_plan, const ModelConfig& model,
                                    bool bf16, MPI_Comm comm) {
   // Every rank of the node measures at once, as they will compute during training.
   barrier(comm);
-  const int m = static_cast<int>(plan.micro_batch * model.seq_len);
+  const int m = static_cast<int>(batch_plan.micro_batch * model.seq_len);
   const int n = static_cast<int>(model_shape(model).widest_linear()), k = static_cast<int>(model.d_model);
   const std::optional<double> device_rate = execution.matmul_rate(m, n, k);
   const double rate = min_over(device_rate ? *device_rate : measure_sgemm_flops(m, n, k), comm);

@@ -27,7 +27,7 @@ class MfuYardstick {
   // The rate on the model's widest matmul (micro-batch x seq_len rows, d_model -> 4 d_model):
   // the device's GEMM at the run's precision, or sgemm on the host with the run's threads.
   // Collective over comm (raw MPI: it runs before the run's communicators exist).
-  static MfuYardstick measure(const Execution& execution, const BatchPlan& plan, const ModelConfig& model, bool bf16,
+  static MfuYardstick measure(const Execution& execution, const BatchPlan& batch_plan, const ModelConfig& model, bool bf16,
                               MPI_Comm comm);
 
   double rate() const { return rate_; }

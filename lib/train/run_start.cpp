@@ -76,7 +76,7 @@ std::string schedule_change(const Config& before, const Config& now) {
   compare("optimizer.min_lr", format_shortest(before.optimizer.min_lr), format_shortest(now.optimizer.min_lr));
   compare("optimizer.warmup_steps", std::to_string(before.optimizer.warmup_steps),
           std::to_string(now.optimizer.warmup_steps));
-  compare("optimizer.schedule", before.optimizer.schedule, now.optimizer.schedule);
+  compare("optimizer.schedule", name_of(before.optimizer.schedule), name_of(now.optimizer.schedule));
   if (changes.empty()) return "";
   return "the learning-rate schedule differs from the checkpoint's deck (" + join(changes, ", ") +
          "): from here on the rate follows this deck's schedule, not the one the run began with";

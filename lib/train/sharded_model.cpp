@@ -82,7 +82,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   }
   const World& data_world = tensor_ ? *tensor_->data_world : world;
   model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(),
-                             inference ? Recompute::full : recompute_of(config.model), group);
+                             inference ? Recompute::full : config.model.recompute, group);
   scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;
@@ -95,10 +95,10 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   // Forward passes only send nothing per step: micro-batches matter to the plan's traffic alone.
   const std::int64_t micro_batches =
       inference ? 1 : plan_batches(config.data, config.model.seq_len, data_world.size(), config.deck_path).accum_steps;
-  plan_ = std::make_unique<ParallelPlan>(
+  parallel_plan_ = std::make_unique<ParallelPlan>(
       deck_plan(config, model_->layout(), world.size(), world.local_size(), micro_batches, max_batch));
-  if (plan_->grouped()) {
-    const auto groups = data_comms().groups(plan_->mesh().shards);
+  if (parallel_plan_->grouped()) {
+    const auto groups = data_comms().groups(parallel_plan_->mesh().shards);
     comms.group = &groups.within;
     comms.replicas = &groups.across;
   }
@@ -107,7 +107,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   // on the progress thread, in an order that could differ between ranks, which NCCL does not
   // allow across communicators (it may hang). So there the strategy waits for each of its own.
   const bool overlap = config.parallel.overlap && !(group.active() && execution_->has_device_communicators());
-  strategy_ = make_strategy(*plan_, overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
+  strategy_ = make_strategy(*parallel_plan_, overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
                             adamw_settings(config.optimizer), comms, timeline, execution_->exec(), inference);
 }
 

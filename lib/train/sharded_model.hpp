@@ -43,10 +43,10 @@ class ShardedModel {
   CommStack& comms() { return comms_; }
   const CommStack& comms() const { return comms_; }
   // What the strategy shards and sends, made once from the deck, the layout and the world.
-  const ParallelPlan& plan() const { return *plan_; }
+  const ParallelPlan& parallel_plan() const { return *parallel_plan_; }
   // Ranks the strategy splits the model over (hsdp: its group; the others: the data-parallel
   // ranks).
-  int shard_group() const { return plan_->mesh().shards; }
+  int shard_group() const { return parallel_plan_->mesh().shards; }
   // The data-parallel ranks: under tensor parallelism (parallel.tensor > 1) those holding the
   // same slice of the layers, one per tensor group, which split the batch between them; without
   // it, the world. This rank's place among them and their number.
@@ -90,7 +90,7 @@ class ShardedModel {
   CommStack comms_;
   std::unique_ptr<TensorRanks> tensor_;
   std::unique_ptr<Model<float>> model_;
-  std::unique_ptr<ParallelPlan> plan_;
+  std::unique_ptr<ParallelPlan> parallel_plan_;
   std::unique_ptr<Strategy> strategy_;
   Memory scalar_memory_;  // in the backend's space: a step's scalars, or one value summed over ranks
 };

@@ -48,26 +48,26 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // The batch is split between the data-parallel ranks: under tensor parallelism a tensor group's
   // ranks share one slice of it (a degree the job cannot split is refused here, naming it).
   const int data_ranks = world.size() / deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
-  plan_ = plan_batches(config.data, config.model.seq_len, data_ranks, config.deck_path);
+  batch_plan_ = plan_batches(config.data, config.model.seq_len, data_ranks, config.deck_path);
 
   // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
   // buffers) is the libraries', not the run's. (So before the communicators too: its two
   // collectives are the only ones the hang watchdog does not watch.)
-  yardstick_.emplace(MfuYardstick::measure(*execution, plan_, config.model, config.parallel.precision == Precision::bf16,
+  yardstick_.emplace(MfuYardstick::measure(*execution, batch_plan_, config.model, config.parallel.precision == Precision::bf16,
                                            world.comm()));
 
   // What this rank holds before any of the run's buffers: the measured growth starts here.
   memory_.emplace();
   shape_ = model_shape(config.model);
-  net_ = std::make_unique<ShardedModel>(config, world, std::move(execution), static_cast<int>(plan_.micro_batch),
+  net_ = std::make_unique<ShardedModel>(config, world, std::move(execution), static_cast<int>(batch_plan_.micro_batch),
                                         &timeline_);
 
   const auto seed = static_cast<std::uint64_t>(config.run.seed);
   train_loader_ = std::make_unique<BatchLoader>(data_.splits.train, config.data.order, seed, kTrainStream,
-                                                config.model.seq_len, plan_.global_batch, "training");
+                                                config.model.seq_len, batch_plan_.global_batch, "training");
   val_loader_ = std::make_unique<BatchLoader>(data_.splits.val, config.data.order, seed, kValStream, config.model.seq_len,
-                                              plan_.global_batch, "validation");
-  tokens_.resize(static_cast<std::size_t>(plan_.micro_batch * config.model.seq_len));
+                                              batch_plan_.global_batch, "validation");
+  tokens_.resize(static_cast<std::size_t>(batch_plan_.micro_batch * config.model.seq_len));
   targets_.resize(tokens_.size());
 
   checkpoint_dir_ = checkpoint_dir_of(config);
@@ -101,7 +101,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   DerivedSettings built;
   built.world_size = world_.size();
   built.device = net_->execution().choice().note;
-  built.batches = plan_;
+  built.batches = batch_plan_;
   built.parameters = net_->model().whole_layout().total();
   built.segments = net_->model().layout().segments().size();
   built.strategy = net_->strategy().description();
@@ -114,7 +114,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.classifier = describe_classifier(net_->execution().choice().cuda, config_.parallel.precision,
                                          config_.parallel.classifier);
   built.data = describe_data(data_);
-  built.sequential_data = config_.data.order == "sequential";
+  built.sequential_data = config_.data.order == DataOrder::sequential;
   built.tokenizer = data_.tokenizer->description();
   built.run_directory = run_dir_->path();
   SettingsRows rows = derived_rows(built);
@@ -140,7 +140,7 @@ void Trainer::save_checkpoint(std::int64_t steps_done) {
   const std::size_t next = train_loader_->next_start();
   const DataShard& shard = data.shards()[data.shard_of(next)];
   info.data_position = position.batches;
-  info.data_order = config_.data.order;
+  info.data_order = name_of(config_.data.order);
   info.data_shard = shard.path;
   info.data_shard_offset = static_cast<std::int64_t>(next - shard.begin);
   info.data_epoch = position.epoch;
@@ -196,18 +196,18 @@ void Trainer::say(const std::string& line) {
 }
 
 double Trainer::train_step(std::int64_t step) {
-  const std::int64_t first = plan_.first_sequence(net_->data_rank());
+  const std::int64_t first = batch_plan_.first_sequence(net_->data_rank());
   train_loader_->next_batch();
   StepSettings settings;
-  settings.micro_batches = plan_.accum_steps;
-  settings.micro_batch = static_cast<int>(plan_.micro_batch);
-  settings.seq_len = static_cast<int>(plan_.seq_len);
-  settings.data_ranks = static_cast<int>(plan_.ranks);
+  settings.micro_batches = batch_plan_.accum_steps;
+  settings.micro_batch = static_cast<int>(batch_plan_.micro_batch);
+  settings.seq_len = static_cast<int>(batch_plan_.seq_len);
+  settings.data_ranks = static_cast<int>(batch_plan_.ranks);
   settings.lr = learning_rate(config_.optimizer, step, config_.run.steps);
   settings.grad_clip = config_.optimizer.grad_clip;
   settings.step = step + 1;
   auto fill = [&](std::int64_t micro) {
-    train_loader_->fill(first + micro * plan_.micro_batch, plan_.micro_batch, tokens_.data(), targets_.data());
+    train_loader_->fill(first + micro * batch_plan_.micro_batch, batch_plan_.micro_batch, tokens_.data(), targets_.data());
   };
   // A loss or gradient that is not a number would make every weight NaN: the update is skipped
   // and the run stops after this step (run()).
@@ -218,7 +218,7 @@ double Trainer::train_step(std::int64_t step) {
 }
 
 double Trainer::validation_loss() {
-  return mean_loss(*net_, *val_loader_, plan_, net_->data_rank(), config_.run.eval_batches);
+  return mean_loss(*net_, *val_loader_, batch_plan_, net_->data_rank(), config_.run.eval_batches);
 }
 
 void Trainer::print_sample(std::int64_t step) {
@@ -262,7 +262,7 @@ TrainSummary Trainer::run() {
                       {"nodes", world_.node_count()},
                       {"strategy", name_of(config_.parallel.strategy)},
                       {"precision", name_of(config_.parallel.precision)},
-                      {"tokens_per_step", plan_.global_batch * plan_.seq_len}});
+                      {"tokens_per_step", batch_plan_.global_batch * batch_plan_.seq_len}});
   TrainSummary summary;
   summary.val_unigram_entropy = data_.splits.val.data->unigram_entropy(data_.splits.val.begin, data_.splits.val.end);
   {
@@ -276,7 +276,7 @@ TrainSummary Trainer::run() {
   // counts them (mfu_flops_per_token: every parameter, causal attention's half of the scores),
   // whichever attention runs, so that MFU compares with llm.c's and between the two attentions.
   const double flops_per_step =
-      mfu_flops_per_token(shape_, plan_.seq_len) * static_cast<double>(plan_.global_batch * plan_.seq_len) /
+      mfu_flops_per_token(shape_, batch_plan_.seq_len) * static_cast<double>(batch_plan_.global_batch * batch_plan_.seq_len) /
       static_cast<double>(world_.size());
   for (const std::string& note : resume_notes_) say(note);
   say(memory_line("at start"));
@@ -292,12 +292,12 @@ TrainSummary Trainer::run() {
     const double loss = train_step(step);
     const double seconds = clock.seconds();
     const LossWatch::Verdict verdict = loss_watch_.observe(loss, last_grad_norm_);
-    if (verdict.finite) tokens_seen_ += plan_.global_batch * plan_.seq_len;
+    if (verdict.finite) tokens_seen_ += batch_plan_.global_batch * batch_plan_.seq_len;
     const ShardedModel::CommTotals after = net_->comm_totals();
     const MemoryReport memory = net_->strategy().memory();
 
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
-                      static_cast<double>(plan_.global_batch * plan_.seq_len) / seconds,
+                      static_cast<double>(batch_plan_.global_batch * batch_plan_.seq_len) / seconds,
                       yardstick_->mfu(flops_per_step / seconds), after.waited_seconds - before.waited_seconds,
                       memory.model_state() + memory.workspace + net_->model().activation_bytes(),
                       after.traffic.intra.total() - before.traffic.intra.total(),
@@ -376,7 +376,7 @@ TrainSummary Trainer::run() {
     }
   }
   if (auto done = checkpointer_->finish()) report_checkpoint(*done);
-  if (summary.steps == config_.run.steps && config_.run.export_at_end == "safetensors") export_model();
+  if (summary.steps == config_.run.steps && config_.run.export_at_end == ExportAtEnd::safetensors) export_model();
   timeline_.set_enabled(false);
   write_traces();
   return summary;

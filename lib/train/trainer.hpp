@@ -65,7 +65,7 @@ class Trainer {
   World& world_;
   int threads_ = 1;
   RunData data_;
-  BatchPlan plan_;
+  BatchPlan batch_plan_;
   ModelShape shape_;
   Timeline timeline_;  // before net_: its communicators and strategy trace into it
   std::unique_ptr<ShardedModel> net_;  // the model, its strategy, where it computes

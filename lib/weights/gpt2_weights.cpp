@@ -4,10 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "model/arch.hpp"
 #include "weights/file_io.hpp"
 #include "weights/hf_gpt2.hpp"
 #include "weights/llmc_file.hpp"
 #include "weights/safetensors_file.hpp"
+#include "weights/weight_formats.hpp"
 
 namespace st {
 namespace {
@@ -90,7 +92,7 @@ std::string shape_mismatch(const WeightsSource& file, const ModelShape& deck) {
     return key + " = " + in_file + " in " + file.path + ", " + in_deck + " in the deck";
   };
   if (f.arch != deck.arch) return differ("model.arch", arch_name(f.arch), arch_name(deck.arch));
-  const bool llama = f.arch == Arch::llama;
+  const ArchSpec& arch = arch_spec(f.arch);
   const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
       {"model.n_layer", {f.n_layer, deck.n_layer}},
       {"model.n_head", {f.n_head, deck.n_head}},
@@ -102,12 +104,12 @@ std::string shape_mismatch(const WeightsSource& file, const ModelShape& deck) {
   };
   for (const auto& [key, values] : fields) {
     if (values.first == values.second) continue;
-    if (!llama && (std::string(key) == "model.n_kv_head" || std::string(key) == "model.ffn_dim")) continue;
-    // A Llama's positions are rotary: any context up to the file's runs on its weights.
-    if (llama && std::string(key) == "model.seq_len" && values.second < values.first) continue;
+    if (!arch.llama_keys && (std::string(key) == "model.n_kv_head" || std::string(key) == "model.ffn_dim")) continue;
+    // Rotary positions have no table: any context up to the file's runs on its weights.
+    if (arch.rotary_positions && std::string(key) == "model.seq_len" && values.second < values.first) continue;
     return differ(key, std::to_string(values.first), std::to_string(values.second));
   }
-  if (!llama) return "";
+  if (!arch.llama_keys) return "";
   if (f.norm_eps != deck.norm_eps) return differ("model.norm_eps", number_text(f.norm_eps), number_text(deck.norm_eps));
   if (f.rope_theta != deck.rope_theta)
     return differ("model.rope_theta", number_text(f.rope_theta), number_text(deck.rope_theta));
@@ -132,14 +134,11 @@ std::vector<float> read_weights(const WeightsSource& source, const ModelShape& s
   if (const std::string why = shape_mismatch(source, shape); !why.empty())
     throw Error(source.path + ": holds another model: " + why);
   std::vector<float> params(make_layout(shape).total());
-  if (source.shape.arch == Arch::llama) {
-    read_hf_llama_params(locate_hf_llama(source.path), source.shape, shape, params);
-  } else if (source.format == WeightsFormat::llmc) {
+  if (source.format == WeightsFormat::llmc) {
     const InputFile file(source.path);
     read_llmc_params(file, read_llmc_header(file), shape, params);
   } else {
-    const SafetensorsReader reader(source.path);
-    read_hf_gpt2_params(reader, source.shape, shape, params);
+    weight_formats(source.shape.arch).read_hf(source.path, source.shape, shape, params);
   }
   return params;
 }
@@ -147,21 +146,17 @@ std::vector<float> read_weights(const WeightsSource& source, const ModelShape& s
 std::vector<std::string> weights_outputs(WeightsFormat format, const std::string& path, const ModelShape& shape,
                                          WeightDtype dtype, std::uint64_t max_shard_bytes) {
   if (format == WeightsFormat::llmc) return {path};
-  if (shape.arch == Arch::llama) return hf_llama_outputs(path, shape, dtype, max_shard_bytes);
-  return {path, hf_config_path(path)};
+  return weight_formats(shape.arch).hf_outputs(path, shape, dtype, max_shard_bytes);
 }
 
 void write_weights(WeightsFormat format, const std::string& path, const ModelShape& shape, std::span<const float> params,
                    WeightDtype dtype, std::uint64_t max_shard_bytes) {
-  if (shape.arch == Arch::llama && format == WeightsFormat::safetensors) {
-    write_hf_llama(path, shape, params, dtype, max_shard_bytes);
-    return;
+  if (format == WeightsFormat::llmc) {
+    require_llmc_holds(shape);
+    write_llmc(path, shape, params, dtype);
+  } else {
+    weight_formats(shape.arch).write_hf(path, shape, params, dtype, max_shard_bytes);
   }
-  if (shape.arch != Arch::gpt2)
-    throw Error(std::string("llm.c files hold GPT-2 models; this one is model.arch = \"") + arch_name(shape.arch) +
-                "\" (export it with --format safetensors or hdf5)");
-  if (format == WeightsFormat::llmc) write_llmc(path, shape, params, dtype);
-  else write_hf_gpt2(path, shape, params, dtype);
 }
 
 }  // namespace st

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "weights/file_io.hpp"
 #include "weights/shape_limits.hpp"
+#include "weights/weight_formats.hpp"
 
 namespace st {
 namespace {
@@ -253,6 +254,30 @@ void write_hf_gpt2(const std::string& path, const ModelShape& shape, std::span<c
   const std::string text = hf_gpt2_config_json(shape, dtype);
   config.write(text.data(), text.size());
   config.commit();
+}
+
+const WeightFormats& gpt2_weight_formats() {
+  static const WeightFormats row{
+      // llm.c trains GPT-2: its model file holds it.
+      .arch = Arch::gpt2, .llmc = true,
+      .read_hf =
+          [](const std::string& path, const ModelShape& file_shape, const ModelShape& ours, std::span<float> params) {
+            const SafetensorsReader reader(path);
+            read_hf_gpt2_params(reader, file_shape, ours, params);
+          },
+      .write_hf = [](const std::string& out, const ModelShape& shape, std::span<const float> params, WeightDtype dtype,
+                     std::uint64_t /*max_shard_bytes: GPT-2 is written whole*/) {
+        write_hf_gpt2(out, shape, params, dtype);
+      },
+      .hf_outputs = [](const std::string& out, const ModelShape&, WeightDtype, std::uint64_t) {
+        return std::vector<std::string>{out, hf_config_path(out)};
+      },
+      .hf_written = [](const std::string& out, const ModelShape&, WeightDtype dtype, std::uint64_t) {
+        return "wrote " + out + " (Hugging Face GPT-2 safetensors, " + safetensors_dtype_name(dtype) + ") and " +
+               hf_config_path(out);
+      },
+  };
+  return row;
 }
 
 }  // namespace st

@@ -13,6 +13,7 @@
 #include "weights/file_io.hpp"
 #include "weights/safetensors_file.hpp"
 #include "weights/shape_limits.hpp"
+#include "weights/weight_formats.hpp"
 
 namespace st {
 namespace {
@@ -446,6 +447,40 @@ void write_hf_llama(const std::string& out, const ModelShape& shape, std::span<c
   const std::string text = hf_llama_config_json(shape, dtype);
   config.write(text.data(), text.size());
   config.commit();
+}
+
+namespace {
+
+// "wrote OUT and DIR/config.json (Hugging Face Llama safetensors, F32)", or the shards, the
+// index and config.json with the shards' count.
+std::string hf_llama_written(const std::string& out, const ModelShape& shape, WeightDtype dtype,
+                             std::uint64_t max_shard_bytes) {
+  // The files written, less the other form's file that was removed (or never there).
+  std::vector<std::string> files = hf_llama_outputs(out, shape, dtype, max_shard_bytes);
+  const bool sharded = files.size() > 3;
+  files.erase(files.begin() + (sharded ? files.size() - 2 : 1));
+  std::string list;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == files.size() ? " and " : ", ") + files[i];
+  return "wrote " + list + " (Hugging Face Llama safetensors, " + safetensors_dtype_name(dtype) +
+         (sharded ? ", " + std::to_string(files.size() - 2) + " shards" : "") + ")";
+}
+
+}  // namespace
+
+const WeightFormats& llama_weight_formats() {
+  static const WeightFormats row{
+      // Hugging Face files only: llm.c trains no Llama.
+      .arch = Arch::llama, .llmc = false,
+      .read_hf =
+          [](const std::string& path, const ModelShape& file_shape, const ModelShape& ours, std::span<float> params) {
+            read_hf_llama_params(locate_hf_llama(path), file_shape, ours, params);
+          },
+      .write_hf = write_hf_llama,
+      .hf_outputs = hf_llama_outputs,
+      .hf_written = hf_llama_written,
+  };
+  return row;
 }
 
 }  // namespace st

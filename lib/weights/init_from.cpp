@@ -10,6 +10,7 @@
 #include "comm/values.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "model/arch.hpp"
 #include "model/deck_shape.hpp"
 #include "weights/gpt2_weights.hpp"
 
@@ -52,7 +53,7 @@ void share(WeightsSource& source, MPI_Comm comm) {
   auto u = [](std::int64_t v) { return static_cast<std::uint64_t>(v); };
   std::vector<std::uint64_t> numbers = {u(s.n_layer), u(s.d_model), u(s.n_head), u(s.seq_len), u(s.vocab_size),
                                         u(s.padded_vocab), source.format == WeightsFormat::llmc ? 0u : 1u,
-                                        s.arch == Arch::llama ? 1u : 0u, u(s.n_kv_head), u(s.ffn_dim),
+                                        static_cast<std::uint64_t>(s.arch), u(s.n_kv_head), u(s.ffn_dim),
                                         bits_of(s.norm_eps), bits_of(s.rope_theta), s.tie_embeddings ? 1u : 0u,
                                         static_cast<std::uint64_t>(s.rope_scaling), bits_of(s.rope_factor),
                                         bits_of(s.rope_low_freq_factor), bits_of(s.rope_high_freq_factor),
@@ -61,7 +62,7 @@ void share(WeightsSource& source, MPI_Comm comm) {
   auto v = [&](std::size_t k) { return static_cast<std::int64_t>(numbers[k]); };
   source.shape = {v(0), v(1), v(2), v(3), v(4), v(5)};
   source.format = numbers[6] == 0 ? WeightsFormat::llmc : WeightsFormat::safetensors;
-  source.shape.arch = numbers[7] == 1 ? Arch::llama : Arch::gpt2;
+  source.shape.arch = static_cast<Arch>(numbers[7]);
   source.shape.n_kv_head = v(8);
   source.shape.ffn_dim = v(9);
   source.shape.norm_eps = double_of(numbers[10]);
@@ -131,17 +132,18 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
                                  : " (set model.from_file = true to take the model's shape from the file)"),
                 ErrorScope::all_ranks);
   };
-  const bool llama = source.shape.arch == Arch::llama;
+  const ArchSpec& arch = arch_spec(source.shape.arch);
   const std::string file_arch = arch_name(source.shape.arch);
   take("model.arch", m.arch, file_arch, "\"" + file_arch + "\"", (m.arch.empty() ? "gpt2" : m.arch) == file_arch);
   for (const ModelKey& key : kShapeKeys) {
     std::int64_t& value = m.*key.field;
     const std::int64_t in_file = source.shape.*key.from;
-    const bool shorter_context = llama && key.field == &ModelConfig::seq_len && value < in_file &&
+    // Rotary positions have no table: any context up to the file's runs on its weights.
+    const bool shorter_context = arch.rotary_positions && key.field == &ModelConfig::seq_len && value < in_file &&
                                  !(m.from_file && config.origin[key.name] == "default");
     take(key.name, value, in_file, std::to_string(in_file), value == in_file || shorter_context);
   }
-  if (llama) {
+  if (arch.llama_keys) {
     const ModelShape& f = source.shape;
     const ModelShape d = deck_shape(m);
     take("model.n_kv_head", m.n_kv_head, f.kv_heads(), std::to_string(f.kv_heads()), d.kv_heads() == f.kv_heads());

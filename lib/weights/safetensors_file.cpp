@@ -185,7 +185,7 @@ void write_safetensors(const std::string& path, std::vector<SafetensorsOutput> t
     for (std::int64_t d : t.shape) n *= static_cast<std::uint64_t>(d);
     ST_REQUIRE(n == t.values.size(), "safetensors output: shape and values disagree for " + t.name);
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();
-    entry["dtype"] = dtype == WeightDtype::bf16 ? "BF16" : "F32";
+    entry["dtype"] = safetensors_dtype_name(dtype);
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + n * bytes};
     header[t.name] = entry;

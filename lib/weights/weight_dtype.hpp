@@ -6,5 +6,7 @@ namespace st {
 enum class WeightDtype { fp32, bf16 };
 
 inline const char* dtype_name(WeightDtype dtype) { return dtype == WeightDtype::bf16 ? "bf16" : "fp32"; }
+// The same as a safetensors header names it.
+inline const char* safetensors_dtype_name(WeightDtype dtype) { return dtype == WeightDtype::bf16 ? "BF16" : "F32"; }
 
 }  // namespace st

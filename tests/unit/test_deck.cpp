@@ -36,7 +36,7 @@ TEST(Deck, MinimalDeckTakesDefaults) {
   EXPECT_EQ(c.data.path, std::vector<std::string>{"corpus.txt"});
   EXPECT_TRUE(c.data.val_path.empty());
   EXPECT_EQ(c.data.tokenizer, "byte");
-  EXPECT_EQ(c.data.order, "random");
+  EXPECT_EQ(c.data.order, DataOrder::random);
   EXPECT_EQ(c.model.vocab_size, 256);
   EXPECT_EQ(c.parallel.strategy, StrategyKind::ddp);
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
@@ -133,7 +133,7 @@ TEST(Deck, DataPathsAreAStringOrAList) {
   EXPECT_EQ(list.resolved.at("data.path"), "[\"a.bin\", \"b/*.bin\"]");
   EXPECT_EQ(list.data.val_path, std::vector<std::string>{"v.bin"});
   EXPECT_EQ(list.data.tokenizer_files, (std::vector<std::string>{"enc.json", "vocab.bpe"}));
-  EXPECT_EQ(list.data.order, "sequential");
+  EXPECT_EQ(list.data.order, DataOrder::sequential);
   // --set takes a TOML array, or one path without quotes.
   const Config set = parse_deck(kMinimal, "deck.toml", {"data.path=[\"x.bin\", \"y.bin\"]", "data.val_path=v/*.bin"});
   EXPECT_EQ(set.data.path, (std::vector<std::string>{"x.bin", "y.bin"}));

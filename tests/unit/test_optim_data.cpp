@@ -210,15 +210,15 @@ TEST(Schedule, WarmupThenCosineToMinimum) {
   o.lr = 1.0;
   o.min_lr = 0.1;
   o.warmup_steps = 10;
-  o.schedule = "cosine";
+  o.schedule = LrSchedule::cosine;
   EXPECT_DOUBLE_EQ(learning_rate(o, 0, 110), 0.1);
   EXPECT_DOUBLE_EQ(learning_rate(o, 9, 110), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate(o, 10, 110), 1.0);
   EXPECT_NEAR(learning_rate(o, 59, 110), 0.55, 0.01);
   EXPECT_DOUBLE_EQ(learning_rate(o, 109, 110), 0.1);
-  o.schedule = "linear";
+  o.schedule = LrSchedule::linear;
   EXPECT_NEAR(learning_rate(o, 109, 110), 0.1, 1e-12);
-  o.schedule = "constant";
+  o.schedule = LrSchedule::constant;
   EXPECT_DOUBLE_EQ(learning_rate(o, 50, 110), 1.0);
 }
 
@@ -276,7 +276,7 @@ TEST_F(Data, SplitsAndSamplesAreDeterministicAndIndependentOfRanks) {
   const DataSplits s = split_data(d, 0.1, 16);
   EXPECT_EQ(s.train.end, 4500u);
   EXPECT_EQ(s.val.begin, 4500u);
-  BatchLoader loader(s.train, "random", 99, 0, 16, 8, "training");
+  BatchLoader loader(s.train, DataOrder::random, 99, 0, 16, 8, "training");
   for (int k = 0; k < 4; ++k) loader.next_batch();  // batch 3
   // 8 sequences drawn at once equal 8 drawn one at a time (as 8 ranks would).
   std::vector<int> all_t(8 * 16), all_y(8 * 16), one_t(16), one_y(16);
@@ -295,7 +295,7 @@ TEST_F(Data, SplitsAndSamplesAreDeterministicAndIndependentOfRanks) {
   }
   EXPECT_GT(starts.size(), 1u) << "sequences of a batch should differ";
   // A loader sought to batch 3 draws batch 3 again.
-  BatchLoader again(s.train, "random", 99, 0, 16, 8, "training");
+  BatchLoader again(s.train, DataOrder::random, 99, 0, 16, 8, "training");
   again.seek({3, 0, 0});
   again.next_batch();
   std::vector<int> re_t(8 * 16), re_y(8 * 16);
@@ -362,7 +362,7 @@ TEST_F(Shards, AreReadAsTheirConcatenation) {
 TEST_F(Shards, LoadersDrawTheSameSequencesAsFromTheConcatenation) {
   const TokenDataset shards = TokenDataset::open(shard_paths(), "auto");
   const TokenDataset whole = TokenDataset::open(path("all.bin"), "auto");
-  for (const char* order : {"random", "sequential"}) {
+  for (const DataOrder order : {DataOrder::random, DataOrder::sequential}) {
     const DataSplits a = split_data(shards, 0.1, 16), b = split_data(whole, 0.1, 16);
     BatchLoader la(a.train, order, 5, 0, 16, 12, "training"), lb(b.train, order, 5, 0, 16, 12, "training");
     std::vector<int> ta(12 * 16), ya(12 * 16), tb(12 * 16), yb(12 * 16);
@@ -380,7 +380,7 @@ TEST_F(Shards, LoadersDrawTheSameSequencesAsFromTheConcatenation) {
 TEST_F(Shards, SequentialOrderReadsOnAndStartsOverAtTheEnd) {
   const TokenDataset d = TokenDataset::open(shard_paths(), "auto");
   const Split train{&d, 0, 3000};
-  BatchLoader loader(train, "sequential", 1, 0, 10, 40, "training");  // 400 tokens per batch
+  BatchLoader loader(train, DataOrder::sequential, 1, 0, 10, 40, "training");  // 400 tokens per batch
   std::vector<int> t(40 * 10), y(40 * 10);
   for (int k = 0; k < 7; ++k) {
     // 3000 tokens hold 7 batches of 400 (+1 for the last target): the 8th starts over.
@@ -396,14 +396,14 @@ TEST_F(Shards, SequentialOrderReadsOnAndStartsOverAtTheEnd) {
   EXPECT_EQ(loader.position().offset, 0u);
   EXPECT_EQ(loader.position().batches, 7);
   // Seeking restores a place in the middle of a file.
-  BatchLoader resumed(train, "sequential", 1, 0, 10, 40, "training");
+  BatchLoader resumed(train, DataOrder::sequential, 1, 0, 10, 40, "training");
   resumed.seek({3, 1200, 0});
   resumed.next_batch();
   resumed.fill(0, 40, t.data(), y.data());
   EXPECT_TRUE(std::equal(t.begin(), t.end(), expected_.begin() + 1200));
   // A batch bigger than the split is refused, naming it.
   try {
-    BatchLoader too_big(Split{&d, 0, 300}, "sequential", 1, 0, 10, 40, "validation");
+    BatchLoader too_big(Split{&d, 0, 300}, DataOrder::sequential, 1, 0, 10, 40, "validation");
     FAIL() << "401 tokens do not fit in 300";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("401 tokens per step, but the validation part of"), std::string::npos) << e.what();
