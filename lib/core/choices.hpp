@@ -36,6 +36,9 @@ enum class ClassifierChoice { automatic, unfused };
 // whole and reduces once (fewer bytes, a whole-model fp32 gradient more per rank); automatic
 // ("auto") is once where that fits in the rank's memory, else every micro-batch (plan/fit).
 enum class GradReduction { automatic, micro_batch, step };
+// parallel.device: where each rank computes; automatic ("auto") is cuda where this build has CUDA
+// and every rank has a GPU of its own, else cpu (exec/device_choice.hpp).
+enum class DeviceKind { automatic, cpu, cuda };
 
 
 template <class E>
@@ -81,6 +84,11 @@ template <>
 struct ChoiceNames<GradReduction> {
   static constexpr std::array<std::pair<GradReduction, const char*>, 3> table{
       {{GradReduction::automatic, "auto"}, {GradReduction::micro_batch, "every_micro_batch"}, {GradReduction::step, "once"}}};
+};
+template <>
+struct ChoiceNames<DeviceKind> {
+  static constexpr std::array<std::pair<DeviceKind, const char*>, 3> table{
+      {{DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
 };
 
 // The deck's other choices. Their words are their enumerators' names in order: each enum's

@@ -79,7 +79,7 @@ struct OptimizerConfig {
 
 struct ParallelConfig {
   StrategyKind strategy = StrategyKind::ddp;
-  std::string device;
+  DeviceKind device = DeviceKind::automatic;
   Precision precision = Precision::fp32;
   AttentionChoice attention = AttentionChoice::automatic;
   ClassifierChoice classifier = ClassifierChoice::automatic;

@@ -269,12 +269,12 @@ std::vector<KeySpec> build_schema() {
              "fastest that fits in memory at start-up (docs/planner.md), logs its table and reason, and the run "
              "records the choice (resolved.toml, plan.txt, checkpoints).",
              store_choice(&C::parallel, &ParallelConfig::strategy)),
-      choice("parallel", "device", "\"auto\"", {"auto", "cpu", "cuda"},
+      choice("parallel", "device", "\"auto\"", choice_names<DeviceKind>(),
              "Where each rank computes. cuda: one GPU per rank, chosen by the rank's place among the ranks of its "
              "node out of the visible devices (CUDA_VISIBLE_DEVICES applies); refused where no GPU is usable or "
              "a node has more ranks than GPUs. cpu: OpenMP and OpenBLAS. auto: cuda where this build has CUDA and "
              "every rank has a GPU of its own, else cpu (the settings table says which and why).",
-             store(&C::parallel, &ParallelConfig::device)),
+             store_choice(&C::parallel, &ParallelConfig::device)),
       choice("parallel", "precision", "\"fp32\"", choice_names<Precision>(),
              "fp32: everything in fp32. bf16: bf16 compute copies and communication, fp32 master weights.",
              store_choice(&C::parallel, &ParallelConfig::precision)),

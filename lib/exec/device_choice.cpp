@@ -16,12 +16,12 @@ namespace st {
 
 DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
   DeviceChoice c;
-  const std::string key = deck_path + ": parallel.device = \"" + p.requested + "\"";
-  if (p.requested == "cpu") {
+  const std::string key = deck_path + ": parallel.device = \"" + name_of(p.requested) + "\"";
+  if (p.requested == DeviceKind::cpu) {
     c.note = "cpu (parallel.device = \"cpu\")";
     return c;
   }
-  const bool asked = p.requested == "cuda";
+  const bool asked = p.requested == DeviceKind::cuda;
   if (!p.cuda_built) {
     if (asked)
       c.error = key + ": this build of shardtrain has no CUDA support; rebuild with "
@@ -44,7 +44,7 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
     c.cuda = true;
     c.device = 0;
     c.note = "cuda: the one GPU visible to this rank, each rank of the node its own (parallel.device = \"" +
-             p.requested + "\")";
+             name_of(p.requested) + "\")";
     return c;
   }
   if (p.host_ranks > p.visible_devices) {
@@ -59,17 +59,17 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
   c.cuda = true;
   c.device = p.host_rank;
   c.note = "cuda device " + std::to_string(c.device) + " of " + std::to_string(p.visible_devices) +
-           " visible (parallel.device = \"" + p.requested + "\", one GPU per rank by its place on the node)";
+           " visible (parallel.device = \"" + name_of(p.requested) + "\", one GPU per rank by its place on the node)";
   return c;
 }
 
-DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const std::string& deck_path) {
+DeviceChoice choose_device(DeviceKind requested, MPI_Comm comm, const std::string& deck_path) {
   DeviceProbe probe;
   probe.requested = requested;
 #if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
   probe.cuda_built = true;  // GPU training needs both: its communicators are NCCL's
 #endif
-  if (requested != "cpu" && probe.cuda_built) probe.visible_devices = visible_cuda_devices(probe.why_none);
+  if (requested != DeviceKind::cpu && probe.cuda_built) probe.visible_devices = visible_cuda_devices(probe.why_none);
   const OwnedComm host = host_group(comm);
   probe.host_rank = group_rank(host.get());
   probe.host_ranks = group_size(host.get());

@@ -6,11 +6,13 @@
 
 #include <string>
 
+#include "core/choices.hpp"
+
 namespace st {
 
 // What one rank sees and is asked for: the input of the decision.
 struct DeviceProbe {
-  std::string requested = "auto";  // "auto", "cpu" or "cuda"
+  DeviceKind requested = DeviceKind::automatic;
   bool cuda_built = false;         // this build trains on GPUs (CUDA and NCCL)
   int visible_devices = 0;         // CUDA devices the runtime reports (0 when none or no driver)
   std::string why_none;            // the driver's reason when visible_devices == 0
@@ -34,7 +36,7 @@ DeviceChoice decide_device(const DeviceProbe& probe, const std::string& deck_pat
 // Probes this rank (device count, its place on the host) and decides; collective over `comm`:
 // every rank decides the same way (all on GPUs or all on CPUs), and if any rank cannot run as
 // asked every rank throws the same Error with that rank's reason.
-DeviceChoice choose_device(const std::string& requested, MPI_Comm comm, const std::string& deck_path);
+DeviceChoice choose_device(DeviceKind requested, MPI_Comm comm, const std::string& deck_path);
 
 // Memory of CUDA device `device` in bytes (0 in a build without CUDA or when it cannot be read).
 double cuda_device_memory_bytes(int device);

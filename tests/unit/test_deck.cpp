@@ -199,7 +199,7 @@ TEST(Deck, LlamaTakesEveryDeviceAsGpt2Does) {
   for (const char* device : {"auto", "cpu", "cuda"}) {
     const std::vector<std::string> sets{"model.arch=\"llama\"", std::string("parallel.device=\"") + device + "\""};
     EXPECT_EQ(error_of(kMinimal, sets), "") << device;
-    EXPECT_EQ(parse_deck(kMinimal, "deck.toml", sets).parallel.device, device);
+    EXPECT_EQ(name_of(parse_deck(kMinimal, "deck.toml", sets).parallel.device), device);
   }
 }
 

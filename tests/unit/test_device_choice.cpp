@@ -8,7 +8,7 @@ namespace {
 
 DeviceProbe probe(const char* requested, bool built, int devices, int host_rank, int host_ranks) {
   DeviceProbe p;
-  p.requested = requested;
+  p.requested = *choice_from_name<DeviceKind>(requested);
   p.cuda_built = built;
   p.visible_devices = devices;
   p.why_none = devices == 0 ? "CUDA driver version is insufficient for CUDA runtime version" : "";
