@@ -155,7 +155,7 @@ LoadedModel load_model(const std::string& given, const std::vector<std::string>&
 // Whether a byte-tokenizer deck's tokens are bytes of text (rendered as text) or token ids: its
 // first data file says, or, when the data are gone, the vocabulary.
 bool bytes_are_tokens(const Config& config) {
-  if (config.data.format != "auto") return config.data.format == "text";
+  if (config.data.format != DataFormat::automatic) return config.data.format == DataFormat::text;
   std::vector<std::string> files;
   try {
     files = expand_data_paths(config.data.path, "data.path");

@@ -39,6 +39,9 @@ enum class GradReduction { automatic, micro_batch, step };
 // parallel.device: where each rank computes; automatic ("auto") is cuda where this build has CUDA
 // and every rank has a GPU of its own, else cpu (exec/device_choice.hpp).
 enum class DeviceKind { automatic, cpu, cuda };
+// data.format: how data files are read; automatic ("auto") is a token file where the file starts
+// with a token file's magic, else text (data/dataset.hpp).
+enum class DataFormat { automatic, text, tokens };
 
 
 template <class E>
@@ -89,6 +92,11 @@ template <>
 struct ChoiceNames<DeviceKind> {
   static constexpr std::array<std::pair<DeviceKind, const char*>, 3> table{
       {{DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
+};
+template <>
+struct ChoiceNames<DataFormat> {
+  static constexpr std::array<std::pair<DataFormat, const char*>, 3> table{
+      {{DataFormat::automatic, "auto"}, {DataFormat::text, "text"}, {DataFormat::tokens, "tokens"}}};
 };
 
 // The deck's other choices. Their words are their enumerators' names in order: each enum's

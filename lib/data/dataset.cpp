@@ -70,7 +70,7 @@ void write_tokens(const std::string& path, const Token* tokens, std::size_t coun
 
 }  // namespace
 
-TokenDataset TokenDataset::open(const std::vector<std::string>& paths, const std::string& format,
+TokenDataset TokenDataset::open(const std::vector<std::string>& paths, DataFormat format,
                                 const TextEncoder& encode_text) {
   ST_REQUIRE(!paths.empty(), "a data set needs at least one file");
   TokenDataset data;
@@ -80,7 +80,8 @@ TokenDataset TokenDataset::open(const std::vector<std::string>& paths, const std
     Source source;
     source.file.emplace(path);
     const MappedFile& file = *source.file;
-    const bool as_tokens = format == "tokens" || (format == "auto" && starts_with_magic(file));
+    const bool as_tokens =
+        format == DataFormat::tokens || (format == DataFormat::automatic && starts_with_magic(file));
     if (all_text && *all_text == as_tokens)
       throw Error("data file '" + path + "' is " + (as_tokens ? "a token file" : "text") + " but '" + paths.front() +
                   "' is " + (as_tokens ? "text" : "a token file") + ": the files of one data set must be of one kind");

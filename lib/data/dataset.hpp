@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/choices.hpp"
 #include "data/mapped_file.hpp"
 
 namespace st {
@@ -36,12 +37,12 @@ class TokenDataset {
   // Encodes one text file's bytes: used for text when data.tokenizer is not "byte".
   using TextEncoder = std::function<std::vector<std::uint32_t>(std::string_view text, const std::string& path)>;
 
-  // format: "text", "tokens" or "auto" (tokens if a file starts with either magic); every file
+  // format: text, tokens or automatic (tokens if a file starts with either magic); every file
   // must be of one kind. Text is byte tokens unless `encode_text` is given. Throws Error naming
   // the file and what is wrong with it.
-  static TokenDataset open(const std::vector<std::string>& paths, const std::string& format,
+  static TokenDataset open(const std::vector<std::string>& paths, DataFormat format,
                            const TextEncoder& encode_text = {});
-  static TokenDataset open(const std::string& path, const std::string& format) {
+  static TokenDataset open(const std::string& path, DataFormat format) {
     return open(std::vector<std::string>{path}, format);
   }
 

@@ -53,7 +53,7 @@ struct ModelConfig {
 struct DataConfig {
   std::vector<std::string> path;      // files or globs, in order
   std::vector<std::string> val_path;  // empty: validation is the end of data.path
-  std::string format;
+  DataFormat format = DataFormat::automatic;
   DataOrder order = DataOrder::random;
   std::string tokenizer;
   std::vector<std::string> tokenizer_files;

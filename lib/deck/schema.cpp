@@ -202,10 +202,10 @@ std::vector<KeySpec> build_schema() {
               "Validation data: a file, glob or list like data.path, kept apart from training (empty: the last "
               "data.val_fraction of data.path).",
               store(&C::data, &DataConfig::val_path)),
-      choice("data", "format", "\"auto\"", {"auto", "text", "tokens"},
+      choice("data", "format", "\"auto\"", choice_names<DataFormat>(),
              "How to read data.path and data.val_path; auto: a token file if it starts with the token-file magic, "
              "else text.",
-             store(&C::data, &DataConfig::format)),
+             store_choice(&C::data, &DataConfig::format)),
       choice("data", "tokenizer", "\"byte\"", {"byte", "gpt2", "hf", "tiktoken"},
              "How text becomes tokens (training text, run.sample_prompt, samples). byte: each byte is a token "
              "(model.vocab_size 256). gpt2: GPT-2's byte-level BPE from data.tokenizer_files (50257 tokens: "

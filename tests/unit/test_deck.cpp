@@ -117,7 +117,7 @@ TEST(Deck, OverridesWinAndAreTyped) {
   EXPECT_EQ(c.run.steps, 42);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.data.path, std::vector<std::string>{"other.txt"});
-  EXPECT_EQ(c.data.format, "text");
+  EXPECT_EQ(c.data.format, DataFormat::text);
   EXPECT_EQ(c.origin.at("run.steps"), "--set");
 }
 

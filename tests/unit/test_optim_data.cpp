@@ -228,7 +228,7 @@ TEST_F(Data, TokenFileRoundTripAndAutoDetection) {
   std::vector<std::uint16_t> tokens(1000);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>((i * 37) % 50257);
   write_token_file(path("t.bin"), tokens.data(), tokens.size());
-  const TokenDataset d = TokenDataset::open(path("t.bin"), "auto");
+  const TokenDataset d = TokenDataset::open(path("t.bin"), DataFormat::automatic);
   EXPECT_FALSE(d.byte_level());
   ASSERT_EQ(d.size(), tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(d[i], tokens[i]);
@@ -237,18 +237,18 @@ TEST_F(Data, TokenFileRoundTripAndAutoDetection) {
 
 TEST_F(Data, TextIsBytes) {
   std::ofstream(path("a.txt")) << "hello world\n";
-  const TokenDataset d = TokenDataset::open(path("a.txt"), "auto");
+  const TokenDataset d = TokenDataset::open(path("a.txt"), DataFormat::automatic);
   EXPECT_TRUE(d.byte_level());
   EXPECT_EQ(d.size(), 12u);
   EXPECT_EQ(d[0], 'h');
   EXPECT_EQ(d.max_token(0, d.size()), 'w');
   // Two symbols, equally frequent: entropy ln 2.
   std::ofstream(path("b.txt")) << "abababab";
-  EXPECT_NEAR(TokenDataset::open(path("b.txt"), "text").unigram_entropy(0, 8), std::log(2.0), 1e-12);
+  EXPECT_NEAR(TokenDataset::open(path("b.txt"), DataFormat::text).unigram_entropy(0, 8), std::log(2.0), 1e-12);
 }
 
 TEST_F(Data, BadFilesAreNamed) {
-  auto message = [&](const std::string& p, const std::string& format) -> std::string {
+  auto message = [&](const std::string& p, DataFormat format) -> std::string {
     try {
       TokenDataset::open(p, format);
     } catch (const Error& e) {
@@ -256,23 +256,24 @@ TEST_F(Data, BadFilesAreNamed) {
     }
     return "";
   };
-  EXPECT_NE(message(path("missing.bin"), "auto").find("cannot open data file '" + path("missing.bin") + "'"),
-            std::string::npos);
+  EXPECT_NE(
+      message(path("missing.bin"), DataFormat::automatic).find("cannot open data file '" + path("missing.bin") + "'"),
+      std::string::npos);
   std::ofstream(path("empty.txt")).close();
-  EXPECT_NE(message(path("empty.txt"), "auto").find("is empty"), std::string::npos);
+  EXPECT_NE(message(path("empty.txt"), DataFormat::automatic).find("is empty"), std::string::npos);
   std::ofstream(path("text.txt")) << "not tokens";
-  EXPECT_NE(message(path("text.txt"), "tokens").find("is not a token file"), std::string::npos);
+  EXPECT_NE(message(path("text.txt"), DataFormat::tokens).find("is not a token file"), std::string::npos);
   std::vector<std::uint16_t> tokens(100, 5);
   write_token_file(path("cut.bin"), tokens.data(), tokens.size());
   std::filesystem::resize_file(path("cut.bin"), 1024 + 150);
-  EXPECT_NE(message(path("cut.bin"), "auto").find("truncated"), std::string::npos);
+  EXPECT_NE(message(path("cut.bin"), DataFormat::automatic).find("truncated"), std::string::npos);
 }
 
 TEST_F(Data, SplitsAndSamplesAreDeterministicAndIndependentOfRanks) {
   std::string text;
   for (int i = 0; i < 5000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
   std::ofstream(path("c.txt")) << text;
-  const TokenDataset d = TokenDataset::open(path("c.txt"), "text");
+  const TokenDataset d = TokenDataset::open(path("c.txt"), DataFormat::text);
   const DataSplits s = split_data(d, 0.1, 16);
   EXPECT_EQ(s.train.end, 4500u);
   EXPECT_EQ(s.val.begin, 4500u);
@@ -328,7 +329,7 @@ class Shards : public TempDirTest {
 };
 
 TEST_F(Shards, AreReadAsTheirConcatenation) {
-  const TokenDataset d = TokenDataset::open(shard_paths(), "auto");
+  const TokenDataset d = TokenDataset::open(shard_paths(), DataFormat::automatic);
   ASSERT_EQ(d.size(), expected_.size());
   ASSERT_EQ(d.shards().size(), 3u);
   EXPECT_EQ(d.shards()[1].begin, 1000u);
@@ -360,8 +361,8 @@ TEST_F(Shards, AreReadAsTheirConcatenation) {
 }
 
 TEST_F(Shards, LoadersDrawTheSameSequencesAsFromTheConcatenation) {
-  const TokenDataset shards = TokenDataset::open(shard_paths(), "auto");
-  const TokenDataset whole = TokenDataset::open(path("all.bin"), "auto");
+  const TokenDataset shards = TokenDataset::open(shard_paths(), DataFormat::automatic);
+  const TokenDataset whole = TokenDataset::open(path("all.bin"), DataFormat::automatic);
   for (const DataOrder order : {DataOrder::random, DataOrder::sequential}) {
     const DataSplits a = split_data(shards, 0.1, 16), b = split_data(whole, 0.1, 16);
     BatchLoader la(a.train, order, 5, 0, 16, 12, "training"), lb(b.train, order, 5, 0, 16, 12, "training");
@@ -378,7 +379,7 @@ TEST_F(Shards, LoadersDrawTheSameSequencesAsFromTheConcatenation) {
 }
 
 TEST_F(Shards, SequentialOrderReadsOnAndStartsOverAtTheEnd) {
-  const TokenDataset d = TokenDataset::open(shard_paths(), "auto");
+  const TokenDataset d = TokenDataset::open(shard_paths(), DataFormat::automatic);
   const Split train{&d, 0, 3000};
   BatchLoader loader(train, DataOrder::sequential, 1, 0, 10, 40, "training");  // 400 tokens per batch
   std::vector<int> t(40 * 10), y(40 * 10);
@@ -413,7 +414,7 @@ TEST_F(Shards, SequentialOrderReadsOnAndStartsOverAtTheEnd) {
 TEST_F(Shards, TextAndTokenFilesDoNotMix) {
   std::ofstream(path("t.txt")) << "some text";
   try {
-    TokenDataset::open({path("shard_0.bin"), path("t.txt")}, "auto");
+    TokenDataset::open({path("shard_0.bin"), path("t.txt")}, DataFormat::automatic);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("data file '" + path("t.txt") + "' is text but '" + path("shard_0.bin") +

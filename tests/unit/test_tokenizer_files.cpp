@@ -227,7 +227,7 @@ TEST_F(TokenizerFiles, Uint32TokenFilesAreRead) {
   EXPECT_EQ(header[1], 7);
   EXPECT_EQ(header[2], 1000);
   EXPECT_EQ(std::filesystem::file_size(path("t32.bin")), 1024u + 4000u);
-  const TokenDataset d = TokenDataset::open(path("t32.bin"), "auto");
+  const TokenDataset d = TokenDataset::open(path("t32.bin"), DataFormat::automatic);
   ASSERT_EQ(d.size(), tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(d[i], static_cast<int>(tokens[i]));
   EXPECT_EQ(d.max_token(0, d.size()), static_cast<int>(*std::max_element(tokens.begin(), tokens.end())));
@@ -238,14 +238,15 @@ TEST_F(TokenizerFiles, Uint32TokenFilesAreRead) {
   // A uint16 file and a uint32 file are one stream.
   std::vector<std::uint16_t> narrow = {1, 2, 3};
   write_token_file(path("t16.bin"), narrow.data(), narrow.size());
-  const TokenDataset both = TokenDataset::open(std::vector<std::string>{path("t16.bin"), path("t32.bin")}, "tokens");
+  const TokenDataset both =
+      TokenDataset::open(std::vector<std::string>{path("t16.bin"), path("t32.bin")}, DataFormat::tokens);
   EXPECT_EQ(both.size(), 1003u);
   EXPECT_EQ(both[2], 3);
   EXPECT_EQ(both[1002], static_cast<int>(tokens[999]));
 
   auto message = [&](const std::string& p) -> std::string {
     try {
-      TokenDataset::open(p, "tokens");
+      TokenDataset::open(p, DataFormat::tokens);
     } catch (const Error& e) {
       return e.what();
     }
