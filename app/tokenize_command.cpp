@@ -21,13 +21,17 @@ std::string default_gpt2_files() { return ST_DEFAULT_GPT2_FILES; }
 
 int tokenize_command(const TokenizeRequest& request, World& world) {
   MPI_Comm comm = world.comm();
-  const std::vector<std::string> files = request.tokenizer_files.empty() && request.tokenizer == "gpt2"
+  // The words are data.tokenizer's and data.tokenizer_pattern's (the command line checked them).
+  const std::optional<TokenizerKind> kind = choice_from_name<TokenizerKind>(request.tokenizer);
+  const std::optional<TokenizerPattern> pattern = choice_from_name<TokenizerPattern>(request.pattern);
+  ST_REQUIRE(kind && pattern, "--tokenizer or --tokenizer-pattern was not checked");
+  const std::vector<std::string> files = request.tokenizer_files.empty() && *kind == TokenizerKind::gpt2
                                              ? std::vector<std::string>{default_gpt2_files()}
                                              : request.tokenizer_files;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<MappedFile> input;
   agreed(comm, [&] {
-    tokenizer = make_tokenizer(request.tokenizer, files, request.pattern);
+    tokenizer = make_tokenizer(*kind, files, *pattern);
     input.emplace(request.input);
   });
   const std::string_view text(reinterpret_cast<const char*>(input->data()), input->size());

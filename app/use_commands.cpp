@@ -90,7 +90,7 @@ std::string weights_deck(const std::string& path) {
 // --set says otherwise.
 void tokenizer_for_weights(Config& config) {
   if (config.model.vocab_size != 50257 || config.origin["data.tokenizer"] != "default") return;
-  config.data.tokenizer = "gpt2";
+  config.data.tokenizer = TokenizerKind::gpt2;
   if (config.data.tokenizer_files.empty()) config.data.tokenizer_files = {default_gpt2_files()};
 }
 
@@ -182,12 +182,13 @@ TextCodec text_codec(const LoadedModel& m, World& world) {
     codec.tokenizer =
         make_tokenizer(m.config.data.tokenizer, m.config.data.tokenizer_files, m.config.data.tokenizer_pattern);
   } catch (const Error& e) {
-    problem = m.origin() + ": " + (m.weights ? "" : "its deck's ") + "data.tokenizer = \"" + m.config.data.tokenizer +
-              "\": " + e.what() + " (--set data.tokenizer_files=... names them here)";
+    problem = m.origin() + ": " + (m.weights ? "" : "its deck's ") + "data.tokenizer = \"" +
+              name_of(m.config.data.tokenizer) + "\": " + e.what() +
+              " (--set data.tokenizer_files=... names them here)";
   }
   agree_or_throw(world.comm(), problem);
   // A weights file's tokens are bytes of text only with a vocabulary of bytes.
-  codec.text = m.config.data.tokenizer != "byte" ||
+  codec.text = m.config.data.tokenizer != TokenizerKind::byte ||
                (m.weights ? m.config.model.vocab_size == 256 : bytes_are_tokens(m.config));
   return codec;
 }

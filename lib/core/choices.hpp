@@ -1,7 +1,8 @@
 #pragma once
 // The deck's choices as enums, parsed once when the deck is read (deck/schema.cpp):
 // code compares enums, never strings, and a new value is one line in its table. Here in core,
-// since the communicators, the strategies and the planner all speak them. Each value keeps the word the
+// since the deck's Config holds them and the communicators, the strategies, the planner, the
+// model and the tokenizers all speak them. Each value keeps the word the
 // deck spells it with (name_of), for messages, checkpoints and the run's records.
 #include <array>
 #include <cstddef>
@@ -42,6 +43,9 @@ enum class DeviceKind { automatic, cpu, cuda };
 // data.format: how data files are read; automatic ("auto") is a token file where the file starts
 // with a token file's magic, else text (data/dataset.hpp).
 enum class DataFormat { automatic, text, tokens };
+// data.tokenizer_pattern: the pre-tokenizer pattern of an hf or tiktoken tokenizer; automatic
+// ("auto") is the file's own (tokenizer/tokenizer_files.hpp).
+enum class TokenizerPattern { automatic, gpt2, cl100k };
 
 
 template <class E>
@@ -98,6 +102,11 @@ struct ChoiceNames<DataFormat> {
   static constexpr std::array<std::pair<DataFormat, const char*>, 3> table{
       {{DataFormat::automatic, "auto"}, {DataFormat::text, "text"}, {DataFormat::tokens, "tokens"}}};
 };
+template <>
+struct ChoiceNames<TokenizerPattern> {
+  static constexpr std::array<std::pair<TokenizerPattern, const char*>, 3> table{
+      {{TokenizerPattern::automatic, "auto"}, {TokenizerPattern::gpt2, "gpt2"}, {TokenizerPattern::cl100k, "cl100k"}}};
+};
 
 // The deck's other choices. Their words are their enumerators' names in order: each enum's
 // choice_words lists them, and one ChoiceNames serves them all.
@@ -108,6 +117,19 @@ constexpr std::array<std::pair<E, const char*>, N> words_in_order(const char* co
   return table;
 }
 
+// model.arch: the model family, whose row in the architecture table (model/arch.hpp) says what
+// differs between families.
+//   gpt2   learned positions, LayerNorm with biases, a 4x GELU MLP, multi-head attention, biases
+//          everywhere, the LM head tied to the token embedding;
+//   llama  rotary positions (Hugging Face's rotate-half layout), RMSNorm, a SwiGLU MLP,
+//          grouped-query attention, no biases, the LM head tied or not.
+enum class Arch { gpt2, llama };
+constexpr auto choice_words(Arch) { return words_in_order<Arch>({"gpt2", "llama"}); }
+// model.rope_scaling: how a Llama's rotary frequencies are rescaled for a longer context (Hugging
+// Face's rope_scaling): none, or Llama 3.1's llama3 (model/rope.hpp: long wavelengths divided by
+// the factor, short ones kept, a smooth blend between).
+enum class RopeScaling { none, llama3 };
+constexpr auto choice_words(RopeScaling) { return words_in_order<RopeScaling>({"none", "llama3"}); }
 // model.recompute: the activations recomputed in backward rather than kept (model/activations.hpp
 // says what each keeps).
 enum class Recompute { none, selective, full };
@@ -118,6 +140,11 @@ constexpr auto choice_words(DataOrder) { return words_in_order<DataOrder>({"rand
 // optimizer.schedule: the learning rate's decay after warmup (optim/schedule.hpp).
 enum class LrSchedule { cosine, linear, constant };
 constexpr auto choice_words(LrSchedule) { return words_in_order<LrSchedule>({"cosine", "linear", "constant"}); }
+// data.tokenizer: how text becomes tokens (tokenizer/tokenizer.hpp make_tokenizer).
+enum class TokenizerKind { byte, gpt2, hf, tiktoken };
+constexpr auto choice_words(TokenizerKind) {
+  return words_in_order<TokenizerKind>({"byte", "gpt2", "hf", "tiktoken"});
+}
 // run.export_at_end: what the run writes for other tools after its last step (none, or Hugging
 // Face's safetensors layout).
 enum class ExportAtEnd { none, safetensors };

@@ -33,14 +33,14 @@ struct ModelConfig {
   std::int64_t seq_len = 0;
   std::int64_t vocab_size = 0;
   std::int64_t vocab_pad_to = 0;
-  std::string arch;             // "gpt2" or "llama" (model/layout.hpp)
+  Arch arch = Arch::gpt2;
   std::int64_t n_kv_head = 0;   // llama: key/value heads (0: n_head)
   std::int64_t ffn_dim = 0;     // llama: the MLP's width (0: Llama's rounding from multiple_of)
   std::int64_t multiple_of = 0; // llama: ffn_dim's rounding
   double norm_eps = 0.0;        // llama: RMSNorm's epsilon
   double rope_theta = 0.0;      // llama: the rotary embedding's base
   bool tie_embeddings = true;   // llama: the LM head is the token embedding
-  std::string rope_scaling;     // llama: "none" or "llama3" (model/layout.hpp RopeScaling)
+  RopeScaling rope_scaling = RopeScaling::none;  // llama: the rotary frequencies' rescaling
   double rope_factor = 0.0;                   // llama3 scaling: factor
   double rope_low_freq_factor = 0.0;          // llama3 scaling: low_freq_factor
   double rope_high_freq_factor = 0.0;         // llama3 scaling: high_freq_factor
@@ -55,9 +55,9 @@ struct DataConfig {
   std::vector<std::string> val_path;  // empty: validation is the end of data.path
   DataFormat format = DataFormat::automatic;
   DataOrder order = DataOrder::random;
-  std::string tokenizer;
+  TokenizerKind tokenizer = TokenizerKind::byte;
   std::vector<std::string> tokenizer_files;
-  std::string tokenizer_pattern;  // "auto", "gpt2" or "cl100k" (hf and tiktoken)
+  TokenizerPattern tokenizer_pattern = TokenizerPattern::automatic;  // hf and tiktoken only
   std::int64_t global_batch = 0;
   std::int64_t micro_batch = 0;
   double val_fraction = 0.0;

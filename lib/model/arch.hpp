@@ -4,7 +4,8 @@
 // between families in the model's terms is asked of the row: the shape's own deck keys, the
 // parameter layout, activation sizes, FLOPs, and which Model class to build. Code that is the
 // same for every family reads the row instead of asking "is this a llama?", so that a third
-// family is its model class, its arch_*.cpp and one line in architectures().
+// family is its Arch and word (core/choices.hpp), its model class, its arch_*.cpp and one line in
+// architectures().
 //
 // The layers above keep their family rows beside their own code, keyed by the same Arch, since
 // model/ cannot see them: the weights files other tools write (weights/weight_formats.hpp). The
@@ -32,8 +33,7 @@ using ModelFactory = std::unique_ptr<Model<Real>> (*)(const ModelShape& shape, i
                                                       Recompute recompute, TensorGroup tensor);
 
 struct ArchSpec {
-  Arch arch;
-  const char* name;  // model.arch's value, a checkpoint's /model/arch
+  Arch arch;  // its word (model.arch's value, a checkpoint's /model/arch) is arch_name's
 
   // The shape.
   // Sets the keys this family has beyond the six every family has (n_layer, d_model, n_head,

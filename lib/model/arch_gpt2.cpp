@@ -96,7 +96,7 @@ double gpt2_recomputed_matmul_flops(const ModelShape& s) {
 
 const ArchSpec& gpt2_arch() {
   static const ArchSpec row{
-      .arch = Arch::gpt2, .name = "gpt2",
+      .arch = Arch::gpt2,
       // The six keys every family has, none of Llama's; the first family, unnamed in summaries and
       // checkpoints as before Llama; learned positions; one MLP up projection.
       .shape_from_deck = [](const ModelConfig&, ModelShape&) {},

@@ -2,10 +2,8 @@
 // rotate-half layout), RMSNorm, a SwiGLU MLP, grouped-query attention, no biases, the LM head tied
 // or not. The model itself is model/llama.hpp.
 #include <memory>
-#include <optional>
 #include <string>
 
-#include "core/error.hpp"
 #include "core/text.hpp"
 #include "deck/config.hpp"
 #include "exec/attention_probs.hpp"
@@ -24,9 +22,7 @@ void llama_shape_from_deck(const ModelConfig& m, ModelShape& s) {
   s.norm_eps = m.norm_eps;
   s.rope_theta = m.rope_theta;
   s.tie_embeddings = m.tie_embeddings;
-  const std::optional<RopeScaling> scaling = rope_scaling_from_name(m.rope_scaling.empty() ? "none" : m.rope_scaling);
-  ST_REQUIRE(scaling.has_value(), "model.rope_scaling was not validated");
-  s.rope_scaling = *scaling;
+  s.rope_scaling = m.rope_scaling;
   if (s.rope_scaling == RopeScaling::llama3) {
     s.rope_factor = m.rope_factor;
     s.rope_low_freq_factor = m.rope_low_freq_factor;
@@ -133,7 +129,7 @@ double llama_recomputed_matmul_flops(const ModelShape& s) {
 
 const ArchSpec& llama_arch() {
   static const ArchSpec row{
-      .arch = Arch::llama, .name = "llama", .shape_from_deck = llama_shape_from_deck,
+      .arch = Arch::llama, .shape_from_deck = llama_shape_from_deck,
       // The gate and up projections fused: two stacked.
       .llama_keys = true, .checkpoint_names_arch = true, .rotary_positions = true, .mlp_up_projections = 2,
       .summary_prefix = "llama, ", .summary_keys = llama_summary_keys,

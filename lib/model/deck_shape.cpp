@@ -1,8 +1,5 @@
 #include "model/deck_shape.hpp"
 
-#include <optional>
-
-#include "core/error.hpp"
 #include "model/arch.hpp"
 
 namespace st {
@@ -13,9 +10,7 @@ std::int64_t padded_vocab(std::int64_t vocab_size, std::int64_t pad_to) {
 
 ModelShape model_shape(const ModelConfig& m) {
   ModelShape s{m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, padded_vocab(m.vocab_size, m.vocab_pad_to)};
-  const std::optional<Arch> arch = arch_from_name(m.arch.empty() ? "gpt2" : m.arch);
-  ST_REQUIRE(arch.has_value(), "model.arch was not validated");
-  s.arch = *arch;
+  s.arch = m.arch;
   arch_spec(s.arch).shape_from_deck(m, s);
   return s;
 }

@@ -46,12 +46,22 @@ std::string model_summary(const ModelShape& s) {
 
 std::int64_t ModelShape::widest_linear() const { return arch_spec(arch).mlp_up_projections * hidden(); }
 
-const char* rope_scaling_name(RopeScaling scaling) { return scaling == RopeScaling::llama3 ? "llama3" : "none"; }
+const char* arch_name(Arch arch) {
+  for (const auto& [value, name] : ChoiceNames<Arch>::table)
+    if (value == arch) return name;
+  return "?";
+}
+
+std::optional<Arch> arch_from_name(std::string_view name) { return choice_from_name<Arch>(name); }
+
+const char* rope_scaling_name(RopeScaling scaling) {
+  for (const auto& [value, name] : ChoiceNames<RopeScaling>::table)
+    if (value == scaling) return name;
+  return "?";
+}
 
 std::optional<RopeScaling> rope_scaling_from_name(std::string_view name) {
-  if (name == "none") return RopeScaling::none;
-  if (name == "llama3") return RopeScaling::llama3;
-  return std::nullopt;
+  return choice_from_name<RopeScaling>(name);
 }
 
 std::int64_t llama_ffn_dim(std::int64_t d_model, std::int64_t multiple_of, double multiplier) {

@@ -10,19 +10,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/choices.hpp"
+
 namespace st {
 
-// The architectures a deck can train (model.arch).
-//   gpt2   learned positions, LayerNorm with biases, a 4x GELU MLP, multi-head attention, biases
-//          everywhere, the LM head tied to the token embedding;
-//   llama  rotary positions (Hugging Face's rotate-half layout), RMSNorm, a SwiGLU MLP,
-//          grouped-query attention, no biases, the LM head tied or not.
-enum class Arch { gpt2, llama };
-
-// How a Llama's rotary frequencies are rescaled for a longer context (Hugging Face's
-// rope_scaling): none, or Llama 3.1's "llama3" (model/rope.hpp: long wavelengths divided by
-// the factor, short ones kept, a smooth blend between).
-enum class RopeScaling { none, llama3 };
+// Arch (model.arch) and RopeScaling (model.rope_scaling) are deck choices (core/choices.hpp).
 
 struct ModelShape {
   std::int64_t n_layer = 0;
@@ -59,11 +51,11 @@ struct ModelShape {
 // "llama, n_layer 2, ..., n_head 4, n_kv_head 2, ffn_dim 48, untied LM head, seq_len ...".
 std::string model_summary(const ModelShape& shape);
 
-// "gpt2" / "llama", and back (nullopt for another name): the names in the architecture table
-// (model/arch.hpp).
+// "gpt2" / "llama", and back (nullopt for another name): model.arch's words (core/choices.hpp),
+// which a checkpoint records at /model/arch.
 const char* arch_name(Arch arch);
 std::optional<Arch> arch_from_name(std::string_view name);
-// "none" / "llama3", and back (nullopt for another name).
+// "none" / "llama3", and back (nullopt for another name): model.rope_scaling's words.
 const char* rope_scaling_name(RopeScaling scaling);
 std::optional<RopeScaling> rope_scaling_from_name(std::string_view name);
 

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/choices.hpp"
+
 namespace st {
 
 class Tokenizer {
@@ -42,12 +44,12 @@ class Tokenizer {
   }
 };
 
-// data.tokenizer: "byte" (each byte is a token, vocabulary 256), "gpt2" (byte-level BPE from
+// data.tokenizer: byte (each byte is a token, vocabulary 256), gpt2 (byte-level BPE from
 // `files`: [vocab.json, merges.txt] or [encoder.json, vocab.bpe] or one directory holding
-// either pair), "hf" ([tokenizer.json] or its directory) or "tiktoken" ([a rank file]).
-// `pattern` (data.tokenizer_pattern): "auto" (the file's), "gpt2" or "cl100k", for hf and
+// either pair), hf ([tokenizer.json] or its directory) or tiktoken ([a rank file]).
+// `pattern` (data.tokenizer_pattern): automatic (the file's), gpt2 or cl100k, for hf and
 // tiktoken only. Throws Error naming the file and the problem.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::vector<std::string>& files,
-                                          const std::string& pattern = "auto");
+std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind, const std::vector<std::string>& files,
+                                          TokenizerPattern pattern = TokenizerPattern::automatic);
 
 }  // namespace st

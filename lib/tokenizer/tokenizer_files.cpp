@@ -55,14 +55,19 @@ PreTokenizerPattern pattern_of(const TextPipeline& p) {
   return PreTokenizerPattern::custom;
 }
 
-PreTokenizerPattern chosen_pattern(const BpeVocabulary& v, const std::string& asked, const std::string& file) {
-  if (asked == "auto") return v.pattern;
-  const PreTokenizerPattern p = pattern_named(asked, "data.tokenizer_pattern");
+// data.tokenizer_pattern's gpt2 or cl100k as the pattern it names.
+PreTokenizerPattern named_pattern(TokenizerPattern asked) {
+  return asked == TokenizerPattern::cl100k ? PreTokenizerPattern::cl100k : PreTokenizerPattern::gpt2;
+}
+
+PreTokenizerPattern chosen_pattern(const BpeVocabulary& v, TokenizerPattern asked, const std::string& file) {
+  if (asked == TokenizerPattern::automatic) return v.pattern;
+  const PreTokenizerPattern p = named_pattern(asked);
   if (v.pattern == PreTokenizerPattern::custom)
-    throw Error("data.tokenizer_pattern = \"" + asked + "\" but the tokenizer file '" + file +
+    throw Error("data.tokenizer_pattern = \"" + name_of(asked) + "\" but the tokenizer file '" + file +
                 "' has steps of its own (" + v.pipeline.summary() + "); set \"auto\"");
   if (p != v.pattern)
-    throw Error("data.tokenizer_pattern = \"" + asked + "\" but the tokenizer file '" + file + "' names the " +
+    throw Error("data.tokenizer_pattern = \"" + name_of(asked) + "\" but the tokenizer file '" + file + "' names the " +
                 pattern_text(v.pattern) + " pattern; set \"auto\" or \"" + pattern_text(v.pattern) + "\"");
   return p;
 }
@@ -170,13 +175,6 @@ std::string base64_decode(std::string_view text, bool& ok) {
 
 }  // namespace
 
-PreTokenizerPattern pattern_named(const std::string& name, const std::string& where) {
-  if (name == "gpt2") return PreTokenizerPattern::gpt2;
-  if (name == "cl100k") return PreTokenizerPattern::cl100k;
-  throw Error(where + " = \"" + name + "\" names no pattern this project implements; the patterns are \"gpt2\" "
-              "(GPT-2, r50k_base) and \"cl100k\" (cl100k_base, Llama 3)");
-}
-
 std::string locate_hf_tokenizer(const std::vector<std::string>& files) {
   namespace fs = std::filesystem;
   if (files.size() != 1)
@@ -190,7 +188,7 @@ std::string locate_hf_tokenizer(const std::vector<std::string>& files) {
   return files[0];
 }
 
-BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& pattern) {
+BpeVocabulary read_hf_tokenizer(const std::string& path, TokenizerPattern pattern) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open tokenizer file '" + path + "': " + std::strerror(errno));
   json file;
@@ -257,7 +255,7 @@ BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& patt
   return v;
 }
 
-BpeVocabulary read_tiktoken_ranks(const std::string& path, const std::string& pattern) {
+BpeVocabulary read_tiktoken_ranks(const std::string& path, TokenizerPattern pattern) {
   namespace fs = std::filesystem;
   const std::string stem = fs::path(path).stem().string();
   BpeVocabulary v;
@@ -270,16 +268,16 @@ BpeVocabulary read_tiktoken_ranks(const std::string& path, const std::string& pa
   } else if (stem == "r50k_base" || stem == "gpt2") {
     v.pattern = PreTokenizerPattern::gpt2;
     specials = {{50256, "<|endoftext|>"}};
-  } else if (pattern == "auto") {
+  } else if (pattern == TokenizerPattern::automatic) {
     throw Error("tiktoken rank file '" + path + "': its name does not say its encoding (cl100k_base.tiktoken, "
                 "r50k_base.tiktoken): set data.tokenizer_pattern to \"cl100k\" or \"gpt2\" (it then has no special "
                 "tokens)");
   }
-  if (pattern != "auto") {
-    const PreTokenizerPattern asked = pattern_named(pattern, "data.tokenizer_pattern");
+  if (pattern != TokenizerPattern::automatic) {
+    const PreTokenizerPattern asked = named_pattern(pattern);
     if (!specials.empty() && asked != v.pattern)
-      throw Error("data.tokenizer_pattern = \"" + pattern + "\" but '" + path + "' is " + stem + ", whose pattern is " +
-                  pattern_text(v.pattern) + "; set \"auto\"");
+      throw Error("data.tokenizer_pattern = \"" + name_of(pattern) + "\" but '" + path + "' is " + stem +
+                  ", whose pattern is " + pattern_text(v.pattern) + "; set \"auto\"");
     v.pattern = asked;
   }
 

@@ -12,23 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "core/choices.hpp"
 #include "tokenizer/bpe_vocab.hpp"
 
 namespace st {
-
-// "auto", "gpt2" or "cl100k" -> the pattern; for messages, what is allowed. Throws Error.
-PreTokenizerPattern pattern_named(const std::string& name, const std::string& where);
 
 // data.tokenizer_files for "hf": [tokenizer.json] or [a directory holding tokenizer.json].
 std::string locate_hf_tokenizer(const std::vector<std::string>& files);
 
 // Reads and checks tokenizer.json; throws Error naming the file, the key (model.merges[12],
-// pre_tokenizer.pretokenizers[0].type, ...), what it has and what is allowed. `pattern` "auto"
-// takes the file's; a named one ("gpt2", "cl100k") must be the file's pre-tokenizer alone.
-BpeVocabulary read_hf_tokenizer(const std::string& path, const std::string& pattern = "auto");
+// pre_tokenizer.pretokenizers[0].type, ...), what it has and what is allowed. `pattern`
+// automatic takes the file's; a named one (gpt2, cl100k) must be the file's pre-tokenizer alone.
+BpeVocabulary read_hf_tokenizer(const std::string& path, TokenizerPattern pattern = TokenizerPattern::automatic);
 
-// Reads a tiktoken rank file. `pattern` "auto" takes it from the file's name (cl100k_base.*,
-// r50k_base.*, gpt2.*); an encoding of another name needs it named ("cl100k" or "gpt2").
-BpeVocabulary read_tiktoken_ranks(const std::string& path, const std::string& pattern = "auto");
+// Reads a tiktoken rank file. `pattern` automatic takes it from the file's name (cl100k_base.*,
+// r50k_base.*, gpt2.*); an encoding of another name needs it named (cl100k or gpt2).
+BpeVocabulary read_tiktoken_ranks(const std::string& path, TokenizerPattern pattern = TokenizerPattern::automatic);
 
 }  // namespace st

@@ -47,12 +47,14 @@ RunData open_run_data(const Config& config, MPI_Comm comm, bool whole_for_valida
   RunData run;
   agreed(comm, [&] { run.tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_files, d.tokenizer_pattern); });
   // The byte tokenizer is checked by the data's own ids (token files may use fewer than 256).
-  if (d.tokenizer != "byte" && run.tokenizer->vocab_size() > config.model.vocab_size)
-    throw Error(config.deck_path + ": data.tokenizer = \"" + d.tokenizer + "\" has " +
+  if (d.tokenizer != TokenizerKind::byte && run.tokenizer->vocab_size() > config.model.vocab_size)
+    throw Error(config.deck_path + ": data.tokenizer = \"" + name_of(d.tokenizer) + "\" has " +
                     std::to_string(run.tokenizer->vocab_size()) + " tokens but model.vocab_size = " +
                     std::to_string(config.model.vocab_size) + "; set model.vocab_size = " +
                     std::to_string(run.tokenizer->vocab_size()) +
-                    (d.tokenizer == "gpt2" ? " (and model.vocab_pad_to = 128 for an embedding of 50304 rows)" : ""),
+                    (d.tokenizer == TokenizerKind::gpt2
+                         ? " (and model.vocab_pad_to = 128 for an embedding of 50304 rows)"
+                         : ""),
                 ErrorScope::all_ranks);
 
   const std::vector<std::string> train_files = expand_data_paths(d.path, "data.path", comm);
@@ -62,7 +64,7 @@ RunData open_run_data(const Config& config, MPI_Comm comm, bool whole_for_valida
   require_readable(val_files, comm);
 
   TokenDataset::TextEncoder encoder;
-  if (d.tokenizer != "byte") {
+  if (d.tokenizer != TokenizerKind::byte) {
     Tokenizer* tokenizer = run.tokenizer.get();
     encoder = [tokenizer, comm](std::string_view text, const std::string& path) {
       return encode_text_over_ranks(text, "", *tokenizer, comm, path);
@@ -81,7 +83,7 @@ RunData open_run_data(const Config& config, MPI_Comm comm, bool whole_for_valida
   }
   require_ids_fit(*run.train, config.model.vocab_size, comm);
   if (run.val) require_ids_fit(*run.val, config.model.vocab_size, comm);
-  run.text_samples = d.tokenizer != "byte" || run.train->byte_level();
+  run.text_samples = d.tokenizer != TokenizerKind::byte || run.train->byte_level();
   return run;
 }
 

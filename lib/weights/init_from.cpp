@@ -134,7 +134,7 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
   };
   const ArchSpec& arch = arch_spec(source.shape.arch);
   const std::string file_arch = arch_name(source.shape.arch);
-  take("model.arch", m.arch, file_arch, "\"" + file_arch + "\"", (m.arch.empty() ? "gpt2" : m.arch) == file_arch);
+  take("model.arch", m.arch, source.shape.arch, "\"" + file_arch + "\"", m.arch == source.shape.arch);
   for (const ModelKey& key : kShapeKeys) {
     std::int64_t& value = m.*key.field;
     const std::int64_t in_file = source.shape.*key.from;
@@ -154,7 +154,7 @@ void resolve_init_from(Config& config, MPI_Comm comm) {
     take("model.tie_embeddings", m.tie_embeddings, f.tie_embeddings, f.tie_embeddings ? "true" : "false",
          m.tie_embeddings == f.tie_embeddings);
     const std::string scaling = rope_scaling_name(f.rope_scaling);
-    take("model.rope_scaling", m.rope_scaling, scaling, "\"" + scaling + "\"", d.rope_scaling == f.rope_scaling);
+    take("model.rope_scaling", m.rope_scaling, f.rope_scaling, "\"" + scaling + "\"", d.rope_scaling == f.rope_scaling);
     if (f.rope_scaling == RopeScaling::llama3) {
       take("model.rope_factor", m.rope_factor, f.rope_factor, nlohmann::json(f.rope_factor).dump(),
            m.rope_factor == f.rope_factor);

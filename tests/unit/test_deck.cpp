@@ -35,7 +35,7 @@ TEST(Deck, MinimalDeckTakesDefaults) {
   EXPECT_EQ(c.run.steps, 10);
   EXPECT_EQ(c.data.path, std::vector<std::string>{"corpus.txt"});
   EXPECT_TRUE(c.data.val_path.empty());
-  EXPECT_EQ(c.data.tokenizer, "byte");
+  EXPECT_EQ(c.data.tokenizer, TokenizerKind::byte);
   EXPECT_EQ(c.data.order, DataOrder::random);
   EXPECT_EQ(c.model.vocab_size, 256);
   EXPECT_EQ(c.parallel.strategy, StrategyKind::ddp);
@@ -230,6 +230,41 @@ TEST(Deck, ParallelChoicesAreParsedIntoTheirEnums) {
   // The schema's allowed values are the tables' words.
   EXPECT_EQ(choice_names<Collectives>(), (std::vector<std::string>{"auto", "flat", "two_level"}));
   EXPECT_FALSE(choice_from_name<StrategyKind>("zero4").has_value());
+}
+
+TEST(Deck, ModelAndTokenizerChoicesAreParsedIntoTheirEnums) {
+  const Config d = parse_deck(kMinimal, "deck.toml", {});
+  EXPECT_EQ(d.model.arch, Arch::gpt2);
+  EXPECT_EQ(d.model.rope_scaling, RopeScaling::none);
+  EXPECT_EQ(d.data.tokenizer_pattern, TokenizerPattern::automatic);
+  const Config c = parse_deck(kMinimal, "deck.toml",
+                              {"model.arch=llama", "model.rope_scaling=llama3", "data.tokenizer=tiktoken",
+                               "data.tokenizer_files=cl100k_base.tiktoken", "data.tokenizer_pattern=cl100k"});
+  EXPECT_EQ(c.model.arch, Arch::llama);
+  EXPECT_EQ(c.model.rope_scaling, RopeScaling::llama3);
+  EXPECT_EQ(c.data.tokenizer, TokenizerKind::tiktoken);
+  EXPECT_EQ(c.data.tokenizer_pattern, TokenizerPattern::cl100k);
+  EXPECT_EQ(c.resolved.at("data.tokenizer_pattern"), "\"cl100k\"");
+  // A word outside the table is the deck's error; the cross-key checks name the deck's words.
+  std::string e =
+      error_of(kMinimal, {"data.tokenizer=hf", "data.tokenizer_files=t.json", "data.tokenizer_pattern=o200k"});
+  EXPECT_NE(e.find("data.tokenizer_pattern = \"o200k\": expected one of \"auto\", \"gpt2\", \"cl100k\""),
+            std::string::npos)
+      << e;
+  e = error_of(kMinimal, {"data.tokenizer_pattern=gpt2"});
+  EXPECT_NE(e.find("data.tokenizer_pattern applies to data.tokenizer = \"hf\" or \"tiktoken\" only (this deck has "
+                   "\"byte\")"),
+            std::string::npos)
+      << e;
+  e = error_of(kMinimal, {"model.arch=llama", "model.rope_factor=4"});
+  EXPECT_NE(e.find("model.rope_factor applies to model.rope_scaling = \"llama3\" only (this deck has \"none\")"),
+            std::string::npos)
+      << e;
+  e = error_of(kMinimal, {"data.tokenizer=hf"});
+  EXPECT_NE(e.find("data.tokenizer = \"hf\" needs data.tokenizer_files = [tokenizer.json] or [its directory] (it "
+                   "names 0)"),
+            std::string::npos)
+      << e;
 }
 
 TEST(Deck, ShardGroupBelongsToHsdp) {

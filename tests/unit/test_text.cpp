@@ -101,7 +101,7 @@ TEST(PrintableUtf8, RandomBytesComeOutAsValidUtf8AndLoseNothing) {
 TEST(RenderTokens, ByteSamplesAreValidUtf8) {
   // "é" as two byte tokens, a lone 0xff, an escape character, a newline; an id beyond the
   // tokenizer's vocabulary as <id>.
-  const auto bytes = make_tokenizer("byte", {});
+  const auto bytes = make_tokenizer(TokenizerKind::byte, {});
   EXPECT_EQ(render_text({'a', 0xc3, 0xa9, 0xff, 0x1b, '\n'}, *bytes), "a\xc3\xa9\\xff\\x1b\n");
   EXPECT_EQ(render_text({'a', 0xc3, 300, 0xa9}, *bytes), "a\\xc3<300>\\xa9");
   EXPECT_EQ(render_ids({5, 300, 7}), "5 300 7");

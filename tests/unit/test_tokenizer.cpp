@@ -178,7 +178,7 @@ TEST(Gpt2Tokenizer, ScanAndHeapMergeAlike) {
 }
 
 TEST(ByteTokenizer, IsTheBytes) {
-  auto t = make_tokenizer("byte", {});
+  auto t = make_tokenizer(TokenizerKind::byte, {});
   EXPECT_EQ(t->vocab_size(), 256);
   EXPECT_EQ(t->encode("a\xff"), (std::vector<int>{'a', 255}));
   EXPECT_EQ(t->decode(std::vector<int>{'h', 'i', 0}), std::string("hi\0", 3));
@@ -222,7 +222,7 @@ TEST(TextShares, CutOnlyWhereThePreTokenizerEndsAPiece) {
   EXPECT_EQ(next_text_cut("one\n%\ntwo\n%\nthree\n", 13, "%"), 18u);
   EXPECT_EQ(next_text_cut("one\r\n%\r\ntwo", 1, "%"), 8u) << "CRLF lines";
   std::vector<int> ids;
-  auto bytes = make_tokenizer("byte", {});
+  auto bytes = make_tokenizer(TokenizerKind::byte, {});
   encode_text_share("one\n%\n%\ntwo\n%", 0, 13, "%", *bytes, ids);
   EXPECT_EQ(bytes->decode(ids), "\none\n\ntwo\n") << "each document after its start token, empty ones skipped";
 }
@@ -294,7 +294,7 @@ TEST_F(VocabularyFiles, ASmallVocabularyMergesByTheRankOfTheMergedToken) {
   // A directory holding encoder.json + vocab.bpe is found.
   std::filesystem::copy_file(v, dir_ / "encoder.json");
   std::filesystem::copy_file(m, dir_ / "vocab.bpe");
-  EXPECT_EQ(make_tokenizer("gpt2", {dir_.string()})->vocab_size(), 260);
+  EXPECT_EQ(make_tokenizer(TokenizerKind::gpt2, {dir_.string()})->vocab_size(), 260);
 }
 
 TEST_F(VocabularyFiles, MistakesAreNamed) {
@@ -335,7 +335,7 @@ TEST_F(VocabularyFiles, MistakesAreNamed) {
   EXPECT_TRUE(has(locate_error({"a", "b", "c"}), "names 3 path(s)"));
   EXPECT_TRUE(has([&] {
     try {
-      make_tokenizer("gpt2", {});
+      make_tokenizer(TokenizerKind::gpt2, {});
     } catch (const Error& e) {
       return std::string(e.what());
     }

@@ -95,7 +95,8 @@ class TokenizerFiles : public TempDirTest {
     }
     return "";
   }
-  std::string ranks_error(const std::string& name, const std::string& text, const std::string& pattern = "cl100k") const {
+  std::string ranks_error(const std::string& name, const std::string& text,
+                          TokenizerPattern pattern = TokenizerPattern::cl100k) const {
     try {
       read_tiktoken_ranks(write(name, text), pattern);
     } catch (const Error& e) {
@@ -126,7 +127,7 @@ class TokenizerFiles : public TempDirTest {
 
 TEST_F(TokenizerFiles, ATokenizerJsonMergesAndKeepsItsSpecialTokens) {
   write("tokenizer.json", small_tokenizer().dump());
-  const auto t = make_tokenizer("hf", {dir_.string()});  // the directory holding it
+  const auto t = make_tokenizer(TokenizerKind::hf, {dir_.string()});  // the directory holding it
   EXPECT_EQ(t->vocab_size(), 261);
   EXPECT_EQ(t->document_start(), 259) << "<|begin_of_text|> before <|end_of_text|>";
   EXPECT_EQ(t->encode("abc"), (std::vector<int>{258}));
@@ -139,12 +140,12 @@ TEST_F(TokenizerFiles, ATokenizerJsonMergesAndKeepsItsSpecialTokens) {
   json no_bos = small_tokenizer();
   no_bos["added_tokens"].erase(0);
   write("tokenizer.json", no_bos.dump());
-  EXPECT_EQ(make_tokenizer("hf", {path("tokenizer.json")})->document_start(), 260);
+  EXPECT_EQ(make_tokenizer(TokenizerKind::hf, {path("tokenizer.json")})->document_start(), 260);
   // GPT-2's pre-tokenizer spelled as ByteLevel with its regex: "'S" splits in GPT-2's pattern.
   json gpt2 = small_tokenizer();
   gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   write("tokenizer.json", gpt2.dump());
-  EXPECT_EQ(make_tokenizer("hf", {path("tokenizer.json")})->encode("'S"), (std::vector<int>{'\'', 'S'}));
+  EXPECT_EQ(make_tokenizer(TokenizerKind::hf, {path("tokenizer.json")})->encode("'S"), (std::vector<int>{'\'', 'S'}));
   EXPECT_EQ(read_hf_tokenizer(path("tokenizer.json")).pattern, PreTokenizerPattern::gpt2);
 }
 
@@ -177,24 +178,26 @@ TEST_F(TokenizerFiles, TokenizerJsonMistakesAreNamed) {
   EXPECT_TRUE(has(hf_error(no_bytes), file + "pre_tokenizer has no ByteLevel step"));
   EXPECT_TRUE(has(hf_error(json::array()), file + "no \"model\" object"));
   try {
-    read_hf_tokenizer(write("tokenizer.json", small_tokenizer().dump()), "gpt2");
+    read_hf_tokenizer(write("tokenizer.json", small_tokenizer().dump()), TokenizerPattern::gpt2);
     ADD_FAILURE() << "a pattern other than the file's is refused";
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(), "data.tokenizer_pattern = \"gpt2\" but the tokenizer file"));
   }
-  EXPECT_THROW(make_tokenizer("hf", {path("a"), path("b")}), Error);
-  EXPECT_THROW(make_tokenizer("gpt2", {}, "cl100k"), Error) << "a pattern applies to hf and tiktoken only";
+  EXPECT_THROW(make_tokenizer(TokenizerKind::hf, {path("a"), path("b")}), Error);
+  EXPECT_THROW(make_tokenizer(TokenizerKind::gpt2, {}, TokenizerPattern::cl100k), Error)
+      << "a pattern applies to hf and tiktoken only";
 }
 
 TEST_F(TokenizerFiles, ARankFileMergesByRank) {
-  const auto t = make_tokenizer("tiktoken", {write("small.tiktoken", small_ranks())}, "cl100k");
+  const auto t =
+      make_tokenizer(TokenizerKind::tiktoken, {write("small.tiktoken", small_ranks())}, TokenizerPattern::cl100k);
   EXPECT_EQ(t->vocab_size(), 259);
   EXPECT_EQ(t->encode("abc"), (std::vector<int>{258}));
   EXPECT_EQ(t->encode("xabcd"), (std::vector<int>{'x', 258, 'd'})) << "x abc: ab, then ab + c";
   EXPECT_EQ(t->encode("I'LL"), (std::vector<int>{'I', '\'', 'L', 'L'}));
   EXPECT_EQ(t->document_start(), '\n') << "a rank file of another name has no special tokens";
   // Named cl100k_base: cl100k's pattern and special tokens; ids without a token decode to nothing.
-  const auto named = make_tokenizer("tiktoken", {write("cl100k_base.tiktoken", small_ranks())});
+  const auto named = make_tokenizer(TokenizerKind::tiktoken, {write("cl100k_base.tiktoken", small_ranks())});
   EXPECT_EQ(named->vocab_size(), 100277);
   EXPECT_EQ(named->document_start(), 100257);
   EXPECT_EQ(named->decode(std::vector<int>{258, 100257, 5000, 100276}), "abc<|endoftext|><|endofprompt|>");
@@ -204,7 +207,7 @@ TEST_F(TokenizerFiles, RankFileMistakesAreNamed) {
   auto has = [](const std::string& e, const std::string& part) {
     return e.find(part) != std::string::npos ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << e;
   };
-  EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks(), "auto"),
+  EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks(), TokenizerPattern::automatic),
                   "tiktoken rank file '" + path("r.tiktoken") + "': its name does not say its encoding"));
   EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks() + "YWJj 259\n"), "ranks 258 and 259 have the same bytes"));
   EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks() + "YW*j 259\n"),
@@ -212,8 +215,7 @@ TEST_F(TokenizerFiles, RankFileMistakesAreNamed) {
   EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks() + "eHl6 2x\n"), ":260: the rank '2x' is not an integer"));
   EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks() + "eHl6 3\n"), ":260: rank 3 is given twice"));
   EXPECT_TRUE(has(ranks_error("r.tiktoken", "YQ== 0\n"), "lacks the one-byte token of byte 0x00"));
-  EXPECT_TRUE(has(ranks_error("r.tiktoken", small_ranks(), "o200k"), "data.tokenizer_pattern = \"o200k\" names no pattern"));
-  EXPECT_TRUE(has(ranks_error("cl100k_base.tiktoken", small_ranks() + "eHl6 100257\n", "auto"),
+  EXPECT_TRUE(has(ranks_error("cl100k_base.tiktoken", small_ranks() + "eHl6 100257\n", TokenizerPattern::automatic),
                   "gives rank 100257 to a token, but cl100k_base has the special token <|endoftext|> there"));
 }
 

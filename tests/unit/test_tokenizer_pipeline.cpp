@@ -250,7 +250,7 @@ class HfFiles : public TempDirTest {
     std::ofstream(path("tokenizer.json"), std::ios::binary) << file.dump();
     return path("tokenizer.json");
   }
-  std::string error(const json& file, const std::string& pattern = "auto") const {
+  std::string error(const json& file, TokenizerPattern pattern = TokenizerPattern::automatic) const {
     try {
       read_hf_tokenizer(write(file), pattern);
     } catch (const Error& e) {
@@ -261,7 +261,7 @@ class HfFiles : public TempDirTest {
 };
 
 TEST_F(HfFiles, ByteFallbackBpeEncodesCharactersAndBytes) {
-  const auto t = make_tokenizer("hf", {write(llama2())});
+  const auto t = make_tokenizer(TokenizerKind::hf, {write(llama2())});
   const int hello = 259 + 12, world = 259 + 17, meta = 259, o = 259 + 4;
   // "▁hello" is merged from ▁ h e l l o (the vocabulary lacks "l l", so "el l" and so on).
   EXPECT_EQ(t->encode("hello world"), (std::vector<int>{hello, world}));
@@ -281,16 +281,16 @@ TEST_F(HfFiles, ByteFallbackBpeEncodesCharactersAndBytes) {
   json mistral = llama2();
   mistral["normalizer"] = nullptr;
   mistral["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "first"}, {"split", false}};
-  const auto m = make_tokenizer("hf", {write(mistral)});
+  const auto m = make_tokenizer(TokenizerKind::hf, {write(mistral)});
   for (const char* text : {"hello world", "o\xFF hello\n world"}) EXPECT_EQ(m->encode(text), t->encode(text));
   EXPECT_EQ(m->encode(" world"), (std::vector<int>{world})) << "a text that starts with a space gets no second ▁";
   // ignore_merges: a piece that is a token is that token, however the merges would go.
   json whole = mistral;
   whole["model"]["merges"] = json::array({kMeta + " h"});
-  EXPECT_EQ(make_tokenizer("hf", {write(whole)})->encode("hello"),
+  EXPECT_EQ(make_tokenizer(TokenizerKind::hf, {write(whole)})->encode("hello"),
             (std::vector<int>{259 + 8, 259 + 2, 259 + 3, 259 + 3, o}));
   whole["model"]["ignore_merges"] = true;
-  EXPECT_EQ(make_tokenizer("hf", {write(whole)})->encode("hello"), (std::vector<int>{hello}));
+  EXPECT_EQ(make_tokenizer(TokenizerKind::hf, {write(whole)})->encode("hello"), (std::vector<int>{hello}));
 }
 
 TEST_F(HfFiles, ByteLevelPipelinesAndWhichCutStreams) {
@@ -312,25 +312,25 @@ TEST_F(HfFiles, ByteLevelPipelinesAndWhichCutStreams) {
   file["pre_tokenizer"] = json::parse(
       R"({"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},)"
       R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}]})");
-  auto t = make_tokenizer("hf", {write(file)});
+  auto t = make_tokenizer(TokenizerKind::hf, {write(file)});
   EXPECT_EQ(t->encode("12 x12"), (std::vector<int>{'1', '2', ' ', 'x', '1', '2'})) << "digits alone: no 12";
   EXPECT_TRUE(t->cuts_streams_at_line_breaks());
   EXPECT_EQ(t->decode(t->encode("any\xFF bytes 123\n")), "any\xFF bytes 123\n");
   file["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = false;
-  EXPECT_EQ(make_tokenizer("hf", {write(file)})->encode("12 x12"), (std::vector<int>{256, ' ', 'x', 256}));
+  EXPECT_EQ(make_tokenizer(TokenizerKind::hf, {write(file)})->encode("12 x12"), (std::vector<int>{256, ' ', 'x', 256}));
   // Qwen2's: NFC and its pattern by ICU.
   file["normalizer"] = {{"type", "NFC"}};
   file["pre_tokenizer"] = sequence({split({{"Regex", kQwen2Pattern}}, "Isolated"),
                                     {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}});
-  t = make_tokenizer("hf", {write(file)});
+  t = make_tokenizer(TokenizerKind::hf, {write(file)});
   EXPECT_EQ(t->encode("e\xCC\x81"), (std::vector<int>{0xC3, 0xA9})) << "NFC: é";
   EXPECT_TRUE(t->cuts_streams_at_line_breaks());
   EXPECT_NE(t->description().find("normalizer NFC, pre-tokenizer Split(qwen2)+ByteLevel"), std::string::npos);
   // Another regex, or a space before the text, and streams are encoded whole.
   file["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{L}+|\\p{N}+|[^\\p{L}\\p{N}]+";
-  EXPECT_FALSE(make_tokenizer("hf", {write(file)})->cuts_streams_at_line_breaks());
+  EXPECT_FALSE(make_tokenizer(TokenizerKind::hf, {write(file)})->cuts_streams_at_line_breaks());
   file["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
-  t = make_tokenizer("hf", {write(file)});
+  t = make_tokenizer(TokenizerKind::hf, {write(file)});
   EXPECT_FALSE(t->cuts_streams_at_line_breaks());
   EXPECT_EQ(t->encode("x"), (std::vector<int>{' ', 'x'}));
 }
@@ -375,8 +375,9 @@ TEST_F(HfFiles, WhatIsNotSupportedIsRefusedByKey) {
   f = llama2();
   f["model"]["merges"][1] = "e x";
   EXPECT_TRUE(has(error(f), file + "model.merges[1]: token 'x' is not in model.vocab"));
-  EXPECT_TRUE(has(error(llama2(), "cl100k"), "data.tokenizer_pattern = \"cl100k\" but the tokenizer file '" +
-                                                 path("tokenizer.json") + "' has steps of its own"));
+  EXPECT_TRUE(has(error(llama2(), TokenizerPattern::cl100k),
+                  "data.tokenizer_pattern = \"cl100k\" but the tokenizer file '" + path("tokenizer.json") +
+                      "' has steps of its own"));
 }
 
 }  // namespace
