@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "comm/mpi_library.hpp"
-#include "exec/make_exec.hpp"
+#include "runtime/make_exec.hpp"
 #include "train/blas_kernel.hpp"
 
 namespace st::app {

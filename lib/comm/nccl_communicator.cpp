@@ -5,7 +5,7 @@
 #include <memory>
 #include <thread>
 
-#include "comm/cuda_check.hpp"
+#include "comm/nccl_check.hpp"
 #include "comm/device_wait.hpp"
 #include "comm/mpi_check.hpp"
 

@@ -38,7 +38,7 @@ enum class ClassifierChoice { automatic, unfused };
 // ("auto") is once where that fits in the rank's memory, else every micro-batch (plan/fit).
 enum class GradReduction { automatic, micro_batch, step };
 // parallel.device: where each rank computes; automatic ("auto") is cuda where this build has CUDA
-// and every rank has a GPU of its own, else cpu (exec/device_choice.hpp).
+// and every rank has a GPU of its own, else cpu (runtime/device_choice.hpp).
 enum class DeviceKind { automatic, cpu, cuda };
 // data.format: how data files are read; automatic ("auto") is a token file where the file starts
 // with a token file's magic, else text (data/dataset.hpp).

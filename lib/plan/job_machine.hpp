@@ -6,8 +6,8 @@
 
 #include "comm/world.hpp"
 #include "deck/config.hpp"
-#include "exec/device_choice.hpp"
 #include "plan/machine.hpp"
+#include "runtime/device_choice.hpp"
 
 namespace st {
 

@@ -12,7 +12,7 @@
 
 #include "data/batches.hpp"
 #include "deck/config.hpp"
-#include "exec/make_exec.hpp"
+#include "runtime/make_exec.hpp"
 #include "train/peak_flops.hpp"
 
 namespace st {

@@ -11,12 +11,12 @@
 #include "comm/world.hpp"
 #include "core/timeline.hpp"
 #include "deck/config.hpp"
-#include "exec/make_exec.hpp"
 #include "model/deck_shape.hpp"
 #include "model/model.hpp"
 #include "parallel/deck_plan.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
+#include "runtime/make_exec.hpp"
 
 namespace st {
 

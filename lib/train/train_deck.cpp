@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "core/error.hpp"
-#include "exec/device_choice.hpp"
 #include "plan/fit.hpp"
+#include "runtime/device_choice.hpp"
 #include "train/run_dir.hpp"
 
 namespace st {

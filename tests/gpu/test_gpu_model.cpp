@@ -15,9 +15,9 @@
 
 #include "core/random.hpp"
 #include "exec/cuda/cuda_exec.hpp"
-#include "exec/device_choice.hpp"
 #include "model/activations.hpp"
 #include "model/model.hpp"
+#include "runtime/device_choice.hpp"
 
 namespace st {
 namespace {

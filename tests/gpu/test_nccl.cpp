@@ -12,14 +12,14 @@
 #include <thread>
 #include <vector>
 
-#include "comm/cuda_check.hpp"
+#include "comm/nccl_check.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "comm/shard.hpp"
 #include "comm/two_level.hpp"
 #include "comm/world.hpp"
 #include "exec/cuda/cuda_exec.hpp"
-#include "exec/device_choice.hpp"
+#include "runtime/device_choice.hpp"
 
 namespace st {
 namespace {

@@ -1,7 +1,7 @@
 // parallel.device: the decision each rank makes from what it sees, without a GPU.
 #include <gtest/gtest.h>
 
-#include "exec/device_choice.hpp"
+#include "runtime/device_choice.hpp"
 
 namespace st {
 namespace {

@@ -6,20 +6,8 @@
 
 #include <string>
 
+#include "core/cuda_check.hpp"  // ST_CHECK_CUDA, shared with comm's NCCL communicators
 #include "core/error.hpp"
-
-#if defined(ST_HAVE_NCCL)
-#include "comm/cuda_check.hpp"  // ST_CHECK_CUDA, defined once next to ST_CHECK_NCCL
-#else
-// Builds without NCCL have no comm/cuda_check.hpp (it needs nccl.h): the same check, here.
-namespace st {
-inline void check_cuda(cudaError_t code, const char* call, const char* file, int line) {
-  if (code != cudaSuccess)
-    fail_requirement(std::string("CUDA error: ") + cudaGetErrorString(code), call, file, line);
-}
-}  // namespace st
-#define ST_CHECK_CUDA(call) ::st::check_cuda((call), #call, __FILE__, __LINE__)
-#endif
 
 namespace st {
 

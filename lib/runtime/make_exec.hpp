@@ -11,8 +11,8 @@
 
 #include "comm/communicator.hpp"  // the device communicators this factory builds
 #include "deck/config.hpp"
-#include "exec/device_choice.hpp"
 #include "exec/exec.hpp"
+#include "runtime/device_choice.hpp"
 
 namespace st {
 

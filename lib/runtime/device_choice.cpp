@@ -1,4 +1,4 @@
-#include "exec/device_choice.hpp"
+#include "runtime/device_choice.hpp"
 
 #include <algorithm>
 #include <vector>

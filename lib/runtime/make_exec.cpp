@@ -1,4 +1,4 @@
-#include "exec/make_exec.hpp"
+#include "runtime/make_exec.hpp"
 
 #include "core/error.hpp"
 #include "exec/host_exec.hpp"
