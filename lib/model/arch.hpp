@@ -29,7 +29,7 @@ class Model;
 // make_family_model's).
 template <class Real>
 using ModelFactory = std::unique_ptr<Model<Real>> (*)(const ModelShape& shape, int max_batch, Exec& exec,
-                                                      Recompute recompute, TensorGroup tensor);
+                                                      Recompute recompute, TensorGroup tensor, ModelPart part);
 
 struct ArchSpec {
   Arch arch;

@@ -26,10 +26,11 @@ void require_in_vocabulary(const int* ids, int count, std::int64_t vocabulary, c
 }  // namespace
 
 template <class Real>
-Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor)
+Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor, ModelPart part)
     : shape_(shape),
       tensor_(tensor),
-      layout_(make_layout(shape, tensor.split)),
+      part_(part),
+      layout_(make_layout(shape, tensor.split, part)),
       whole_layout_(make_layout(shape)),
       exec_(exec),
       recompute_(recompute),
@@ -270,6 +271,13 @@ std::span<const Real> Model<Real>::whole_row_on_host(const Real* logits, std::si
 }
 
 template <class Real>
+std::size_t Model<Real>::part_boundary_elements(int B, int T) const {
+  const auto rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+  const bool split = tensor_.active() && tensor_.sequence_parallel;
+  return (split ? rows / static_cast<std::size_t>(tensor_.split.degree) : rows) * static_cast<std::size_t>(shape_.d_model);
+}
+
+template <class Real>
 std::vector<std::size_t> Model<Real>::forward_order() const {
   std::vector<std::size_t> order;
   for (std::size_t s = 0; s < layout_.segments().size(); ++s) order.push_back(s);
@@ -278,18 +286,23 @@ std::vector<std::size_t> Model<Real>::forward_order() const {
 
 template <class Real>
 std::vector<std::size_t> Model<Real>::backward_order() const {
-  const std::size_t last = layout_.segments().size() - 1;
-  std::vector<std::size_t> order{0, last};
-  for (std::size_t s = last - 1; s >= 1; --s) order.push_back(s);
+  // The head's segments first (the embeddings' holds the LM head, used again at the very end
+  // by the lookup where the part embeds), then the blocks from the last; a part that embeds
+  // but does not end the model comes back to the embeddings last.
+  const std::size_t blocks = static_cast<std::size_t>(part_.blocks(shape_));
+  std::vector<std::size_t> order;
+  if (part_.heads(shape_)) order = {0, final_norm_segment()};
+  for (std::size_t l = blocks; l-- > 0;) order.push_back(block_segment(l));
+  if (part_.embeds() && !part_.heads(shape_)) order.push_back(0);
   return order;
 }
 
 template <class Real>
 std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
-                                        TensorGroup tensor) {
+                                        TensorGroup tensor, ModelPart part) {
   const ArchSpec& arch = arch_spec(shape.arch);
-  if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor);
-  else return arch.make_double(shape, max_batch, exec, recompute, tensor);
+  if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor, part);
+  else return arch.make_double(shape, max_batch, exec, recompute, tensor, part);
 }
 
 template <class Real>
@@ -305,8 +318,10 @@ LayerKernels<Real>& layer_kernels_of(Exec& exec) {
 
 template class Model<float>;
 template class Model<double>;
-template std::unique_ptr<Model<float>> make_model<float>(const ModelShape&, int, Exec&, Recompute, TensorGroup);
-template std::unique_ptr<Model<double>> make_model<double>(const ModelShape&, int, Exec&, Recompute, TensorGroup);
+template std::unique_ptr<Model<float>> make_model<float>(const ModelShape&, int, Exec&, Recompute, TensorGroup,
+                                                         ModelPart);
+template std::unique_ptr<Model<double>> make_model<double>(const ModelShape&, int, Exec&, Recompute, TensorGroup,
+                                                           ModelPart);
 template LayerKernels<float>& layer_kernels_of<float>(Exec&);
 template LayerKernels<double>& layer_kernels_of<double>(Exec&);
 
