@@ -44,12 +44,21 @@ Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, Ten
 template <class Real>
 std::vector<Real> Model<Real>::slice_of(std::span<const Real> whole) const {
   ST_REQUIRE(whole.size() == whole_layout_.total(), "whole parameters do not match the model's layout");
-  std::vector<Real> slice(layout_.total());
-  for_each_slice_run(whole_layout_, layout_, tensor_.split, [&](std::size_t w, std::size_t s, std::size_t n) {
+  // This rank's slice of every layer, then (for a part of the model) the part's tensors of it.
+  const bool whole_part = part_.whole(shape_);
+  const ParamLayout sliced = whole_part ? ParamLayout() : make_layout(shape_, tensor_.split);
+  const ParamLayout& slice_layout = whole_part ? layout_ : sliced;
+  std::vector<Real> slice(slice_layout.total());
+  for_each_slice_run(whole_layout_, slice_layout, tensor_.split, [&](std::size_t w, std::size_t s, std::size_t n) {
     std::copy(whole.begin() + static_cast<std::ptrdiff_t>(w), whole.begin() + static_cast<std::ptrdiff_t>(w + n),
               slice.begin() + static_cast<std::ptrdiff_t>(s));
   });
-  return slice;
+  if (whole_part) return slice;
+  std::vector<Real> part(layout_.total());
+  for (const TensorSlot* t : layout_.all_tensors())
+    std::copy_n(slice.begin() + static_cast<std::ptrdiff_t>(sliced.tensor(t->name).offset), t->size,
+                part.begin() + static_cast<std::ptrdiff_t>(t->offset));
+  return part;
 }
 
 template <class Real>
@@ -67,9 +76,12 @@ std::vector<Real> Model<Real>::whole_from_slices(std::span<const Real> slice) co
                            Buffer::of(std::span<Real>(all, degree * n)));
   std::vector<Real> slices(degree * n);
   exec_.download(slices.data(), all, degree * n * sizeof(Real));
-  std::vector<Real> whole(whole_layout_.total());
+  // The part's tensors whole (the whole model's for the whole model), in the part's order.
+  const ParamLayout whole_part = part_.whole(shape_) ? ParamLayout() : make_layout(shape_, {}, part_);
+  const ParamLayout& into = part_.whole(shape_) ? whole_layout_ : whole_part;
+  std::vector<Real> whole(into.total());
   for (std::size_t r = 0; r < degree; ++r)
-    for_each_slice_run(whole_layout_, layout_, TensorSplit{tensor_.split.degree, static_cast<int>(r)},
+    for_each_slice_run(into, layout_, TensorSplit{tensor_.split.degree, static_cast<int>(r)},
                        [&](std::size_t w, std::size_t s, std::size_t count_here) {
                          std::copy_n(slices.data() + r * n + s, count_here, whole.data() + w);
                        });

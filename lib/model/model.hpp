@@ -88,12 +88,14 @@ class Model {
   // has d(loss)/d(part_output()) written here (the next part's, after its backward); after
   // backward, a part that does not embed holds d(loss)/d(part_input()) here.
   virtual Real* part_grad() = 0;
-  // This rank's slice of whole parameters (or gradients) laid out as whole_layout(): a copy of
-  // them without tensor parallelism.
+  // This rank's slice of whole parameters (or gradients) laid out as whole_layout(), laid out as
+  // layout(): the part's tensors, each the rank's slice of it (a copy of them without tensor
+  // parallelism, of the whole model).
   std::vector<Real> slice_of(std::span<const Real> whole) const;
   // The reverse, collective over the tensor group: every rank's slice (laid out as layout(), in
   // host memory) gathered into whole parameters on every rank of the group (a copy of the slice
-  // without tensor parallelism).
+  // without tensor parallelism). For a part of the model (part()), the part's tensors whole, laid
+  // out as make_layout(shape, {}, part()).
   std::vector<Real> whole_from_slices(std::span<const Real> slice) const;
   Recompute recompute() const { return recompute_; }
   // Whether the logits are stored in bf16 and training's cross-entropy is fused (the kernels'

@@ -25,6 +25,42 @@ int deck_tensor_degree(const Config& config, int world_size, int node_size, bool
   return degree;
 }
 
+int deck_data_ranks(const Config& config, int world_size) {
+  const std::int64_t across = config.parallel.pipeline * config.parallel.tensor;
+  return world_size % across == 0 && world_size >= across ? static_cast<int>(world_size / across) : 1;
+}
+
+PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {
+  const auto& p = config.parallel;
+  const PipelineShape shape{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages)};
+  if (shape.stages == 1 && shape.virtual_stages == 1) return shape;
+  const std::string key = config.deck_path + ": parallel.pipeline = " + std::to_string(p.pipeline);
+  if (shape.stages == 1)
+    throw Error(config.deck_path + ": parallel.virtual_stages = " + std::to_string(p.virtual_stages) +
+                    " cuts the stages of a pipeline into chunks, and this deck has none (parallel.pipeline = 1)",
+                ErrorScope::all_ranks);
+  if (world_size % (shape.stages * p.tensor) != 0)
+    throw Error(key + " with parallel.tensor = " + std::to_string(p.tensor) + " needs a world of a multiple of " +
+                    std::to_string(shape.stages * p.tensor) + " ranks (pipeline x tensor); this job has " +
+                    std::to_string(world_size),
+                ErrorScope::all_ranks);
+  const ModelShape model = model_shape(config.model);
+  if (model.n_layer < shape.chunks())
+    throw Error(key + (shape.virtual_stages > 1 ? " x parallel.virtual_stages = " + std::to_string(p.virtual_stages) : "") +
+                    " cuts the model into " + std::to_string(shape.chunks()) + " parts of consecutive blocks, more than "
+                    "model.n_layer = " + std::to_string(model.n_layer),
+                ErrorScope::all_ranks);
+  if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, shape); !problem.empty())
+    throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
+  if (config.run.sample_every > 0)
+    throw Error(config.deck_path + ": run.sample_every = " + std::to_string(config.run.sample_every) +
+                    " samples from the whole model, which a pipeline's stages hold in parts: set run.sample_every = 0 "
+                    "with parallel.pipeline > 1, and generate from the run's checkpoint (`shardtrain generate "
+                    "RUN_DIR`)",
+                ErrorScope::all_ranks);
+  return shape;
+}
+
 Mesh deck_mesh(const Config& config, int world_size, int node_size) {
   return make_mesh(config.parallel.strategy, config.parallel.shard_group, world_size, node_size, config.deck_path);
 }

@@ -150,6 +150,21 @@ PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape&
   return timing;
 }
 
+std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks) {
+  ST_REQUIRE(chunks >= 1, "a pipeline of no parts");
+  if (shape.n_layer < chunks)
+    throw Error("a pipeline of " + std::to_string(chunks) + " model chunks needs at least as many blocks (model.n_layer = " +
+                std::to_string(shape.n_layer) + ")");
+  std::vector<ModelPart> parts;
+  std::int64_t first = 0;
+  for (int v = 0; v < chunks; ++v) {
+    const std::int64_t blocks = shape.n_layer / chunks + (v < shape.n_layer % chunks ? 1 : 0);
+    parts.push_back({first, first + blocks});
+    first += blocks;
+  }
+  return parts;
+}
+
 double pipeline_bubble(const PipelineShape& shape) {
   return static_cast<double>(shape.stages - 1) / (static_cast<double>(shape.micro_batches) * shape.virtual_stages);
 }

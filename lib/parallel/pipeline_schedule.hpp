@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/choices.hpp"
+#include "model/layout.hpp"
 
 namespace st {
 
@@ -60,6 +61,11 @@ struct PipelineTiming {
 };
 PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape& shape, double forward,
                                  double backward);
+
+// The model's blocks cut into `chunks` (P x V) parts of consecutive blocks, as even as they go
+// (the first n_layer mod chunks parts take one more), in order along the model: virtual stage v
+// is the v-th. Throws Error when there are fewer blocks than parts.
+std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks);
 
 // (P - 1) / (m V): the time the pipeline idles, as a fraction of the step's work per stage.
 double pipeline_bubble(const PipelineShape& shape);
