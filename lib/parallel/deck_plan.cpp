@@ -30,26 +30,41 @@ int deck_data_ranks(const Config& config, int world_size) {
   return world_size % across == 0 && world_size >= across ? static_cast<int>(world_size / across) : 1;
 }
 
+void deck_pipeline_degree(const Config& config, int world_size) {
+  const auto& p = config.parallel;
+  if (p.pipeline == 1 && p.virtual_stages == 1) return;
+  const std::string key = config.deck_path + ": parallel.pipeline = " + std::to_string(p.pipeline);
+  if (p.pipeline == 1)
+    throw Error(config.deck_path + ": parallel.virtual_stages = " + std::to_string(p.virtual_stages) +
+                    " cuts the stages of a pipeline into chunks, and this deck has none (parallel.pipeline = 1)",
+                ErrorScope::all_ranks);
+  if (world_size % (p.pipeline * p.tensor) != 0)
+    throw Error(key + " with parallel.tensor = " + std::to_string(p.tensor) + " needs a world of a multiple of " +
+                    std::to_string(p.pipeline * p.tensor) + " ranks (pipeline x tensor); this job has " +
+                    std::to_string(world_size),
+                ErrorScope::all_ranks);
+  const ModelShape model = model_shape(config.model);
+  const std::int64_t chunks = p.pipeline * p.virtual_stages;
+  if (model.n_layer < chunks)
+    throw Error(key + (p.virtual_stages > 1 ? " x parallel.virtual_stages = " + std::to_string(p.virtual_stages) : "") +
+                    " cuts the model into " + std::to_string(chunks) + " parts of consecutive blocks, more than "
+                    "model.n_layer = " + std::to_string(model.n_layer),
+                ErrorScope::all_ranks);
+  // The schedule's own demands on the chunks (those on the micro-batches wait for the batch).
+  const PipelineShape any{static_cast<int>(p.pipeline), static_cast<int>(p.pipeline), static_cast<int>(p.virtual_stages)};
+  if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, any); !problem.empty())
+    throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
+  if (p.pipeline_schedule == PipelineSchedule::interleaved)
+    throw Error(config.deck_path + ": parallel.pipeline_schedule = \"interleaved\" is costed by the schedule but not "
+                    "yet run by this version; use \"1f1b\" or \"gpipe\"",
+                ErrorScope::all_ranks);
+}
+
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {
   const auto& p = config.parallel;
   const PipelineShape shape{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages)};
   if (shape.stages == 1 && shape.virtual_stages == 1) return shape;
-  const std::string key = config.deck_path + ": parallel.pipeline = " + std::to_string(p.pipeline);
-  if (shape.stages == 1)
-    throw Error(config.deck_path + ": parallel.virtual_stages = " + std::to_string(p.virtual_stages) +
-                    " cuts the stages of a pipeline into chunks, and this deck has none (parallel.pipeline = 1)",
-                ErrorScope::all_ranks);
-  if (world_size % (shape.stages * p.tensor) != 0)
-    throw Error(key + " with parallel.tensor = " + std::to_string(p.tensor) + " needs a world of a multiple of " +
-                    std::to_string(shape.stages * p.tensor) + " ranks (pipeline x tensor); this job has " +
-                    std::to_string(world_size),
-                ErrorScope::all_ranks);
-  const ModelShape model = model_shape(config.model);
-  if (model.n_layer < shape.chunks())
-    throw Error(key + (shape.virtual_stages > 1 ? " x parallel.virtual_stages = " + std::to_string(p.virtual_stages) : "") +
-                    " cuts the model into " + std::to_string(shape.chunks()) + " parts of consecutive blocks, more than "
-                    "model.n_layer = " + std::to_string(model.n_layer),
-                ErrorScope::all_ranks);
+  deck_pipeline_degree(config, world_size);
   if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, shape); !problem.empty())
     throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
   if (config.run.sample_every > 0)

@@ -25,6 +25,9 @@ int deck_data_ranks(const Config& config, int world_size);
 // schedule (pipeline_schedule_problem, with `micro_batches` per step through each stage):
 // returns the pipeline's shape, or throws Error (all ranks) naming the key and what it must be.
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches);
+// Its first checks, which need no batch: the stages (times parallel.tensor) divide the world and
+// the model has a block for each chunk. Throws Error (all ranks) naming the key.
+void deck_pipeline_degree(const Config& config, int world_size);
 
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
 // parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does

@@ -222,6 +222,16 @@ void PipelineStage::sum_mirrored_grads(Strategy& strategy, const void* ready) {
   ends_->all_reduce(share, ReduceOp::sum);
 }
 
+LevelTraffic PipelineStage::scalar_traffic() const {
+  LevelTraffic t = across_->traffic();
+  if (ends_) {
+    const LevelTraffic more = ends_->traffic();
+    t.intra += more.intra;
+    t.inter += more.inter;
+  }
+  return t;
+}
+
 void PipelineStage::sum_over_stages(std::span<double> values) { across_->all_reduce(values, ReduceOp::sum); }
 
 }  // namespace st

@@ -86,6 +86,8 @@ class PipelineStage {
   void sum_over_stages(std::span<double> values);
   // Bytes this rank sent to its neighbours, and seconds it waited for theirs.
   std::uint64_t bytes_sent() const { return link_->bytes_sent(); }
+  // What the stages' sums sent (the losses and norms, the mirrored embeddings' gradient).
+  LevelTraffic scalar_traffic() const;
   double waited_seconds() const { return link_->waited_seconds(); }
 
  private:

@@ -43,10 +43,6 @@ std::unique_ptr<PipelineStage> make_pipeline(const Config& config, const World& 
   const std::int64_t micro_batches =
       plan_batches(config.data, config.model.seq_len, deck_data_ranks(config, world.size()), config.deck_path).accum_steps;
   const PipelineShape shape = deck_pipeline(config, world.size(), micro_batches);
-  if (shape.virtual_stages > 1)
-    throw Error(config.deck_path + ": parallel.pipeline_schedule = \"interleaved\" is costed by the schedule but "
-                    "not yet run by this version; use \"1f1b\" or \"gpipe\"",
-                ErrorScope::all_ranks);
   return std::make_unique<PipelineStage>(world, shape, p.pipeline_schedule, p.collective_timeout_s);
 }
 
@@ -169,7 +165,9 @@ int ShardedModel::data_rank() const { return tensor_ ? tensor_->data_world->rank
 int ShardedModel::data_ranks() const { return tensor_ ? tensor_->data_world->size() : comms_.world().size(); }
 
 ShardedModel::CommTotals ShardedModel::comm_totals() const {
-  CommTotals totals{comms_.traffic(), 0, strategy_->comm_wait_seconds()};
+  CommTotals totals;
+  totals.traffic = comms_.traffic();
+  totals.waited_seconds = strategy_->comm_wait_seconds();
   if (tensor_) {
     for (const LevelTraffic& more : {tensor_->data->traffic(), tensor_->backend->traffic()}) {
       totals.traffic.intra += more.intra;
@@ -177,6 +175,13 @@ ShardedModel::CommTotals ShardedModel::comm_totals() const {
     }
     totals.tensor_bytes = tensor_->backend->traffic().total();
     totals.waited_seconds += tensor_->group->seconds_in_calls();
+  }
+  if (pipeline_) {
+    const LevelTraffic more = pipeline_->scalar_traffic();
+    totals.traffic.intra += more.intra;
+    totals.traffic.inter += more.inter;
+    totals.pipeline_bytes = pipeline_->bytes_sent();
+    totals.waited_seconds += pipeline_->waited_seconds();
   }
   return totals;
 }

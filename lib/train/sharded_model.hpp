@@ -74,6 +74,9 @@ class ShardedModel {
     LevelTraffic traffic;
     // Of those, the tensor group's (inside a node: part of traffic.intra); 0 without a group.
     std::uint64_t tensor_bytes = 0;
+    // Activations and their gradients sent to the neighbouring pipeline stages (not in traffic:
+    // point to point, not collectives).
+    std::uint64_t pipeline_bytes = 0;
     // Seconds the training thread waited for communication: the strategy's waits, and the
     // tensor group's collectives, which block it.
     double waited_seconds = 0;

@@ -48,6 +48,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // The batch is split between the data-parallel ranks: under tensor parallelism a tensor group's
   // ranks share one slice of it, a pipeline's stages each micro-batch (a degree the job cannot
   // split is refused here, naming it).
+  deck_pipeline_degree(config, world.size());
   deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
   const int data_ranks = deck_data_ranks(config, world.size());
   batch_plan_ = plan_batches(config.data, config.model.seq_len, data_ranks, config.deck_path);
@@ -305,6 +306,7 @@ TrainSummary Trainer::run() {
                       after.traffic.intra.total() - before.traffic.intra.total(),
                       after.traffic.inter.total() - before.traffic.inter.total()};
     record.comm_tensor_bytes = after.tensor_bytes - before.tensor_bytes;
+    record.comm_pipeline_bytes = after.pipeline_bytes - before.pipeline_bytes;
     record.mfu_of_measured_gemm = yardstick_->of_measured(flops_per_step / seconds);
     record.tokens_seen = tokens_seen_;
     record.peak_bytes = measured_peak();
