@@ -137,7 +137,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.parameters = layout.total();
   predicted_settings.segments = layout.segments().size();
   predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
-                                ", " + name_of(p.precision) + tensor_split_note(tensor, world_size / tensor);
+                                ", " + name_of(p.precision) + tensor_split_note(tensor, deck_data_ranks(config, world_size)) +
+                                pipeline_note(config, batch_plan.accum_steps, batch_plan.micro_batch);
   const ParallelPlan::ModelState& state = predicted.model_state();
   predicted_settings.model_state = {state.params, state.grads, state.optimizer, 0};
   predicted_settings.model_state_note = "largest rank";

@@ -1,8 +1,10 @@
 #include "parallel/deck_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "model/deck_shape.hpp"
 
 namespace st {
@@ -58,6 +60,42 @@ void deck_pipeline_degree(const Config& config, int world_size) {
     throw Error(config.deck_path + ": parallel.pipeline_schedule = \"interleaved\" is costed by the schedule but not "
                     "yet run by this version; use \"1f1b\" or \"gpipe\"",
                 ErrorScope::all_ranks);
+}
+
+std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch) {
+  const auto& p = config.parallel;
+  if (p.pipeline == 1) return "";
+  const ModelShape shape = model_shape(config.model);
+  const PipelineShape pipeline{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), 1};
+  // Built by appending: GCC 12 warns falsely (-Wrestrict) about long chains of string sums.
+  std::string note = "; pipeline: ";
+  note += std::to_string(p.pipeline);
+  note += " stages (blocks ";
+  bool first = true;
+  for (const ModelPart& part : pipeline_parts(shape, pipeline.chunks())) {
+    if (!first) note += ", ";
+    first = false;
+    note += std::to_string(part.first_block);
+    if (part.blocks(shape) > 1) {
+      note += '-';
+      note += std::to_string(part.end(shape) - 1);
+    }
+  }
+  // Each micro-batch's residual stream, B x T x d_model fp32, goes forward and its gradient back
+  // (a tensor group's ranks each send their share under sequence parallelism).
+  const double rows = static_cast<double>(micro_batch * shape.seq_len) /
+                      static_cast<double>(p.sequence_parallel ? p.tensor : 1);
+  const double bytes = static_cast<double>(micro_batches) * rows * static_cast<double>(shape.d_model) * 4.0;
+  note += "), ";
+  note += name_of(p.pipeline_schedule);
+  note += ", up to ";
+  note += std::to_string(pipeline_peak_in_flight(p.pipeline_schedule, pipeline, 0));
+  note += " micro-batch(es) in flight on the first stage, bubble ";
+  note += std::to_string(static_cast<int>(std::lround(100 * pipeline_bubble(pipeline))));
+  note += "% of the step ((P - 1) / m), ";
+  note += format_bytes(bytes);
+  note += " per step to each neighbouring stage";
+  return note;
 }
 
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {

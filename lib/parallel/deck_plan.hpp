@@ -25,6 +25,11 @@ int deck_data_ranks(const Config& config, int world_size);
 // schedule (pipeline_schedule_problem, with `micro_batches` per step through each stage):
 // returns the pipeline's shape, or throws Error (all ranks) naming the key and what it must be.
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches);
+// "; pipeline: 2 stages (blocks 0-1 | 2-3), 1f1b, ..." for the settings tables of run and check:
+// the stages' blocks, the schedule, the micro-batches in flight on the first stage, the bubble
+// and the bytes a rank sends to each neighbouring stage per step; "" without a pipeline.
+std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch);
+
 // Its first checks, which need no batch: the stages (times parallel.tensor) divide the world and
 // the model has a block for each chunk. Throws Error (all ranks) naming the key.
 void deck_pipeline_degree(const Config& config, int world_size);

@@ -61,10 +61,12 @@ PipelineStage::PipelineStage(const World& world, const PipelineShape& shape, Pip
   // The ranks holding this rank's place in every stage, in stage order.
   across_comm_ = split_group(world.comm(), world.rank() % stage_size, world.rank());
   link_ = std::make_unique<PeerLink>(across_comm_.get(), timeout_seconds);
-  across_ = std::make_unique<MpiCommunicator>(across_comm_.get(), TrafficLevel::inter, MpiWait::polling);
+  // Stages span nodes where the job has several (the pipeline is the outermost dimension).
+  const TrafficLevel level = world.node_count() > 1 ? TrafficLevel::inter : TrafficLevel::intra;
+  across_ = std::make_unique<MpiCommunicator>(across_comm_.get(), level, MpiWait::polling);
   const bool end = stage_ == 0 || stage_ == shape.stages - 1;
   ends_comm_ = split_group(across_comm_.get(), end ? 0 : 1, stage_);
-  if (end) ends_ = std::make_unique<MpiCommunicator>(ends_comm_.get(), TrafficLevel::inter, MpiWait::polling);
+  if (end) ends_ = std::make_unique<MpiCommunicator>(ends_comm_.get(), level, MpiWait::polling);
 }
 
 PipelineStage::~PipelineStage() = default;

@@ -109,6 +109,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.segments = net_->layout().segments().size();
   built.strategy = net_->strategy().description();
   built.strategy += tensor_split_note(net_->model().tensor_group().split.degree, net_->data_ranks());
+  built.strategy += pipeline_note(config_, batch_plan_.accum_steps, batch_plan_.micro_batch);
   built.model_state = net_->strategy().memory();
   built.activations = net_->activation_bytes();
   built.recompute = net_->model().recompute();
@@ -227,6 +228,12 @@ double Trainer::validation_loss() {
 void Trainer::print_sample(std::int64_t step) {
   // Every rank generates (a sharded strategy gathers segments collectively); rank 0 prints.
   if (config_.run.sample_tokens == 0) return;
+  if (net_->pipeline()) {
+    // Decoding runs the whole model on a rank, and a pipeline's stages hold it in parts.
+    say("no sample after step " + std::to_string(step) + ": a pipeline's stages hold the model in parts; `shardtrain "
+        "generate " + run_dir_->path() + "` samples from the run's checkpoint");
+    return;
+  }
   std::vector<int> context;
   if (data_.text_samples) {
     context = data_.tokenizer->encode(config_.run.sample_prompt);
