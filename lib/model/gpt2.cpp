@@ -119,9 +119,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
-  batch_memory_ = exec.allocate(2 * N * sizeof(int));
-  tokens_at_ = batch_memory_.as<int>().data();
-  targets_at_ = tokens_at_ + N;
+  this->allocate_batch(N);
 }
 
 template <class Real>
@@ -188,11 +186,7 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
              "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
   const int Nr = this->local_rows(N);
   const bool embeds = part_.embeds(), heads = part_.heads(shape_);
-  if (embeds) tokens_.assign(tokens, tokens + N);
-  if (targets) targets_.assign(targets, targets + N);
-  else targets_.clear();
-  if (embeds) this->upload_slice_tokens(tokens_at_, tokens, N);
-  if (targets && heads) this->upload_targets(targets_at_, targets, N);
+  this->take_batch(tokens, targets, N);
 
   // The embeddings' segment: held for the whole pass where the part ends the model (the LM
   // head uses it again).

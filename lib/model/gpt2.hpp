@@ -101,9 +101,6 @@ class Gpt2 final : public Model<Real> {
   Real* dprobs_ = nullptr;  // their gradient in backward
   Real* row_dots_ = nullptr;  // flash attention's backward scratch (AttentionProbs::row_dots)
 
-  std::vector<int> tokens_, targets_;  // copies from the last forward
-  Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
-  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   int B_ = 0, T_ = 0;
 
   // Decoding (decode_cache_): per layer seq_len rows of q, k, v as the qkv matmul writes them (q
@@ -112,6 +109,10 @@ class Gpt2 final : public Model<Real> {
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
   using Model<Real>::part_;
+  using Model<Real>::tokens_;
+  using Model<Real>::targets_;
+  using Model<Real>::tokens_at_;
+  using Model<Real>::targets_at_;
   using Model<Real>::rows_split_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;

@@ -92,14 +92,15 @@ class Llama final : public Model<Real> {
   Real* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
   Real* row_dots_ = nullptr;          // flash attention's backward scratch (AttentionProbs::row_dots)
 
-  std::vector<int> tokens_, targets_;  // copies from the last forward
-  Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
-  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   int B_ = 0, T_ = 0;
 
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
   using Model<Real>::part_;
+  using Model<Real>::tokens_;
+  using Model<Real>::targets_;
+  using Model<Real>::tokens_at_;
+  using Model<Real>::targets_at_;
   using Model<Real>::rows_split_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;

@@ -116,6 +116,24 @@ void Model<Real>::upload_targets(int* to, const int* targets, int count) {
 }
 
 template <class Real>
+void Model<Real>::allocate_batch(std::size_t rows) {
+  batch_memory_ = exec_.allocate(2 * rows * sizeof(int));
+  tokens_at_ = batch_memory_.template as<int>().data();
+  targets_at_ = tokens_at_ + rows;
+}
+
+template <class Real>
+void Model<Real>::take_batch(const int* tokens, const int* targets, int N) {
+  if (part_.embeds()) {
+    tokens_.assign(tokens, tokens + N);
+    upload_slice_tokens(tokens_at_, tokens, N);
+  }
+  if (targets) targets_.assign(targets, targets + N);
+  else targets_.clear();
+  if (targets && part_.heads(shape_)) upload_targets(targets_at_, targets, N);
+}
+
+template <class Real>
 void Model<Real>::sum_over_tensor_group(Real* data, std::size_t count) {
   if (!tensor_.active()) return;
   tensor_.comm->all_reduce(Buffer::of(std::span<Real>(data, count), exec_.before_communication()), ReduceOp::sum);

@@ -180,6 +180,15 @@ class Model {
   // read outside their tables, on a GPU as an illegal address reported far from its cause.
   void upload_slice_tokens(int* to, const int* tokens, int count);
   void upload_targets(int* to, const int* targets, int count);
+  // The batch of a pass: copies on the host (tokens_ where the part embeds; targets_ of a pass
+  // with targets, which backward needs), and the ids the kernels read in the backend's memory
+  // (tokens_at_ and targets_at_, `rows` of each, allocated by allocate_batch; the targets where
+  // the part ends the model).
+  void allocate_batch(std::size_t rows);
+  void take_batch(const int* tokens, const int* targets, int N);
+  std::vector<int> tokens_, targets_;
+  Memory batch_memory_;
+  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   // Sums the group's partial results in place (the row-parallel projections' outputs, the
   // input gradients of the column-parallel ones).
   void sum_over_tensor_group(Real* data, std::size_t count);

@@ -32,20 +32,8 @@ def run(ranks, label, extra=(), model=GPT, strategy="ddp", micro=3, checkpoint=N
     return h.train(args, ranks, deck, os.path.join(work, label), label, extra)
 
 
-def close(a, b, rel):
-    return len(a) == len(b) and all(abs(x - y) <= rel * max(abs(x), abs(y)) for x, y in zip(a, b))
-
-
 def compare(label, got, ref, rel=1e-5, params_rel=1e-5, first_step=0):
-    h.check(close(got["loss"], ref["loss"][first_step:], rel),
-            f"{label}: losses equal the one-rank run within {rel}\n{got['loss']}\n{ref['loss'][first_step:]}")
-    h.check(close(got["norm"], ref["norm"][first_step:], rel), f"{label}: gradient norms equal within {rel}")
-    h.check(close(got["val"], ref["val"][len(ref["val"]) - len(got["val"]):], rel),
-            f"{label}: validation losses equal within {rel}")
-    scale = max(abs(x) for x in ref["params"])
-    worst = max(abs(x - y) for x, y in zip(got["params"], ref["params"])) / scale
-    h.check(len(got["params"]) == len(ref["params"]) and worst <= params_rel,
-            f"{label}: final parameters (the whole model) equal within {params_rel} (worst {worst:.2e})")
+    h.compare_runs(label, got, ref, rel, params_rel, first_step, val=True)
 
 
 ref = run(1, "ref", checkpoint={"dir": f"{work}/ref/ckpt", "every": 10})
@@ -69,6 +57,14 @@ for ranks, extra, strategy, micro, params_rel, label in [
         sent = [r["comm_pipeline_bytes"] for r in got["rows"] if r["kind"] == "train"]
         h.check(all(b == 4 * 3 * 32 * 32 * 4 for b in sent), f"{label}: rank 0 sends 49152 bytes a step ({sent[:3]})")
         h.check("pipeline 48.0 KiB" in got["stdout"], f"{label}: the step line shows them")
+        # ... and `check` predicts them from the deck alone.
+        deck = os.path.join(work, f"{label}.toml")
+        out = h.mpirun(args, 1, ["check", deck, "--ranks", "2"] + extra)
+        h.check(out.returncode == 0 and "48.00 KiB per step to each neighbouring stage" in out.stdout
+                and "2 stages (blocks 0-1, 2-3), 1f1b, up to 2 micro-batch(es) in flight" in out.stdout
+                and "bubble 25% of the step" in out.stdout,
+                f"{label}: check states the stages, the schedule, the bubble and the bytes\n{out.stdout[-1500:]}"
+                f"{out.stderr[-500:]}")
 
 for model, name in [(LLAMA, "llama_tied"), (UNTIED, "llama_untied")]:
     one = run(1, f"{name}_ref", model=model)
