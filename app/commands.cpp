@@ -111,9 +111,11 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   check_memory_fits(config, machine);
   deck_ranks_per_node(config, world_size);  // refuses emulated nodes that do not divide the ranks (GPU path too)
   const RunData data = open_run_data(config, world.comm());
-  // The batch splits between the data-parallel ranks (a tensor group's ranks share theirs).
+  // The batch splits between the data-parallel ranks (a tensor group's ranks share theirs, a
+  // pipeline's stages each micro-batch).
   const auto tensor = static_cast<int>(config.parallel.tensor);
-  const BatchPlan batch_plan = plan_batches(config.data, config.model.seq_len, world_size / tensor, config.deck_path);
+  const BatchPlan batch_plan =
+      plan_batches(config.data, config.model.seq_len, deck_data_ranks(config, world_size), config.deck_path);
   // The loaders refuse a sequential batch that does not fit in its part of the data.
   BatchLoader(data.splits.train, config.data.order, 0, 0, config.model.seq_len, batch_plan.global_batch, "training");
   BatchLoader(data.splits.val, config.data.order, 0, 1, config.model.seq_len, batch_plan.global_batch, "validation");
@@ -135,7 +137,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.parameters = layout.total();
   predicted_settings.segments = layout.segments().size();
   predicted_settings.strategy = name_of(p.strategy) + (hsdp ? " in groups of " + std::to_string(group) + " ranks" : "") +
-                                ", " + name_of(p.precision) + tensor_split_note(tensor, world_size / tensor);
+                                ", " + name_of(p.precision) + tensor_split_note(tensor, deck_data_ranks(config, world_size)) +
+                                pipeline_note(config, batch_plan.accum_steps, batch_plan.micro_batch);
   const ParallelPlan::ModelState& state = predicted.model_state();
   predicted_settings.model_state = {state.params, state.grads, state.optimizer, 0};
   predicted_settings.model_state_note = "largest rank";

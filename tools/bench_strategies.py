@@ -21,9 +21,12 @@ ROOT = os.path.dirname(HERE)
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "hsdp")
 
 
-def run(exe, deck, ranks, sets, work, label):
+def metrics_of_run(exe, deck, ranks, sets, work, label, mpirun_flags=("--oversubscribe",)):
+    """Trains `deck` on `ranks` ranks with the --set overrides `sets` (no samples, evaluations or
+    log lines between steps), in work/label; exits naming the run if it fails. Its metrics.jsonl
+    rows. (tools/bench_pipeline.py runs its settings through this too.)"""
     out = os.path.join(work, label)
-    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", "--oversubscribe", exe, "run", deck,
+    cmd = ["mpirun", "-n", str(ranks), "--bind-to", "none", *mpirun_flags, exe, "run", deck,
            "--set", f"run.out_dir={out}", "--set", "run.sample_tokens=0", "--set", "run.eval_every=0",
            "--set", "run.log_every=1000"]
     for s in sets:
@@ -32,7 +35,11 @@ def run(exe, deck, ranks, sets, work, label):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"{label} failed:\n{proc.stderr[-3000:]}")
-    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    return [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+
+
+def run(exe, deck, ranks, sets, work, label):
+    rows = metrics_of_run(exe, deck, ranks, sets, work, label)
     train = [r for r in rows if r["kind"] == "train"][2:]  # the first steps fill the workspace and caches
     memory = [r for r in rows if r["kind"] == "memory"][-1]
     med = lambda key: statistics.median(r[key] for r in train)

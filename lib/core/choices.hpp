@@ -87,6 +87,18 @@ struct ChoiceNames<ClassifierChoice> {
       {{ClassifierChoice::automatic, "auto"}, {ClassifierChoice::unfused, "unfused"}}};
 };
 
+// parallel.pipeline_schedule: the order of the micro-batches' passes through the pipeline's
+// stages (parallel/pipeline_schedule.hpp): gpipe every forward then every backward; one_f_one_b
+// ("1f1b") PipeDream-Flush's one forward, one backward; interleaved Megatron's 1F1B over
+// parallel.virtual_stages model chunks per rank.
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
+template <>
+struct ChoiceNames<PipelineSchedule> {
+  static constexpr std::array<std::pair<PipelineSchedule, const char*>, 3> table{
+      {{PipelineSchedule::gpipe, "gpipe"}, {PipelineSchedule::one_f_one_b, "1f1b"},
+       {PipelineSchedule::interleaved, "interleaved"}}};
+};
+
 template <>
 struct ChoiceNames<GradReduction> {
   static constexpr std::array<std::pair<GradReduction, const char*>, 3> table{

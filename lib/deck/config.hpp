@@ -94,6 +94,9 @@ struct ParallelConfig {
   std::int64_t shard_group = 0;
   std::int64_t tensor = 1;  // ranks of a tensor-parallel group (consecutive, inside a node)
   bool sequence_parallel = false;  // the rows between split layers split over the group too
+  std::int64_t pipeline = 1;       // pipeline stages (the outermost mesh dimension)
+  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
+  std::int64_t virtual_stages = 1;  // model chunks per stage (interleaved)
   bool overlap = true;
   GradReduction grad_reduction = GradReduction::automatic;
 };

@@ -315,6 +315,25 @@ std::vector<KeySpec> build_schema() {
               "the ranks holding the same slice (world = tensor x data-parallel ranks). Must divide the ranks per "
               "node, n_head (and n_kv_head), the MLP width and the padded vocabulary. 1: none.",
               store(&C::parallel, &ParallelConfig::tensor)),
+      integer("parallel", "pipeline", "1", 1, 65536,
+              "Pipeline parallelism: stages of consecutive blocks, each on its own ranks (the embedding on the "
+              "first, the final norm, LM head and loss on the last); activations and their gradients pass "
+              "between neighbouring stages. The outermost dimension of the ranks: world = pipeline x "
+              "data-parallel x tensor ranks, a stage the world / pipeline consecutive ranks, inside which "
+              "parallel.strategy and parallel.tensor run as without it. At most model.n_layer / "
+              "parallel.virtual_stages. 1: none.",
+              store(&C::parallel, &ParallelConfig::pipeline)),
+      choice("parallel", "pipeline_schedule", "\"1f1b\"", choice_names<PipelineSchedule>(),
+             "With parallel.pipeline > 1, the order of the micro-batches' passes: gpipe (every forward, then "
+             "every backward: every micro-batch's activations kept), 1f1b (one forward, one backward: at most "
+             "pipeline micro-batches in flight), interleaved (Megatron's 1F1B over parallel.virtual_stages "
+             "chunks per stage: a bubble that many times smaller; the micro-batches per step a multiple of "
+             "parallel.pipeline).",
+             store_choice(&C::parallel, &ParallelConfig::pipeline_schedule)),
+      integer("parallel", "virtual_stages", "1", 1, 1024,
+              "With parallel.pipeline_schedule = \"interleaved\": model chunks per stage (chunk c of stage s is "
+              "the model's (c x pipeline + s)-th piece of consecutive blocks). 1 otherwise.",
+              store(&C::parallel, &ParallelConfig::virtual_stages)),
       boolean("parallel", "sequence_parallel", "false",
               "With parallel.tensor > 1: the rows between the split layers (the norms, the residual stream, the "
               "embedding's output) are split over the tensor group too, each rank holding micro_batch x seq_len / "

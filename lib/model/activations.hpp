@@ -31,9 +31,18 @@ const char* recompute_name(Recompute recompute);
 struct ActivationSizes {
   std::size_t per_block = 0;  // kept by each block until its backward
   std::size_t working = 0;    // one block's working set, shared by all blocks (recomputation)
-  std::size_t shared = 0;     // embeddings, final norm, logits and the backward scratch
+  std::size_t shared = 0;     // the embeddings' output (a part's input) and the backward scratch
+  std::size_t head = 0;       // the final norm, logits, losses: the part that ends the model's
   std::int64_t blocks = 0;
-  std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared; }
+  std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared + head; }
+  // The sizes of a pipeline stage's part of the model (model/layout.hpp ModelPart): its blocks,
+  // and the head's only where it ends the model.
+  ActivationSizes of_part(const ModelPart& part, const ModelShape& shape) const {
+    ActivationSizes s = *this;
+    s.blocks = part.blocks(shape);
+    if (!part.heads(shape)) s.head = 0;
+    return s;
+  }
 };
 // `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them);
 // `sequence_parallel`: the rows between split layers split over them too (split_rows);

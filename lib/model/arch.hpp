@@ -30,7 +30,7 @@ class Model;
 // make_family_model's).
 template <class Real>
 using ModelFactory = std::unique_ptr<Model<Real>> (*)(const ModelShape& shape, int max_batch, Exec& exec,
-                                                      Recompute recompute, TensorGroup tensor);
+                                                      Recompute recompute, TensorGroup tensor, ModelPart part);
 
 struct ArchSpec {
   Arch arch;  // its word (model.arch's value, a checkpoint's /model/arch) is arch_name's

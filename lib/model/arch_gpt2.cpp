@@ -76,9 +76,9 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
   // MLP's width (N H each; the recomputed GELU output goes to the second). With rows split: the
   // gathered rows a split layer reads (N C), the rows' shares of the two sums (R C each), and the
   // norms' gradients on their way through the group (4 C).
-  s.shared = R * C + R * C + 2 * R + logit_elements(N, V, bf16_logits) + N + N * C + R * C + N * C + N * A + 3 * N * A +
-             att.backward + 2 * N * H +
-             logit_slice_scratch(N, tensor) + (sequence_parallel ? N * C + 2 * R * C + 4 * C : 0);
+  s.shared = R * C + N * C + R * C + N * C + N * A + 3 * N * A + att.backward + 2 * N * H +
+             (sequence_parallel ? N * C + 2 * R * C + 4 * C : 0);
+  s.head = R * C + 2 * R + logit_elements(N, V, bf16_logits) + N + logit_slice_scratch(N, tensor);
   return s;
 }
 

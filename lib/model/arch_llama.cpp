@@ -105,10 +105,10 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
   // folds grouped-query gradients (the host), the per-query-head gradient it folds from (3 N A).
   // With rows split: the gathered rows a split layer reads (N C), the rows' shares of the two
   // sums (R C each), and the norms' gradients on their way through the group (2 C).
-  s.shared = R * C + R * C + R + logit_elements(N, V, bf16_logits) + N + N * C + R * C + N * C + N * A + N * W +
-             att.backward + 2 * 2 * N * F +
+  s.shared = R * C + N * C + R * C + N * C + N * A + N * W + att.backward + 2 * 2 * N * F +
              grouped_gradient_elements(device || flash, N, static_cast<int>(A), heads_here, kv_here) +
-             logit_slice_scratch(N, tensor) + (sequence_parallel ? N * C + 2 * R * C + 2 * C : 0);
+             (sequence_parallel ? N * C + 2 * R * C + 2 * C : 0);
+  s.head = R * C + R + logit_elements(N, V, bf16_logits) + N + logit_slice_scratch(N, tensor);
   return s;
 }
 

@@ -11,8 +11,9 @@ namespace st {
 
 
 template <class Real>
-Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor)
-    : Model<Real>(shape, exec, recompute, tensor),
+Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
+                 ModelPart part)
+    : Model<Real>(shape, exec, recompute, tensor, part),
       k_(layer_kernels_of<Real>(exec)),
       max_batch_(max_batch),
       heads_(static_cast<int>(shape.n_head) / tensor.split.degree),
@@ -23,13 +24,18 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   ST_REQUIRE(shape.d_model % shape.n_head == 0, "d_model must be divisible by n_head");
   ST_REQUIRE(shape.padded_vocab >= shape.vocab_size, "padded vocabulary smaller than vocabulary");
   const auto& segments = layout_.segments();
-  wte_ = layout_.tensor("wte").offset - segments.front().offset;
-  wpe_ = layout_.tensor("wpe").offset - segments.front().offset;
-  lnfw_ = layout_.tensor("lnf.w").offset - segments.back().offset;
-  lnfb_ = layout_.tensor("lnf.b").offset - segments.back().offset;
-  for (std::int64_t l = 0; l < shape.n_layer; ++l) {
-    const std::string p = "block" + std::to_string(l) + ".";
-    const std::size_t base = segments[static_cast<std::size_t>(l) + 1].offset;
+  const bool ends_model = part.heads(shape);
+  if (part.holds_embeddings(shape)) {
+    wte_ = layout_.tensor("wte").offset - segments.front().offset;
+    wpe_ = layout_.tensor("wpe").offset - segments.front().offset;
+  }
+  if (ends_model) {
+    lnfw_ = layout_.tensor("lnf.w").offset - segments.back().offset;
+    lnfb_ = layout_.tensor("lnf.b").offset - segments.back().offset;
+  }
+  for (std::int64_t l = 0; l < part.blocks(shape); ++l) {
+    const std::string p = "block" + std::to_string(part.first_block + l) + ".";
+    const std::size_t base = segments[this->block_segment(static_cast<std::size_t>(l))].offset;
     auto at = [&](const char* n) { return layout_.tensor(p + n).offset - base; };
     blocks_.push_back({at("ln1.w"), at("ln1.b"), at("attn.qkv.w"), at("attn.qkv.b"), at("attn.proj.w"),
                        at("attn.proj.b"), at("ln2.w"), at("ln2.b"), at("mlp.fc.w"), at("mlp.fc.b"), at("mlp.proj.w"),
@@ -41,7 +47,8 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes = activation_sizes(shape, max_batch, recompute, heads_at_once_,
                                                  exec.space() != MemorySpace::host, tensor.split.degree,
-                                                 split_rows_ever, flash_, this->bf16_logits());
+                                                 split_rows_ever, flash_, this->bf16_logits())
+                                      .of_part(part, shape);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
@@ -72,7 +79,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
     a.ln2_rstd = take(R);
     a.fch = take(N * H);
   };
-  block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
+  block_acts_.resize(static_cast<std::size_t>(part.blocks(shape)));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
     a.fch_gelu = recompute == Recompute::none ? take(N * H) : nullptr;
@@ -89,11 +96,15 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   }
   if (recompute != Recompute::none && !flash_) probs_ = take(heads);
   x0_ = take(R * C);
-  lnf_ = take(R * C);
-  lnf_mean_ = take(R);
-  lnf_rstd_ = take(R);
-  logits_ = take(this->logit_elements(N));
-  losses_ = take(N);
+  if (ends_model) {  // the head's (ActivationSizes::head)
+    lnf_ = take(R * C);
+    lnf_mean_ = take(R);
+    lnf_rstd_ = take(R);
+    logits_ = take(this->logit_elements(N));
+    losses_ = take(N);
+    const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
+    cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
+  }
   tmp_ = take(N * C);
   dres_ = take(R * C);
   dtmp_ = take(N * C);
@@ -103,16 +114,12 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   else dprobs_ = take(heads);
   d4c_a_ = take(N * H);
   d4c_b_ = take(N * H);
-  const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
-  cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   if (split_rows_ever) rows_.carve(take, N, R, C, 4 * C);
   // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
-  batch_memory_ = exec.allocate(2 * N * sizeof(int));
-  tokens_at_ = batch_memory_.as<int>().data();
-  targets_at_ = tokens_at_ + N;
+  this->allocate_batch(N);
 }
 
 template <class Real>
@@ -153,12 +160,14 @@ template <class Real>
 void Gpt2<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
                              double* loss_sum) {
   forward_to_logits(buffers, tokens, targets, B, T);
+  if (!part_.heads(shape_)) return;
   const int N = B * T;
   this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_, {loss_sum, double(N)});
 }
 
 template <class Real>
 std::vector<Real> Gpt2<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
+  ST_REQUIRE(part_.whole(shape_), "logits() needs the whole model");
   FlatBuffers<Real> flat(layout_, params);
   forward_to_logits(flat, tokens, nullptr, B, T);
   return this->whole_logits_on_host(logits_, static_cast<std::size_t>(B) * T);
@@ -176,25 +185,32 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
              "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
   const int Nr = this->local_rows(N);
-  tokens_.assign(tokens, tokens + N);
-  if (targets) targets_.assign(targets, targets + N);
-  else targets_.clear();
-  this->upload_slice_tokens(tokens_at_, tokens, N);
-  if (targets) this->upload_targets(targets_at_, targets, N);
+  const bool embeds = part_.embeds(), heads = part_.heads(shape_);
+  this->take_batch(tokens, targets, N);
 
-  buffers.before_forward(0);
-  const Real* E = buffers.params(0);  // held for the whole pass: the LM head uses it again
-  // A vocabulary slice looks up the tokens it holds; the group sums the slices' rows, the
-  // positions added once (with rows split, each rank keeps its share of the sum).
-  Real* looked_up = rows_split_ ? tmp_ : x0_;
-  k_.encoder_forward(looked_up, tokens_at_, E + wte_, row_parallel_bias(E + wpe_), B, T, C);
-  this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
-  for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    buffers.before_forward(l + 1);
-    block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
-    buffers.after_forward(l + 1);
+  // The embeddings' segment: held for the whole pass where the part ends the model (the LM
+  // head uses it again).
+  const Real* E = nullptr;
+  if (part_.holds_embeddings(shape_)) {
+    buffers.before_forward(0);
+    E = buffers.params(0);
   }
-  const std::size_t last = layout_.segments().size() - 1;
+  if (embeds) {
+    // A vocabulary slice looks up the tokens it holds; the group sums the slices' rows, the
+    // positions added once (with rows split, each rank keeps its share of the sum).
+    Real* looked_up = rows_split_ ? tmp_ : x0_;
+    k_.encoder_forward(looked_up, tokens_at_, E + wte_, row_parallel_bias(E + wpe_), B, T, C);
+    this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
+    if (!heads) buffers.after_forward(0);
+  }
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    const std::size_t segment = this->block_segment(l);
+    buffers.before_forward(segment);
+    block_forward(l, buffers.params(segment), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
+    buffers.after_forward(segment);
+  }
+  if (!heads) return;
+  const std::size_t last = this->final_norm_segment();
   buffers.before_forward(last);
   const Real* F = buffers.params(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
@@ -214,35 +230,44 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const std::size_t NH4 = static_cast<std::size_t>(N) * H, rows = static_cast<std::size_t>(N);
   const auto width = static_cast<std::size_t>(C);
   const bool split = this->rows_split();
+  const bool embeds = part_.embeds(), heads = part_.heads(shape_);
 
-  buffers.before_backward(0);  // the embeddings: the LM head now, the encoder at the very end
-  const Real* E = buffers.params(0);
-  Real* GE = buffers.grads(0);
-  // Under tensor parallelism every input gradient of a split layer is a partial sum over the
-  // group's slices: summed before the replicated layer below it uses it (with rows split, each
-  // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
-  // gradient rather than kept whole. The loss is the mean over N tokens.
-  this->lm_head_backward(dtmp_, GE + wte_, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + wte_,
-                         targets_at_, N, C, loss_scale / static_cast<Real>(N));
-  const Real* d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
-  const std::size_t last = layout_.segments().size() - 1;
-  buffers.before_backward(last);
-  const Real* F = buffers.params(last);
-  Real* GF = buffers.grads(last);
-  exec_.zero(dres_, static_cast<std::size_t>(Nr) * C * sizeof(Real));
-  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
-  Real* dlnf = split ? rows_.norm_grads : GF + lnfw_;
-  if (split) exec_.zero(rows_.norm_grads, 2 * width * sizeof(Real));
-  k_.layernorm_backward(dres_, dlnf, dlnf + (split ? width : lnfb_ - lnfw_), d, top, F + lnfw_, lnf_mean_, lnf_rstd_,
-                        Nr, C);
-  if (split) this->add_split_row_gradients(GF, {lnfw_, lnfb_}, rows_.norm_grads, width);
-  buffers.grad_ready(last);
+  // The embeddings: the LM head now, the encoder at the very end. A part that does not end the
+  // model finds d(loss)/d(its output) in dres_ (part_grad()) instead.
+  const Real* E = nullptr;
+  Real* GE = nullptr;
+  const Real* d = nullptr;
+  if (heads) {
+    buffers.before_backward(0);
+    E = buffers.params(0);
+    GE = buffers.grads(0);
+    // Under tensor parallelism every input gradient of a split layer is a partial sum over the
+    // group's slices: summed before the replicated layer below it uses it (with rows split, each
+    // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
+    // gradient rather than kept whole. The loss is the mean over N tokens.
+    this->lm_head_backward(dtmp_, GE + wte_, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + wte_,
+                           targets_at_, N, C, loss_scale / static_cast<Real>(N));
+    d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
+    const std::size_t last = this->final_norm_segment();
+    buffers.before_backward(last);
+    const Real* F = buffers.params(last);
+    Real* GF = buffers.grads(last);
+    exec_.zero(dres_, static_cast<std::size_t>(Nr) * C * sizeof(Real));
+    const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+    // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
+    Real* dlnf = split ? rows_.norm_grads : GF + lnfw_;
+    if (split) exec_.zero(rows_.norm_grads, 2 * width * sizeof(Real));
+    k_.layernorm_backward(dres_, dlnf, dlnf + (split ? width : lnfb_ - lnfw_), d, top, F + lnfw_, lnf_mean_, lnf_rstd_,
+                          Nr, C);
+    if (split) this->add_split_row_gradients(GF, {lnfw_, lnfb_}, rows_.norm_grads, width);
+    buffers.grad_ready(last);
+  }
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
-    buffers.before_backward(l + 1);
-    const Real* P = buffers.params(l + 1);
-    Real* G = buffers.grads(l + 1);
+    const std::size_t segment = this->block_segment(l);
+    buffers.before_backward(segment);
+    const Real* P = buffers.params(segment);
+    Real* G = buffers.grads(segment);
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
@@ -274,11 +299,18 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
     k_.layernorm_backward(dres_, dln1, dln1 + bias_at, d, in, P + o.ln1w, a.ln1_mean, a.ln1_rstd, Nr, C);
     if (split) this->add_split_row_gradients(G, {o.ln1w, o.ln1b, o.ln2w, o.ln2b}, rows_.norm_grads, width);
-    buffers.grad_ready(l + 1);
+    buffers.grad_ready(segment);
   }
-  // The embedding's gradient from every row (the rows' shares gathered).
-  k_.encoder_backward(GE + wte_, GE + wpe_, this->gather_rows(dres_, rows_.gathered, rows, width), tokens_at_, B, T, C);
-  buffers.grad_ready(0);
+  if (embeds) {
+    if (!heads) {
+      buffers.before_backward(0);
+      GE = buffers.grads(0);
+    }
+    // The embedding's gradient from every row (the rows' shares gathered).
+    k_.encoder_backward(GE + wte_, GE + wpe_, this->gather_rows(dres_, rows_.gathered, rows, width), tokens_at_, B, T, C);
+  }
+  // A part that does not embed leaves d(loss)/d(its input) in dres_ (part_grad()).
+  if (part_.holds_embeddings(shape_)) buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
 
@@ -316,6 +348,7 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
 template <class Real>
 std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
   const int first = decoded_, C = static_cast<int>(shape_.d_model);
+  ST_REQUIRE(part_.whole(shape_), "decode needs the whole model");
   ST_REQUIRE(count >= 1, "decode: no tokens to feed");
   ST_REQUIRE(first + count <= shape_.seq_len,
              "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +

@@ -24,14 +24,19 @@ class Gpt2 final : public Model<Real> {
   // what backward recomputes rather than keeps (model/activations.hpp).
   // With an active tensor group, this rank's slice (model/model.hpp TensorGroup): its heads, its
   // share of the MLP width and of the vocabulary.
+  // With a part (model/layout.hpp ModelPart): its blocks only, the embedding and the head where
+  // the part has them.
   Gpt2(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none,
-       TensorGroup tensor = {});
+       TensorGroup tensor = {}, ModelPart part = {});
   // Out of line: inlined into callers, GCC 12 warns falsely about freeing its vectors.
   ~Gpt2() override;
 
   using Model<Real>::forward;
   using Model<Real>::backward;
   std::size_t activation_bytes() const override { return acts_.bytes(); }
+  Real* part_input() override { return x0_; }
+  const Real* part_output() const override { return block_acts_.back().res3; }
+  Real* part_grad() override { return dres_; }
 
   // GPT-2 initialisation: N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.
@@ -96,9 +101,6 @@ class Gpt2 final : public Model<Real> {
   Real* dprobs_ = nullptr;  // their gradient in backward
   Real* row_dots_ = nullptr;  // flash attention's backward scratch (AttentionProbs::row_dots)
 
-  std::vector<int> tokens_, targets_;  // copies from the last forward
-  Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
-  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   int B_ = 0, T_ = 0;
 
   // Decoding (decode_cache_): per layer seq_len rows of q, k, v as the qkv matmul writes them (q
@@ -106,6 +108,11 @@ class Gpt2 final : public Model<Real> {
   // copy).
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
+  using Model<Real>::part_;
+  using Model<Real>::tokens_;
+  using Model<Real>::targets_;
+  using Model<Real>::tokens_at_;
+  using Model<Real>::targets_at_;
   using Model<Real>::rows_split_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;

@@ -134,6 +134,24 @@ class ParamLayout {
   std::size_t total_ = 0;
 };
 
+// The part of the model one pipeline stage computes (one model chunk of it): blocks
+// [first_block, end_block), with the token embedding where the part starts at block 0 and the
+// final norm, the LM head and the loss where it ends at the last block. The default is the
+// whole model. A part that ends the model holds the embeddings' segment too, for the head: the
+// token table itself when the head is tied to it, whose gradient the first and the last part
+// then each hold a share of (the pipeline sums them).
+struct ModelPart {
+  std::int64_t first_block = 0;
+  std::int64_t end_block = -1;  // -1: to the model's last block
+  std::int64_t end(const ModelShape& shape) const { return end_block < 0 ? shape.n_layer : end_block; }
+  std::int64_t blocks(const ModelShape& shape) const { return end(shape) - first_block; }
+  bool embeds() const { return first_block == 0; }
+  bool heads(const ModelShape& shape) const { return end(shape) == shape.n_layer; }
+  bool whole(const ModelShape& shape) const { return embeds() && heads(shape); }
+  // Whether the part's layout has the embeddings' segment (its first).
+  bool holds_embeddings(const ModelShape& shape) const { return embeds() || heads(shape); }
+};
+
 // The layout of the shape's architecture. Segments: "embeddings" (gpt2: wte, wpe; llama: wte,
 // and lm_head.w when untied), one per block, "final_norm". Fused tensors keep one matmul per
 // step: llama's attn.qkv.w stacks q, k and v's rows (Hugging Face's q_proj, k_proj, v_proj in
@@ -142,6 +160,11 @@ class ParamLayout {
 // rank's slices (same names, in the same order; each fused part sliced alike). Throws Error when
 // the shape does not divide (tensor_split_problem).
 ParamLayout make_layout(const ModelShape& shape, TensorSplit split = {});
+// The segments of `part` (ModelPart) of the layout: the embeddings' where the part holds them,
+// its blocks, the final norm's where it heads the model; offsets start again from 0.
+ParamLayout make_layout(const ModelShape& shape, TensorSplit split, const ModelPart& part);
+// The same from a whole layout of the shape (make_layout(shape, split)).
+ParamLayout part_layout(const ParamLayout& whole, const ModelShape& shape, const ModelPart& part);
 
 // Why `degree` ranks cannot split the shape's layers evenly ("" when they can): the attention
 // heads (and a Llama's key/value heads), the MLP width and the padded vocabulary must divide.

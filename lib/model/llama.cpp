@@ -10,8 +10,9 @@
 namespace st {
 
 template <class Real>
-Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor)
-    : Model<Real>(shape, exec, recompute, tensor),
+Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
+                   ModelPart part)
+    : Model<Real>(shape, exec, recompute, tensor, part),
       k_(layer_kernels_of<Real>(exec)),
       max_batch_(max_batch),
       C_(static_cast<int>(shape.d_model)),
@@ -45,12 +46,15 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     rope_sin_ = at + n;
   }
   const auto& segments = layout_.segments();
-  wte_ = layout_.tensor("wte").offset - segments.front().offset;
-  head_ = shape.tie_embeddings ? wte_ : layout_.tensor("lm_head.w").offset - segments.front().offset;
-  lnf_w_ = layout_.tensor("lnf.w").offset - segments.back().offset;
-  for (std::int64_t l = 0; l < shape.n_layer; ++l) {
-    const std::string p = "block" + std::to_string(l) + ".";
-    const std::size_t base = segments[static_cast<std::size_t>(l) + 1].offset;
+  const bool ends_model = part.heads(shape);
+  if (part.holds_embeddings(shape)) {
+    wte_ = layout_.tensor("wte").offset - segments.front().offset;
+    head_ = shape.tie_embeddings ? wte_ : layout_.tensor("lm_head.w").offset - segments.front().offset;
+  }
+  if (ends_model) lnf_w_ = layout_.tensor("lnf.w").offset - segments.back().offset;
+  for (std::int64_t l = 0; l < part.blocks(shape); ++l) {
+    const std::string p = "block" + std::to_string(part.first_block + l) + ".";
+    const std::size_t base = segments[this->block_segment(static_cast<std::size_t>(l))].offset;
     auto at = [&](const char* n) { return layout_.tensor(p + n).offset - base; };
     blocks_.push_back({at("attn_norm.w"), at("attn.qkv.w"), at("attn.proj.w"), at("mlp_norm.w"), at("mlp.gate_up.w"),
                        at("mlp.down.w")});
@@ -61,7 +65,8 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   const bool split_rows_ever = tensor.active() && tensor.sequence_parallel;
   const ActivationSizes sizes =
       activation_sizes(shape, max_batch, recompute, heads_at_once_, device, tensor.split.degree, split_rows_ever, flash_,
-                       this->bf16_logits());
+                       this->bf16_logits())
+          .of_part(part, shape);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, A = A_, W = W_, F = F_;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
   const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
@@ -88,7 +93,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
     a.ln2_rstd = take(R);
     a.gate_up = take(2 * N * F);
   };
-  block_acts_.resize(static_cast<std::size_t>(shape.n_layer));
+  block_acts_.resize(static_cast<std::size_t>(part.blocks(shape)));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
     a.act = recompute == Recompute::none ? take(N * F) : nullptr;
@@ -105,10 +110,14 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   }
   if (recompute != Recompute::none && !flash_) probs_ = take(heads);
   x0_ = take(R * C);
-  lnf_ = take(R * C);
-  lnf_rstd_ = take(R);
-  logits_ = take(this->logit_elements(N));
-  losses_ = take(N);
+  if (ends_model) {  // the head's (ActivationSizes::head)
+    lnf_ = take(R * C);
+    lnf_rstd_ = take(R);
+    logits_ = take(this->logit_elements(N));
+    losses_ = take(N);
+    const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
+    cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
+  }
   tmp_ = take(N * C);
   dres_ = take(R * C);
   dtmp_ = take(N * C);
@@ -120,16 +129,12 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   dff_b_ = take(2 * N * F);
   // Flash attention sums each group in its kernels: nothing to fold.
   if (const std::size_t n = grouped_gradient_elements(device || flash_, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
-  const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
-  cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
   if (split_rows_ever) rows_.carve(take, N, R, C, 2 * C);
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
-  batch_memory_ = exec.allocate(2 * N * sizeof(int));
-  tokens_at_ = batch_memory_.as<int>().data();
-  targets_at_ = tokens_at_ + N;
+  this->allocate_batch(N);
 }
 
 template <class Real>
@@ -160,12 +165,14 @@ template <class Real>
 void Llama<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
                              double* loss_sum) {
   forward_to_logits(buffers, tokens, targets, B, T);
+  if (!part_.heads(shape_)) return;
   const int N = B * T;
   this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_, {loss_sum, double(N)});
 }
 
 template <class Real>
 std::vector<Real> Llama<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
+  ST_REQUIRE(part_.whole(shape_), "logits() needs the whole model");
   FlatBuffers<Real> flat(layout_, params);
   forward_to_logits(flat, tokens, nullptr, B, T);
   return this->whole_logits_on_host(logits_, static_cast<std::size_t>(B) * T);
@@ -182,25 +189,32 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   rows_split_ = tensor_.active() && tensor_.sequence_parallel;
   ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
              "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
-  tokens_.assign(tokens, tokens + N);
-  if (targets) targets_.assign(targets, targets + N);
-  else targets_.clear();
-  this->upload_slice_tokens(tokens_at_, tokens, N);
-  if (targets) this->upload_targets(targets_at_, targets, N);
+  const bool embeds = part_.embeds(), heads = part_.heads(shape_);
+  this->take_batch(tokens, targets, N);
 
-  buffers.before_forward(0);
-  const Real* E = buffers.params(0);  // held for the whole pass: the LM head is in it
-  // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums them
-  // (with rows split, each rank keeps its share of the sum).
-  Real* looked_up = rows_split_ ? tmp_ : x0_;
-  k_.encoder_forward(looked_up, tokens_at_, E + wte_, nullptr, B, T, C_);
-  this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
-  for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    buffers.before_forward(l + 1);
-    block_forward(l, buffers.params(l + 1), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
-    buffers.after_forward(l + 1);
+  // The embeddings' segment: held for the whole pass where the part ends the model (the LM
+  // head is in it).
+  const Real* E = nullptr;
+  if (part_.holds_embeddings(shape_)) {
+    buffers.before_forward(0);
+    E = buffers.params(0);
   }
-  const std::size_t last = layout_.segments().size() - 1;
+  if (embeds) {
+    // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums
+    // them (with rows split, each rank keeps its share of the sum).
+    Real* looked_up = rows_split_ ? tmp_ : x0_;
+    k_.encoder_forward(looked_up, tokens_at_, E + wte_, nullptr, B, T, C_);
+    this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
+    if (!heads) buffers.after_forward(0);
+  }
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    const std::size_t segment = this->block_segment(l);
+    buffers.before_forward(segment);
+    block_forward(l, buffers.params(segment), l == 0 ? x0_ : block_acts_[l - 1].res3, block_acts_[l], true, B, T);
+    buffers.after_forward(segment);
+  }
+  if (!heads) return;
+  const std::size_t last = this->final_norm_segment();
   buffers.before_forward(last);
   const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, this->local_rows(N), C_, shape_.norm_eps);
@@ -251,34 +265,42 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   const int B = B_, T = T_, N = B * T, C = C_, Nr = this->local_rows(N);
   const std::size_t rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(C);
   const bool split = this->rows_split();
+  const bool embeds = part_.embeds(), heads = part_.heads(shape_);
   Real* none = nullptr;
 
-  buffers.before_backward(0);  // the embedding (and LM head): the head now, the lookup at the very end
-  const Real* E = buffers.params(0);
-  Real* GE = buffers.grads(0);
-  // Under tensor parallelism every input gradient of a split layer is a partial sum over the
-  // group's slices: summed before the replicated layer below it uses it (with rows split, each
-  // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
-  // gradient rather than kept whole. The loss is the mean over N tokens.
-  this->lm_head_backward(dtmp_, GE + head_, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + head_,
-                         targets_at_, N, C, loss_scale / static_cast<Real>(N));
-  const Real* d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
-  const std::size_t last = layout_.segments().size() - 1;
-  buffers.before_backward(last);
-  exec_.zero(dres_, static_cast<std::size_t>(Nr) * width * sizeof(Real));
-  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
-  // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
-  Real* GF = buffers.grads(last);
-  if (split) exec_.zero(rows_.norm_grads, width * sizeof(Real));
-  k_.rmsnorm_backward(dres_, split ? rows_.norm_grads : GF + lnf_w_, d, top, buffers.params(last) + lnf_w_, lnf_rstd_, Nr,
-                      C);
-  if (split) this->add_split_row_gradients(GF, {lnf_w_}, rows_.norm_grads, width);
-  buffers.grad_ready(last);
+  // The embedding (and LM head): the head now, the lookup at the very end. A part that does not
+  // end the model finds d(loss)/d(its output) in dres_ (part_grad()) instead.
+  Real* GE = nullptr;
+  const Real* d = nullptr;
+  if (heads) {
+    buffers.before_backward(0);
+    const Real* E = buffers.params(0);
+    GE = buffers.grads(0);
+    // Under tensor parallelism every input gradient of a split layer is a partial sum over the
+    // group's slices: summed before the replicated layer below it uses it (with rows split, each
+    // rank keeping its rows of the sum). A split layer's input is gathered again for its weights'
+    // gradient rather than kept whole. The loss is the mean over N tokens.
+    this->lm_head_backward(dtmp_, GE + head_, logits_, this->gather_rows(lnf_, rows_.gathered, rows, width), E + head_,
+                           targets_at_, N, C, loss_scale / static_cast<Real>(N));
+    d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
+    const std::size_t last = this->final_norm_segment();
+    buffers.before_backward(last);
+    exec_.zero(dres_, static_cast<std::size_t>(Nr) * width * sizeof(Real));
+    const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+    // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
+    Real* GF = buffers.grads(last);
+    if (split) exec_.zero(rows_.norm_grads, width * sizeof(Real));
+    k_.rmsnorm_backward(dres_, split ? rows_.norm_grads : GF + lnf_w_, d, top, buffers.params(last) + lnf_w_, lnf_rstd_,
+                        Nr, C);
+    if (split) this->add_split_row_gradients(GF, {lnf_w_}, rows_.norm_grads, width);
+    buffers.grad_ready(last);
+  }
 
   for (std::size_t l = blocks_.size(); l-- > 0;) {
-    buffers.before_backward(l + 1);
-    const Real* P = buffers.params(l + 1);
-    Real* G = buffers.grads(l + 1);
+    const std::size_t segment = this->block_segment(l);
+    buffers.before_backward(segment);
+    const Real* P = buffers.params(segment);
+    Real* G = buffers.grads(segment);
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
     const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
@@ -307,17 +329,25 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
     k_.rmsnorm_backward(dres_, split ? rows_.norm_grads : G + o.attn_norm, d, in, P + o.attn_norm, a.ln1_rstd, Nr, C);
     if (split) this->add_split_row_gradients(G, {o.attn_norm, o.mlp_norm}, rows_.norm_grads, width);
-    buffers.grad_ready(l + 1);
+    buffers.grad_ready(segment);
   }
-  // The embedding's gradient from every row (the rows' shares gathered).
-  k_.encoder_backward(GE + wte_, none, this->gather_rows(dres_, rows_.gathered, rows, width), tokens_at_, B, T, C);
-  buffers.grad_ready(0);
+  if (embeds) {
+    if (!heads) {
+      buffers.before_backward(0);
+      GE = buffers.grads(0);
+    }
+    // The embedding's gradient from every row (the rows' shares gathered).
+    k_.encoder_backward(GE + wte_, none, this->gather_rows(dres_, rows_.gathered, rows, width), tokens_at_, B, T, C);
+  }
+  // A part that does not embed leaves d(loss)/d(its input) in dres_ (part_grad()).
+  if (part_.holds_embeddings(shape_)) buffers.grad_ready(0);
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
 
 template <class Real>
 std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
   const int first = decoded_;
+  ST_REQUIRE(part_.whole(shape_), "decode needs the whole model");
   ST_REQUIRE(count >= 1, "decode: no tokens to feed");
   ST_REQUIRE(first + count <= shape_.seq_len,
              "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +

@@ -23,13 +23,18 @@ class Llama final : public Model<Real> {
   // With an active tensor group, this rank's slice (model/model.hpp TensorGroup): its query heads
   // and the key/value heads they read, its share of the MLP width and of the vocabulary (of the
   // token table and of the untied LM head alike).
+  // With a part (model/layout.hpp ModelPart): its blocks only, the embedding and the head where
+  // the part has them.
   Llama(const ModelShape& shape, int max_batch, Exec& exec = host_exec(), Recompute recompute = Recompute::none,
-        TensorGroup tensor = {});
+        TensorGroup tensor = {}, ModelPart part = {});
   ~Llama() override;
 
   using Model<Real>::forward;
   using Model<Real>::backward;
   std::size_t activation_bytes() const override { return acts_.bytes(); }
+  Real* part_input() override { return x0_; }
+  const Real* part_output() const override { return block_acts_.back().res3; }
+  Real* part_grad() override { return dres_; }
 
   // As transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding,
   // RMSNorm weights 1; padded vocabulary rows 0.
@@ -87,13 +92,15 @@ class Llama final : public Model<Real> {
   Real* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
   Real* row_dots_ = nullptr;          // flash attention's backward scratch (AttentionProbs::row_dots)
 
-  std::vector<int> tokens_, targets_;  // copies from the last forward
-  Memory batch_memory_;                // the same in the backend's space (tokens, then targets)
-  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   int B_ = 0, T_ = 0;
 
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
+  using Model<Real>::part_;
+  using Model<Real>::tokens_;
+  using Model<Real>::targets_;
+  using Model<Real>::tokens_at_;
+  using Model<Real>::targets_at_;
   using Model<Real>::rows_split_;
   using Model<Real>::layout_;
   using Model<Real>::exec_;

@@ -26,10 +26,11 @@ void require_in_vocabulary(const int* ids, int count, std::int64_t vocabulary, c
 }  // namespace
 
 template <class Real>
-Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor)
+Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor, ModelPart part)
     : shape_(shape),
       tensor_(tensor),
-      layout_(make_layout(shape, tensor.split)),
+      part_(part),
+      layout_(make_layout(shape, tensor.split, part)),
       whole_layout_(make_layout(shape)),
       exec_(exec),
       recompute_(recompute),
@@ -43,12 +44,21 @@ Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, Ten
 template <class Real>
 std::vector<Real> Model<Real>::slice_of(std::span<const Real> whole) const {
   ST_REQUIRE(whole.size() == whole_layout_.total(), "whole parameters do not match the model's layout");
-  std::vector<Real> slice(layout_.total());
-  for_each_slice_run(whole_layout_, layout_, tensor_.split, [&](std::size_t w, std::size_t s, std::size_t n) {
+  // This rank's slice of every layer, then (for a part of the model) the part's tensors of it.
+  const bool whole_part = part_.whole(shape_);
+  const ParamLayout sliced = whole_part ? ParamLayout() : make_layout(shape_, tensor_.split);
+  const ParamLayout& slice_layout = whole_part ? layout_ : sliced;
+  std::vector<Real> slice(slice_layout.total());
+  for_each_slice_run(whole_layout_, slice_layout, tensor_.split, [&](std::size_t w, std::size_t s, std::size_t n) {
     std::copy(whole.begin() + static_cast<std::ptrdiff_t>(w), whole.begin() + static_cast<std::ptrdiff_t>(w + n),
               slice.begin() + static_cast<std::ptrdiff_t>(s));
   });
-  return slice;
+  if (whole_part) return slice;
+  std::vector<Real> part(layout_.total());
+  for (const TensorSlot* t : layout_.all_tensors())
+    std::copy_n(slice.begin() + static_cast<std::ptrdiff_t>(sliced.tensor(t->name).offset), t->size,
+                part.begin() + static_cast<std::ptrdiff_t>(t->offset));
+  return part;
 }
 
 template <class Real>
@@ -66,9 +76,12 @@ std::vector<Real> Model<Real>::whole_from_slices(std::span<const Real> slice) co
                            Buffer::of(std::span<Real>(all, degree * n)));
   std::vector<Real> slices(degree * n);
   exec_.download(slices.data(), all, degree * n * sizeof(Real));
-  std::vector<Real> whole(whole_layout_.total());
+  // The part's tensors whole (the whole model's for the whole model), in the part's order.
+  const ParamLayout whole_part = part_.whole(shape_) ? ParamLayout() : make_layout(shape_, {}, part_);
+  const ParamLayout& into = part_.whole(shape_) ? whole_layout_ : whole_part;
+  std::vector<Real> whole(into.total());
   for (std::size_t r = 0; r < degree; ++r)
-    for_each_slice_run(whole_layout_, layout_, TensorSplit{tensor_.split.degree, static_cast<int>(r)},
+    for_each_slice_run(into, layout_, TensorSplit{tensor_.split.degree, static_cast<int>(r)},
                        [&](std::size_t w, std::size_t s, std::size_t count_here) {
                          std::copy_n(slices.data() + r * n + s, count_here, whole.data() + w);
                        });
@@ -100,6 +113,24 @@ template <class Real>
 void Model<Real>::upload_targets(int* to, const int* targets, int count) {
   require_in_vocabulary(targets, count, shape_.vocab_size, "target");
   exec_.upload(to, targets, static_cast<std::size_t>(count) * sizeof(int));
+}
+
+template <class Real>
+void Model<Real>::allocate_batch(std::size_t rows) {
+  batch_memory_ = exec_.allocate(2 * rows * sizeof(int));
+  tokens_at_ = batch_memory_.template as<int>().data();
+  targets_at_ = tokens_at_ + rows;
+}
+
+template <class Real>
+void Model<Real>::take_batch(const int* tokens, const int* targets, int N) {
+  if (part_.embeds()) {
+    tokens_.assign(tokens, tokens + N);
+    upload_slice_tokens(tokens_at_, tokens, N);
+  }
+  if (targets) targets_.assign(targets, targets + N);
+  else targets_.clear();
+  if (targets && part_.heads(shape_)) upload_targets(targets_at_, targets, N);
 }
 
 template <class Real>
@@ -270,6 +301,13 @@ std::span<const Real> Model<Real>::whole_row_on_host(const Real* logits, std::si
 }
 
 template <class Real>
+std::size_t Model<Real>::part_boundary_elements(int B, int T) const {
+  const auto rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+  const bool split = tensor_.active() && tensor_.sequence_parallel;
+  return (split ? rows / static_cast<std::size_t>(tensor_.split.degree) : rows) * static_cast<std::size_t>(shape_.d_model);
+}
+
+template <class Real>
 std::vector<std::size_t> Model<Real>::forward_order() const {
   std::vector<std::size_t> order;
   for (std::size_t s = 0; s < layout_.segments().size(); ++s) order.push_back(s);
@@ -278,18 +316,23 @@ std::vector<std::size_t> Model<Real>::forward_order() const {
 
 template <class Real>
 std::vector<std::size_t> Model<Real>::backward_order() const {
-  const std::size_t last = layout_.segments().size() - 1;
-  std::vector<std::size_t> order{0, last};
-  for (std::size_t s = last - 1; s >= 1; --s) order.push_back(s);
+  // The head's segments first (the embeddings' holds the LM head, used again at the very end
+  // by the lookup where the part embeds), then the blocks from the last; a part that embeds
+  // but does not end the model comes back to the embeddings last.
+  const std::size_t blocks = static_cast<std::size_t>(part_.blocks(shape_));
+  std::vector<std::size_t> order;
+  if (part_.heads(shape_)) order = {0, final_norm_segment()};
+  for (std::size_t l = blocks; l-- > 0;) order.push_back(block_segment(l));
+  if (part_.embeds() && !part_.heads(shape_)) order.push_back(0);
   return order;
 }
 
 template <class Real>
 std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
-                                        TensorGroup tensor) {
+                                        TensorGroup tensor, ModelPart part) {
   const ArchSpec& arch = arch_spec(shape.arch);
-  if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor);
-  else return arch.make_double(shape, max_batch, exec, recompute, tensor);
+  if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor, part);
+  else return arch.make_double(shape, max_batch, exec, recompute, tensor, part);
 }
 
 template <class Real>
@@ -305,8 +348,10 @@ LayerKernels<Real>& layer_kernels_of(Exec& exec) {
 
 template class Model<float>;
 template class Model<double>;
-template std::unique_ptr<Model<float>> make_model<float>(const ModelShape&, int, Exec&, Recompute, TensorGroup);
-template std::unique_ptr<Model<double>> make_model<double>(const ModelShape&, int, Exec&, Recompute, TensorGroup);
+template std::unique_ptr<Model<float>> make_model<float>(const ModelShape&, int, Exec&, Recompute, TensorGroup,
+                                                         ModelPart);
+template std::unique_ptr<Model<double>> make_model<double>(const ModelShape&, int, Exec&, Recompute, TensorGroup,
+                                                           ModelPart);
 template LayerKernels<float>& layer_kernels_of<float>(Exec&);
 template LayerKernels<double>& layer_kernels_of<double>(Exec&);
 

@@ -66,12 +66,36 @@ class Model {
   // The whole model's layout (make_layout(shape)): what init_params fills and checkpoints hold.
   const ParamLayout& whole_layout() const { return whole_layout_; }
   const TensorGroup& tensor_group() const { return tensor_; }
-  // This rank's slice of whole parameters (or gradients) laid out as whole_layout(): a copy of
-  // them without tensor parallelism.
+  // The blocks this model computes (a pipeline stage's part; the whole model by default), and
+  // where its layout() has them: the embeddings' segment (where the part holds it) first, then
+  // the blocks, then the final norm's (where the part ends the model).
+  const ModelPart& part() const { return part_; }
+  std::size_t block_segment(std::size_t local_block) const {
+    return (part_.holds_embeddings(shape_) ? 1 : 0) + local_block;
+  }
+  std::size_t final_norm_segment() const { return layout_.segments().size() - 1; }
+
+  // ---- a pipeline stage's part: what passes between stages ----
+  // Elements of the rows that pass between two parts in a training or evaluation pass of B
+  // sequences of T: the residual stream, this rank's rows of it under sequence parallelism.
+  std::size_t part_boundary_elements(int B, int T) const;
+  // A part that does not embed reads its input here, written before forward_into: the previous
+  // part's part_output().
+  virtual Real* part_input() = 0;
+  // After forward_into, a part that does not end the model has its last block's output here.
+  virtual const Real* part_output() const = 0;
+  // The gradient of the residual stream: before backward, a part that does not end the model
+  // has d(loss)/d(part_output()) written here (the next part's, after its backward); after
+  // backward, a part that does not embed holds d(loss)/d(part_input()) here.
+  virtual Real* part_grad() = 0;
+  // This rank's slice of whole parameters (or gradients) laid out as whole_layout(), laid out as
+  // layout(): the part's tensors, each the rank's slice of it (a copy of them without tensor
+  // parallelism, of the whole model).
   std::vector<Real> slice_of(std::span<const Real> whole) const;
   // The reverse, collective over the tensor group: every rank's slice (laid out as layout(), in
   // host memory) gathered into whole parameters on every rank of the group (a copy of the slice
-  // without tensor parallelism).
+  // without tensor parallelism). For a part of the model (part()), the part's tensors whole, laid
+  // out as make_layout(shape, {}, part()).
   std::vector<Real> whole_from_slices(std::span<const Real> slice) const;
   Recompute recompute() const { return recompute_; }
   // Whether the logits are stored in bf16 and training's cross-entropy is fused (the kernels'
@@ -88,6 +112,8 @@ class Model {
   // tokens and targets are B x T (T <= seq_len). With targets, adds the mean loss over B x T to
   // *loss_sum, a double in the backend's memory (a training step's, exec/step_scalars.hpp), so
   // nothing waits for it. Keeps activations for backward and probabilities for probs().
+  // A part of the model (part()) embeds `tokens` only where it starts the model (otherwise it
+  // reads part_input()) and computes the loss only where it ends it.
   virtual void forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
                             double* loss_sum) = 0;
   // The same, returning the mean loss on the host (0 without targets): the host waits for it.
@@ -138,7 +164,7 @@ class Model {
   }
 
  protected:
-  Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor);
+  Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor, ModelPart part);
 
   // ---- tensor parallelism: what both architectures do alike (each a plain step when the group is
   // one rank) ----
@@ -154,6 +180,15 @@ class Model {
   // read outside their tables, on a GPU as an illegal address reported far from its cause.
   void upload_slice_tokens(int* to, const int* tokens, int count);
   void upload_targets(int* to, const int* targets, int count);
+  // The batch of a pass: copies on the host (tokens_ where the part embeds; targets_ of a pass
+  // with targets, which backward needs), and the ids the kernels read in the backend's memory
+  // (tokens_at_ and targets_at_, `rows` of each, allocated by allocate_batch; the targets where
+  // the part ends the model).
+  void allocate_batch(std::size_t rows);
+  void take_batch(const int* tokens, const int* targets, int N);
+  std::vector<int> tokens_, targets_;
+  Memory batch_memory_;
+  int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   // Sums the group's partial results in place (the row-parallel projections' outputs, the
   // input gradients of the column-parallel ones).
   void sum_over_tensor_group(Real* data, std::size_t count);
@@ -202,6 +237,7 @@ class Model {
 
   ModelShape shape_;
   TensorGroup tensor_;
+  ModelPart part_;
   bool rows_split_ = false;  // the pass under way splits rows (sequence parallelism)
   ParamLayout layout_;
   ParamLayout whole_layout_;
@@ -224,14 +260,15 @@ class Model {
 // With an active tensor group: this rank's slice of the model (Model::layout()).
 template <class Real>
 std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec = host_exec(),
-                                        Recompute recompute = Recompute::none, TensorGroup tensor = {});
+                                        Recompute recompute = Recompute::none, TensorGroup tensor = {},
+                                        ModelPart part = {});
 
 // make_model for one family's class (Gpt2, Llama): what its row in the architecture table
 // (model/arch.hpp) builds with.
 template <template <class> class Family, class Real>
 std::unique_ptr<Model<Real>> make_family_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
-                                               TensorGroup tensor) {
-  return std::make_unique<Family<Real>>(shape, max_batch, exec, recompute, tensor);
+                                               TensorGroup tensor, ModelPart part) {
+  return std::make_unique<Family<Real>>(shape, max_batch, exec, recompute, tensor, part);
 }
 
 // The backend's layer kernels for Real: exec's for float; the host's for double (gradient checks,

@@ -1,8 +1,10 @@
 #include "parallel/deck_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "model/deck_shape.hpp"
 
 namespace st {
@@ -23,6 +25,93 @@ int deck_tensor_degree(const Config& config, int world_size, int node_size, bool
     throw Error(key + ": " + problem + " (the model's heads, n_kv_head, MLP width and padded vocabulary must divide)",
                 ErrorScope::all_ranks);
   return degree;
+}
+
+int deck_data_ranks(const Config& config, int world_size) {
+  const std::int64_t across = config.parallel.pipeline * config.parallel.tensor;
+  return world_size % across == 0 && world_size >= across ? static_cast<int>(world_size / across) : 1;
+}
+
+void deck_pipeline_degree(const Config& config, int world_size) {
+  const auto& p = config.parallel;
+  if (p.pipeline == 1 && p.virtual_stages == 1) return;
+  const std::string key = config.deck_path + ": parallel.pipeline = " + std::to_string(p.pipeline);
+  if (p.pipeline == 1)
+    throw Error(config.deck_path + ": parallel.virtual_stages = " + std::to_string(p.virtual_stages) +
+                    " cuts the stages of a pipeline into chunks, and this deck has none (parallel.pipeline = 1)",
+                ErrorScope::all_ranks);
+  if (world_size % (p.pipeline * p.tensor) != 0)
+    throw Error(key + " with parallel.tensor = " + std::to_string(p.tensor) + " needs a world of a multiple of " +
+                    std::to_string(p.pipeline * p.tensor) + " ranks (pipeline x tensor); this job has " +
+                    std::to_string(world_size),
+                ErrorScope::all_ranks);
+  const ModelShape model = model_shape(config.model);
+  const std::int64_t chunks = p.pipeline * p.virtual_stages;
+  if (model.n_layer < chunks)
+    throw Error(key + (p.virtual_stages > 1 ? " x parallel.virtual_stages = " + std::to_string(p.virtual_stages) : "") +
+                    " cuts the model into " + std::to_string(chunks) + " parts of consecutive blocks, more than "
+                    "model.n_layer = " + std::to_string(model.n_layer),
+                ErrorScope::all_ranks);
+  // The schedule's own demands on the chunks (those on the micro-batches wait for the batch).
+  const PipelineShape any{static_cast<int>(p.pipeline), static_cast<int>(p.pipeline), static_cast<int>(p.virtual_stages)};
+  if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, any); !problem.empty())
+    throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
+  if (p.pipeline_schedule == PipelineSchedule::interleaved)
+    throw Error(config.deck_path + ": parallel.pipeline_schedule = \"interleaved\" is costed by the schedule but not "
+                    "yet run by this version; use \"1f1b\" or \"gpipe\"",
+                ErrorScope::all_ranks);
+}
+
+std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch) {
+  const auto& p = config.parallel;
+  if (p.pipeline == 1) return "";
+  const ModelShape shape = model_shape(config.model);
+  const PipelineShape pipeline{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), 1};
+  // Built by appending: GCC 12 warns falsely (-Wrestrict) about long chains of string sums.
+  std::string note = "; pipeline: ";
+  note += std::to_string(p.pipeline);
+  note += " stages (blocks ";
+  bool first = true;
+  for (const ModelPart& part : pipeline_parts(shape, pipeline.chunks())) {
+    if (!first) note += ", ";
+    first = false;
+    note += std::to_string(part.first_block);
+    if (part.blocks(shape) > 1) {
+      note += '-';
+      note += std::to_string(part.end(shape) - 1);
+    }
+  }
+  // Each micro-batch's residual stream, B x T x d_model fp32, goes forward and its gradient back
+  // (a tensor group's ranks each send their share under sequence parallelism).
+  const double rows = static_cast<double>(micro_batch * shape.seq_len) /
+                      static_cast<double>(p.sequence_parallel ? p.tensor : 1);
+  const double bytes = static_cast<double>(micro_batches) * rows * static_cast<double>(shape.d_model) * 4.0;
+  note += "), ";
+  note += name_of(p.pipeline_schedule);
+  note += ", up to ";
+  note += std::to_string(pipeline_peak_in_flight(p.pipeline_schedule, pipeline, 0));
+  note += " micro-batch(es) in flight on the first stage, bubble ";
+  note += std::to_string(static_cast<int>(std::lround(100 * pipeline_bubble(pipeline))));
+  note += "% of the step ((P - 1) / m), ";
+  note += format_bytes(bytes);
+  note += " per step to each neighbouring stage";
+  return note;
+}
+
+PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {
+  const auto& p = config.parallel;
+  const PipelineShape shape{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages)};
+  if (shape.stages == 1 && shape.virtual_stages == 1) return shape;
+  deck_pipeline_degree(config, world_size);
+  if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, shape); !problem.empty())
+    throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
+  if (config.run.sample_every > 0)
+    throw Error(config.deck_path + ": run.sample_every = " + std::to_string(config.run.sample_every) +
+                    " samples from the whole model, which a pipeline's stages hold in parts: set run.sample_every = 0 "
+                    "with parallel.pipeline > 1, and generate from the run's checkpoint (`shardtrain generate "
+                    "RUN_DIR`)",
+                ErrorScope::all_ranks);
+  return shape;
 }
 
 Mesh deck_mesh(const Config& config, int world_size, int node_size) {

@@ -8,6 +8,7 @@
 #include "deck/config.hpp"
 #include "model/activations.hpp"
 #include "model/layout.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 
 namespace st {
@@ -15,6 +16,24 @@ namespace st {
 // The ranks splitting each layer (parallel.tensor), checked against the world and the model:
 // returns it, or throws Error (all ranks) naming parallel.tensor and what it must divide.
 int deck_tensor_degree(const Config& config, int world_size, int node_size, bool uniform_nodes);
+// The ranks the batch is split between: world_size / (parallel.pipeline x parallel.tensor) (a
+// tensor group's ranks share their part of it, and a micro-batch goes through every stage), at
+// least 1 (where those do not divide the world, deck_tensor_degree and deck_pipeline say so).
+int deck_data_ranks(const Config& config, int world_size);
+
+// The pipeline's stages (parallel.pipeline), checked against the world, the model and the
+// schedule (pipeline_schedule_problem, with `micro_batches` per step through each stage):
+// returns the pipeline's shape, or throws Error (all ranks) naming the key and what it must be.
+PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches);
+// "; pipeline: 2 stages (blocks 0-1 | 2-3), 1f1b, ..." for the settings tables of run and check:
+// the stages' blocks, the schedule, the micro-batches in flight on the first stage, the bubble
+// and the bytes a rank sends to each neighbouring stage per step; "" without a pipeline.
+std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch);
+
+// Its first checks, which need no batch: the stages (times parallel.tensor) divide the world and
+// the model has a block for each chunk. Throws Error (all ranks) naming the key.
+void deck_pipeline_degree(const Config& config, int world_size);
+
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is
 // parallel.shard_group, or the node's ranks); throws Error (all ranks) naming the key if it does
 // not divide the world.

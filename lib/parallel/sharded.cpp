@@ -28,13 +28,15 @@ std::vector<std::size_t> successors(const std::vector<std::size_t>& order, std::
   return next;
 }
 
-// The runs of the flat range [begin, begin + count) of a tensor-parallel slice's layout in the
-// whole model's layout, in the slice's order: out(whole offset, offset into the range, count).
-// The tensors every rank of the group holds whole are left out unless `whole_tensors`.
+// The runs of the flat range [begin, begin + count) of a rank's layout (a tensor-parallel slice,
+// a pipeline stage's part, or both) in the whole model's layout, in the slice's order: out(whole
+// offset, offset into the range, count). `wholes` pairs each of the slice's tensors with the
+// whole model's. The tensors every rank of a tensor group holds whole are left out unless
+// `whole_tensors`.
 template <class Out>
-void runs_in_whole(const ParamLayout& whole, const ParamLayout& slice, TensorSplit split, std::size_t begin,
-                   std::size_t count, bool whole_tensors, Out&& out) {
-  const auto wholes = whole.all_tensors(), slices = slice.all_tensors();
+void runs_in_whole(const std::vector<const TensorSlot*>& wholes, const ParamLayout& slice, TensorSplit split,
+                   std::size_t begin, std::size_t count, bool whole_tensors, Out&& out) {
+  const auto slices = slice.all_tensors();
   const std::size_t end = begin + count;
   for (std::size_t i = 0; i < slices.size(); ++i) {
     const TensorSlot& t = *slices[i];
@@ -145,8 +147,16 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
       pool_(exec),
       float_pool_(exec) {
   ST_REQUIRE(layout.total() == shards_.flat_total(), "the parallel plan was made for another layout");
-  ST_REQUIRE(!settings_.tensor == !settings_.whole_layout, "a tensor group's strategy needs the whole model's layout");
-  if (settings_.tensor) slice_layout_ = &layout;
+  ST_REQUIRE(!settings_.tensor || settings_.whole_layout, "a tensor group's strategy needs the whole model's layout");
+  if (settings_.whole_layout) {
+    slice_layout_ = &layout;
+    for (const TensorSlot* t : layout.all_tensors()) whole_tensors_.push_back(&settings_.whole_layout->tensor(t->name));
+  }
+  mirrored_.assign(layout.segments().size(), false);
+  for (const std::size_t s : settings_.mirrored_segments) {
+    ST_REQUIRE(s < mirrored_.size(), "a mirrored segment outside the layout");
+    mirrored_[s] = true;
+  }
   if (settings_.tensor)
     for (const TensorSlot* t : layout.all_tensors())
       if (t->split == SplitDim::none) replicated_.emplace_back(t->offset, t->offset + t->size);
@@ -214,6 +224,12 @@ std::span<U> ShardedStrategy<T>::buffer(Memory& memory, Communicator* from, std:
 
 template <class T>
 ShardedStrategy<T>::~ShardedStrategy() = default;
+
+template <class T>
+Buffer ShardedStrategy<T>::reduced_grads(std::size_t segment) {
+  ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
+  return Buffer::of(grad_slice(segment));
+}
 
 template <class T>
 std::string ShardedStrategy<T>::description() const {
@@ -590,7 +606,8 @@ void ShardedStrategy<T>::add_owned_squares(std::size_t s, double* total) {
 
 template <class T>
 void ShardedStrategy<T>::add_grad_norm_squared(double* total) {
-  for (std::size_t s = 0; s < shards_.segments().size(); ++s) add_owned_squares(s, total);
+  for (std::size_t s = 0; s < shards_.segments().size(); ++s)
+    if (!mirrored_[s]) add_owned_squares(s, total);
   // The shards of a group partition the gradient; replicas hold the same shards; the tensor
   // group's ranks hold the slices of each layer. Summed in place, in the backend's memory: a
   // device communicator reduces device buffers only, and nothing comes back to the host.
@@ -736,6 +753,7 @@ std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
   std::vector<StatePiece> pieces;
   for (const ParallelPlan::WrittenPiece& w : parallel_plan_.checkpoint_pieces(rank_, replicas_ ? replicas_->rank() : 0)) {
     const std::size_t s = w.segment, local = w.begin - owned_flat(s);
+    if (mirrored_[s]) continue;
     pieces.push_back({w.begin, w.end - w.begin, master_slice(s).data() + local, adam_m_.data() + opt_offset(s) + local,
                       adam_v_.data() + opt_offset(s) + local});
   }
@@ -752,12 +770,12 @@ std::vector<Strategy::StatePiece> ShardedStrategy<T>::state_pieces() {
         at += p.count;
       }
   }
-  if (!settings_.tensor) return pieces;
+  if (!settings_.whole_layout) return pieces;
   // The file holds the whole model: each piece goes where this rank's slices lie in it.
-  const TensorSplit split{settings_.tensor->size(), settings_.tensor->rank()};
+  const TensorSplit split = tensor_split();
   std::vector<StatePiece> in_whole;
   for (const StatePiece& p : pieces)
-    runs_in_whole(*settings_.whole_layout, *slice_layout_, split, p.offset, p.count, split.rank == 0,
+    runs_in_whole(whole_tensors_, *slice_layout_, split, p.offset, p.count, split.rank == 0,
                   [&](std::size_t at, std::size_t off, std::size_t n) {
                     in_whole.push_back({at, n, p.params + off, p.m + off, p.v + off});
                   });
@@ -790,18 +808,18 @@ Strategy::LoadTargets ShardedStrategy<T>::load_targets() {
       t.v.push_back(load_target(adam_v_.data() + opt_offset(s), owned(s)));
     }
   }
-  if (!settings_.tensor) return t;
+  if (!settings_.whole_layout) return t;
   // The file holds the whole model: each range is read from where this rank's slices lie in it.
-  const TensorSplit split{settings_.tensor->size(), settings_.tensor->rank()};
+  const TensorSplit split = tensor_split();
   LoadTargets in_whole;
   for (std::size_t i = 0; i < t.param_ranges.size(); ++i)
-    runs_in_whole(*settings_.whole_layout, *slice_layout_, split, t.param_ranges[i].offset, t.param_ranges[i].count,
+    runs_in_whole(whole_tensors_, *slice_layout_, split, t.param_ranges[i].offset, t.param_ranges[i].count,
                   true, [&](std::size_t at, std::size_t off, std::size_t n) {
                     in_whole.param_ranges.push_back({at, n});
                     in_whole.params.push_back(t.params[i] + off);
                   });
   for (std::size_t i = 0; i < t.optimizer_ranges.size(); ++i)
-    runs_in_whole(*settings_.whole_layout, *slice_layout_, split, t.optimizer_ranges[i].offset,
+    runs_in_whole(whole_tensors_, *slice_layout_, split, t.optimizer_ranges[i].offset,
                   t.optimizer_ranges[i].count, true, [&](std::size_t at, std::size_t off, std::size_t n) {
                     in_whole.optimizer_ranges.push_back({at, n});
                     in_whole.m.push_back(t.m[i] + off);

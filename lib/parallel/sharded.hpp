@@ -56,6 +56,11 @@ struct ShardingSettings {
   // the group holds whole written by the group's first rank), so a checkpoint is the same file
   // whatever the split, and resumes under another.
   const ParamLayout* whole_layout = nullptr;
+  // Under pipeline parallelism, the part of the model this rank's stage holds is `layout`, and
+  // whole_layout the model's, as above (tensors paired by name). Segments this rank holds as a
+  // copy of another stage's (the last stage's embeddings, for the tied LM head): that stage's
+  // copy counts them in the gradient norm and writes them to checkpoints.
+  std::vector<std::size_t> mirrored_segments;
 };
 
 // Bytes of workspace a ShardedStrategy following `plan` keeps at its high-water mark (the pools
@@ -97,6 +102,7 @@ class ShardedStrategy final : public Strategy {
   double comm_wait_seconds() const override { return wait_seconds_; }
   std::string name() const override { return settings_.name; }
   std::string description() const override;
+  Buffer reduced_grads(std::size_t segment) override;
 
  private:
   // A collective in flight and what to do once it is done (copy a result, release buffers).
@@ -159,7 +165,12 @@ class ShardedStrategy final : public Strategy {
   // Flat ranges of the tensors every rank of the tensor group holds whole (with a tensor group):
   // their gradients enter the norm on the group's first rank only.
   std::vector<std::pair<std::size_t, std::size_t>> replicated_;
-  const ParamLayout* slice_layout_ = nullptr;  // with a tensor group: the layout this rank holds
+  const ParamLayout* slice_layout_ = nullptr;  // with a whole layout: the layout this rank holds
+  std::vector<const TensorSlot*> whole_tensors_;  // ... and each of its tensors' in the whole
+  std::vector<bool> mirrored_;                    // per segment: ShardingSettings::mirrored_segments
+  TensorSplit tensor_split() const {
+    return settings_.tensor ? TensorSplit{settings_.tensor->size(), settings_.tensor->rank()} : TensorSplit{};
+  }
   void add_owned_squares(std::size_t s, double* total);
   std::span<T> full_grads_;      // stage < 2: padded full buffer
   std::span<T> shard_params_;    // stage 3: this rank's chunks

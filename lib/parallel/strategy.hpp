@@ -80,6 +80,12 @@ class Strategy : public SegmentBuffers<float> {
   virtual LoadTargets load_targets() = 0;
   virtual void finish_load() = 0;
 
+  // The reduced gradient of `segment` that this rank updates (its share of it where the optimizer
+  // state is sharded), in the backend's memory and the strategy's gradient type: after
+  // finish_grads, until optimizer_step. A pipeline sums there the shares of the embeddings that
+  // its first and last stages both hold.
+  virtual Buffer reduced_grads(std::size_t segment) = 0;
+
   virtual MemoryReport memory() const = 0;
   // Seconds the calling thread has spent waiting for communication so far (exposed time).
   virtual double comm_wait_seconds() const = 0;
@@ -96,6 +102,9 @@ struct StrategyComms {
   Communicator* replicas = nullptr;  // hsdp: across groups
   Communicator* tensor = nullptr;    // tensor parallelism: the ranks holding the other slices
   const ParamLayout* whole_layout = nullptr;  // ... and the whole model's layout (checkpoints hold it)
+  // Pipeline parallelism: segments this rank holds as a copy of another stage's
+  // (ShardingSettings::mirrored_segments); a pipeline stage's strategy has whole_layout too.
+  std::vector<std::size_t> mirrored_segments = {};
 };
 
 struct ExecutionOrder {

@@ -16,9 +16,17 @@ namespace st {
 ParallelPlan deck_plan(const Config& config, const Machine& machine) {
   const int tensor = static_cast<int>(config.parallel.tensor);
   const BatchPlan batches =
-      plan_batches(config.data, config.model.seq_len, machine.world() / tensor, config.deck_path);
-  return st::deck_plan(config, make_layout(model_shape(config.model), TensorSplit{tensor, 0}), machine.world(),
-                       machine.ranks_per_node, batches.accum_steps, batches.micro_batch);
+      plan_batches(config.data, config.model.seq_len, deck_data_ranks(config, machine.world()), config.deck_path);
+  const ModelShape shape = model_shape(config.model);
+  const int stages = static_cast<int>(config.parallel.pipeline);
+  if (stages == 1)
+    return st::deck_plan(config, make_layout(shape, TensorSplit{tensor, 0}), machine.world(), machine.ranks_per_node,
+                         batches.accum_steps, batches.micro_batch);
+  // A pipeline's first stage: its part of the model over its ranks.
+  const int stage_world = std::max(1, machine.world() / stages);
+  return st::deck_plan(config, make_layout(shape, TensorSplit{tensor, 0}, pipeline_parts(shape, stages).front()),
+                       stage_world, std::min(machine.ranks_per_node, stage_world), batches.accum_steps,
+                       batches.micro_batch);
 }
 
 namespace {
@@ -35,11 +43,13 @@ int deck_shard_group(const Config& config, const Machine& m) {
 
 void resolve_grad_reduction(Config& config, const Machine& m) {
   if (config.parallel.grad_reduction != GradReduction::automatic) return;
+  deck_pipeline_degree(config, m.world());
   deck_tensor_degree(config, m.world(), m.ranks_per_node, true);
   const int tensor = static_cast<int>(config.parallel.tensor);
   const StrategyPrediction p =
       predict_strategy(config, m, config.parallel.strategy, deck_shard_group(config, m), std::nullopt, tensor);
-  const BatchPlan batches = plan_batches(config.data, config.model.seq_len, m.world() / tensor, config.deck_path);
+  const BatchPlan batches =
+      plan_batches(config.data, config.model.seq_len, deck_data_ranks(config, m.world()), config.deck_path);
   const bool accumulates_sharded = zero_stage(config.parallel.strategy) >= 2 && batches.accum_steps > 1;
   const std::string why = !accumulates_sharded    ? "auto: nothing to choose (no sharded gradient accumulates)"
                           : p.reduces_each_micro_batch ? "auto: a whole-model gradient would not fit"
@@ -49,7 +59,8 @@ void resolve_grad_reduction(Config& config, const Machine& m) {
 
 void check_memory_fits(const Config& config, const Machine& m) {
   // The tensor groups first: a degree the ranks or the model cannot split is refused, naming
-  // parallel.tensor, before anything is predicted for it.
+  // parallel.tensor (and the pipeline's, parallel.pipeline), before anything is predicted for it.
+  deck_pipeline_degree(config, m.world());
   deck_tensor_degree(config, m.world(), m.ranks_per_node, true);
   const StrategyKind strategy = config.parallel.strategy;
   const int tensor = static_cast<int>(config.parallel.tensor);

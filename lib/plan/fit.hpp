@@ -13,7 +13,8 @@
 namespace st {
 
 // The parallel plan the deck's run would make on the machine's world (its nodes are the
-// machine's: hsdp's group is parallel.shard_group, else the node).
+// machine's: hsdp's group is parallel.shard_group, else the node); under a pipeline, its first
+// stage's.
 ParallelPlan deck_plan(const Config& config, const Machine& machine);
 
 // Refuses (st::Error, every rank alike) a deck whose tensor degree the machine's ranks or the

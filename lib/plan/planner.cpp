@@ -93,13 +93,14 @@ bool plans_bf16_logits(const Config& config, const Machine& m) {
 }
 
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
-                                         Recompute recompute, int tensor) {
+                                         Recompute recompute, int tensor, const ModelPart& part) {
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
   return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu, tensor,
                                           tensor > 1 && config.parallel.sequence_parallel,
                                           plans_flash_attention(config, m), plans_bf16_logits(config, m))
+                             .of_part(part, shape)
                              .total();
 }
 
@@ -134,16 +135,47 @@ namespace {
 StrategyPrediction predict_reduced(const Config& config, const Machine& m, StrategyKind strategy, int group,
                                    std::optional<Recompute> recompute, int tensor, GradReduction reduction) {
   // The strategy runs over the data-parallel ranks: `world` of them, `L` per node, each a
-  // tensor group of `tensor` consecutive ranks.
-  const int world = m.world() / tensor;
+  // tensor group of `tensor` consecutive ranks; under a pipeline, a stage's (its world is
+  // m.world() / pipeline ranks).
+  const int stages = static_cast<int>(config.parallel.pipeline);
+  const int stage_world = m.world() / stages;
+  const int world = stage_world / tensor;
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
   const ModelShape shape = model_shape(config.model);
-  const ParamLayout layout = make_layout(shape, TensorSplit{tensor, 0});
   const std::int64_t mb = batches.accum_steps;
-  // The plan the run would make: its mesh, buffers, buckets and collectives.
   const Recompute chosen_recompute = recompute.value_or(config.model.recompute);
-  const ParallelPlan whole = choice_plan(config, {strategy, group, tensor, chosen_recompute, reduction}, layout,
-                                         m.world(), m.ranks_per_node, mb, batches.micro_batch);
+  const ParallelChoice choice{strategy, group, tensor, chosen_recompute, reduction};
+  // The plan the run would make: its mesh, buffers, buckets and collectives. Under a pipeline,
+  // the stage that holds the most (its part's parameters, and its part's activations for each
+  // micro-batch the schedule keeps in flight through it): the rank that must fit.
+  ModelPart part;
+  ParamLayout layout;
+  std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
+  std::optional<ParallelPlan> held;
+  if (stages > 1) {
+    const PipelineShape pipeline{stages, static_cast<int>(mb), 1};
+    const std::vector<ModelPart> parts = pipeline_parts(shape, stages);
+    std::uint64_t most = 0;
+    for (int s = 0; s < stages; ++s) {
+      const ParamLayout stage_layout = make_layout(shape, TensorSplit{tensor, 0}, parts[static_cast<std::size_t>(s)]);
+      ParallelPlan plan = choice_plan(config, choice, stage_layout, stage_world, std::min(m.ranks_per_node, stage_world),
+                                      mb, batches.micro_batch);
+      const std::uint64_t kept =
+          predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, parts[static_cast<std::size_t>(s)]) *
+          static_cast<std::uint64_t>(pipeline_peak_in_flight(config.parallel.pipeline_schedule, pipeline, s));
+      const std::uint64_t total = plan.model_state().total() + workspace_estimate(plan) + kept;
+      if (total <= most) continue;
+      most = total;
+      held.emplace(std::move(plan));
+      layout = stage_layout;
+      activations = kept;
+      part = parts[static_cast<std::size_t>(s)];
+    }
+  } else {
+    layout = make_layout(shape, TensorSplit{tensor, 0});
+    held.emplace(choice_plan(config, choice, layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
+  }
+  const ParallelPlan& whole = *held;
   const bool hsdp = whole.grouped();
   const int n = whole.mesh().shards;
   const ShardLayout& shards = whole.shards();
@@ -156,7 +188,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
   p.grad_reduction = reduction;
   p.reduces_each_micro_batch = whole.reduces_each_micro_batch();
   p.state_bytes = whole.model_state().total();
-  p.activation_bytes = predicted_activation_bytes(config, m, batches.micro_batch, p.recompute, tensor);
+  p.activation_bytes = activations;
   p.workspace_bytes = workspace_estimate(whole);
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
 
@@ -165,6 +197,13 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
   p.recompute_s = recompute_flops_per_token(shape, batches.seq_len, p.recompute, plans_flash_attention(config, m)) *
                  tokens / m.flops_per_rank;
   p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
+  if (stages > 1) {
+    // A stage computes its share of the blocks, and idles the pipeline's bubble besides.
+    const double share = static_cast<double>(part.blocks(shape)) / static_cast<double>(shape.n_layer);
+    const double bubble = 1.0 + pipeline_bubble({stages, static_cast<int>(mb), 1});
+    p.recompute_s *= share * bubble;
+    p.compute_s *= share * bubble;
+  }
   const std::int64_t calls = whole.group_calls();
 
   // Communication by level. `L` data-parallel ranks per node; a ring over `ranks` of them spans

@@ -63,9 +63,10 @@ bool plans_flash_attention(const Config& config, const Machine& machine);
 // LayerKernels::fused_classifier): GPUs in bf16, parallel.classifier "auto".
 bool plans_bf16_logits(const Config& config, const Machine& machine);
 // Bytes of activations a rank of the machine holds for micro-batches of `micro_batch` sequences
-// (its slice of them under tensor parallelism).
+// (its slice of them under tensor parallelism; of a pipeline stage's `part` of the model, for one
+// micro-batch in flight).
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,
-                                         Recompute recompute, int tensor = 1);
+                                         Recompute recompute, int tensor = 1, const ModelPart& part = {});
 // The tensor-parallel degrees the planner considers on this machine: 2, 4, ... up to the fast
 // group, when that group is NVLink (or NVSwitch), never across a PCIe, socket or network
 // boundary, and only those that split the model's heads, MLP width and vocabulary.

@@ -15,8 +15,8 @@ double mean_loss(ShardedModel& net, BatchLoader& loader, const BatchPlan& batch_
     loader.next_batch();
     for (std::int64_t micro = 0; micro < per_rank / batch_plan.micro_batch; ++micro) {
       loader.fill(first + micro * batch_plan.micro_batch, batch_plan.micro_batch, tokens.data(), targets.data());
-      sum += net.model().forward(net.strategy(), tokens.data(), targets.data(), static_cast<int>(batch_plan.micro_batch),
-                                 static_cast<int>(batch_plan.seq_len));
+      sum += net.forward_loss(tokens.data(), targets.data(), static_cast<int>(batch_plan.micro_batch),
+                              static_cast<int>(batch_plan.seq_len));
     }
   }
   net.strategy().settle();  // no group collective beside the world's (hsdp on NCCL)
@@ -48,14 +48,13 @@ InOrderLoss mean_loss_in_order(ShardedModel& net, const Split& split, std::int64
     // A rank with no window left in the last round still forwards one (a sharded strategy's
     // gathers are collective) and leaves its loss out.
     fill(count > 0 ? first : 0, std::max<std::int64_t>(count, 1), seq_len);
-    const double mean = net.model().forward(net.strategy(), tokens.data(), targets.data(),
-                                            static_cast<int>(std::max<std::int64_t>(count, 1)), static_cast<int>(seq_len));
+    const double mean = net.forward_loss(tokens.data(), targets.data(), static_cast<int>(std::max<std::int64_t>(count, 1)),
+                                         static_cast<int>(seq_len));
     if (count > 0) sum += mean * static_cast<double>(count * seq_len);
   }
   if (result.last_window > 0) {  // every rank forwards it; the first data-parallel rank counts it
     fill(result.windows, 1, result.last_window);
-    const double mean = net.model().forward(net.strategy(), tokens.data(), targets.data(), 1,
-                                            static_cast<int>(result.last_window));
+    const double mean = net.forward_loss(tokens.data(), targets.data(), 1, static_cast<int>(result.last_window));
     if (rank == 0) sum += mean * static_cast<double>(result.last_window);
   }
   net.strategy().settle();

@@ -16,7 +16,7 @@ void MemoryMeter::buffers_ready() { peak_restarted_ = restart_peak_resident(); }
 std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::uint64_t checkpoint_copy,
                               RunDirectory* metrics) const {
   const MemoryReport m = net.strategy().memory();
-  const std::uint64_t activations = net.model().activation_bytes();
+  const std::uint64_t activations = net.activation_bytes();
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
   const std::uint64_t largest = net.comms().max_over_ranks(total, "world (memory)");
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };

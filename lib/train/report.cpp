@@ -81,7 +81,8 @@ std::string step_line(const StepRecord& r) {
   std::vector<std::string> parts;
   if (r.comm_tensor_bytes > 0) parts.push_back("tensor " + short_bytes(static_cast<double>(r.comm_tensor_bytes)));
   if (r.comm_inter_bytes > 0) parts.push_back("inter-node " + short_bytes(static_cast<double>(r.comm_inter_bytes)));
-  line += " | comm " + short_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes)) +
+  if (r.comm_pipeline_bytes > 0) parts.push_back("pipeline " + short_bytes(static_cast<double>(r.comm_pipeline_bytes)));
+  line += " | comm " + short_bytes(static_cast<double>(r.comm_intra_bytes + r.comm_inter_bytes + r.comm_pipeline_bytes)) +
           (parts.empty() ? std::string() : " (" + join(parts, ", ") + ")") + ", " +
           short_seconds(r.exposed_comm_seconds) + " exposed | ETA " + format_duration(r.eta_seconds);
   return line;
@@ -97,10 +98,11 @@ nlohmann::ordered_json step_metrics(const StepRecord& r) {
                                {"tokens_per_s", r.tokens_per_second},
                                {"mfu", r.mfu},
                                {"memory_bytes", r.memory_bytes},
-                               {"comm_bytes", r.comm_intra_bytes + r.comm_inter_bytes},
+                               {"comm_bytes", r.comm_intra_bytes + r.comm_inter_bytes + r.comm_pipeline_bytes},
                                {"comm_intra_bytes", r.comm_intra_bytes},
                                {"comm_inter_bytes", r.comm_inter_bytes},
                                {"comm_tensor_bytes", r.comm_tensor_bytes},
+                               {"comm_pipeline_bytes", r.comm_pipeline_bytes},
                                {"exposed_comm_ms", r.exposed_comm_seconds * 1e3},
                                {"elapsed_s", r.elapsed_seconds},
                                {"eta_s", r.eta_seconds},

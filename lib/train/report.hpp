@@ -21,6 +21,7 @@ struct StepRecord {
   std::uint64_t memory_bytes = 0;   // model state + workspace + activations of this rank
   std::uint64_t comm_intra_bytes = 0, comm_inter_bytes = 0;  // sent by this rank in the step
   std::uint64_t comm_tensor_bytes = 0;  // of comm_intra_bytes, sent within the tensor group
+  std::uint64_t comm_pipeline_bytes = 0;  // sent to the neighbouring pipeline stages (point to point)
   double elapsed_seconds = 0;  // since this run's first step began (evaluations, samples, checkpoints included)
   double eta_seconds = 0;      // the steps left at the pace so far
   // Where MFU is against a GPU's datasheet peak: the model's rate over the GEMM rate measured in

@@ -34,6 +34,18 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
   return s;
 }
 
+// The deck's pipeline on `world`, or null without one (or for forward passes only: generate and
+// eval run the whole model on each rank). Throws Error (all ranks) naming the key the job
+// cannot follow.
+std::unique_ptr<PipelineStage> make_pipeline(const Config& config, const World& world, ShardedModel::Use use) {
+  const ParallelConfig& p = config.parallel;
+  if (use == ShardedModel::Use::inference || (p.pipeline == 1 && p.virtual_stages == 1)) return nullptr;
+  const std::int64_t micro_batches =
+      plan_batches(config.data, config.model.seq_len, deck_data_ranks(config, world.size()), config.deck_path).accum_steps;
+  const PipelineShape shape = deck_pipeline(config, world.size(), micro_batches);
+  return std::make_unique<PipelineStage>(world, shape, p.pipeline_schedule, p.collective_timeout_s);
+}
+
 }  // namespace
 
 struct ShardedModel::TensorRanks {
@@ -66,12 +78,21 @@ struct ShardedModel::TensorRanks {
 
 ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<Execution> execution, int max_batch,
                            Timeline* timeline, Use use)
-    : execution_(std::move(execution)), comms_(world, comm_settings(config.parallel, *execution_)) {
+    : execution_(std::move(execution)),
+      pipeline_(make_pipeline(config, world, use)),
+      comms_(pipeline_ ? pipeline_->stage_world() : world, comm_settings(config.parallel, *execution_)) {
   const bool inference = use == Use::inference;
-  const int degree = deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
+  if (pipeline_ && execution_->exec().space() != MemorySpace::host)
+    throw Error(config.deck_path + ": parallel.pipeline = " + std::to_string(config.parallel.pipeline) +
+                    " passes activations between stages through host memory in this version: it runs on CPUs "
+                    "(parallel.device = \"cpu\")",
+                ErrorScope::all_ranks);
+  // Under a pipeline, the stage's ranks are the world the tensor groups and the strategy see.
+  World& ranks = pipeline_ ? pipeline_->stage_world() : world;
+  const int degree = deck_tensor_degree(config, ranks.size(), ranks.local_size(), ranks.uniform());
   TensorGroup group;
   if (degree > 1) {
-    tensor_ = std::make_unique<TensorRanks>(world, degree, comm_settings(config.parallel, *execution_));
+    tensor_ = std::make_unique<TensorRanks>(ranks, degree, comm_settings(config.parallel, *execution_));
     group = {{degree, world.rank() % degree}, tensor_->group.get(), config.parallel.sequence_parallel};
     if (config.parallel.sequence_parallel && (max_batch * config.model.seq_len) % degree != 0)
       throw Error(config.deck_path + ": parallel.sequence_parallel = true splits a micro-batch's " +
@@ -80,13 +101,15 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
                       " ranks, which do not divide them (set data.micro_batch or model.seq_len so they do)",
                   ErrorScope::all_ranks);
   }
-  const World& data_world = tensor_ ? *tensor_->data_world : world;
-  model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(),
-                             inference ? Recompute::full : config.model.recompute, group);
+  const World& data_world = tensor_ ? *tensor_->data_world : ranks;
+  const Recompute recompute = inference ? Recompute::full : config.model.recompute;
+  if (pipeline_) pipeline_->build_models(model_shape(config.model), max_batch, execution_->exec(), recompute, group, true);
+  else model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(), recompute, group);
   scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;
-  if (group.active()) comms.whole_layout = &model_->whole_layout();
+  if (group.active() || pipeline_) comms.whole_layout = &model().whole_layout();
+  if (pipeline_) comms.mirrored_segments = pipeline_->mirrored_segments();
   if (config.parallel.strategy == StrategyKind::hsdp && config.parallel.shard_group == 0 && !data_world.uniform())
       throw Error(config.deck_path + ": parallel.strategy = \"hsdp\" shards inside a node, but this job's nodes hold "
                                      "different numbers of ranks (or a node's ranks are not consecutive); set "
@@ -96,7 +119,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   const std::int64_t micro_batches =
       inference ? 1 : plan_batches(config.data, config.model.seq_len, data_world.size(), config.deck_path).accum_steps;
   parallel_plan_ = std::make_unique<ParallelPlan>(
-      deck_plan(config, model_->layout(), world.size(), world.local_size(), micro_batches, max_batch));
+      deck_plan(config, layout(), ranks.size(), ranks.local_size(), micro_batches, max_batch));
   if (parallel_plan_->grouped()) {
     const auto groups = data_comms().groups(parallel_plan_->mesh().shards);
     comms.group = &groups.within;
@@ -107,8 +130,31 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   // on the progress thread, in an order that could differ between ranks, which NCCL does not
   // allow across communicators (it may hang). So there the strategy waits for each of its own.
   const bool overlap = config.parallel.overlap && !(group.active() && execution_->has_device_communicators());
-  strategy_ = make_strategy(*parallel_plan_, overlap, model_->layout(), {model_->forward_order(), model_->backward_order()},
-                            adamw_settings(config.optimizer), comms, timeline, execution_->exec(), inference);
+  const ExecutionOrder order =
+      pipeline_ ? pipeline_->execution_order() : ExecutionOrder{model_->forward_order(), model_->backward_order()};
+  strategy_ = make_strategy(*parallel_plan_, overlap, layout(), order, adamw_settings(config.optimizer), comms, timeline,
+                            execution_->exec(), inference);
+  if (pipeline_) pipeline_->attach(*strategy_);
+}
+
+Model<float>& ShardedModel::model() { return pipeline_ ? pipeline_->first_model() : *model_; }
+const Model<float>& ShardedModel::model() const {
+  return pipeline_ ? const_cast<PipelineStage&>(*pipeline_).first_model() : *model_;
+}
+const ParamLayout& ShardedModel::layout() const { return pipeline_ ? pipeline_->layout() : model_->layout(); }
+std::size_t ShardedModel::activation_bytes() const {
+  return pipeline_ ? pipeline_->activation_bytes() : model_->activation_bytes();
+}
+
+std::vector<float> ShardedModel::whole_params() {
+  const std::vector<float> held = strategy_->gather_params();
+  if (pipeline_) return pipeline_->whole_params(held);
+  return model_->whole_from_slices(held);
+}
+
+double ShardedModel::forward_loss(const int* tokens, const int* targets, int B, int T) {
+  if (pipeline_) return pipeline_->forward_loss(tokens, targets, B, T);
+  return model_->forward(*strategy_, tokens, targets, B, T);
 }
 
 ShardedModel::~ShardedModel() = default;
@@ -119,7 +165,9 @@ int ShardedModel::data_rank() const { return tensor_ ? tensor_->data_world->rank
 int ShardedModel::data_ranks() const { return tensor_ ? tensor_->data_world->size() : comms_.world().size(); }
 
 ShardedModel::CommTotals ShardedModel::comm_totals() const {
-  CommTotals totals{comms_.traffic(), 0, strategy_->comm_wait_seconds()};
+  CommTotals totals;
+  totals.traffic = comms_.traffic();
+  totals.waited_seconds = strategy_->comm_wait_seconds();
   if (tensor_) {
     for (const LevelTraffic& more : {tensor_->data->traffic(), tensor_->backend->traffic()}) {
       totals.traffic.intra += more.intra;
@@ -128,18 +176,27 @@ ShardedModel::CommTotals ShardedModel::comm_totals() const {
     totals.tensor_bytes = tensor_->backend->traffic().total();
     totals.waited_seconds += tensor_->group->seconds_in_calls();
   }
+  if (pipeline_) {
+    const LevelTraffic more = pipeline_->scalar_traffic();
+    totals.traffic.intra += more.intra;
+    totals.traffic.inter += more.inter;
+    totals.pipeline_bytes = pipeline_->bytes_sent();
+    totals.waited_seconds += pipeline_->waited_seconds();
+  }
   return totals;
 }
 
 void ShardedModel::init_params(std::uint64_t seed) {
-  std::vector<float> whole(model_->whole_layout().total());
-  model_->init_params(whole, seed);
+  std::vector<float> whole(model().whole_layout().total());
+  model().init_params(whole, seed);
   load_whole_params(whole);
 }
 
 void ShardedModel::load_whole_params(std::span<const float> whole) {
-  // Under tensor parallelism the rank keeps its slice; otherwise the whole, without a copy.
-  if (model_->tensor_group().active()) strategy_->load_params(model_->slice_of(whole));
+  // Under tensor parallelism the rank keeps its slice, in a pipeline its stage's part; otherwise
+  // the whole, without a copy.
+  if (pipeline_) strategy_->load_params(pipeline_->stage_values(whole));
+  else if (model_->tensor_group().active()) strategy_->load_params(model_->slice_of(whole));
   else strategy_->load_params(whole);
 }
 
@@ -149,6 +206,7 @@ double ShardedModel::sum_over_ranks(double value) {
   exec.upload(at, &value, sizeof value);
   sum_over_ranks_in_place(at);
   exec.download(&value, at, sizeof value);
+  if (pipeline_) pipeline_->sum_over_stages(std::span<double>(&value, 1));
   return value;
 }
 

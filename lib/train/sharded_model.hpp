@@ -17,6 +17,7 @@
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
 #include "runtime/make_exec.hpp"
+#include "train/pipeline_stage.hpp"
 
 namespace st {
 
@@ -35,8 +36,22 @@ class ShardedModel {
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;
 
-  Model<float>& model() { return *model_; }
-  const Model<float>& model() const { return *model_; }
+  // The rank's model: under pipeline parallelism its stage's first (pipeline()).
+  Model<float>& model();
+  const Model<float>& model() const;
+  // What the strategy holds (the model's layout; a pipeline stage's chunks' one after another).
+  const ParamLayout& layout() const;
+  // The activations of every model of the rank (a pipeline stage keeps one per micro-batch in flight).
+  std::size_t activation_bytes() const;
+  // Pipeline parallelism (parallel.pipeline > 1, in training): this rank's stage; null without.
+  PipelineStage* pipeline() { return pipeline_.get(); }
+  const PipelineStage* pipeline() const { return pipeline_.get(); }
+  // The whole model's fp32 parameters on every rank, gathered from the shards, a tensor group's
+  // slices and a pipeline's stages. Collective.
+  std::vector<float> whole_params();
+  // A forward pass with targets (evaluation): the mean loss, through every stage of a pipeline
+  // (0 on the stages before the last). Every rank calls it alike.
+  double forward_loss(const int* tokens, const int* targets, int B, int T);
   Strategy& strategy() { return *strategy_; }
   const Strategy& strategy() const { return *strategy_; }
   const Execution& execution() const { return *execution_; }
@@ -59,6 +74,9 @@ class ShardedModel {
     LevelTraffic traffic;
     // Of those, the tensor group's (inside a node: part of traffic.intra); 0 without a group.
     std::uint64_t tensor_bytes = 0;
+    // Activations and their gradients sent to the neighbouring pipeline stages (not in traffic:
+    // point to point, not collectives).
+    std::uint64_t pipeline_bytes = 0;
     // Seconds the training thread waited for communication: the strategy's waits, and the
     // tensor group's collectives, which block it.
     double waited_seconds = 0;
@@ -71,8 +89,9 @@ class ShardedModel {
   // Loads whole parameters (laid out as the whole model, e.g. from a weights file) into the
   // strategy: this rank's slice of them under tensor parallelism.
   void load_whole_params(std::span<const float> whole);
-  // Collective: the sum of every rank's value (through the backend's memory: on GPUs the job's
-  // collectives reduce device buffers only).
+  // Collective: the sum of every rank's value over the data-parallel ranks and a pipeline's
+  // stages (through the backend's memory: on GPUs the job's collectives reduce device buffers
+  // only).
   double sum_over_ranks(double value);
   // The same in place, on a double in the backend's memory: queued, no host wait (nothing on one
   // data-parallel rank).
@@ -87,6 +106,7 @@ class ShardedModel {
   CommStack& data_comms();
 
   std::unique_ptr<Execution> execution_;  // before the communicators, which call into it
+  std::unique_ptr<PipelineStage> pipeline_;  // before the communicators: its ranks are theirs
   CommStack comms_;
   std::unique_ptr<TensorRanks> tensor_;
   std::unique_ptr<Model<float>> model_;

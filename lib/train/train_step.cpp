@@ -17,18 +17,30 @@ StepOutcome train_step(ShardedModel& net, const StepSettings& settings, const st
   // ranks by the reduction, the gradient is that of the global batch's mean loss.
   const double batches = static_cast<double>(settings.micro_batches * settings.data_ranks);
   const float loss_scale = 1.0f / static_cast<float>(settings.micro_batches * settings.data_ranks);
-  for (std::int64_t micro = 0; micro < settings.micro_batches; ++micro) {
-    strategy.begin_micro_batch(micro + 1 == settings.micro_batches);
-    fill(micro);
-    net.model().forward_into(strategy, tokens, targets, settings.micro_batch, settings.seq_len, &scalars->loss);
-    net.model().backward(strategy, loss_scale);
+  PipelineStage* pipeline = net.pipeline();
+  if (pipeline) {
+    // The schedule's passes through this stage, activations and gradients passed between stages.
+    pipeline->run_passes(settings.micro_batches, settings.micro_batch, settings.seq_len, fill, tokens, targets,
+                         &scalars->loss, loss_scale);
+  } else {
+    for (std::int64_t micro = 0; micro < settings.micro_batches; ++micro) {
+      strategy.begin_micro_batch(micro + 1 == settings.micro_batches);
+      fill(micro);
+      net.model().forward_into(strategy, tokens, targets, settings.micro_batch, settings.seq_len, &scalars->loss);
+      net.model().backward(strategy, loss_scale);
+    }
   }
   strategy.finish_grads();
+  // The first and the last stage each hold a share of the tied embeddings' gradient.
+  if (pipeline) pipeline->sum_mirrored_grads(strategy, exec.before_communication());
   {
     Timeline::Span span(timeline, "compute", "clip and update");
     strategy.add_grad_norm_squared(&scalars->grad_norm_squared);
     exec.divide(&scalars->loss, batches);
     net.sum_over_ranks_in_place(&scalars->loss);
+    // Each stage holds its blocks' share of the norm; the last stage the loss. (A pipeline runs
+    // on the host: the scalars are host memory.)
+    if (pipeline) pipeline->sum_over_stages(std::span<double>(&scalars->loss, 2));
     exec.set_clip_factor(scalars, settings.grad_clip);
     strategy.optimizer_step(settings.lr, &scalars->grad_scale, settings.step);
   }

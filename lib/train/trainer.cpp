@@ -46,8 +46,11 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
 
   data_ = open_run_data(config, world.comm());
   // The batch is split between the data-parallel ranks: under tensor parallelism a tensor group's
-  // ranks share one slice of it (a degree the job cannot split is refused here, naming it).
-  const int data_ranks = world.size() / deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
+  // ranks share one slice of it, a pipeline's stages each micro-batch (a degree the job cannot
+  // split is refused here, naming it).
+  deck_pipeline_degree(config, world.size());
+  deck_tensor_degree(config, world.size(), world.local_size(), world.uniform());
+  const int data_ranks = deck_data_ranks(config, world.size());
   batch_plan_ = plan_batches(config.data, config.model.seq_len, data_ranks, config.deck_path);
 
   // The yardstick for MFU, before the run's buffers: what it leaves resident (BLAS's own
@@ -103,11 +106,12 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.device = net_->execution().choice().note;
   built.batches = batch_plan_;
   built.parameters = net_->model().whole_layout().total();
-  built.segments = net_->model().layout().segments().size();
+  built.segments = net_->layout().segments().size();
   built.strategy = net_->strategy().description();
   built.strategy += tensor_split_note(net_->model().tensor_group().split.degree, net_->data_ranks());
+  built.strategy += pipeline_note(config_, batch_plan_.accum_steps, batch_plan_.micro_batch);
   built.model_state = net_->strategy().memory();
-  built.activations = net_->model().activation_bytes();
+  built.activations = net_->activation_bytes();
   built.recompute = net_->model().recompute();
   built.attention = describe_attention(net_->execution().choice().cuda, config_.parallel.precision,
                                        config_.parallel.attention, static_cast<int>(shape_.head_dim()));
@@ -224,6 +228,12 @@ double Trainer::validation_loss() {
 void Trainer::print_sample(std::int64_t step) {
   // Every rank generates (a sharded strategy gathers segments collectively); rank 0 prints.
   if (config_.run.sample_tokens == 0) return;
+  if (net_->pipeline()) {
+    // Decoding runs the whole model on a rank, and a pipeline's stages hold it in parts.
+    say("no sample after step " + std::to_string(step) + ": a pipeline's stages hold the model in parts; `shardtrain "
+        "generate " + run_dir_->path() + "` samples from the run's checkpoint");
+    return;
+  }
   std::vector<int> context;
   if (data_.text_samples) {
     context = data_.tokenizer->encode(config_.run.sample_prompt);
@@ -299,10 +309,11 @@ TrainSummary Trainer::run() {
     StepRecord record{step + 1, config_.run.steps, loss, last_lr_, last_grad_norm_, seconds,
                       static_cast<double>(batch_plan_.global_batch * batch_plan_.seq_len) / seconds,
                       yardstick_->mfu(flops_per_step / seconds), after.waited_seconds - before.waited_seconds,
-                      memory.model_state() + memory.workspace + net_->model().activation_bytes(),
+                      memory.model_state() + memory.workspace + net_->activation_bytes(),
                       after.traffic.intra.total() - before.traffic.intra.total(),
                       after.traffic.inter.total() - before.traffic.inter.total()};
     record.comm_tensor_bytes = after.tensor_bytes - before.tensor_bytes;
+    record.comm_pipeline_bytes = after.pipeline_bytes - before.pipeline_bytes;
     record.mfu_of_measured_gemm = yardstick_->of_measured(flops_per_step / seconds);
     record.tokens_seen = tokens_seen_;
     record.peak_bytes = measured_peak();
@@ -386,7 +397,7 @@ void Trainer::export_model() {
   // The whole model, gathered from every rank's slices and shards (collective), in Hugging Face's
   // layout beside the run's other files: what `ckpt export --format safetensors` writes from the
   // final checkpoint, without reading it back.
-  const std::vector<float> full = net_->model().whole_from_slices(net_->strategy().gather_params());
+  const std::vector<float> full = net_->whole_params();
   const std::string dir = run_dir_->path() + "/model";
   agreed(world_.comm(), [&] {
     if (!world_.is_root()) return;
@@ -430,7 +441,7 @@ void Trainer::write_traces() {
 }
 
 void Trainer::save_params(const std::string& path) {
-  const std::vector<float> full = net_->model().whole_from_slices(net_->strategy().gather_params());
+  const std::vector<float> full = net_->whole_params();
   if (!world_.is_root()) return;
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(full.data()), static_cast<std::streamsize>(full.size() * sizeof(float)));

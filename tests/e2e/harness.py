@@ -170,3 +170,25 @@ def stacks(exe):
                                text=True, timeout=60)
         out.append(f"--- process {pid}:\n{trace.stdout[-6000:]}")
     return "\n".join(out)
+
+
+def close(a, b, rel):
+    """Two series of one length, each pair within rel of the larger."""
+    return len(a) == len(b) and all(abs(x - y) <= rel * max(abs(x), abs(y)) for x, y in zip(a, b))
+
+
+def compare_runs(label, got, ref, rel=1e-5, params_rel=None, first_step=0, val=False):
+    """A run (train()'s result) against the reference run from step first_step on: losses and
+    gradient norms within rel, final parameters (the whole model) within params_rel (rel when not
+    given) of the reference's largest; with val, the validation losses within rel too."""
+    params_rel = rel if params_rel is None else params_rel
+    check(close(got["loss"], ref["loss"][first_step:], rel),
+          f"{label}: losses equal the one-rank run within {rel}\n{got['loss']}\n{ref['loss'][first_step:]}")
+    check(close(got["norm"], ref["norm"][first_step:], rel), f"{label}: gradient norms equal within {rel}")
+    if val:
+        check(close(got["val"], ref["val"][len(ref["val"]) - len(got["val"]):], rel),
+              f"{label}: validation losses equal within {rel}")
+    scale = max(abs(x) for x in ref["params"])
+    worst = max(abs(x - y) for x, y in zip(got["params"], ref["params"])) / scale
+    check(len(got["params"]) == len(ref["params"]) and worst <= params_rel,
+          f"{label}: final parameters (the whole model) equal within {params_rel} (worst {worst:.2e})")

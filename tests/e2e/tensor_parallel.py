@@ -34,18 +34,11 @@ def run(ranks, label, tensor=1, strategy="ddp", micro=0, extra=(), checkpoint=No
     return h.train(args, ranks, deck, os.path.join(work, label), label, extra)
 
 
-def close(a, b, rel):
-    return len(a) == len(b) and all(abs(x - y) <= rel * max(abs(x), abs(y)) for x, y in zip(a, b))
+close = h.close
 
 
 def compare(label, got, ref, rel=1e-5, first_step=0):
-    h.check(close(got["loss"], ref["loss"][first_step:], rel),
-            f"{label}: losses equal the one-rank run within {rel}\n{got['loss']}\n{ref['loss'][first_step:]}")
-    h.check(close(got["norm"], ref["norm"][first_step:], rel), f"{label}: gradient norms equal within {rel}")
-    scale = max(abs(x) for x in ref["params"])
-    worst = max(abs(x - y) for x, y in zip(got["params"], ref["params"])) / scale
-    h.check(len(got["params"]) == len(ref["params"]) and worst <= rel,
-            f"{label}: final parameters (the whole model) equal within {rel} (worst {worst:.2e})")
+    h.compare_runs(label, got, ref, rel, first_step=first_step)
 
 
 ref = run(1, "ref", checkpoint={"dir": f"{work}/ref/ckpt", "every": 10})

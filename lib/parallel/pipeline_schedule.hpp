@@ -1,0 +1,77 @@
+#pragma once
+// A pipelined step as a value: which pass of which micro-batch each stage runs, in what order,
+// computed once from the schedule and the pipeline's shape. The step executes it (one list per
+// rank), the plan counts the activations it keeps in flight, the planner times its bubble and
+// the trace draws it; none of them orders passes on its own.
+//
+// The model's blocks are cut into P x V consecutive pieces, the virtual stages. Rank (stage) s
+// holds V of them, its chunks: chunk c is virtual stage c P + s (Megatron's round robin), so a
+// micro-batch visits every rank V times. Without interleaving V = 1 and a chunk is a stage.
+//
+//   gpipe        every micro-batch's forward, then every backward: simple, but all m
+//                micro-batches' activations are kept at once;
+//   1f1b         PipeDream-Flush: P - s - 1 forwards to fill the pipe, then one forward, one
+//                backward, then the remaining backwards; at most P - s micro-batches in flight;
+//   interleaved  Megatron's 1F1B over V chunks per rank: the bubble shrinks V times for
+//                (V - 1) P more micro-batch chunks in flight and V times more messages.
+// All three idle (P - 1) / (m V) of the ideal step time (the bubble) when every chunk's
+// passes take the same time.
+#include <string>
+#include <vector>
+
+#include "core/choices.hpp"
+#include "model/layout.hpp"
+
+namespace st {
+
+struct PipelineShape {
+  int stages = 1;          // P: ranks along the pipeline
+  int micro_batches = 1;   // m: per step, through each stage
+  int virtual_stages = 1;  // V: model chunks per rank (interleaved only)
+  int chunks() const { return stages * virtual_stages; }
+};
+
+struct PipelineAction {
+  enum class Pass { forward, backward };
+  Pass pass = Pass::forward;
+  int micro = 0;  // the micro-batch, 0 .. m - 1
+  int chunk = 0;  // the rank's model chunk, 0 .. V - 1
+  // The virtual stage it runs on stage s: the chunk's place along the whole model.
+  int virtual_stage(const PipelineShape& shape, int stage) const { return chunk * shape.stages + stage; }
+  bool operator==(const PipelineAction&) const = default;
+};
+
+// Why the schedule cannot run this shape ("" when it can), naming the deck's keys: gpipe and
+// 1f1b take one chunk per rank; interleaved takes two or more and, as Megatron's, a number of
+// micro-batches that is a multiple of the stages.
+std::string pipeline_schedule_problem(PipelineSchedule schedule, const PipelineShape& shape);
+
+// Stage `stage`'s passes in the order it runs them: each micro-batch's forward and backward
+// through each of its chunks, once. Throws Error where pipeline_schedule_problem is not "".
+std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, const PipelineShape& shape, int stage);
+
+// The schedule run with every forward of a chunk taking `forward` and every backward `backward`
+// (seconds or any unit) and messages taking no time: when each stage finishes, and the most
+// micro-batch chunks whose activations a stage keeps at once (forwards done whose backward is
+// not). Throws Error if the stages' lists wait on each other in a cycle (they never do for the
+// schedules above; the check guards the executor's order against a change here).
+struct PipelineTiming {
+  double makespan = 0;             // the last stage to finish
+  std::vector<int> peak_in_flight;  // per stage
+};
+PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape& shape, double forward,
+                                 double backward);
+
+// The model's blocks cut into `chunks` (P x V) parts of consecutive blocks, as even as they go
+// (the first n_layer mod chunks parts take one more), in order along the model: virtual stage v
+// is the v-th. Throws Error when there are fewer blocks than parts.
+std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks);
+
+// (P - 1) / (m V): the time the pipeline idles, as a fraction of the step's work per stage.
+double pipeline_bubble(const PipelineShape& shape);
+
+// The most micro-batch chunks a stage keeps activations for at once under the schedule (stage 0
+// keeps the most): gpipe m; 1f1b min(P, m); interleaved Megatron's warm-up plus one.
+int pipeline_peak_in_flight(PipelineSchedule schedule, const PipelineShape& shape, int stage);
+
+}  // namespace st
