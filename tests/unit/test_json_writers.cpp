@@ -95,8 +95,8 @@ TEST(StepMetrics, FieldsInOrderAndADivergedLossIsNull) {
   // The names tools/plot_metrics.py and the end-to-end tests read, in this order.
   EXPECT_EQ(keys(row), (std::vector<std::string>{"kind", "step", "loss", "lr", "grad_norm", "ms", "tokens_per_s", "mfu",
                                                   "memory_bytes", "comm_bytes", "comm_intra_bytes", "comm_inter_bytes",
-                                                  "comm_tensor_bytes", "exposed_comm_ms", "elapsed_s", "eta_s", "tokens",
-                                                  "peak_bytes"}));
+                                                  "comm_tensor_bytes", "comm_pipeline_bytes", "exposed_comm_ms",
+                                                  "elapsed_s", "eta_s", "tokens", "peak_bytes"}));
   EXPECT_EQ(row["kind"], "train");
   EXPECT_EQ(row["step"], 7);
   EXPECT_TRUE(row["loss"].is_null());
@@ -110,6 +110,13 @@ TEST(StepMetrics, FieldsInOrderAndADivergedLossIsNull) {
   // The step line names the tensor group's share only when there is one.
   EXPECT_NE(step_line(r).find("| comm 1.00 KiB (tensor 600 B, inter-node 24 B), 62.5 ms exposed |"), std::string::npos)
       << step_line(r);
+  // A pipeline's point-to-point bytes count in the total and are named apart.
+  r.comm_pipeline_bytes = 2048;
+  EXPECT_EQ(parse(json_text(step_metrics(r)))["comm_bytes"], 3072);
+  EXPECT_NE(step_line(r).find("| comm 3.00 KiB (tensor 600 B, inter-node 24 B, pipeline 2.00 KiB), 62.5 ms exposed |"),
+            std::string::npos)
+      << step_line(r);
+  r.comm_pipeline_bytes = 0;
   r.comm_tensor_bytes = 0;
   EXPECT_NE(step_line(r).find("| comm 1.00 KiB (inter-node 24 B), 62.5 ms exposed |"), std::string::npos)
       << step_line(r);
