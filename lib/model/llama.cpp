@@ -185,20 +185,8 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   B_ = B;
   T_ = T;
   const int N = B * T;
-  // Sequence parallelism splits the pass's rows between the split layers over the group.
-  rows_split_ = tensor_.active() && tensor_.sequence_parallel;
-  ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
-             "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
+  const Real* E = this->begin_pass(buffers, tokens, targets, N);
   const bool embeds = part_.embeds(), heads = part_.heads(shape_);
-  this->take_batch(tokens, targets, N);
-
-  // The embeddings' segment: held for the whole pass where the part ends the model (the LM
-  // head is in it).
-  const Real* E = nullptr;
-  if (part_.holds_embeddings(shape_)) {
-    buffers.before_forward(0);
-    E = buffers.params(0);
-  }
   if (embeds) {
     // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums
     // them (with rows split, each rank keeps its share of the sum).

@@ -134,6 +134,18 @@ void Model<Real>::take_batch(const int* tokens, const int* targets, int N) {
 }
 
 template <class Real>
+const Real* Model<Real>::begin_pass(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int N) {
+  // Sequence parallelism splits the pass's rows between the split layers over the group.
+  rows_split_ = tensor_.active() && tensor_.sequence_parallel;
+  ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
+             "sequence parallelism needs the rows of a pass (" + std::to_string(N) + ") to divide by parallel.tensor");
+  take_batch(tokens, targets, N);
+  if (!part_.holds_embeddings(shape_)) return nullptr;
+  buffers.before_forward(0);
+  return buffers.params(0);
+}
+
+template <class Real>
 void Model<Real>::sum_over_tensor_group(Real* data, std::size_t count) {
   if (!tensor_.active()) return;
   tensor_.comm->all_reduce(Buffer::of(std::span<Real>(data, count), exec_.before_communication()), ReduceOp::sum);

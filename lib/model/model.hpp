@@ -186,6 +186,11 @@ class Model {
   // the part ends the model).
   void allocate_batch(std::size_t rows);
   void take_batch(const int* tokens, const int* targets, int N);
+  // The start of a training or evaluation pass of N rows, alike for every family: the rows
+  // split as the tensor group says (checked), the batch taken, and the embeddings' segment
+  // acquired where the part holds it (for the whole pass: the LM head uses it again). Returns
+  // that segment's parameters, or null.
+  const Real* begin_pass(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int N);
   std::vector<int> tokens_, targets_;
   Memory batch_memory_;
   int *tokens_at_ = nullptr, *targets_at_ = nullptr;

@@ -160,9 +160,21 @@ std::vector<float> PipelineStage::whole_params(std::span<const float> stage) con
   return whole;
 }
 
-void PipelineStage::attach(Strategy& strategy) {
+void PipelineStage::attach(Strategy& strategy, Timeline* timeline) {
   strategy_ = &strategy;
+  timeline_ = timeline;
   for (Chunk& chunk : chunks_) chunk.buffers = std::make_unique<ChunkBuffers>(strategy, chunk.first_segment);
+}
+
+std::string PipelineStage::pass_name(const char* pass, std::int64_t micro, int chunk) const {
+  std::string name = pass;
+  name += ' ';
+  name += std::to_string(micro);
+  if (shape_.virtual_stages > 1) {
+    name += " chunk ";
+    name += std::to_string(chunk);
+  }
+  return name;
 }
 
 int PipelineStage::tag(int kind, std::int64_t micro, int to_virtual) const {
@@ -177,7 +189,12 @@ double PipelineStage::forward_chunk(Chunk& chunk, int slot, std::int64_t micro, 
   Model<float>& model = *chunk.slots[static_cast<std::size_t>(slot)];
   const int v = chunk.virtual_stage;
   const std::size_t n = model.part_boundary_elements(B, T);
-  if (v > 0) link_->receive(stage_of(v - 1), tag(kind, micro, v), {model.part_input(), n});
+  if (v > 0) {
+    Timeline::Span wait(timeline_, "pipeline wait", "input of " + pass_name("forward", micro, chunk.virtual_stage / shape_.stages));
+    link_->receive(stage_of(v - 1), tag(kind, micro, v), {model.part_input(), n});
+  }
+  Timeline::Span span(timeline_, "pipeline", pass_name(kind == kEvaluation ? "evaluation" : "forward", micro,
+                                                       chunk.virtual_stage / shape_.stages));
   double mean = 0;
   if (loss_sum) model.forward_into(*chunk.buffers, tokens, targets, B, T, loss_sum);
   else mean = model.forward(*chunk.buffers, tokens, targets, B, T);
@@ -203,7 +220,11 @@ void PipelineStage::run_passes(std::int64_t micro_batches, int micro_batch, int 
     const std::size_t n = model.part_boundary_elements(micro_batch, seq_len);
     // The backward that completes the chunk's gradients starts the strategy's reductions.
     strategy_->begin_micro_batch(a.micro + 1 == micro_batches);
-    if (v + 1 < shape_.chunks()) link_->receive(stage_of(v + 1), tag(kBackward, a.micro, v), {model.part_grad(), n});
+    if (v + 1 < shape_.chunks()) {
+      Timeline::Span wait(timeline_, "pipeline wait", "gradient of " + pass_name("backward", a.micro, a.chunk));
+      link_->receive(stage_of(v + 1), tag(kBackward, a.micro, v), {model.part_grad(), n});
+    }
+    Timeline::Span span(timeline_, "pipeline", pass_name("backward", a.micro, a.chunk));
     model.backward(*chunk.buffers, loss_scale);
     if (v > 0) link_->send(stage_of(v - 1), tag(kBackward, a.micro, v - 1), {model.part_grad(), n});
   }

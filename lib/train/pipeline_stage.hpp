@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comm/group.hpp"
@@ -66,8 +67,11 @@ class PipelineStage {
   // stage's (laid out as layout(), gathered from the strategy). Collective over the job.
   std::vector<float> whole_params(std::span<const float> stage) const;
 
-  // The strategy the stage's models read their parameters from (set once it is made).
-  void attach(Strategy& strategy);
+  // The strategy the stage's models read their parameters from (set once it is made), and the
+  // timeline the passes are drawn on (may be null): each pass a span on the track "pipeline"
+  // ("forward 3", "backward 3"; "... chunk 1" with several chunks), each wait for a neighbour's
+  // message one on "pipeline wait", so that the trace shows the schedule and its bubble.
+  void attach(Strategy& strategy, Timeline* timeline);
 
   // One training step's passes, in the schedule's order: micro-batch `micro`'s tokens and
   // targets come from fill(micro) (into `tokens` and `targets`, host memory); its loss is added
@@ -115,6 +119,9 @@ class PipelineStage {
   ModelShape model_shape_;
   Exec* exec_ = nullptr;
   Strategy* strategy_ = nullptr;
+  Timeline* timeline_ = nullptr;
+  // A pass's name on the timeline.
+  std::string pass_name(const char* pass, std::int64_t micro, int chunk) const;
 };
 
 }  // namespace st

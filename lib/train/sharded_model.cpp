@@ -134,7 +134,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
       pipeline_ ? pipeline_->execution_order() : ExecutionOrder{model_->forward_order(), model_->backward_order()};
   strategy_ = make_strategy(*parallel_plan_, overlap, layout(), order, adamw_settings(config.optimizer), comms, timeline,
                             execution_->exec(), inference);
-  if (pipeline_) pipeline_->attach(*strategy_);
+  if (pipeline_) pipeline_->attach(*strategy_, timeline);
 }
 
 Model<float>& ShardedModel::model() { return pipeline_ ? pipeline_->first_model() : *model_; }

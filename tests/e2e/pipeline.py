@@ -7,7 +7,8 @@ step, the first stage sends its micro-batches' activations, no more: rank 0's po
 bytes are micro-batches x rows x d_model x 4. Checkpoints hold the whole model: a pipeline 2 x
 tensor 2 checkpoint resumes on 1 rank and on a pipeline of 4 and continues as the uninterrupted
 run; eval of it on 1 rank gives its logged validation loss. Decks a pipeline cannot run are
-refused, naming the key."""
+refused, naming the key. The trace draws each stage's passes in the schedule's order; generate
+from the pipelined checkpoint runs the whole model, alike on 1 and 2 ranks."""
 import json
 import os
 
@@ -66,6 +67,25 @@ for ranks, extra, strategy, micro, params_rel, label in [
                 f"{label}: check states the stages, the schedule, the bubble and the bytes\n{out.stdout[-1500:]}"
                 f"{out.stderr[-500:]}")
 
+# The trace draws the schedule: each stage's passes of the first step, in the schedule's order.
+def traced_passes(run_dir, rank):
+    with open(os.path.join(run_dir, f"trace.rank{rank}.json")) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    return " ".join(e["name"].replace("forward ", "F").replace("backward ", "B") for e in events
+                    if e.get("ph") == "X" and tracks.get(e.get("tid")) == "pipeline")
+
+
+for schedule, stage0, stage1 in [("1f1b", "F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"),
+                                 ("gpipe", "F0 F1 F2 F3 B0 B1 B2 B3", "F0 F1 F2 F3 B0 B1 B2 B3")]:
+    label = f"traced_{schedule}"
+    run(2, label, PP2 + ["--set", f'parallel.pipeline_schedule="{schedule}"', "--set", "run.trace_steps=1"])
+    for rank, expected in [(0, stage0), (1, stage1)]:
+        got = traced_passes(os.path.join(work, label), rank)
+        h.check(got == expected, f"{schedule}: stage {rank}'s trace shows its passes in the schedule's order "
+                                 f"({got!r}, expected {expected!r})")
+
 for model, name in [(LLAMA, "llama_tied"), (UNTIED, "llama_untied")]:
     one = run(1, f"{name}_ref", model=model)
     compare(f"{name} pipeline 2", run(2, f"{name}_pipeline2", PP2, model=model), one)
@@ -86,6 +106,12 @@ out = h.mpirun(args, 1, ["eval", f"{work}/written/ckpt", "--json"])
 h.check(out.returncode == 0 and abs(json.loads(out.stdout)["loss"] - logged) <= 1e-6 * logged,
         f"eval of the pipelined checkpoint on 1 rank equals its logged val loss {logged}\n{out.stdout[-300:]}"
         f"{out.stderr[-600:]}")
+samples = []
+for ranks in (1, 2):
+    out = h.mpirun(args, ranks, ["generate", f"{work}/written/ckpt", "--tokens", "24", "--seed", "5", "--json"])
+    h.check(out.returncode == 0, f"generate from the pipelined checkpoint on {ranks} rank(s)\n{out.stderr[-600:]}")
+    samples.append(json.loads(out.stdout)["samples"][0]["tokens"])
+h.check(samples[0] == samples[1] and len(samples[0]) == 24, "generate from it draws the same tokens on 1 and 2 ranks")
 
 # What a pipeline cannot run is refused on every rank, naming the key.
 for ranks, sets, words in [
