@@ -74,7 +74,6 @@ PipelineStage::~PipelineStage() = default;
 void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& exec, Recompute recompute,
                                  TensorGroup tensor, bool training) {
   model_shape_ = model;
-  exec_ = &exec;
   const std::vector<ModelPart> parts = pipeline_parts(model, shape_.chunks());
   const std::vector<PipelineAction> actions = pipeline_actions(schedule_, shape_, stage_);
   for (int c = 0; c < shape_.virtual_stages; ++c) {
@@ -102,6 +101,7 @@ void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& e
 }
 
 Model<float>& PipelineStage::first_model() { return *chunks_.front().slots.front(); }
+const Model<float>& PipelineStage::first_model() const { return *chunks_.front().slots.front(); }
 
 ExecutionOrder PipelineStage::execution_order() const {
   ExecutionOrder order;

@@ -57,6 +57,7 @@ class PipelineStage {
   std::vector<std::size_t> mirrored_segments() const;
   // A model of the stage: chunk 0's first.
   Model<float>& first_model();
+  const Model<float>& first_model() const;
   // Activation bytes of every model of the stage.
   std::size_t activation_bytes() const;
   // The stage's share of whole parameters (laid out as the whole model), in layout() order:
@@ -117,7 +118,6 @@ class PipelineStage {
   std::vector<Chunk> chunks_;
   ParamLayout layout_;
   ModelShape model_shape_;
-  Exec* exec_ = nullptr;
   Strategy* strategy_ = nullptr;
   Timeline* timeline_ = nullptr;
   // A pass's name on the timeline.

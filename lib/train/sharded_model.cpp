@@ -139,7 +139,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
 
 Model<float>& ShardedModel::model() { return pipeline_ ? pipeline_->first_model() : *model_; }
 const Model<float>& ShardedModel::model() const {
-  return pipeline_ ? const_cast<PipelineStage&>(*pipeline_).first_model() : *model_;
+  return pipeline_ ? pipeline_->first_model() : *model_;
 }
 const ParamLayout& ShardedModel::layout() const { return pipeline_ ? pipeline_->layout() : model_->layout(); }
 std::size_t ShardedModel::activation_bytes() const {
