@@ -29,9 +29,9 @@ std::size_t logit_slice_scratch(std::size_t rows, int tensor) {
   return tensor > 1 ? (3 + 3 * static_cast<std::size_t>(tensor) + 2) * rows : 0;
 }
 
-std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool sequence_parallel) {
+std::size_t split_rows(std::size_t rows, int tensor, bool sequence_parallel) {
   if (tensor <= 1 || !sequence_parallel) return rows;
-  return std::max(rows / static_cast<std::size_t>(tensor), seq_len);
+  return rows / static_cast<std::size_t>(tensor);
 }
 
 std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits) {

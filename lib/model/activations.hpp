@@ -65,9 +65,10 @@ AttentionSizes attention_sizes(std::size_t max_batch, std::size_t T, int heads_h
 // The 4-byte elements of `rows` rows of `columns` logits: fp32, or bf16 two to an element.
 std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits);
 // The rows a rank keeps of what lies between split layers (norm outputs, the residual stream):
-// all `rows` without sequence parallelism; with it its share, rows / tensor, but at least a whole
-// sequence of seq_len (decoding works on whole rows).
-std::size_t split_rows(std::size_t rows, std::size_t seq_len, int tensor, bool sequence_parallel);
+// all `rows` without sequence parallelism; with it its share, rows / tensor, which may cut a
+// sequence (a micro-batch of one long sequence splits too). Decoding feeds whole rows at most
+// that many at a time (Model::decode).
+std::size_t split_rows(std::size_t rows, int tensor, bool sequence_parallel);
 // The vocabulary-parallel cross-entropy's scratch for `rows` rows on a rank of a tensor-parallel
 // group of `tensor` ranks: its slice's statistics (3 per row), everyone's gathered (3 tensor per
 // row), the rows' max and sum (2 per row). None without tensor parallelism.

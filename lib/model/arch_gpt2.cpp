@@ -44,7 +44,7 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
                                       bool flash, bool bf16_logits) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // The rows a rank keeps between split layers (R = N without sequence parallelism).
-  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor, sequence_parallel);
+  const std::size_t R = split_rows(N, tensor, sequence_parallel);
   // A rank of a tensor-parallel group holds its heads (A = its share of C) and its share of the
   // MLP width (H) and of the vocabulary (V); the residual stream (C) is whole on every rank.
   const std::size_t split = static_cast<std::size_t>(tensor);

@@ -72,7 +72,7 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
                                        bool bf16_logits) {
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // The rows a rank keeps between split layers (R = N without sequence parallelism).
-  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor, sequence_parallel);
+  const std::size_t R = split_rows(N, tensor, sequence_parallel);
   // On a rank of a tensor-parallel group: its share of the heads (q's A = C / tensor wide, and
   // W of q, k and v), of the MLP width (F) and of the vocabulary (V).
   const std::size_t split = static_cast<std::size_t>(tensor);

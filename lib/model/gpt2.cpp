@@ -51,7 +51,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
                                       .of_part(part, shape);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = shape.d_model;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
-  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
+  const std::size_t R = split_rows(N, tensor.split.degree, split_rows_ever);
   const std::size_t A = static_cast<std::size_t>(attn_width_), H = static_cast<std::size_t>(mlp_width_);
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(heads_) * T * T;
@@ -119,6 +119,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
+  decode_rows_ = static_cast<int>(R);  // whole rows go where the split ones are kept
   this->allocate_batch(N);
 }
 
@@ -334,7 +335,7 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
 }
 
 template <class Real>
-std::span<const Real> Gpt2<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+std::span<const Real> Gpt2<Real>::decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
   const int first = decoded_, C = static_cast<int>(shape_.d_model);
   ST_REQUIRE(part_.whole(shape_), "decode needs the whole model");
   ST_REQUIRE(count >= 1, "decode: no tokens to feed");

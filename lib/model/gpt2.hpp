@@ -46,8 +46,6 @@ class Gpt2 final : public Model<Real> {
   void backward(SegmentBuffers<Real>& buffers, Real loss_scale) override;
   std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
   std::span<const Real> probs(int b, int t) const override;
-  // The cache holds n_layer x seq_len x 3 d_model values.
-  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
 
  private:
   // Forward up to the LM head: logits_ holds B x T rows of padded_vocab logits.
@@ -105,7 +103,8 @@ class Gpt2 final : public Model<Real> {
 
   // Decoding (decode_cache_): per layer seq_len rows of q, k, v as the qkv matmul writes them (q
   // is kept too, so the matmul writes straight into the cache and the attention reads it with no
-  // copy).
+  // copy). The cache holds n_layer x seq_len x 3 d_model values.
+  std::span<const Real> decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
   using Model<Real>::part_;
@@ -119,6 +118,7 @@ class Gpt2 final : public Model<Real> {
   using Model<Real>::recompute_;
   using Model<Real>::decode_cache_;
   using Model<Real>::decoded_;
+  using Model<Real>::decode_rows_;
 };
 
 extern template class Gpt2<float>;

@@ -69,7 +69,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
           .of_part(part, shape);
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len, C = C_, A = A_, W = W_, F = F_;
   // Rows kept between the split layers: all of them, or under sequence parallelism this rank's.
-  const std::size_t R = split_rows(N, static_cast<std::size_t>(shape.seq_len), tensor.split.degree, split_rows_ever);
+  const std::size_t R = split_rows(N, tensor.split.degree, split_rows_ever);
   const std::size_t T = shape.seq_len;
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(NH_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
@@ -134,6 +134,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
+  decode_rows_ = static_cast<int>(R);  // whole rows go where the split ones are kept
   this->allocate_batch(N);
 }
 
@@ -333,7 +334,7 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
 }
 
 template <class Real>
-std::span<const Real> Llama<Real>::decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+std::span<const Real> Llama<Real>::decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
   const int first = decoded_;
   ST_REQUIRE(part_.whole(shape_), "decode needs the whole model");
   ST_REQUIRE(count >= 1, "decode: no tokens to feed");

@@ -44,10 +44,6 @@ class Llama final : public Model<Real> {
   void backward(SegmentBuffers<Real>& buffers, Real loss_scale) override;
   std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
   std::span<const Real> probs(int b, int t) const override;
-  // The cache holds n_layer x seq_len rows of q, k, v (d_model + 2 n_kv_head head_dim values:
-  // with grouped-query attention n_kv_head / n_head of multi-head attention's keys and values;
-  // under tensor parallelism this rank's heads' share of them).
-  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
 
  private:
   struct BlockOffsets {
@@ -94,6 +90,10 @@ class Llama final : public Model<Real> {
 
   int B_ = 0, T_ = 0;
 
+  // Decoding: the cache holds n_layer x seq_len rows of q, k, v (d_model + 2 n_kv_head head_dim
+  // values: with grouped-query attention n_kv_head / n_head of multi-head attention's keys and values;
+  // under tensor parallelism this rank's heads' share of them).
+  std::span<const Real> decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
   using Model<Real>::shape_;
   using Model<Real>::tensor_;
   using Model<Real>::part_;
@@ -107,6 +107,7 @@ class Llama final : public Model<Real> {
   using Model<Real>::recompute_;
   using Model<Real>::decode_cache_;
   using Model<Real>::decoded_;
+  using Model<Real>::decode_rows_;
 };
 
 extern template class Llama<float>;

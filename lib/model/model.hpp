@@ -152,8 +152,13 @@ class Model {
   // seq_len positions in all) and returns the next-token probabilities after the last of them
   // (vocab_size entries, on the host). Every rank of a sharded strategy's group calls it alike:
   // segments are gathered as in forward. The cache is allocated on the first call and not
-  // counted in activation_bytes().
-  virtual std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) = 0;
+  // counted in activation_bytes(). The rows go through in pieces of at most decode_rows_ (the
+  // rows a rank keeps between split layers, fewer than seq_len under sequence parallelism with
+  // short micro-batches); the cache makes the pieces one pass.
+  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+    for (; count > decode_rows_; tokens += decode_rows_, count -= decode_rows_) decode_piece(buffers, tokens, decode_rows_);
+    return decode_piece(buffers, tokens, count);
+  }
   int decoded_length() const { return decoded_; }
   // Forget the cached positions: the next decode starts a sequence at position 0.
   void reset_decoding() { decoded_ = 0; }
@@ -252,6 +257,9 @@ class Model {
   Memory loss_memory_;   // forward()'s mean loss on its way to the host
   Memory decode_cache_;  // the keys and values (and queries) of the positions decoded so far
   int decoded_ = 0;
+  int decode_rows_ = 1;  // the most rows one decode_piece takes (the architecture's carve says)
+  // decode() for at most decode_rows_ rows.
+  virtual std::span<const Real> decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) = 0;
 
  private:
   LayerKernels<Real>& kernels_;
