@@ -81,11 +81,10 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
       note += std::to_string(part.end(shape) - 1);
     }
   }
-  // Each micro-batch's residual stream, B x T x d_model fp32, goes forward and its gradient back
-  // (a tensor group's ranks each send their share under sequence parallelism).
-  const double rows = static_cast<double>(micro_batch * shape.seq_len) /
-                      static_cast<double>(p.sequence_parallel ? p.tensor : 1);
-  const double bytes = static_cast<double>(micro_batches) * rows * static_cast<double>(shape.d_model) * 4.0;
+  // Each micro-batch's residual stream goes forward and its gradient back.
+  const double bytes =
+      static_cast<double>(micro_batches) *
+      static_cast<double>(pipeline_message_bytes(shape, micro_batch, static_cast<int>(p.tensor), p.sequence_parallel));
   note += "), ";
   note += name_of(p.pipeline_schedule);
   note += ", up to ";
@@ -96,6 +95,15 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
   note += format_bytes(bytes);
   note += " per step to each neighbouring stage";
   return note;
+}
+
+std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro_batch, int tensor,
+                                     bool sequence_parallel) {
+  // B x T rows of d_model fp32 values; a tensor group's ranks each send their share of the rows
+  // under sequence parallelism (Model::part_boundary_elements).
+  const auto rows = static_cast<std::uint64_t>(micro_batch * shape.seq_len) /
+                    static_cast<std::uint64_t>(sequence_parallel && tensor > 1 ? tensor : 1);
+  return rows * static_cast<std::uint64_t>(shape.d_model) * sizeof(float);
 }
 
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {
@@ -127,22 +135,26 @@ ParallelChoice deck_choice(const Config& config) {
 }
 
 ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
-                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch) {
+                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch, const ModelPart& part) {
   const int tensor = std::max(1, choice.tensor);
   Mesh mesh =
       make_mesh(choice.strategy, choice.shard_group, world_size / tensor, std::max(1, node_size / tensor), config.deck_path);
   mesh.tensor = tensor;
   const ModelShape shape = model_shape(config.model);
-  const ActivationTraffic activations{micro_batch * shape.seq_len, shape.d_model, shape.n_layer,
+  const ActivationTraffic activations{micro_batch * shape.seq_len,
+                                      shape.d_model,
+                                      part.blocks(shape),
                                       choice.recompute == Recompute::full,
-                                      tensor > 1 && config.parallel.sequence_parallel};
+                                      tensor > 1 && config.parallel.sequence_parallel,
+                                      part.embeds(),
+                                      part.heads(shape)};
   return ParallelPlan(layout, choice.strategy, config.parallel.precision, mesh, micro_batches,
                       config.parallel.bucket_mb, activations, choice.grad_reduction);
 }
 
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches, std::int64_t micro_batch) {
-  return choice_plan(config, deck_choice(config), layout, world_size, node_size, micro_batches, micro_batch);
+                       std::int64_t micro_batches, std::int64_t micro_batch, const ModelPart& part) {
+  return choice_plan(config, deck_choice(config), layout, world_size, node_size, micro_batches, micro_batch, part);
 }
 
 }  // namespace st

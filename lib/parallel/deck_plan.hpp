@@ -29,6 +29,11 @@ PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t m
 // the stages' blocks, the schedule, the micro-batches in flight on the first stage, the bubble
 // and the bytes a rank sends to each neighbouring stage per step; "" without a pipeline.
 std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch);
+// The bytes of one message between neighbouring stages: a micro-batch of `micro_batch` sequences'
+// residual stream (or its gradient), fp32, as one rank of a tensor group of `tensor` sends it
+// (its share of the rows under sequence parallelism, all of them otherwise).
+std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro_batch, int tensor,
+                                     bool sequence_parallel);
 
 // Its first checks, which need no batch: the stages (times parallel.tensor) divide the world and
 // the model has a block for each chunk. Throws Error (all ranks) naming the key.
@@ -57,12 +62,13 @@ ParallelChoice deck_choice(const Config& config);
 // a job of world_size ranks, node_size per node, with micro_batches per optimizer step of
 // micro_batch sequences each: the mesh (the data-parallel ranks are world_size / choice.tensor)
 // and what the run sends. The deck's other parallel keys (precision, bucket_mb,
-// sequence_parallel) are the deck's.
+// sequence_parallel) are the deck's. Under a pipeline `layout` and `part` are a stage's.
 ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
-                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch);
+                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch,
+                         const ModelPart& part = {});
 // The deck's parallel plan: choice_plan of deck_choice. What the run makes and what check and
 // the planner predict from.
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches, std::int64_t micro_batch);
+                       std::int64_t micro_batches, std::int64_t micro_batch, const ModelPart& part = {});
 
 }  // namespace st

@@ -121,14 +121,15 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
     const std::uint64_t tokens = static_cast<std::uint64_t>(a.rows) * static_cast<std::uint64_t>(a.d_model) * 4;
     // A full recomputation reruns a block's forward up to its MLP: the attention's sum again.
     const std::int64_t per_block = a.recompute_full ? 5 : 4;
-    const std::int64_t sums = micro_batches * (2 + per_block * a.n_layer);
+    const std::int64_t embeds = a.embeds ? 1 : 0, heads = a.heads ? 1 : 0;
+    const std::int64_t sums = micro_batches * (embeds + heads + per_block * a.n_layer);
     if (!a.sequence_parallel) {
       collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, sums,
                               static_cast<std::uint64_t>(sums) * 2 * ring_share(tokens, T)});
     } else {
       // The same sums as reduce-scatters; the gathers: 2 per block forward (again in a full
       // recomputation) and 4 in backward, the LM head's input twice and the embedding's gradient.
-      const std::int64_t gathers = micro_batches * (3 + (a.recompute_full ? 8 : 6) * a.n_layer);
+      const std::int64_t gathers = micro_batches * (embeds + 2 * heads + (a.recompute_full ? 8 : 6) * a.n_layer);
       collectives_.push_back({Collective::reduce_scatter, Level::tensor, Purpose::activations, sums,
                               static_cast<std::uint64_t>(sums) * ring_share(tokens, T)});
       collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, gathers,
@@ -147,9 +148,11 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
       collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::activations, micro_batches * calls,
                               static_cast<std::uint64_t>(micro_batches) * bytes});
     }
-    const std::uint64_t gathered = static_cast<std::uint64_t>(a.rows) * 3 * 4 * static_cast<std::uint64_t>(T);
-    collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, micro_batches,
-                            static_cast<std::uint64_t>(micro_batches) * ring_share(gathered, T)});
+    if (a.heads) {
+      const std::uint64_t gathered = static_cast<std::uint64_t>(a.rows) * 3 * 4 * static_cast<std::uint64_t>(T);
+      collectives_.push_back({Collective::all_gather, Level::tensor, Purpose::activations, micro_batches,
+                              static_cast<std::uint64_t>(micro_batches) * ring_share(gathered, T)});
+    }
     // The gradient norm's sum over the tensor group.
     collectives_.push_back({Collective::all_reduce, Level::tensor, Purpose::norm, 1, 2 * ring_share(sizeof(double), T)});
   }

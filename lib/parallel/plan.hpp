@@ -70,10 +70,13 @@ enum class Purpose { gradients, parameters, norm, activations };
 // column-parallel projections and the LM head, in backward again (the inputs are not kept whole)
 // with the gathered rows of each block's two row-parallel projections' output gradients and the
 // embedding's; each segment's norms' gradients are summed (one call per segment holding norms).
+// A pipeline stage exchanges its part's: n_layer is its blocks, and the embedding's and the
+// head's exchanges (the cross-entropy's too) happen only where it `embeds` or `heads`.
 struct ActivationTraffic {
   std::int64_t rows = 0, d_model = 0, n_layer = 0;
   bool recompute_full = false;
   bool sequence_parallel = false;
+  bool embeds = true, heads = true;
 };
 
 struct CollectivePlan {

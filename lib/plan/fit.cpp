@@ -24,9 +24,9 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine) {
                          batches.accum_steps, batches.micro_batch);
   // A pipeline's first stage: its part of the model over its ranks.
   const int stage_world = std::max(1, machine.world() / stages);
-  return st::deck_plan(config, make_layout(shape, TensorSplit{tensor, 0}, pipeline_parts(shape, stages).front()),
-                       stage_world, std::min(machine.ranks_per_node, stage_world), batches.accum_steps,
-                       batches.micro_batch);
+  const ModelPart first = pipeline_parts(shape, stages).front();
+  return st::deck_plan(config, make_layout(shape, TensorSplit{tensor, 0}, first), stage_world,
+                       std::min(machine.ranks_per_node, stage_world), batches.accum_steps, batches.micro_batch, first);
 }
 
 namespace {
@@ -125,13 +125,39 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   // Recomputation costs compute: the planner recommends it, the deck decides.
   if (plan.chosen < 0 || plan.recompute)
     throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + plan.reason, ErrorScope::all_ranks);
-  const StrategyPrediction& chosen = plan.rows[static_cast<std::size_t>(plan.chosen)];
-  set_key(config, "parallel.strategy", name_of(chosen.strategy), "auto: chosen by the planner (plan.txt)");
-  if (chosen.tensor > 1)
-    set_key(config, "parallel.tensor", std::int64_t{chosen.tensor},
+  const StrategyPrediction* chosen = &plan.rows[static_cast<std::size_t>(plan.chosen)];
+  std::string origin = "auto: chosen by the planner (plan.txt)";
+  if (chosen->pipeline > 1 && machine.gpu) {
+    // Pipelines pass activations through host memory in this version (CPU ranks only): the
+    // fastest choice without one, where one fits.
+    const StrategyPrediction* flat = nullptr;
+    for (const StrategyPrediction& row : plan.rows)
+      if (row.fits && row.pipeline == 1) {
+        flat = &row;
+        break;
+      }
+    const std::string why = "the planner's choice, parallel.pipeline = " + std::to_string(chosen->pipeline) +
+                            ", runs on CPU ranks only in this version";
+    if (!flat)
+      throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + why + ", and nothing fits without a pipeline: " +
+                      plan.reason,
+                  ErrorScope::all_ranks);
+    chosen = flat;
+    origin = "auto: chosen by the planner (plan.txt) without a pipeline (" + why + ")";
+  }
+  set_key(config, "parallel.strategy", name_of(chosen->strategy), origin);
+  if (chosen->pipeline > 1) {
+    set_key(config, "parallel.pipeline", std::int64_t{chosen->pipeline},
+            "auto: the planner puts stages of consecutive blocks on whole nodes");
+    if (config.run.sample_every > 0)
+      set_key(config, "run.sample_every", std::int64_t{0},
+              "auto: a pipeline's stages hold the model in parts (generate from the checkpoint)");
+  }
+  if (chosen->tensor > 1)
+    set_key(config, "parallel.tensor", std::int64_t{chosen->tensor},
             "auto: the planner splits layers inside the NVLink group");
-  if (chosen.strategy == StrategyKind::hsdp)
-    set_key(config, "parallel.shard_group", std::int64_t{chosen.group}, "auto: the planner's fast-link group");
+  if (chosen->strategy == StrategyKind::hsdp)
+    set_key(config, "parallel.shard_group", std::int64_t{chosen->group}, "auto: the planner's fast-link group");
   return table;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -63,14 +64,59 @@ std::string percent(double fraction) { return std::to_string(std::lround(100 * f
 // What a rank sends per step over the data-parallel ranks (the tensor group's sums aside).
 std::uint64_t sent(const StrategyPrediction& p) { return p.fast_bytes + p.slow_bytes; }
 
+// A row's pipeline and tensor split as the deck sets them, after `lead`: " with parallel.pipeline
+// = 4, parallel.tensor = 8"; "" for whole layers on every rank.
+std::string split_words(const StrategyPrediction& p, const std::string& lead) {
+  std::string words;
+  if (p.pipeline > 1) words = "parallel.pipeline = " + std::to_string(p.pipeline);
+  if (p.tensor > 1) words += (words.empty() ? "" : ", ") + std::string("parallel.tensor = ") + std::to_string(p.tensor);
+  return words.empty() ? words : lead + words;
+}
+
 // When the choice is not the fastest row (rows[0]), why: the tie margin. Empty otherwise.
 std::string tie_clause(const PlanResult& r, int chosen) {
   if (chosen == 0) return "";
   const StrategyPrediction &c = r.rows[static_cast<std::size_t>(chosen)], &best = r.rows.front();
-  return "; " + name_of(best.strategy) + (best.tensor > 1 ? " with parallel.tensor = " + std::to_string(best.tensor) : "") +
+  return "; " + name_of(best.strategy) + split_words(best, " with ") +
          " is predicted " + ms(best.step_s) + " ms (this choice " + percent(c.step_s / best.step_s - 1) +
          " slower): inside the planner's " + percent(kTieMargin) +
          " margin, where the less sharded strategy is preferred (fewer collectives, less hidden behind compute)";
+}
+
+// Why a pipelined choice: what passes between its stages and over which link, what its bubble
+// costs, and what the best row without a pipeline would do instead.
+std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
+  const StrategyPrediction& c = r.rows[static_cast<std::size_t>(chosen)];
+  const auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
+  const int stage_ranks = m.world() / c.pipeline;
+  // The best row without a pipeline: the fastest that fits (rows come fastest first), else the smallest.
+  const StrategyPrediction* flat = nullptr;
+  for (const auto& row : r.rows)
+    if (row.pipeline == 1 && (!flat || (!flat->fits && (row.fits || row.total_bytes() < flat->total_bytes()))))
+      flat = &row;
+  std::ostringstream why;
+  why << c.strategy << (c.strategy == StrategyKind::hsdp ? " in groups of " + std::to_string(c.group) : "")
+      << " within each of " << c.pipeline << " pipeline stages of " << stage_ranks << " rank(s)"
+      << (stage_ranks >= m.ranks_per_node ? " (" + std::to_string(stage_ranks / m.ranks_per_node) + " node(s))" : "")
+      << split_words(c, ", with ") << ": each stage holds consecutive blocks, and between stages only each "
+      << "micro-batch's activations and their gradients pass, " << b(c.pipeline_bytes) << " per step from the busiest rank over the "
+      << c.pipeline_level << " (" << ms(c.pipeline_exposed_s) << " ms of it not hidden behind compute); the bubble, "
+      << "(P - 1) / m = " << percent(c.bubble_s / (c.compute_s - c.bubble_s)) << " of a stage's work, idles "
+      << ms(c.bubble_s) << " ms. ";
+  if (flat && flat->fits)
+    why << "Without a pipeline the fastest, " << flat->strategy << split_words(*flat, " with ") << ", is predicted "
+        << ms(flat->step_s) << " ms (exposed communication " << ms(flat->exposed_s) << ", sending " << b(sent(*flat))
+        << " per step" << (flat->slow_level.empty() ? "" : ", " + b(flat->slow_bytes) + " of it over the " + flat->slow_level)
+        << "). ";
+  else if (flat)
+    why << "Without a pipeline nothing fits: the smallest, " << flat->strategy << split_words(*flat, " with ") << ", needs "
+        << b(flat->total_bytes()) << " per rank, over the " << format_bytes(m.memory_per_rank) << " per rank ("
+        << m.memory_source << "). ";
+  why << "A rank of the fullest stage holds " << b(c.total_bytes()) << " (activations of the micro-batches in flight "
+      << b(c.activation_bytes) << ", model state " << b(c.state_bytes) << "). Predicted step " << ms(c.step_s)
+      << " ms (compute " << ms(c.compute_s) << ", exposed communication " << ms(c.exposed_s)
+      << "). Set" << split_words(c, " ") << " in the deck";
+  return why.str();
 }
 
 }  // namespace
@@ -132,13 +178,27 @@ std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) { re
 
 namespace {
 
-StrategyPrediction predict_reduced(const Config& config, const Machine& m, StrategyKind strategy, int group,
+// The ranks of one pipeline stage as a machine of their own. Stages are consecutive blocks of
+// world / P ranks (the pipeline outermost): whole nodes where a stage is a node or more, else a
+// part of one node.
+Machine stage_machine(const Machine& m, int stages) {
+  if (stages <= 1) return m;
+  Machine stage = m;
+  const int stage_world = std::max(1, m.world() / stages);
+  stage.ranks_per_node = std::min(m.ranks_per_node, stage_world);
+  stage.nodes = std::max(1, stage_world / m.ranks_per_node);
+  stage.fast_group = std::min(m.fast_group, stage.ranks_per_node);
+  return stage;
+}
+
+StrategyPrediction predict_reduced(const Config& config, const Machine& machine, StrategyKind strategy, int group,
                                    std::optional<Recompute> recompute, int tensor, GradReduction reduction) {
   // The strategy runs over the data-parallel ranks: `world` of them, `L` per node, each a
   // tensor group of `tensor` consecutive ranks; under a pipeline, a stage's (its world is
-  // m.world() / pipeline ranks).
+  // machine.world() / pipeline ranks, `m` its machine).
   const int stages = static_cast<int>(config.parallel.pipeline);
-  const int stage_world = m.world() / stages;
+  const Machine m = stage_machine(machine, stages);
+  const int stage_world = machine.world() / stages;
   const int world = stage_world / tensor;
   const BatchPlan batches = plan_batches(config.data, config.model.seq_len, world, config.deck_path);
   const ModelShape shape = model_shape(config.model);
@@ -152,14 +212,17 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
   ParamLayout layout;
   std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
   std::optional<ParallelPlan> held;
+  const PipelineShape pipeline{stages, static_cast<int>(mb), 1};
   if (stages > 1) {
-    const PipelineShape pipeline{stages, static_cast<int>(mb), 1};
     const std::vector<ModelPart> parts = pipeline_parts(shape, stages);
     std::uint64_t most = 0;
-    for (int s = 0; s < stages; ++s) {
+    // The first stage (the embeddings, the most micro-batches in flight), the second (of the
+    // middle stages the one with the most blocks and the most in flight: parts shrink and
+    // in-flight counts fall along the pipeline) and the last (the head): one of them holds most.
+    for (const int s : {0, 1, stages - 1}) {
       const ParamLayout stage_layout = make_layout(shape, TensorSplit{tensor, 0}, parts[static_cast<std::size_t>(s)]);
       ParallelPlan plan = choice_plan(config, choice, stage_layout, stage_world, std::min(m.ranks_per_node, stage_world),
-                                      mb, batches.micro_batch);
+                                      mb, batches.micro_batch, parts[static_cast<std::size_t>(s)]);
       const std::uint64_t kept =
           predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, parts[static_cast<std::size_t>(s)]) *
           static_cast<std::uint64_t>(pipeline_peak_in_flight(config.parallel.pipeline_schedule, pipeline, s));
@@ -200,10 +263,15 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
   if (stages > 1) {
     // A stage computes its share of the blocks, and idles the pipeline's bubble besides.
     const double share = static_cast<double>(part.blocks(shape)) / static_cast<double>(shape.n_layer);
-    const double bubble = 1.0 + pipeline_bubble({stages, static_cast<int>(mb), 1});
-    p.recompute_s *= share * bubble;
-    p.compute_s *= share * bubble;
+    const double bubble = pipeline_bubble(pipeline);
+    p.pipeline = stages;
+    p.recompute_s *= share * (1 + bubble);
+    p.compute_s *= share;
+    p.bubble_s = p.compute_s * bubble;
+    p.compute_s += p.bubble_s;
   }
+  // The stage's own work, without the bubble: what its traffic can hide behind.
+  const double busy_s = p.compute_s - p.bubble_s;
   const std::int64_t calls = whole.group_calls();
 
   // Communication by level. `L` data-parallel ranks per node; a ring over `ranks` of them spans
@@ -257,8 +325,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
   // one holding the embeddings, whose gradients the tied head completes last), the embeddings'
   // reduce-scatter.
   // Recomputation runs inside backward.
-  const double last_backward =
-      (kBackwardShare * (p.compute_s - p.recompute_s) + p.recompute_s) / static_cast<double>(mb);
+  const double last_backward = (kBackwardShare * (busy_s - p.recompute_s) + p.recompute_s) / static_cast<double>(mb);
   const double embeddings = static_cast<double>(shards.padded(0)) / static_cast<double>(shards.padded_total());
   if (!config.parallel.overlap) {
     p.exposed_s = p.comm_s;
@@ -273,9 +340,39 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& m, Strat
     p.exposed_s = last + std::max(0.0, reduce - last - last_backward) + comm / 2;
   } else {
     const double last = comm / static_cast<double>(2 * mb + 1) * embeddings;
-    p.exposed_s = last + std::max(0.0, comm - last - p.compute_s) + replica_comm;
+    p.exposed_s = last + std::max(0.0, comm - last - busy_s) + replica_comm;
   }
   if (config.parallel.overlap) p.exposed_s += p.tensor_s;
+
+  if (stages > 1) {
+    // Between stages each micro-batch's residual stream goes forward and its gradient back: a
+    // middle stage sends both, an end stage one of them. The slowest hop paces the pipeline:
+    // the network where the stages span nodes, else the links between the node's fast groups.
+    const std::uint64_t message = pipeline_message_bytes(shape, batches.micro_batch, tensor,
+                                                         tensor > 1 && config.parallel.sequence_parallel);
+    const int directions = stages > 2 ? 2 : 1;
+    p.pipeline_bytes = message * static_cast<std::uint64_t>(directions * mb);
+    double gbps = machine.fast_gbps, latency = machine.latency_s;
+    p.pipeline_level = machine.fast_link;
+    if (machine.nodes > 1) {
+      gbps = machine.inter_node_gbps;
+      latency += machine.inter_latency_s;
+      p.pipeline_level = "network";
+    } else if (machine.world() > machine.fast_group) {
+      gbps = machine.node_gbps;
+      p.pipeline_level = machine.node_link;
+    }
+    const double per_message = seconds(message, gbps) + latency;
+    p.pipeline_s = per_message * directions * static_cast<double>(mb);
+    // The sends are non-blocking: in the steady state a micro-batch's two messages hide behind
+    // its forward and backward; filling and draining the pipeline waits for one message per
+    // hop each way.
+    const double per_micro_batch = busy_s / static_cast<double>(mb);
+    p.pipeline_exposed_s = 2.0 * (stages - 1) * per_message +
+                           static_cast<double>(mb) * std::max(0.0, 2 * per_message - per_micro_batch);
+    p.comm_s += p.pipeline_s;
+    p.exposed_s += p.pipeline_exposed_s;
+  }
 
   if (m.memory_gbps > 0) {
     const double updated = static_cast<double>(whole.optimizer().elements);
@@ -302,21 +399,36 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
 
 PlanResult plan_strategies(const Config& config, const Machine& m) {
   PlanResult r;
-  const int group = hsdp_group_for(m);
-  const bool plan_hsdp = group > 0 && m.world() % group == 0;
-  std::vector<std::string> unsplit;  // why a degree's data-parallel ranks cannot split the batch
-  // Every strategy with each layer split over `tensor` ranks (1: whole layers); none when the
-  // data-parallel ranks cannot split the global batch.
-  auto plan_all = [&](Recompute recompute, int tensor) {
+  const bool plan_hsdp = hsdp_group_for(m) > 0 && m.world() % hsdp_group_for(m) == 0;
+  std::vector<std::string> unsplit;  // why a split's data-parallel ranks cannot split the batch
+  // Every strategy with each layer split over `tensor` ranks (1: whole layers) and the deck's
+  // parallel.pipeline stages (`deck`: the deck with the pipeline planned); none when the
+  // data-parallel ranks cannot split the global batch or a pipeline would get fewer micro-batches
+  // than stages.
+  auto plan_all = [&](const Config& deck, Recompute recompute, int tensor) {
+    const int stages = static_cast<int>(deck.parallel.pipeline);
+    // hsdp runs within a stage: its groups are the stage's fast group or node.
+    const Machine stage = stage_machine(m, stages);
+    const int group = hsdp_group_for(stage);
     std::vector<StrategyPrediction> rows;
     try {
+      if (stages > 1) {
+        const BatchPlan batches =
+            plan_batches(deck.data, deck.model.seq_len, m.world() / stages / tensor, deck.deck_path);
+        if (batches.accum_steps < stages)
+          throw Error(std::to_string(batches.accum_steps) + " micro-batch(es) a step go through each stage, fewer "
+                      "than the stages");
+      }
       for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-        rows.push_back(predict_strategy(config, m, s, 0, recompute, tensor));
+        rows.push_back(predict_strategy(deck, m, s, 0, recompute, tensor));
       // hsdp's groups in data-parallel ranks: the fast group's or node's share of them.
-      if (plan_hsdp && group % tensor == 0 && group / tensor > 1)
-        rows.push_back(predict_strategy(config, m, StrategyKind::hsdp, group / tensor, recompute, tensor));
+      if (group > 0 && stage.world() % group == 0 && group % tensor == 0 && group / tensor > 1)
+        rows.push_back(predict_strategy(deck, m, StrategyKind::hsdp, group / tensor, recompute, tensor));
     } catch (const Error& e) {
-      unsplit.push_back(tensor > 1 ? "with parallel.tensor = " + std::to_string(tensor) + ", " + e.what() : e.what());
+      std::string split;
+      if (stages > 1) split = "parallel.pipeline = " + std::to_string(stages);
+      if (tensor > 1) split += (split.empty() ? "" : ", ") + std::string("parallel.tensor = ") + std::to_string(tensor);
+      unsplit.push_back(split.empty() ? e.what() : "with " + split + ", " + e.what());
       rows.clear();
     }
     return rows;
@@ -328,17 +440,50 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const int asked_degree = static_cast<int>(config.parallel.tensor);
   // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch; and
   // the deck's own parallel.tensor, whatever the links, since it asks for it.
-  auto plan_layers = [&](Recompute recompute) {
-    std::vector<StrategyPrediction> rows = plan_all(recompute, 1);
+  auto plan_split = [&](const Config& deck, Recompute recompute) {
+    std::vector<StrategyPrediction> rows = plan_all(deck, recompute, 1);
     const bool wanted = rows.empty() || std::none_of(rows.begin(), rows.end(), fits);
     for (const int t : degrees)
       if (wanted || t == asked_degree) {
-        std::vector<StrategyPrediction> split = plan_all(recompute, t);
+        std::vector<StrategyPrediction> split = plan_all(deck, recompute, t);
         rows.insert(rows.end(), split.begin(), split.end());
       }
     if (asked_degree > 1 && std::find(degrees.begin(), degrees.end(), asked_degree) == degrees.end()) {
-      std::vector<StrategyPrediction> split = plan_all(recompute, asked_degree);
+      std::vector<StrategyPrediction> split = plan_all(deck, recompute, asked_degree);
       rows.insert(rows.end(), split.begin(), split.end());
+    }
+    return rows;
+  };
+  // The deck's pipeline (parallel.pipeline), and the planner's own: on several nodes, 2, 4, ...
+  // stages of whole nodes (a power of two dividing the nodes, at most a block each), each
+  // shown by its best row per tensor degree (the fastest that fits, else the smallest).
+  const int asked_stages = static_cast<int>(config.parallel.pipeline);
+  std::vector<int> searched_stages;
+  if (m.nodes > 1)
+    for (int stages = 2; stages <= m.nodes && stages <= config.model.n_layer; stages *= 2)
+      if (m.nodes % stages == 0 && stages != asked_stages) searched_stages.push_back(stages);
+  auto plan_layers = [&](Recompute recompute) {
+    std::vector<StrategyPrediction> rows = plan_split(config, recompute);
+    if (asked_stages > 1) {
+      Config whole = config;
+      whole.parallel.pipeline = 1;
+      std::vector<StrategyPrediction> unpipelined = plan_split(whole, recompute);
+      rows.insert(rows.end(), unpipelined.begin(), unpipelined.end());
+    }
+    for (const int stages : searched_stages) {
+      Config staged = config;
+      staged.parallel.pipeline = stages;
+      std::vector<StrategyPrediction> best;
+      for (const StrategyPrediction& row : plan_split(staged, recompute)) {
+        auto same = std::find_if(best.begin(), best.end(), [&](const StrategyPrediction& b) { return b.tensor == row.tensor; });
+        const bool better = same == best.end() ||
+                            (row.fits != same->fits ? row.fits
+                                                    : (row.fits ? row.step_s < same->step_s
+                                                                : row.total_bytes() < same->total_bytes()));
+        if (same == best.end()) best.push_back(row);
+        else if (better) *same = row;
+      }
+      rows.insert(rows.end(), best.begin(), best.end());
     }
     return rows;
   };
@@ -398,8 +543,8 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   int chosen = 0;
   for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
     if (r.rows[i].fits && r.rows[i].step_s <= best * (1 + kTieMargin) &&
-        std::make_pair(r.rows[i].tensor, order_of(r.rows[i].strategy)) <
-            std::make_pair(r.rows[chosen].tensor, order_of(r.rows[chosen].strategy)))
+        std::make_tuple(r.rows[i].pipeline, r.rows[i].tensor, order_of(r.rows[i].strategy)) <
+            std::make_tuple(r.rows[chosen].pipeline, r.rows[chosen].tensor, order_of(r.rows[chosen].strategy)))
       chosen = i;
   r.chosen = chosen;
   if (lever) {
@@ -407,8 +552,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     r.recompute = *lever;
     std::ostringstream why;
     why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "")
-        << (c.tensor > 1 ? " and parallel.tensor = " + std::to_string(c.tensor) : "")
-        << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
+        << split_words(c, " and ") << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
         << recompute_name(asked) << "\" (the smallest needs " << b(smallest_without(r.rows, asked)) << " per rank, over the "
         << limit << "); recomputing " << (*lever == Recompute::selective ? "the attention probabilities and GELU outputs"
                                                                          : "each block's forward in backward")
@@ -424,16 +568,21 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   // What the choice is compared with: the other strategies with the same split and recomputation.
   const auto find = [&](StrategyKind s) -> const StrategyPrediction* {
     for (const auto& row : r.rows)
-      if (row.strategy == s && row.tensor == c.tensor && row.recompute == c.recompute) return &row;
+      if (row.strategy == s && row.tensor == c.tensor && row.pipeline == c.pipeline && row.recompute == c.recompute)
+        return &row;
     return nullptr;
   };
   const std::string tie = tie_clause(r, chosen);
+  if (c.pipeline > 1) {
+    r.reason = pipeline_reason(r, chosen, m) + tie + ".";
+    return r;
+  }
   if (c.tensor > 1) {
     // Tensor parallelism was planned because whole layers do not fit or cannot split the batch,
     // or because the deck asks for it.
     const StrategyPrediction* whole = nullptr;  // the fastest whole-layer row that fits, else the smallest
     for (const auto& row : r.rows)
-      if (row.tensor == 1 && (!whole || (row.fits && !whole->fits) ||
+      if (row.tensor == 1 && row.pipeline == 1 && (!whole || (row.fits && !whole->fits) ||
                               (row.fits == whole->fits && (row.fits ? row.step_s < whole->step_s
                                                                     : row.total_bytes() < whole->total_bytes()))))
         whole = &row;
@@ -544,8 +693,8 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
   out << "\n";
   for (const auto& a : m.assumptions) out << "assumed: " << a << "\n";
   char line[320];
-  std::snprintf(line, sizeof line, "%-5s %-8s %6s %6s %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank",
-                "strategy", "tensor", "group", "recompute", "state", "activations", "workspace", "total", "fits", "compute ms",
+  std::snprintf(line, sizeof line, "%-5s %-8s %6s %4s %6s %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s\n", "rank",
+                "strategy", "tensor", "pipe", "group", "recompute", "state", "activations", "workspace", "total", "fits", "compute ms",
                 "comm ms", "exposed ms", "step ms");
   out << line;
   int place = 0;
@@ -555,8 +704,8 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
     const std::string rank = p.fits ? std::to_string(++place) : "-";
     each_micro_batch = each_micro_batch || p.reduces_each_micro_batch;
     const std::string strategy = name_of(p.strategy) + (p.reduces_each_micro_batch ? "*" : "");
-    std::snprintf(line, sizeof line, "%-5s %-8s %6d %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
-                  rank.c_str(), strategy.c_str(), p.tensor, p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+    std::snprintf(line, sizeof line, "%-5s %-8s %6d %4d %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
+                  rank.c_str(), strategy.c_str(), p.tensor, p.pipeline, p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",
@@ -567,6 +716,10 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
   if (each_micro_batch)
     out << "*: gradients reduce-scattered every micro-batch, holding no whole-model gradient "
            "(parallel.grad_reduction; \"auto\" where one would not fit)\n";
+  if (std::any_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) { return p.pipeline > 1; }))
+    out << "pipe: stages of consecutive blocks (parallel.pipeline), the strategy within each stage; a pipelined "
+           "row's figures are its fullest stage's, compute with the bubble, comm with the activations between "
+           "stages\n";
   for (const auto& n : r.notes) out << "note: " << n << "\n";
   out << (r.chosen >= 0 ? "recommendation: " : "no recommendation: ") << r.reason << "\n";
   return out.str();

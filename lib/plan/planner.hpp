@@ -22,6 +22,7 @@ struct StrategyPrediction {
   StrategyKind strategy = StrategyKind::ddp;
   int group = 0;  // ranks that shard together (hsdp: the group; others: the data-parallel ranks)
   int tensor = 1;  // ranks splitting each layer (parallel.tensor)
+  int pipeline = 1;  // stages of consecutive blocks (parallel.pipeline); the strategy runs within a stage
   Recompute recompute = Recompute::none;
   // parallel.grad_reduction as predicted (auto: once where the whole gradient fits, else every
   // micro-batch), and whether it reduce-scatters every micro-batch (sharded gradients, several
@@ -38,6 +39,13 @@ struct StrategyPrediction {
   std::string slow_level;        // its name ("" when nothing crosses a slower level)
   std::uint64_t tensor_bytes = 0;  // sent per rank per step within the tensor group (its activations)
   double tensor_s = 0;             // of comm_s and exposed_s: the tensor group's exchanges, never hidden
+  // Under a pipeline: what the busiest rank sends its neighbouring stages per step (activations
+  // forward, their gradients back), over which link, in how long (of comm_s; the part not hidden
+  // behind the stage's compute is in exposed_s), and the bubble (of compute_s: the stage idling
+  // while the pipeline fills and drains).
+  std::uint64_t pipeline_bytes = 0;
+  std::string pipeline_level;
+  double pipeline_s = 0, pipeline_exposed_s = 0, bubble_s = 0;
 };
 
 struct PlanResult {

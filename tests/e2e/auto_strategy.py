@@ -20,8 +20,8 @@ h.check(proc.returncode == 0, f"run with auto on 2 ranks exits 0\n{proc.stderr[-
 out = proc.stdout
 h.check('parallel.strategy = "auto": the planner\'s table' in out, "the table is logged before training")
 for name in ("ddp", "zero1", "zero2", "zero3"):
-    # rank, strategy, tensor (1: whole layers), group (the 2 ranks)
-    h.check(re.search(rf"^\S+\s+{name}\s+1\s+2\s", out, re.M) is not None,
+    # rank, strategy, tensor (1: whole layers), pipe (1: no pipeline), group (the 2 ranks)
+    h.check(re.search(rf"^\S+\s+{name}\s+1\s+1\s+2\s", out, re.M) is not None,
             f"the table has a row for {name} with whole layers on 2 ranks")
 m = re.search(r"^recommendation: (\w+)(?: with groups of \d+)?: (.+)$", out, re.M)
 h.check(m is not None and len(m.group(2)) > 40, f"the choice comes with its reason ({m and m.group(0)[:120]})")

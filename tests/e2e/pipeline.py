@@ -66,6 +66,18 @@ for ranks, extra, strategy, micro, params_rel, label in [
                 and "bubble 25% of the step" in out.stdout,
                 f"{label}: check states the stages, the schedule, the bubble and the bytes\n{out.stdout[-1500:]}"
                 f"{out.stderr[-500:]}")
+    if label == "pipeline2_tensor2":
+        # Rank 0's tensor group exchanges its stage's activations only: per micro-batch the
+        # embedding's sum and 4 per block (2 forward, 2 backward) for its 2 blocks, each an
+        # all-reduce of 3 x 32 rows of 32 fp32 values (a ring of 2 sends all of it once), and the
+        # gradient norm's double; none of the head's or the other stage's blocks'.
+        expected = 4 * (1 + 4 * 2) * (3 * 32 * 32 * 4) + 8
+        sent = [r["comm_tensor_bytes"] for r in got["rows"] if r["kind"] == "train"]
+        h.check(all(b == expected for b in sent), f"{label}: rank 0's tensor group sends {expected} bytes a step ({sent[:3]})")
+        deck = os.path.join(work, f"{label}.toml")
+        out = h.mpirun(args, 1, ["check", deck, "--ranks", "4"] + extra)
+        h.check(out.returncode == 0 and "432.00 KiB within the tensor group" in out.stdout,
+                f"{label}: check predicts the first stage's tensor-group bytes\n{out.stdout[-1500:]}{out.stderr[-500:]}")
 
 # The trace draws the schedule: each stage's passes of the first step, in the schedule's order.
 def traced_passes(run_dir, rank):

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <regex>
 
 #include "core/error.hpp"
@@ -12,6 +14,7 @@
 #include "model/activations.hpp"
 #include "model/deck_shape.hpp"
 #include "model/gpt2.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/shard_layout.hpp"
 #include "plan/fit.hpp"
@@ -132,11 +135,30 @@ TEST(Planner, PcieSocketsPickHsdpPerSocket) {
   EXPECT_NE(r.reason.find("inside the fast groups (PXB"), std::string::npos) << r.reason;
 }
 
+// The fastest row (rows come fastest first) with `stages` pipeline stages that fits.
+const StrategyPrediction* fastest_with(const PlanResult& r, int stages) {
+  for (const auto& row : r.rows)
+    if (row.fits && row.pipeline == stages) return &row;
+  return nullptr;
+}
+
 TEST(Planner, NodesOnASlowNetworkShardInsideTheNode) {
-  const PlanResult r = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5));
-  EXPECT_EQ(chosen(r).strategy, StrategyKind::hsdp);
-  EXPECT_EQ(chosen(r).group, 8);
-  EXPECT_NE(r.reason.find("across the network"), std::string::npos) << r.reason;
+  // Without a pipeline hsdp keeps its gathers inside the node. On 12.5 GB/s between nodes a
+  // pipeline of one node per stage, which sends only activations over the network, is faster
+  // still; on 100 GB/s it is not, and hsdp is the choice.
+  const Machine slow = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
+  const PlanResult r = plan_strategies(kConfig, slow);
+  const StrategyPrediction* flat = fastest_with(r, 1);
+  ASSERT_NE(flat, nullptr);
+  EXPECT_EQ(flat->strategy, StrategyKind::hsdp);
+  EXPECT_EQ(flat->group, 8);
+  EXPECT_GT(chosen(r).pipeline, 1);
+  EXPECT_NE(r.reason.find("Without a pipeline the fastest, hsdp, is predicted"), std::string::npos) << r.reason;
+  const PlanResult fast = plan_strategies(kConfig, machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 100));
+  EXPECT_EQ(chosen(fast).pipeline, 1) << fast.reason;
+  EXPECT_EQ(chosen(fast).strategy, StrategyKind::hsdp) << fast.reason;
+  EXPECT_EQ(chosen(fast).group, 8);
+  EXPECT_NE(fast.reason.find("across the network"), std::string::npos) << fast.reason;
 }
 
 TEST(Planner, NothingFitsSaysWhatItWouldTake) {
@@ -365,7 +387,7 @@ TEST(Planner, MoreRanksThanSequencesSplitLayersInstead) {
 // The row of a strategy with whole layers and the deck's recomputation.
 const StrategyPrediction& row_of(const PlanResult& r, StrategyKind s) {
   for (const auto& row : r.rows)
-    if (row.strategy == s && row.tensor == 1 && row.recompute == Recompute::none) return row;
+    if (row.strategy == s && row.tensor == 1 && row.pipeline == 1 && row.recompute == Recompute::none) return row;
   ADD_FAILURE() << "no " << s << " row";
   return r.rows.front();
 }
@@ -515,6 +537,149 @@ TEST(PlannerReasons, PcieNodeNamesItsLinks) {
   const PlanResult r = plan_strategies(config, machine_of("08_rtx4090-8gpu_pcie-only-all-sys_dual-socket_2nic_tabs.txt", 80));
   const std::string notes = join(r.notes, "\n");
   EXPECT_NE(notes.find("no NVLink group to split layers in (fast links: SYS"), std::string::npos) << notes;
+}
+
+// ---- Pipelines ----
+
+// Llama 3.1 405B's shape in bf16: 512 sequences of 8192 a step, one per micro-batch, each layer
+// split over the 8 GPUs of a node with sequence parallelism (as Megatron and torchtitan train it),
+// recomputing each block in backward.
+Config llama_405b(const std::vector<std::string>& sets = {}) {
+  const std::string path = std::string(ST_SOURCE_DIR) + "/tests/data/decks/llama3_405b.toml";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_FALSE(text.str().empty()) << path;
+  return parse_deck(text.str(), path, sets);
+}
+
+// 64 nodes of 8 H100s (80 GiB, 400 TFLOP/s) joined by 100 Gb/s.
+Machine h100_nodes(int nodes) { return machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80, nodes, 12.5); }
+
+TEST(PlannerPipeline, Llama405bOn64NodesGetsAPipelineWithTensorInsideTheNode) {
+  const Machine m = h100_nodes(64);
+  const Config config = llama_405b();
+  const PlanResult r = plan_strategies(config, m);
+  const StrategyPrediction& c = chosen(r);
+  ASSERT_GT(c.pipeline, 1) << r.reason;
+  EXPECT_EQ(m.nodes % c.pipeline, 0) << "stages of whole nodes";
+  EXPECT_GT(c.tensor, 1);
+  EXPECT_LE(c.tensor, m.fast_group) << "layers split inside the node";
+  EXPECT_TRUE(c.fits);
+  EXPECT_FALSE(r.recompute.has_value()) << r.reason;
+  // Chosen because it is faster beyond the tie margin than anything without a pipeline.
+  const StrategyPrediction* flat = fastest_with(r, 1);
+  ASSERT_NE(flat, nullptr);
+  EXPECT_LT(c.step_s * 1.05, flat->step_s) << r.reason;
+  // Between stages: one micro-batch (one sequence) per message, this rank's 8192 / tensor rows
+  // of 16384 fp32 values, forward and back from a middle stage, m of them a step.
+  const std::int64_t data_ranks = m.world() / c.pipeline / c.tensor;
+  const std::int64_t micro_batches = 512 / data_ranks;
+  const std::uint64_t message = static_cast<std::uint64_t>(8192 / c.tensor) * 16384 * 4;
+  EXPECT_EQ(c.pipeline_bytes, static_cast<std::uint64_t>((c.pipeline > 2 ? 2 : 1) * micro_batches) * message);
+  EXPECT_EQ(c.pipeline_level, "network");
+  // The bubble: (P - 1) / m of the stage's own work.
+  EXPECT_NEAR(c.bubble_s, (c.compute_s - c.bubble_s) * (c.pipeline - 1) / static_cast<double>(micro_batches),
+              1e-9 * c.compute_s);
+  EXPECT_NEAR(c.step_s, c.compute_s + c.exposed_s + c.optimizer_s, 1e-9 * c.step_s);
+  EXPECT_GE(c.exposed_s, c.pipeline_exposed_s);
+  EXPECT_NE(r.reason.find("within each of " + std::to_string(c.pipeline) + " pipeline stages"), std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find(format_bytes(static_cast<double>(c.pipeline_bytes)) +
+                          " per step from the busiest rank over the network"),
+            std::string::npos)
+      << r.reason;
+  const long bubble_percent = std::lround(100.0 * (c.pipeline - 1) / static_cast<double>(micro_batches));
+  EXPECT_NE(r.reason.find("(P - 1) / m = " + std::to_string(bubble_percent) + "%"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("Set parallel.pipeline = " + std::to_string(c.pipeline) + ", parallel.tensor = " +
+                          std::to_string(c.tensor) + " in the deck"),
+            std::string::npos)
+      << r.reason;
+  expect_step_figures(r);
+  // The table shows the stages in the pipe column.
+  const std::string table = format_plan(r, m);
+  const std::size_t chosen_at = table.find("<- chosen");
+  ASSERT_NE(chosen_at, std::string::npos);
+  const std::string chosen_row = table.substr(table.rfind('\n', chosen_at) + 1, chosen_at - table.rfind('\n', chosen_at));
+  char columns[40];
+  std::snprintf(columns, sizeof columns, "%-8s %6d %4d", name_of(c.strategy).c_str(), c.tensor, c.pipeline);
+  EXPECT_NE(chosen_row.find(columns), std::string::npos) << chosen_row;
+
+  // Without recomputation nothing fits at all: the planner recommends full recomputation with
+  // the pipeline.
+  const PlanResult none = plan_strategies(llama_405b({"model.recompute=none"}), m);
+  ASSERT_TRUE(none.recompute.has_value()) << none.reason;
+  EXPECT_EQ(*none.recompute, Recompute::full);
+  EXPECT_EQ(chosen(none).pipeline, c.pipeline);
+  EXPECT_NE(none.reason.find("and parallel.pipeline = " + std::to_string(c.pipeline)), std::string::npos)
+      << none.reason;
+}
+
+TEST(PlannerPipeline, An8bModelOnOneNvswitchNodeNeverGetsAPipeline) {
+  // Llama 3 8B's shape, with and without the deck splitting layers.
+  const std::vector<std::string> shape = {"model.n_layer=32", "model.d_model=4096", "model.n_head=32",
+                                          "model.n_kv_head=8", "model.ffn_dim=14336", "data.global_batch=64"};
+  for (const std::string tensor : {"parallel.tensor=1", "parallel.tensor=8"}) {
+    std::vector<std::string> sets = shape;
+    sets.push_back(tensor);
+    if (tensor == "parallel.tensor=1") sets.push_back("parallel.sequence_parallel=false");
+    const Machine node = h100_nodes(1);
+    const PlanResult r = plan_strategies(llama_405b(sets), node);
+    EXPECT_GE(r.chosen, 0) << r.reason;
+    for (const auto& row : r.rows) EXPECT_EQ(row.pipeline, 1) << tensor << ": " << row.strategy;
+    EXPECT_EQ(format_plan(r, node).find("pipe: stages"), std::string::npos);
+  }
+}
+
+TEST(PlannerPipeline, AutoTakesThePipelineOnCpuRanksAndNotYetOnGpus) {
+  // GPT-2 XL on 4 nodes joined by 12.5 GB/s (NodesOnASlowNetworkShardInsideTheNode): a pipeline.
+  const Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
+  const Machine gpus = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
+  const PlanResult r = plan_strategies(config, gpus);
+  ASSERT_GT(chosen(r).pipeline, 1) << r.reason;
+  // GPUs: the fastest row without a pipeline, the origin saying why.
+  Config on_gpus = config;
+  resolve_auto_strategy(on_gpus, gpus);
+  const StrategyPrediction* flat = fastest_with(r, 1);
+  ASSERT_NE(flat, nullptr);
+  EXPECT_EQ(on_gpus.parallel.pipeline, 1);
+  EXPECT_EQ(on_gpus.parallel.strategy, flat->strategy);
+  EXPECT_NE(on_gpus.origin["parallel.strategy"].find("runs on CPU ranks only"), std::string::npos)
+      << on_gpus.origin["parallel.strategy"];
+  // The same figures on CPU ranks: the deck takes the pipeline, and stops sampling (the stages
+  // hold the model in parts).
+  Machine cpus = gpus;
+  cpus.gpu = false;
+  const PlanResult cpu_plan = plan_strategies(config, cpus);
+  ASSERT_GT(chosen(cpu_plan).pipeline, 1) << cpu_plan.reason;
+  Config on_cpus = config;
+  on_cpus.run.sample_every = 100;
+  resolve_auto_strategy(on_cpus, cpus);
+  EXPECT_EQ(on_cpus.parallel.pipeline, chosen(cpu_plan).pipeline);
+  EXPECT_EQ(on_cpus.parallel.strategy, chosen(cpu_plan).strategy);
+  EXPECT_EQ(on_cpus.run.sample_every, 0);
+  EXPECT_NE(on_cpus.origin["parallel.pipeline"].find("auto"), std::string::npos);
+}
+
+// A pipeline stage's tensor group exchanges its own blocks' activations, the embedding's where it
+// embeds, the head's where it heads: the stages' exchanges add up to the whole model's.
+TEST(PlannerPipeline, StagesTensorTrafficAddsUpToTheWholeModels) {
+  const ModelShape shape = model_shape(llama_405b().model);  // 126 blocks
+  const ActivationTraffic whole_traffic{8192, 16384, 126, false, true};
+  const auto traffic = [&](const ParallelPlan& plan) {
+    return plan.tensor_bytes_of(Collective::reduce_scatter) + plan.tensor_bytes_of(Collective::all_gather);
+  };
+  const ParallelPlan whole(make_layout(shape, TensorSplit{8, 0}), StrategyKind::ddp, Precision::fp32, Mesh{1, 1, 8}, 4,
+                           0, whole_traffic);
+  for (const int stages : {2, 3, 8}) {
+    std::uint64_t sum = 0;
+    for (const ModelPart& part : pipeline_parts(shape, stages)) {
+      const ActivationTraffic stage{8192, 16384, part.blocks(shape), false, true, part.embeds(), part.heads(shape)};
+      sum += traffic(ParallelPlan(make_layout(shape, TensorSplit{8, 0}, part), StrategyKind::ddp, Precision::fp32,
+                                  Mesh{1, 1, 8}, 4, 0, stage));
+    }
+    EXPECT_EQ(sum, traffic(whole)) << stages << " stages";
+  }
 }
 
 }  // namespace
