@@ -122,7 +122,12 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const ModelShape shape = model_shape(config.model);
   const ParamLayout layout = make_layout(shape);
   const Recompute recompute = config.model.recompute;
-  const std::uint64_t activations = predicted_activation_bytes(config, machine, batch_plan.micro_batch, recompute, tensor);
+  // Rank 0's, as run reports them: under a pipeline the first stage's, for each micro-batch in flight.
+  const std::uint64_t activations =
+      config.parallel.pipeline > 1
+          ? stage_activation_bytes(config, machine, batch_plan.micro_batch, recompute, tensor,
+                                   deck_pipeline(config, world_size, batch_plan.accum_steps), 0)
+          : predicted_activation_bytes(config, machine, batch_plan.micro_batch, recompute, tensor);
   const auto& p = config.parallel;
   // The plan the run would make: the planner's machine says how the ranks split into nodes.
   const ParallelPlan predicted = deck_plan(config, machine);

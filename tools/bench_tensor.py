@@ -17,7 +17,6 @@ Prints Markdown tables for docs/benchmarks.md."""
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -25,15 +24,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from validate_planner import mpirun  # noqa: E402  (mpirun as root, failing loudly)
-# A row of `shardtrain plan`: rank, strategy, tensor, group, recompute, state, activations,
-# workspace, total (each "<number> <unit>"), fits, compute, comm, exposed, step ms.
-SIZE = r"([\d.]+ \S?i?B)"
-ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)\s+(\d+)\s+(\d+)\s+(\S+)\s+" + r"\s+".join([SIZE] * 4) +
-                 r"\s+(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", re.M)
-
-UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
-
+from validate_planner import mpirun, plan_rows  # noqa: E402  (mpirun as root, failing loudly; the plan's rows)
 DECK = """[run]
 steps = {steps}
 log_every = 1
@@ -55,16 +46,11 @@ tensor = {tensor}
 """
 
 
-def bytes_of(text):
-    number, unit = text.split()
-    return float(number) * UNITS[unit]
-
-
 def predict(exe, deck, ranks, tensor, strategy):
     out = mpirun(ranks, [exe, "plan", deck])
-    for m in ROW.finditer(out):
-        if m.group(2) == strategy and int(m.group(3)) == tensor:
-            return {"step": float(m.group(14)), "exposed": float(m.group(13)), "memory": bytes_of(m.group(9))}
+    for r in plan_rows(out):
+        if r["strategy"] == strategy and r["tensor"] == tensor and r["pipeline"] == 1:
+            return {"step": r["step"], "exposed": r["exposed"], "memory": r["total"]}
     sys.exit(f"no row for tensor {tensor} x {strategy} in the planner's output:\n{out}")
 
 

@@ -22,9 +22,32 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-# rank, strategy, tensor (1 here: whole layers), group, ..., fits, compute, comm, exposed, step
-ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)\s+1\s+(\d+)\s+.*\s(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
-                 r"(\s+<- chosen)?$", re.M)
+# A row of `shardtrain plan`'s table: rank, strategy (a trailing * where it reduces every
+# micro-batch), tensor, pipe, group, recompute, state, activations, workspace, total (each
+# "<number> <unit>"), fits, compute, comm, exposed and step ms, "<- chosen" on the choice.
+SIZE = r"([\d.]+ \S?i?B)"
+ROW = re.compile(r"^(\S+)\s+(ddp|zero1|zero2|zero3|hsdp)(\*?)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+" +
+                 r"\s+".join([SIZE] * 4) + r"\s+(yes|NO)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)(\s+<- chosen)?$", re.M)
+UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3, "TiB": 1024 ** 4}
+
+
+def bytes_of(text):
+    number, unit = text.split()
+    return float(number) * UNITS[unit]
+
+
+def plan_rows(text):
+    """The rows of a `shardtrain plan` table (tools/bench_tensor.py and bench_pipeline.py read them
+    through this too)."""
+    rows = []
+    for m in ROW.finditer(text):
+        rows.append({"strategy": m.group(2), "each_micro_batch": m.group(3) == "*", "tensor": int(m.group(4)),
+                     "pipeline": int(m.group(5)), "group": int(m.group(6)), "recompute": m.group(7),
+                     "state": bytes_of(m.group(8)), "activations": bytes_of(m.group(9)),
+                     "workspace": bytes_of(m.group(10)), "total": bytes_of(m.group(11)), "fits": m.group(12) == "yes",
+                     "compute": float(m.group(13)), "comm": float(m.group(14)), "exposed": float(m.group(15)),
+                     "step": float(m.group(16)), "chosen": bool(m.group(17))})
+    return rows
 
 
 def mpirun(ranks, argv):
@@ -37,8 +60,7 @@ def mpirun(ranks, argv):
 
 def plan(exe, deck, ranks, sets):
     out = mpirun(ranks, [exe, "plan", deck] + [x for s in sets for x in ("--set", s)])
-    rows = {m.group(2): {"step": float(m.group(8)), "compute": float(m.group(5)), "exposed": float(m.group(7)),
-                         "chosen": bool(m.group(9))} for m in ROW.finditer(out)}
+    rows = {r["strategy"]: r for r in plan_rows(out) if r["tensor"] == 1 and r["pipeline"] == 1}
     if not rows:
         sys.exit(f"no table in the planner's output:\n{out}")
     return rows

@@ -1,6 +1,5 @@
 #include "comm/stack.hpp"
 
-#include "comm/agree.hpp"
 #include "comm/mpi_check.hpp"
 
 namespace st {
@@ -53,6 +52,7 @@ CommStack::CommStack(const World& world, const Settings& settings) : world_(worl
   Communicator& chosen = two_level_active_ ? static_cast<Communicator&>(*two_level_) : *flat;
   watched_ = std::make_unique<WatchedCommunicator>(chosen, *watchdog_, two_level_active_ ? "two-level" : "world");
   async_ = std::make_unique<AsyncCommunicator>(*watched_);
+  agreements_ = std::make_unique<JobAgreements>(world.comm(), watchdog_.get());
 }
 
 std::string CommStack::description() const {
@@ -147,29 +147,6 @@ CommStack::Groups CommStack::groups(int group_size) {
     group_size_ = group_size;
   }
   return {*within_->async, *across_->async};
-}
-
-int CommStack::max_over_ranks(int value, const char* what) {
-  Watchdog::Scope scope(watchdog_.get(), "all_reduce", sizeof value, what);
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, world_.comm()));
-  return value;
-}
-
-std::uint64_t CommStack::max_over_ranks(std::uint64_t value, const char* what) {
-  Watchdog::Scope scope(watchdog_.get(), "all_reduce", sizeof value, what);
-  unsigned long long v = value;
-  ST_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, world_.comm()));
-  return v;
-}
-
-void CommStack::barrier(const char* what) {
-  Watchdog::Scope scope(watchdog_.get(), "barrier", 0, what);
-  ST_CHECK_MPI(MPI_Barrier(world_.comm()));
-}
-
-void CommStack::agree_or_throw(const std::string& local_error, const char* what) {
-  Watchdog::Scope scope(watchdog_.get(), "agree", 0, what);
-  ::st::agree_or_throw(world_.comm(), local_error);
 }
 
 }  // namespace st

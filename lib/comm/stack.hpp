@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/choices.hpp"
+#include "comm/agreements.hpp"
 #include "comm/async.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/shm_communicator.hpp"
@@ -59,15 +60,9 @@ class CommStack {
   // Record every collective of collectives() and of the groups on the timeline.
   void trace_to(Timeline* timeline);
 
-  // The job's small agreements beside the data (a stop signal on any rank, the largest rank's
-  // memory, everyone at the same point): MPI calls of a few bytes on the world, watched for
-  // hangs like every collective. `what` names them in a hang report.
-  int max_over_ranks(int value, const char* what);
-  std::uint64_t max_over_ranks(std::uint64_t value, const char* what);
-  void barrier(const char* what);
-  // agree_or_throw (comm/agree.hpp) on the world, watched: every rank throws the first failing
-  // rank's message when any rank passes one.
-  void agree_or_throw(const std::string& local_error, const char* what);
+  // The small agreements (comm/agreements.hpp) over this stack's world, watched with its
+  // collectives.
+  JobAgreements& agreements() { return *agreements_; }
 
  private:
   // One group communicator: an MPI communicator of its own, its backend, watched and async.
@@ -94,6 +89,7 @@ class CommStack {
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<WatchedCommunicator> watched_;
   std::unique_ptr<AsyncCommunicator> async_;
+  std::unique_ptr<JobAgreements> agreements_;
 };
 
 }  // namespace st

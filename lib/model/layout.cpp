@@ -92,6 +92,17 @@ std::string tensor_split_problem(const ModelShape& s, int degree) {
   return "";
 }
 
+namespace {
+
+// Appends a copy of `segment` (its tensors, laid out anew) to `layout`.
+void append_segment(ParamLayout& layout, const Segment& segment) {
+  std::vector<TensorSpec> tensors;
+  for (const TensorSlot& t : segment.tensors) tensors.push_back({t.name, t.shape, t.role, t.split, t.parts});
+  layout.add_segment(segment.name, tensors);
+}
+
+}  // namespace
+
 ParamLayout part_layout(const ParamLayout& whole, const ModelShape& shape, const ModelPart& part) {
   const std::int64_t end = part.end(shape);
   ST_REQUIRE(part.first_block >= 0 && part.first_block < end && end <= shape.n_layer,
@@ -99,11 +110,7 @@ ParamLayout part_layout(const ParamLayout& whole, const ModelShape& shape, const
   ST_REQUIRE(whole.segments().size() == static_cast<std::size_t>(shape.n_layer) + 2,
              "a whole layout has the embeddings, one segment per block and the final norm");
   ParamLayout layout;
-  auto keep = [&layout](const Segment& segment) {
-    std::vector<TensorSpec> tensors;
-    for (const TensorSlot& t : segment.tensors) tensors.push_back({t.name, t.shape, t.role, t.split, t.parts});
-    layout.add_segment(segment.name, tensors);
-  };
+  auto keep = [&layout](const Segment& segment) { append_segment(layout, segment); };
   if (part.holds_embeddings(shape)) keep(whole.segments().front());
   for (std::int64_t b = part.first_block; b < end; ++b) keep(whole.segments()[static_cast<std::size_t>(b) + 1]);
   if (part.heads(shape)) keep(whole.segments().back());
@@ -113,6 +120,17 @@ ParamLayout part_layout(const ParamLayout& whole, const ModelShape& shape, const
 ParamLayout make_layout(const ModelShape& shape, TensorSplit split, const ModelPart& part) {
   const ParamLayout whole = make_layout(shape, split);
   return part.whole(shape) ? whole : part_layout(whole, shape, part);
+}
+
+ParamLayout stage_layout(const ModelShape& shape, TensorSplit split, const std::vector<ModelPart>& parts) {
+  if (parts.size() == 1) return make_layout(shape, split, parts.front());
+  const ParamLayout whole = make_layout(shape, split);
+  ParamLayout layout;
+  for (const ModelPart& part : parts) {
+    const ParamLayout chunk = part_layout(whole, shape, part);
+    for (const Segment& segment : chunk.segments()) append_segment(layout, segment);
+  }
+  return layout;
 }
 
 ParamLayout make_layout(const ModelShape& s, TensorSplit split) {

@@ -165,6 +165,9 @@ ParamLayout make_layout(const ModelShape& shape, TensorSplit split = {});
 ParamLayout make_layout(const ModelShape& shape, TensorSplit split, const ModelPart& part);
 // The same from a whole layout of the shape (make_layout(shape, split)).
 ParamLayout part_layout(const ParamLayout& whole, const ModelShape& shape, const ModelPart& part);
+// A pipeline stage's layout: the segments of each of its chunks' parts, one chunk after another
+// (what train/pipeline_stage.hpp builds from its models).
+ParamLayout stage_layout(const ModelShape& shape, TensorSplit split, const std::vector<ModelPart>& parts);
 
 // Why `degree` ranks cannot split the shape's layers evenly ("" when they can): the attention
 // heads (and a Llama's key/value heads), the MLP width and the padded vocabulary must divide.

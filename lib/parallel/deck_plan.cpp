@@ -56,44 +56,53 @@ void deck_pipeline_degree(const Config& config, int world_size) {
   const PipelineShape any{static_cast<int>(p.pipeline), static_cast<int>(p.pipeline), static_cast<int>(p.virtual_stages)};
   if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, any); !problem.empty())
     throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
-  if (p.pipeline_schedule == PipelineSchedule::interleaved)
-    throw Error(config.deck_path + ": parallel.pipeline_schedule = \"interleaved\" is costed by the schedule but not "
-                    "yet run by this version; use \"1f1b\" or \"gpipe\"",
-                ErrorScope::all_ranks);
 }
 
 std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch) {
   const auto& p = config.parallel;
   if (p.pipeline == 1) return "";
   const ModelShape shape = model_shape(config.model);
-  const PipelineShape pipeline{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), 1};
+  const PipelineShape pipeline{static_cast<int>(p.pipeline), static_cast<int>(micro_batches),
+                               static_cast<int>(p.virtual_stages)};
+  const int V = pipeline.virtual_stages;
   // Built by appending: GCC 12 warns falsely (-Wrestrict) about long chains of string sums.
   std::string note = "; pipeline: ";
   note += std::to_string(p.pipeline);
-  note += " stages (blocks ";
-  bool first = true;
-  for (const ModelPart& part : pipeline_parts(shape, pipeline.chunks())) {
-    if (!first) note += ", ";
-    first = false;
-    note += std::to_string(part.first_block);
-    if (part.blocks(shape) > 1) {
-      note += '-';
-      note += std::to_string(part.end(shape) - 1);
+  note += " stages";
+  if (V > 1) {
+    note += " x ";
+    note += std::to_string(V);
+    note += " chunks";
+  }
+  note += " (blocks ";
+  for (int stage = 0; stage < pipeline.stages; ++stage) {
+    if (stage > 0) note += V > 1 ? "; " : ", ";
+    bool first = true;
+    for (const ModelPart& part : pipeline_stage_parts(shape, pipeline, stage)) {
+      if (!first) note += " + ";
+      first = false;
+      note += std::to_string(part.first_block);
+      if (part.blocks(shape) > 1) {
+        note += '-';
+        note += std::to_string(part.end(shape) - 1);
+      }
     }
   }
-  // Each micro-batch's residual stream goes forward and its gradient back.
+  // Each micro-batch's residual stream goes forward and its gradient back: the first stage sends
+  // each micro-batch's activations on, and with V chunks its later chunks' gradients back too.
   const double bytes =
-      static_cast<double>(micro_batches) *
+      static_cast<double>(micro_batches * (2 * V - 1)) *
       static_cast<double>(pipeline_message_bytes(shape, micro_batch, static_cast<int>(p.tensor), p.sequence_parallel));
   note += "), ";
   note += name_of(p.pipeline_schedule);
   note += ", up to ";
   note += std::to_string(pipeline_peak_in_flight(p.pipeline_schedule, pipeline, 0));
-  note += " micro-batch(es) in flight on the first stage, bubble ";
+  note += V > 1 ? " micro-batch chunks" : " micro-batch(es)";
+  note += " in flight on the first stage, bubble ";
   note += std::to_string(static_cast<int>(std::lround(100 * pipeline_bubble(pipeline))));
-  note += "% of the step ((P - 1) / m), ";
+  note += V > 1 ? "% of the step ((P - 1) / (m V)), " : "% of the step ((P - 1) / m), ";
   note += format_bytes(bytes);
-  note += " per step to each neighbouring stage";
+  note += V > 1 ? " per step sent by the first stage" : " per step to each neighbouring stage";
   return note;
 }
 
@@ -135,26 +144,36 @@ ParallelChoice deck_choice(const Config& config) {
 }
 
 ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
-                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch, const ModelPart& part) {
+                         int node_size, std::int64_t micro_batches, std::int64_t micro_batch,
+                         const std::vector<ModelPart>& parts) {
   const int tensor = std::max(1, choice.tensor);
   Mesh mesh =
       make_mesh(choice.strategy, choice.shard_group, world_size / tensor, std::max(1, node_size / tensor), config.deck_path);
   mesh.tensor = tensor;
   const ModelShape shape = model_shape(config.model);
+  // The tensor group's sums are those of the parts held: their blocks, the embedding's and the
+  // head's where a part has them.
+  std::int64_t blocks = parts.empty() ? shape.n_layer : 0;
+  bool embeds = parts.empty(), heads = parts.empty();
+  for (const ModelPart& part : parts) {
+    blocks += part.blocks(shape);
+    embeds = embeds || part.embeds();
+    heads = heads || part.heads(shape);
+  }
   const ActivationTraffic activations{micro_batch * shape.seq_len,
                                       shape.d_model,
-                                      part.blocks(shape),
+                                      blocks,
                                       choice.recompute == Recompute::full,
                                       tensor > 1 && config.parallel.sequence_parallel,
-                                      part.embeds(),
-                                      part.heads(shape)};
+                                      embeds,
+                                      heads};
   return ParallelPlan(layout, choice.strategy, config.parallel.precision, mesh, micro_batches,
                       config.parallel.bucket_mb, activations, choice.grad_reduction);
 }
 
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches, std::int64_t micro_batch, const ModelPart& part) {
-  return choice_plan(config, deck_choice(config), layout, world_size, node_size, micro_batches, micro_batch, part);
+                       std::int64_t micro_batches, std::int64_t micro_batch, const std::vector<ModelPart>& parts) {
+  return choice_plan(config, deck_choice(config), layout, world_size, node_size, micro_batches, micro_batch, parts);
 }
 
 }  // namespace st

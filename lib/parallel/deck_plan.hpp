@@ -4,6 +4,7 @@
 // and the planner all make their plan here, so what they predict is what the run makes.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "deck/config.hpp"
 #include "model/activations.hpp"
@@ -62,13 +63,14 @@ ParallelChoice deck_choice(const Config& config);
 // a job of world_size ranks, node_size per node, with micro_batches per optimizer step of
 // micro_batch sequences each: the mesh (the data-parallel ranks are world_size / choice.tensor)
 // and what the run sends. The deck's other parallel keys (precision, bucket_mb,
-// sequence_parallel) are the deck's. Under a pipeline `layout` and `part` are a stage's.
+// sequence_parallel) are the deck's. Under a pipeline `layout` is a stage's, its chunks' segments
+// one after another, and `parts` the chunks' parts of the model (none: the whole model).
 ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, const ParamLayout& layout, int world_size,
                          int node_size, std::int64_t micro_batches, std::int64_t micro_batch,
-                         const ModelPart& part = {});
+                         const std::vector<ModelPart>& parts = {});
 // The deck's parallel plan: choice_plan of deck_choice. What the run makes and what check and
 // the planner predict from.
 ParallelPlan deck_plan(const Config& config, const ParamLayout& layout, int world_size, int node_size,
-                       std::int64_t micro_batches, std::int64_t micro_batch, const ModelPart& part = {});
+                       std::int64_t micro_batches, std::int64_t micro_batch, const std::vector<ModelPart>& parts = {});
 
 }  // namespace st

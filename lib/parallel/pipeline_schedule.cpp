@@ -98,6 +98,13 @@ int pipeline_peak_in_flight(PipelineSchedule schedule, const PipelineShape& shap
   return peak;
 }
 
+int pipeline_chunk_in_flight(PipelineSchedule schedule, const PipelineShape& shape, int stage, int chunk) {
+  int in_flight = 0, peak = 0;
+  for (const PipelineAction& a : pipeline_actions(schedule, shape, stage))
+    if (a.chunk == chunk) peak = std::max(peak, in_flight += a.pass == Pass::forward ? 1 : -1);
+  return peak;
+}
+
 PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape& shape, double forward,
                                  double backward) {
   const int P = shape.stages, last_virtual = shape.chunks() - 1;
@@ -163,6 +170,13 @@ std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks) {
     first += blocks;
   }
   return parts;
+}
+
+std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage) {
+  const std::vector<ModelPart> parts = pipeline_parts(shape, pipeline.chunks());
+  std::vector<ModelPart> held;
+  for (int c = 0; c < pipeline.virtual_stages; ++c) held.push_back(parts[static_cast<std::size_t>(c * pipeline.stages + stage)]);
+  return held;
 }
 
 double pipeline_bubble(const PipelineShape& shape) {

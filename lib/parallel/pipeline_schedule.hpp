@@ -67,11 +67,17 @@ PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape&
 // is the v-th. Throws Error when there are fewer blocks than parts.
 std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks);
 
+// The parts a stage holds, its chunks' in order: chunk c is virtual stage c x P + stage.
+std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage);
+
 // (P - 1) / (m V): the time the pipeline idles, as a fraction of the step's work per stage.
 double pipeline_bubble(const PipelineShape& shape);
 
 // The most micro-batch chunks a stage keeps activations for at once under the schedule (stage 0
 // keeps the most): gpipe m; 1f1b min(P, m); interleaved Megatron's warm-up plus one.
 int pipeline_peak_in_flight(PipelineSchedule schedule, const PipelineShape& shape, int stage);
+// The most micro-batches in flight at once through one chunk of a stage (0 .. V - 1): the models
+// (sets of activations) that chunk needs. Without interleaving, pipeline_peak_in_flight.
+int pipeline_chunk_in_flight(PipelineSchedule schedule, const PipelineShape& shape, int stage, int chunk);
 
 }  // namespace st

@@ -196,7 +196,8 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
   backward_first_ = order.backward.empty() ? kNone : order.backward.front();
   for (const Segment& segment : layout.segments()) segment_names_.push_back(segment.name);
 
-  waiting_.assign(parallel_plan_.buckets().size(), 0);
+  for (const GradientBucket& bucket : parallel_plan_.buckets()) waiting_.push_back(bucket.segments);
+  reduced_this_step_.assign(n, 0);
 
   if (training) {
     // The update's tiles, made once: where each owned run lies in the parameter, gradient and
@@ -493,6 +494,7 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     if (--waiting_[b] > 0) return;
     // Each rank's gradients are already scaled by 1/(micro-batches x ranks): a sum gives the mean.
     const GradientBucket& bucket = parallel_plan_.buckets()[b];
+    waiting_[b] = bucket.segments;
     const void* ready = exec_.before_communication();
     in_flight_.push_back(
         {group_.start_all_reduce(
@@ -532,7 +534,8 @@ void ShardedStrategy<T>::start_reduction(std::size_t s) {
     const void* ready = exec_.before_communication();
     // Once a step, or the first of several micro-batches in fp32, the reduced chunk lands in the
     // gradient shard; otherwise it goes through a chunk of the pool and is added there.
-    const bool first = micro_batches_begun_ <= 1;
+    const bool first = !reduced_this_step_[s];
+    reduced_this_step_[s] = 1;
     const bool into_shard = !parallel_plan_.reduces_each_micro_batch() || (first && !kMixed);
     T* chunk = into_shard ? grad_shard_.data() + seg.shard_offset : pool_.acquire(seg.chunk);
     if (!into_shard)
@@ -554,14 +557,13 @@ void ShardedStrategy<T>::zero_grads() {
   ST_REQUIRE(!settings_.parameters_only, "a strategy made for forward passes only holds no gradients or optimizer state");
   exec_.zero(full_grads_.data(), full_grads_.size_bytes());
   last_micro_batch_ = true;
-  micro_batches_begun_ = 0;
+  std::fill(reduced_this_step_.begin(), reduced_this_step_.end(), 0);
+  for (std::size_t b = 0; b < waiting_.size(); ++b) waiting_[b] = parallel_plan_.buckets()[b].segments;
 }
 
 template <class T>
 void ShardedStrategy<T>::begin_micro_batch(bool last) {
   last_micro_batch_ = last;
-  ++micro_batches_begun_;
-  for (std::size_t b = 0; b < waiting_.size(); ++b) waiting_[b] = parallel_plan_.buckets()[b].segments;
 }
 
 template <class T>

@@ -204,11 +204,16 @@ class ShardedStrategy final : public Strategy {
   std::vector<std::string> segment_names_;
   std::vector<double> compute_started_us_;  // timeline: when the segment's forward/backward began
 
-  std::vector<int> waiting_;  // ddp: segments each of the plan's buckets still waits for
+  // ddp: segments each of the plan's buckets still waits for in the last micro-batch, set
+  // again as the bucket's all-reduce starts.
+  std::vector<int> waiting_;
 
   std::deque<Pending> in_flight_;
   bool last_micro_batch_ = true;
-  int micro_batches_begun_ = 0;  // since zero_grads
+  // Per segment: whether its gradient was reduced into the shard since zero_grads (the first
+  // reduction of a step assigns, later ones add). Per segment, not per micro-batch: a pipeline's
+  // chunks take their micro-batches' backwards in turns (interleaved 1F1B).
+  std::vector<char> reduced_this_step_;
   double wait_seconds_ = 0;
 };
 

@@ -37,8 +37,9 @@ class Strategy : public SegmentBuffers<float> {
   virtual std::vector<float> gather_params() = 0;
 
   virtual void zero_grads() = 0;
-  // Called before each micro-batch's forward; `last` marks the one whose backward completes
-  // the step's gradients (reductions start during it, not before).
+  // Called before each micro-batch's forward (a pipeline stage: before each backward of one of
+  // its chunks); `last` marks the backward that completes the gradients of the segments it runs
+  // through (their reductions start during it, not before).
   virtual void begin_micro_batch(bool last) = 0;
   // After the last micro-batch: wait for the reductions; each rank then holds the reduced
   // gradients of what it updates.

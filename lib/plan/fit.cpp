@@ -22,10 +22,11 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine) {
   if (stages == 1)
     return st::deck_plan(config, make_layout(shape, TensorSplit{tensor, 0}), machine.world(), machine.ranks_per_node,
                          batches.accum_steps, batches.micro_batch);
-  // A pipeline's first stage: its part of the model over its ranks.
+  // A pipeline's first stage: its chunks' parts of the model over its ranks.
   const int stage_world = std::max(1, machine.world() / stages);
-  const ModelPart first = pipeline_parts(shape, stages).front();
-  return st::deck_plan(config, make_layout(shape, TensorSplit{tensor, 0}, first), stage_world,
+  const PipelineShape pipeline{stages, static_cast<int>(batches.accum_steps), static_cast<int>(config.parallel.virtual_stages)};
+  const std::vector<ModelPart> first = pipeline_stage_parts(shape, pipeline, 0);
+  return st::deck_plan(config, stage_layout(shape, TensorSplit{tensor, 0}, first), stage_world,
                        std::min(machine.ranks_per_node, stage_world), batches.accum_steps, batches.micro_batch, first);
 }
 

@@ -150,6 +150,16 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
                              .total();
 }
 
+std::uint64_t stage_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
+                                     Recompute recompute, int tensor, const PipelineShape& pipeline, int stage) {
+  const std::vector<ModelPart> parts = pipeline_stage_parts(model_shape(config.model), pipeline, stage);
+  std::uint64_t bytes = 0;
+  for (int c = 0; c < pipeline.virtual_stages; ++c)
+    bytes += predicted_activation_bytes(config, m, micro_batch, recompute, tensor, parts[static_cast<std::size_t>(c)]) *
+             static_cast<std::uint64_t>(pipeline_chunk_in_flight(config.parallel.pipeline_schedule, pipeline, stage, c));
+  return bytes;
+}
+
 TensorDegrees tensor_degrees(const Config& config, const Machine& m) {
   TensorDegrees d;
   // NVLink's link names in `nvidia-smi topo -m` are NV<count>; PCIe, socket and network ones are not.
@@ -208,31 +218,31 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   // The plan the run would make: its mesh, buffers, buckets and collectives. Under a pipeline,
   // the stage that holds the most (its part's parameters, and its part's activations for each
   // micro-batch the schedule keeps in flight through it): the rank that must fit.
-  ModelPart part;
+  std::int64_t blocks_held = shape.n_layer;
   ParamLayout layout;
   std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
   std::optional<ParallelPlan> held;
-  const PipelineShape pipeline{stages, static_cast<int>(mb), 1};
+  const PipelineShape pipeline{stages, static_cast<int>(mb), static_cast<int>(config.parallel.virtual_stages)};
   if (stages > 1) {
-    const std::vector<ModelPart> parts = pipeline_parts(shape, stages);
     std::uint64_t most = 0;
     // The first stage (the embeddings, the most micro-batches in flight), the second (of the
     // middle stages the one with the most blocks and the most in flight: parts shrink and
     // in-flight counts fall along the pipeline) and the last (the head): one of them holds most.
     for (const int s : {0, 1, stages - 1}) {
-      const ParamLayout stage_layout = make_layout(shape, TensorSplit{tensor, 0}, parts[static_cast<std::size_t>(s)]);
-      ParallelPlan plan = choice_plan(config, choice, stage_layout, stage_world, std::min(m.ranks_per_node, stage_world),
-                                      mb, batches.micro_batch, parts[static_cast<std::size_t>(s)]);
+      const std::vector<ModelPart> parts = pipeline_stage_parts(shape, pipeline, s);
+      ParamLayout parts_layout = stage_layout(shape, TensorSplit{tensor, 0}, parts);
+      ParallelPlan plan = choice_plan(config, choice, parts_layout, stage_world, std::min(m.ranks_per_node, stage_world),
+                                      mb, batches.micro_batch, parts);
       const std::uint64_t kept =
-          predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, parts[static_cast<std::size_t>(s)]) *
-          static_cast<std::uint64_t>(pipeline_peak_in_flight(config.parallel.pipeline_schedule, pipeline, s));
+          stage_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s);
       const std::uint64_t total = plan.model_state().total() + workspace_estimate(plan) + kept;
       if (total <= most) continue;
       most = total;
       held.emplace(std::move(plan));
-      layout = stage_layout;
+      layout = std::move(parts_layout);
       activations = kept;
-      part = parts[static_cast<std::size_t>(s)];
+      blocks_held = 0;
+      for (const ModelPart& part : parts) blocks_held += part.blocks(shape);
     }
   } else {
     layout = make_layout(shape, TensorSplit{tensor, 0});
@@ -262,7 +272,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   if (stages > 1) {
     // A stage computes its share of the blocks, and idles the pipeline's bubble besides.
-    const double share = static_cast<double>(part.blocks(shape)) / static_cast<double>(shape.n_layer);
+    const double share = static_cast<double>(blocks_held) / static_cast<double>(shape.n_layer);
     const double bubble = pipeline_bubble(pipeline);
     p.pipeline = stages;
     p.recompute_s *= share * (1 + bubble);
@@ -346,11 +356,14 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
 
   if (stages > 1) {
     // Between stages each micro-batch's residual stream goes forward and its gradient back: a
-    // middle stage sends both, an end stage one of them. The slowest hop paces the pipeline:
-    // the network where the stages span nodes, else the links between the node's fast groups.
+    // middle stage sends both, an end stage one of them; with V chunks a stage, each chunk's
+    // (the first stage's later chunks also send gradients back to the last stage, and so on).
+    // The slowest hop paces the pipeline: the network where the stages span nodes, else the
+    // links between the node's fast groups.
     const std::uint64_t message = pipeline_message_bytes(shape, batches.micro_batch, tensor,
                                                          tensor > 1 && config.parallel.sequence_parallel);
-    const int directions = stages > 2 ? 2 : 1;
+    const int V = pipeline.virtual_stages;
+    const int directions = stages > 2 ? 2 * V : 2 * V - 1;
     p.pipeline_bytes = message * static_cast<std::uint64_t>(directions * mb);
     double gbps = machine.fast_gbps, latency = machine.latency_s;
     p.pipeline_level = machine.fast_link;
@@ -364,12 +377,12 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     }
     const double per_message = seconds(message, gbps) + latency;
     p.pipeline_s = per_message * directions * static_cast<double>(mb);
-    // The sends are non-blocking: in the steady state a micro-batch's two messages hide behind
-    // its forward and backward; filling and draining the pipeline waits for one message per
-    // hop each way.
+    // The sends are non-blocking: in the steady state a micro-batch's messages (two, or a
+    // stage's per chunk) hide behind its forward and backward; filling and draining the
+    // pipeline waits for one message per hop each way.
     const double per_micro_batch = busy_s / static_cast<double>(mb);
     p.pipeline_exposed_s = 2.0 * (stages - 1) * per_message +
-                           static_cast<double>(mb) * std::max(0.0, 2 * per_message - per_micro_batch);
+                           static_cast<double>(mb) * std::max(0.0, std::max(2, directions) * per_message - per_micro_batch);
     p.comm_s += p.pipeline_s;
     p.exposed_s += p.pipeline_exposed_s;
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "deck/config.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "model/activations.hpp"
 #include "plan/machine.hpp"
 
@@ -75,6 +76,11 @@ bool plans_bf16_logits(const Config& config, const Machine& machine);
 // micro-batch in flight).
 std::uint64_t predicted_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,
                                          Recompute recompute, int tensor = 1, const ModelPart& part = {});
+// Bytes of activations a rank of pipeline stage `stage` holds: each of its chunks' part, once for
+// each micro-batch the schedule (parallel.pipeline_schedule) keeps in flight through the chunk,
+// as the stage allocates them (train/pipeline_stage.hpp).
+std::uint64_t stage_activation_bytes(const Config& config, const Machine& machine, std::int64_t micro_batch,
+                                     Recompute recompute, int tensor, const PipelineShape& pipeline, int stage);
 // The tensor-parallel degrees the planner considers on this machine: 2, 4, ... up to the fast
 // group, when that group is NVLink (or NVSwitch), never across a PCIe, socket or network
 // boundary, and only those that split the model's heads, MLP width and vocabulary.

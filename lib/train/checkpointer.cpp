@@ -6,8 +6,8 @@
 
 namespace st {
 
-Checkpointer::Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
-    : comms_(comms),
+Checkpointer::Checkpointer(JobAgreements& agreements, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async)
+    : agreements_(agreements),
       world_(world),
       dir_(std::move(dir)),
       keep_(keep),
@@ -93,20 +93,20 @@ std::vector<Checkpointer::Done> Checkpointer::save(const CheckpointInfo& info, c
 
 std::optional<Checkpointer::Done> Checkpointer::join() {
   thread_.join();
-  comms_.agree_or_throw(error_, "world (checkpoint result)");
+  agreements_.agree_or_throw(error_, "world (checkpoint result)");
   return result_;
 }
 
 std::optional<Checkpointer::Done> Checkpointer::poll() {
   if (!async_) return std::nullopt;
   const int busy = thread_.joinable() && !finished_ ? 1 : 0;
-  if (comms_.max_over_ranks(busy, "world (checkpoint written?)") != 0 || !thread_.joinable()) return std::nullopt;
+  if (agreements_.max_over_ranks(busy, "world (checkpoint written?)") != 0 || !thread_.joinable()) return std::nullopt;
   return join();
 }
 
 std::optional<Checkpointer::Done> Checkpointer::finish() {
   const int busy = thread_.joinable() ? 1 : 0;
-  if (comms_.max_over_ranks(busy, "world (checkpoint in progress?)") == 0) return std::nullopt;
+  if (agreements_.max_over_ranks(busy, "world (checkpoint in progress?)") == 0) return std::nullopt;
   return join();
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ckpt/write.hpp"
-#include "comm/stack.hpp"
+#include "comm/agreements.hpp"
 #include "comm/watchdog.hpp"
 #include "comm/world.hpp"
 
@@ -29,13 +29,13 @@ class Checkpointer {
     std::vector<std::string> left_alone, set_aside;  // rank 0: another run's checkpoints (WrittenCheckpoint)
   };
 
-  // `comms` carries the agreements between the ranks (is a background write finished?), watched
+  // `agreements` are between every rank of the job (is a background write finished?), watched
   // for hangs like every collective of the run; the write itself runs over `world` (or a
   // duplicate of it for a background write), watched by a watchdog of its own with
   // checkpoint.timeout_s: a write that overruns it (a hung file system, a rank or host gone in
   // the middle of the collective I/O) ends the job with a report of what every rank is doing and
   // exit code 5. The directory was checked before training (run_directories_problem).
-  Checkpointer(CommStack& comms, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
+  Checkpointer(JobAgreements& agreements, MPI_Comm world, std::string dir, int keep, double timeout_s, bool async);
   ~Checkpointer();  // waits for a write in progress
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -56,7 +56,7 @@ class Checkpointer {
   std::optional<Done> join();
   // The write of snapshot_ at `step`, registered with watchdog_ for as long as the scope lives.
   Watchdog::Scope watch_write(std::int64_t step);
-  CommStack& comms_;
+  JobAgreements& agreements_;
   MPI_Comm world_;
   OwnedComm io_comm_;  // the background write's own communicator
   std::string dir_;

@@ -18,7 +18,7 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
   const MemoryReport m = net.strategy().memory();
   const std::uint64_t activations = net.activation_bytes();
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
-  const std::uint64_t largest = net.comms().max_over_ranks(total, "world (memory)");
+  const std::uint64_t largest = net.agreements().max_over_ranks(total, "world (memory)");
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   if (metrics) {
     nlohmann::ordered_json fields = {{"kind", "memory"},

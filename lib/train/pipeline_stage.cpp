@@ -67,6 +67,7 @@ PipelineStage::PipelineStage(const World& world, const PipelineShape& shape, Pip
   const bool end = stage_ == 0 || stage_ == shape.stages - 1;
   ends_comm_ = split_group(across_comm_.get(), end ? 0 : 1, stage_);
   if (end) ends_ = std::make_unique<MpiCommunicator>(ends_comm_.get(), level, MpiWait::polling);
+  job_agreements_ = std::make_unique<JobAgreements>(world.comm(), timeout_seconds);
 }
 
 PipelineStage::~PipelineStage() = default;
@@ -74,21 +75,15 @@ PipelineStage::~PipelineStage() = default;
 void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& exec, Recompute recompute,
                                  TensorGroup tensor, bool training) {
   model_shape_ = model;
-  const std::vector<ModelPart> parts = pipeline_parts(model, shape_.chunks());
-  const std::vector<PipelineAction> actions = pipeline_actions(schedule_, shape_, stage_);
+  const std::vector<ModelPart> parts = pipeline_stage_parts(model, shape_, stage_);
   for (int c = 0; c < shape_.virtual_stages; ++c) {
     Chunk chunk;
     chunk.virtual_stage = c * shape_.stages + stage_;
-    chunk.part = parts[static_cast<std::size_t>(chunk.virtual_stage)];
+    chunk.part = parts[static_cast<std::size_t>(c)];
     chunk.first_segment = layout_.segments().size();
     // The micro-batches the schedule keeps in flight through this chunk: a model (its
     // activations) for each.
-    int slots = 1;
-    if (training) {
-      int in_flight = 0;
-      for (const PipelineAction& a : actions)
-        if (a.chunk == c) slots = std::max(slots, in_flight += a.pass == PipelineAction::Pass::forward ? 1 : -1);
-    }
+    const int slots = training ? std::max(1, pipeline_chunk_in_flight(schedule_, shape_, stage_, c)) : 1;
     for (int k = 0; k < slots; ++k)
       chunk.slots.push_back(make_model<float>(model, max_batch, exec, recompute, tensor, chunk.part));
     for (const Segment& segment : chunk.slots.front()->layout().segments()) {
@@ -98,6 +93,12 @@ void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& e
     }
     chunks_.push_back(std::move(chunk));
   }
+}
+
+std::vector<ModelPart> PipelineStage::parts() const {
+  std::vector<ModelPart> parts;
+  for (const Chunk& chunk : chunks_) parts.push_back(chunk.part);
+  return parts;
 }
 
 Model<float>& PipelineStage::first_model() { return *chunks_.front().slots.front(); }
@@ -180,8 +181,10 @@ std::string PipelineStage::pass_name(const char* pass, std::int64_t micro, int c
 int PipelineStage::tag(int kind, std::int64_t micro, int to_virtual) const {
   // Messages between two ranks with one tag arrive in the order they were sent (MPI's
   // non-overtaking rule), and every schedule sends and receives the passes into one virtual
-  // stage in micro-batch order: the micro-batch's number wraps within MPI's smallest tag bound.
-  return static_cast<int>((micro % 1024) * shape_.chunks() + to_virtual) * 3 + kind;
+  // stage in micro-batch order: the micro-batch's number wraps within MPI's smallest tag bound
+  // (32767, whatever the virtual stages).
+  const std::int64_t wrap = std::max<std::int64_t>(1, 32767 / (3 * shape_.chunks()));
+  return static_cast<int>(((micro % wrap) * shape_.chunks() + to_virtual) * 3 + kind);
 }
 
 double PipelineStage::forward_chunk(Chunk& chunk, int slot, std::int64_t micro, int kind, const int* tokens,
@@ -206,7 +209,6 @@ void PipelineStage::run_passes(std::int64_t micro_batches, int micro_batch, int 
                                const std::function<void(std::int64_t)>& fill, const int* tokens, const int* targets,
                                double* loss_sum, float loss_scale) {
   ST_REQUIRE(micro_batches == shape_.micro_batches, "a step of another number of micro-batches than the pipeline's");
-  ST_REQUIRE(shape_.virtual_stages == 1, "interleaved schedules are not run yet");
   for (const PipelineAction& a : pipeline_actions(schedule_, shape_, stage_)) {
     Chunk& chunk = chunks_[static_cast<std::size_t>(a.chunk)];
     const int slot = static_cast<int>(a.micro % static_cast<std::int64_t>(chunk.slots.size()));

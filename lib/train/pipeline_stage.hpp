@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agreements.hpp"
 #include "comm/group.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/peer_link.hpp"
@@ -42,6 +43,9 @@ class PipelineStage {
 
   // The ranks of this stage, as a world of their own (the strategy's and the tensor groups').
   World& stage_world() { return *stage_world_; }
+  // The small agreements over every rank of the job, every stage's (a stop signal, the largest
+  // rank's memory, a checkpoint's result), which the stage's own CommStack cannot give.
+  JobAgreements& job_agreements() { return *job_agreements_; }
   int stage() const { return stage_; }
   const PipelineShape& shape() const { return shape_; }
   PipelineSchedule schedule() const { return schedule_; }
@@ -50,6 +54,8 @@ class PipelineStage {
   // layout; `training`: one model per micro-batch the schedule keeps in flight, else one.
   void build_models(const ModelShape& model, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
                     bool training);
+  // The parts of the model the stage's chunks hold, in chunk order.
+  std::vector<ModelPart> parts() const;
   // The chunks' segments one after another: what the strategy holds.
   const ParamLayout& layout() const { return layout_; }
   ExecutionOrder execution_order() const;
@@ -114,7 +120,8 @@ class PipelineStage {
   OwnedComm stage_comm_, across_comm_, ends_comm_;
   std::unique_ptr<World> stage_world_;
   std::unique_ptr<PeerLink> link_;
-  std::unique_ptr<MpiCommunicator> across_, ends_;  // the stages' scalars; the first and last stage's embeddings
+  std::unique_ptr<MpiCommunicator> across_, ends_;
+  std::unique_ptr<JobAgreements> job_agreements_;  // the stages' scalars; the first and last stage's embeddings
   std::vector<Chunk> chunks_;
   ParamLayout layout_;
   ModelShape model_shape_;

@@ -165,7 +165,7 @@ RunStart resume(const Context& c) {
       locate_resume(request, c.world.comm(), [&](const std::string& path, const CheckpointInfo&) {
         return attempt_problem([&] {
           // The clock starts when every rank is here: start-up may end at different times on each.
-          c.net.comms().barrier("world (resume)");
+          c.net.agreements().barrier("world (resume)");
           Stopwatch clock;
           read_checkpoint(path, request.shape, c.net.strategy(), c.world.comm());
           seconds = clock.seconds();

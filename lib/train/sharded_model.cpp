@@ -119,7 +119,8 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   const std::int64_t micro_batches =
       inference ? 1 : plan_batches(config.data, config.model.seq_len, data_world.size(), config.deck_path).accum_steps;
   parallel_plan_ = std::make_unique<ParallelPlan>(
-      deck_plan(config, layout(), ranks.size(), ranks.local_size(), micro_batches, max_batch, model().part()));
+      deck_plan(config, layout(), ranks.size(), ranks.local_size(), micro_batches, max_batch,
+                pipeline_ ? pipeline_->parts() : std::vector<ModelPart>{}));
   if (parallel_plan_->grouped()) {
     const auto groups = data_comms().groups(parallel_plan_->mesh().shards);
     comms.group = &groups.within;

@@ -57,6 +57,8 @@ class ShardedModel {
   const Execution& execution() const { return *execution_; }
   CommStack& comms() { return comms_; }
   const CommStack& comms() const { return comms_; }
+  // The small agreements over every rank of the job (comms() is a pipeline stage's ranks only).
+  JobAgreements& agreements() { return pipeline_ ? pipeline_->job_agreements() : comms_.agreements(); }
   // What the strategy shards and sends, made once from the deck, the layout and the world.
   const ParallelPlan& parallel_plan() const { return *parallel_plan_; }
   // Ranks the strategy splits the model over (hsdp: its group; the others: the data-parallel

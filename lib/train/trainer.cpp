@@ -84,7 +84,7 @@ Trainer::Trainer(const Config& config, World& world, const DeviceChoice& device)
   // checkpoint.every says, so a directory that cannot take one fails the run now, in seconds,
   // rather than losing the state at the time limit.
   require_run_directories(config, world.comm());
-  checkpointer_ = std::make_unique<Checkpointer>(net_->comms(), world.comm(), checkpoint_dir_,
+  checkpointer_ = std::make_unique<Checkpointer>(net_->agreements(), world.comm(), checkpoint_dir_,
                                                  static_cast<int>(config.checkpoint.keep), config.checkpoint.timeout_s,
                                                  config.checkpoint.async);
   signals_ = std::make_unique<StopSignals>();
@@ -332,7 +332,7 @@ TrainSummary Trainer::run() {
     // The same on every rank (the verdict is on sums over the ranks): the line's peak is collective.
     if ((step + 1) % config_.run.log_every == 0 || step == 0 || step + 1 == config_.run.steps ||
         !verdict.warning.empty()) {
-      record.largest_peak_bytes = net_->comms().max_over_ranks(record.peak_bytes, "world (memory)");
+      record.largest_peak_bytes = net_->agreements().max_over_ranks(record.peak_bytes, "world (memory)");
       const Execution& execution = net_->execution();
       const std::uint64_t per_rank = execution.choice().cuda ? execution.device_total_bytes()
                                                            : node_memory_bytes() / static_cast<std::uint64_t>(world_.host_ranks());
@@ -374,7 +374,7 @@ TrainSummary Trainer::run() {
       if (auto done = checkpointer_->poll()) report_checkpoint(*done);
     // A stop signal on any rank stops every rank after this step, with a checkpoint.
     int stop = signals_->received();
-    stop = net_->comms().max_over_ranks(stop, "world (stop signals)");
+    stop = net_->agreements().max_over_ranks(stop, "world (stop signals)");
     const std::int64_t every = config_.checkpoint.every;
     const bool periodic = every > 0 && (step + 1) % every == 0;
     if (stop != 0 || periodic || (last && config_.checkpoint.at_end)) save_checkpoint(step + 1);

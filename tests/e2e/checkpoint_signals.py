@@ -3,7 +3,8 @@
 - SIGUSR1 (what `sbatch --signal` sends; SIGTERM is handled the same) delivered to the job in the
   middle of training: every rank finishes its step, a checkpoint is written, the job exits with
   code 4, and a run resumed from it (checkpoint.resume = "latest") continues the uninterrupted
-  run bit for bit. SIGTERM sent to one rank alone stops every rank the same way.
+  run bit for bit. SIGTERM sent to one rank alone stops every rank the same way, also when the
+  rank is one stage of a pipeline.
 - kill -9 of one rank while a checkpoint is being written: the previous checkpoint stays the
   one `latest` names, passes `ckpt inspect`, and the run resumes from it; the interrupted file is
   never taken for a checkpoint.
@@ -95,20 +96,29 @@ h.check(all(before_signal[s] == expected[s] for s in before_signal), "the signal
 h.check(all(resumed[s] == expected[s] for s in resumed), "and so are the resumed run's, exactly")
 
 # ---- SIGTERM to one rank only: the ranks agree after the step, all write and stop ----
-one = deck("one_rank_signalled", UNENDING, 0)
-proc = start(one)
-wait_for_rows("one_rank_signalled", proc, 3)
-ranks = [int(p) for p in subprocess.run(["pgrep", "-f", one], capture_output=True, text=True).stdout.split()
-         if int(p) != proc.pid]
-h.check(len(ranks) == 2 and proc.poll() is None, f"both ranks are running (found {ranks})")
-os.kill(ranks[0], signal.SIGTERM)
-code, out, err = wait(proc)
-stopped_at = max(r["step"] for r in train_rows("one_rank_signalled"))
-h.check(code == 4 and f"stopped by SIGTERM after step {stopped_at} with a checkpoint" in out,
-        f"SIGTERM to one rank stops every rank after a checkpoint, exit code 4 (got {code})\n{err[-800:]}")
-inspect = h.mpirun(args, 1, ["ckpt", "inspect", os.path.join(work, "one_rank_signalled", "ckpt",
-                                                              f"ckpt_{stopped_at:08d}.h5")])
-h.check(inspect.returncode == 0 and f"step {stopped_at}," in inspect.stdout, "that checkpoint is complete")
+def signal_one_rank(label, sets=(), what="every rank"):
+    """Starts a 2-rank run, sends SIGTERM to one of its ranks: every rank stops after the same step
+    with a complete checkpoint, exit code 4."""
+    path = deck(label, UNENDING, 0)
+    proc = start(path, sets=sets)
+    wait_for_rows(label, proc, 3)
+    ranks = sorted(int(p) for p in subprocess.run(["pgrep", "-f", path], capture_output=True, text=True).stdout.split()
+                   if int(p) != proc.pid)
+    h.check(len(ranks) == 2 and proc.poll() is None, f"{label}: both ranks are running (found {ranks})")
+    os.kill(ranks[-1], signal.SIGTERM)
+    code, out, err = wait(proc)
+    stopped_at = max(r["step"] for r in train_rows(label))
+    h.check(code == 4 and f"stopped by SIGTERM after step {stopped_at} with a checkpoint" in out,
+            f"{label}: SIGTERM to one rank stops {what} after a checkpoint, exit code 4 (got {code})\n{err[-800:]}")
+    inspect = h.mpirun(args, 1, ["ckpt", "inspect", os.path.join(work, label, "ckpt", f"ckpt_{stopped_at:08d}.h5")])
+    h.check(inspect.returncode == 0 and f"step {stopped_at}," in inspect.stdout, f"{label}: that checkpoint is complete")
+
+
+signal_one_rank("one_rank_signalled")
+# A pipeline's stages agree on the stop over the whole job, not within their stage: a stage that
+# went on alone would wait for its neighbour's messages until the collective timeout.
+signal_one_rank("pipeline_signalled", ["parallel.pipeline=2", "data.micro_batch=2", "run.sample_every=0"],
+                "both stages of a pipeline")
 
 # ---- kill -9 of one rank while a checkpoint is being written ----
 killed = deck("killed", 400, 1, d_model=256)  # ~10 MB checkpoints, one per step

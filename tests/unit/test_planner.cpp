@@ -661,6 +661,40 @@ TEST(PlannerPipeline, AutoTakesThePipelineOnCpuRanksAndNotYetOnGpus) {
   EXPECT_NE(on_cpus.origin["parallel.pipeline"].find("auto"), std::string::npos);
 }
 
+// Interleaved 1F1B: each stage holds two chunks of half the blocks. The bubble halves, each
+// micro-batch crosses between the stages three times (both chunks' activations on, the second
+// chunk's input gradient back), and the first stage keeps more micro-batch chunks in flight.
+TEST(PlannerPipeline, InterleavedChunksHalveTheBubbleAndSendAMessagePerChunk) {
+  // GPT-2 XL on 4 nodes of 8 GPUs in 2 stages: 16 data-parallel ranks, 4 micro-batches each.
+  const Machine m = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80, 4, 12.5);
+  const Config one_chunk = parse_deck(kXl, "xl.toml", {"parallel.pipeline=2"});
+  const Config two_chunks = parse_deck(
+      kXl, "xl.toml", {"parallel.pipeline=2", "parallel.pipeline_schedule=\"interleaved\"", "parallel.virtual_stages=2"});
+  const StrategyPrediction a = predict_strategy(one_chunk, m, StrategyKind::zero1, 0);
+  const StrategyPrediction b = predict_strategy(two_chunks, m, StrategyKind::zero1, 0);
+  ASSERT_EQ(a.pipeline, 2);
+  ASSERT_EQ(b.pipeline, 2);
+  // The same work per stage (24 blocks: 0-23, or 0-11 and 24-35), its bubble (P - 1) / (m V).
+  EXPECT_NEAR(a.compute_s - a.bubble_s, b.compute_s - b.bubble_s, 1e-9 * a.compute_s);
+  EXPECT_NEAR(a.bubble_s / (a.compute_s - a.bubble_s), 1.0 / 4, 1e-12);
+  EXPECT_NEAR(b.bubble_s / (b.compute_s - b.bubble_s), 1.0 / 8, 1e-12);
+  // A micro-batch's 1024 rows of 1600 fp32 values: once a micro-batch from an end stage of two,
+  // three times with two chunks.
+  const std::uint64_t message = 1024ull * 1600 * 4;
+  EXPECT_EQ(a.pipeline_bytes, 4 * message);
+  EXPECT_EQ(b.pipeline_bytes, 3 * 4 * message);
+  // In flight on the first stage (Megatron's warm-up of 4 chunk passes): chunk 0 takes all 4
+  // micro-batches before its first backward, chunk 1 two; 1f1b keeps 2 of the whole stage.
+  const PipelineShape interleaved{2, 4, 2};
+  EXPECT_EQ(pipeline_chunk_in_flight(PipelineSchedule::interleaved, interleaved, 0, 0), 4);
+  EXPECT_EQ(pipeline_chunk_in_flight(PipelineSchedule::interleaved, interleaved, 0, 1), 2);
+  EXPECT_EQ(pipeline_chunk_in_flight(PipelineSchedule::one_f_one_b, {2, 4, 1}, 0, 0), 2);
+  const std::uint64_t half_stage = predicted_activation_bytes(two_chunks, m, 1, Recompute::none, 1, ModelPart{0, 12});
+  EXPECT_EQ(stage_activation_bytes(two_chunks, m, 1, Recompute::none, 1, interleaved, 0),
+            4 * half_stage + 2 * predicted_activation_bytes(two_chunks, m, 1, Recompute::none, 1, ModelPart{24, 36}));
+  EXPECT_GT(b.activation_bytes, a.activation_bytes);
+}
+
 // A pipeline stage's tensor group exchanges its own blocks' activations, the embedding's where it
 // embeds, the head's where it heads: the stages' exchanges add up to the whole model's.
 TEST(PlannerPipeline, StagesTensorTrafficAddsUpToTheWholeModels) {
