@@ -97,6 +97,9 @@ struct ParallelConfig {
   std::int64_t pipeline = 1;       // pipeline stages (the outermost mesh dimension)
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
   std::int64_t virtual_stages = 1;  // model chunks per stage (interleaved)
+  // Blocks of each model chunk along the pipeline (pipeline x virtual_stages of them); empty:
+  // balanced by the blocks' and the LM head's training FLOPs (parallel/pipeline_schedule.hpp).
+  std::vector<std::int64_t> stage_blocks;
   bool overlap = true;
   GradReduction grad_reduction = GradReduction::automatic;
 };

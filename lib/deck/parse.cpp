@@ -116,6 +116,19 @@ std::optional<DeckValue> convert(const KeySpec& key, const toml::value& v, std::
       }
       return DeckValue{items};
     }
+    case KeyType::integer_list: {
+      if (!v.is_array()) return wrong_type();
+      std::vector<std::int64_t> items;
+      for (const auto& item : v.as_array()) {
+        if (!item.is_integer() || static_cast<double>(item.as_integer()) < key.min ||
+            static_cast<double>(item.as_integer()) > key.max) {
+          why = shown + ": expected " + key.allowed() + ", got an array holding " + show(item);
+          return std::nullopt;
+        }
+        items.push_back(static_cast<std::int64_t>(item.as_integer()));
+      }
+      return DeckValue{items};
+    }
     case KeyType::choice: {
       if (!v.is_string()) return wrong_type();
       std::string s = v.as_string().str;
@@ -144,6 +157,11 @@ std::string resolved_text(const DeckValue& value) {
         else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           std::string list = "[";
           for (std::size_t i = 0; i < x.size(); ++i) list += (i ? ", " : "") + quoted(x[i]);
+          return list + "]";
+        }
+        else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+          std::string list = "[";
+          for (std::size_t i = 0; i < x.size(); ++i) list += (i ? ", " : "") + std::to_string(x[i]);
           return list + "]";
         }
         else if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";

@@ -53,6 +53,12 @@ KeySpec text(std::string section, std::string name, std::string def, std::string
   return {std::move(section), std::move(name), KeyType::string, std::move(def), -kInf, kInf, {}, std::move(doc),
           std::move(setter)};
 }
+// An array of integers, each in [min, max] ([] the empty list).
+KeySpec integers(std::string section, std::string name, std::string def, double min, double max, std::string doc,
+                 std::function<void(Config&, const DeckValue&)> setter) {
+  return {std::move(section), std::move(name), KeyType::integer_list, std::move(def), min, max, {}, std::move(doc),
+          std::move(setter)};
+}
 KeySpec strings(std::string section, std::string name, std::string def, std::string doc,
                 std::function<void(Config&, const DeckValue&)> setter) {
   return {std::move(section), std::move(name), KeyType::string_list, std::move(def), -kInf, kInf, {}, std::move(doc),
@@ -334,6 +340,12 @@ std::vector<KeySpec> build_schema() {
               "With parallel.pipeline_schedule = \"interleaved\": model chunks per stage (chunk c of stage s is "
               "the model's (c x pipeline + s)-th piece of consecutive blocks). 1 otherwise.",
               store(&C::parallel, &ParallelConfig::virtual_stages)),
+      integers("parallel", "stage_blocks", "[]", 1, 65536,
+               "With parallel.pipeline > 1: the blocks of each model chunk along the pipeline, first to last "
+               "(parallel.pipeline x parallel.virtual_stages numbers adding up to model.n_layer; with "
+               "interleaving chunk c of stage s is the (c x pipeline + s)-th). []: balanced by training FLOPs, "
+               "the last chunk's LM head counted with its blocks.",
+               store(&C::parallel, &ParallelConfig::stage_blocks)),
       boolean("parallel", "sequence_parallel", "false",
               "With parallel.tensor > 1: the rows between the split layers (the norms, the residual stream, the "
               "embedding's output) are split over the tensor group too, each rank holding micro_batch x seq_len / "
@@ -429,6 +441,8 @@ std::string KeySpec::allowed() const {
       return "a string";
     case KeyType::string_list:
       return "a string or an array of strings";
+    case KeyType::integer_list:
+      return "an array of integers in [" + number(min) + ", " + number(max) + "]";
     case KeyType::choice: {
       std::vector<std::string> quoted;
       for (const auto& c : choices) quoted.push_back("\"" + c + "\"");

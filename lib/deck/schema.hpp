@@ -12,9 +12,10 @@
 
 namespace st {
 
-enum class KeyType { integer, real, boolean, string, choice, string_list };
+enum class KeyType { integer, real, boolean, string, choice, string_list, integer_list };
 
-using DeckValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>>;
+using DeckValue =
+    std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>, std::vector<std::int64_t>>;
 
 struct KeySpec {
   std::string section;

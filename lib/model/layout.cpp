@@ -144,6 +144,18 @@ ParamLayout make_layout(const ModelShape& s, TensorSplit split) {
 
 std::int64_t matmul_params(const ModelShape& s) { return arch_spec(s.arch).matmul_params(s); }
 
+double head_train_flops_per_token(const ModelShape& s) {
+  ModelShape none = s;
+  none.n_layer = 0;
+  return 6.0 * static_cast<double>(matmul_params(none));
+}
+
+double block_train_flops_per_token(const ModelShape& s) {
+  ModelShape one = s;
+  one.n_layer = 1;
+  return train_flops_per_token(one, s.seq_len) - head_train_flops_per_token(s);
+}
+
 double train_flops_per_token(const ModelShape& s, std::int64_t seq) {
   return 6.0 * static_cast<double>(matmul_params(s)) +
          12.0 * static_cast<double>(s.n_layer * s.d_model * seq);

@@ -187,6 +187,10 @@ std::int64_t matmul_params(const ModelShape& shape);
 // T x T (PaLM's count; with grouped-query attention the scores are as many: every query head
 // attends). The planner's compute time.
 double train_flops_per_token(const ModelShape& shape, std::int64_t seq);
+// Its parts, at the shape's seq_len: one block's, and the LM head's (the embedding lookup costs
+// none). n_layer x block + head = train_flops_per_token. What a pipeline's chunks are balanced by.
+double block_train_flops_per_token(const ModelShape& shape);
+double head_train_flops_per_token(const ModelShape& shape);
 // The same as llm.c counts it for MFU (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 n_layer
 // d_model seq, N every parameter (embeddings, norms and biases too: llm.c's num_parameters, the
 // padded vocabulary's rows included) and the attention's term halved, causal attention computing

@@ -34,6 +34,10 @@ int deck_data_ranks(const Config& config, int world_size) {
 
 void deck_pipeline_degree(const Config& config, int world_size) {
   const auto& p = config.parallel;
+  if (p.pipeline == 1 && !p.stage_blocks.empty())
+    throw Error(config.deck_path + ": parallel.stage_blocks cuts the blocks between pipeline stages, and this deck has "
+                    "none (parallel.pipeline = 1): leave it [] or set parallel.pipeline",
+                ErrorScope::all_ranks);
   if (p.pipeline == 1 && p.virtual_stages == 1) return;
   const std::string key = config.deck_path + ": parallel.pipeline = " + std::to_string(p.pipeline);
   if (p.pipeline == 1)
@@ -52,6 +56,8 @@ void deck_pipeline_degree(const Config& config, int world_size) {
                     " cuts the model into " + std::to_string(chunks) + " parts of consecutive blocks, more than "
                     "model.n_layer = " + std::to_string(model.n_layer),
                 ErrorScope::all_ranks);
+  if (const std::string problem = stage_blocks_problem(model, static_cast<int>(chunks), p.stage_blocks); !problem.empty())
+    throw Error(config.deck_path + ": " + problem, ErrorScope::all_ranks);
   // The schedule's own demands on the chunks (those on the micro-batches wait for the batch).
   const PipelineShape any{static_cast<int>(p.pipeline), static_cast<int>(p.pipeline), static_cast<int>(p.virtual_stages)};
   if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, any); !problem.empty())
@@ -63,7 +69,7 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
   if (p.pipeline == 1) return "";
   const ModelShape shape = model_shape(config.model);
   const PipelineShape pipeline{static_cast<int>(p.pipeline), static_cast<int>(micro_batches),
-                               static_cast<int>(p.virtual_stages)};
+                               static_cast<int>(p.virtual_stages), p.stage_blocks};
   const int V = pipeline.virtual_stages;
   // Built by appending: GCC 12 warns falsely (-Wrestrict) about long chains of string sums.
   std::string note = "; pipeline: ";
@@ -117,7 +123,8 @@ std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro
 
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {
   const auto& p = config.parallel;
-  const PipelineShape shape{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages)};
+  const PipelineShape shape{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages),
+                            p.stage_blocks};
   if (shape.stages == 1 && shape.virtual_stages == 1) return shape;
   deck_pipeline_degree(config, world_size);
   if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, shape); !problem.empty())

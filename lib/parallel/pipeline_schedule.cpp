@@ -157,23 +157,82 @@ PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape&
   return timing;
 }
 
-std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks) {
+std::string stage_blocks_problem(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks) {
+  if (blocks.empty()) return "";
+  std::int64_t sum = 0;
+  for (const std::int64_t b : blocks) sum += b;
+  if (static_cast<int>(blocks.size()) == chunks && sum == shape.n_layer &&
+      std::all_of(blocks.begin(), blocks.end(), [](std::int64_t b) { return b >= 1; }))
+    return "";
+  return "parallel.stage_blocks gives " + std::to_string(blocks.size()) + " chunk(s) " + std::to_string(sum) +
+         " block(s); it needs parallel.pipeline x parallel.virtual_stages = " + std::to_string(chunks) +
+         " numbers of at least 1 adding up to model.n_layer = " + std::to_string(shape.n_layer) +
+         " (or [] to balance them by FLOPs)";
+}
+
+namespace {
+
+// Blocks per part, balanced by FLOPs (pipeline_parts): first the smallest largest part's cost
+// that any cut reaches, then among the cuts within it the one with the least sum of squared
+// costs. Both by dynamic programming over (parts, blocks): exact, and cheap at any depth a model
+// has (parts x blocks^2).
+std::vector<std::int64_t> balanced_blocks(const ModelShape& shape, int chunks) {
+  const auto n = static_cast<int>(shape.n_layer);
+  const double block = block_train_flops_per_token(shape), head = head_train_flops_per_token(shape);
+  // Part k of `chunks` holding blocks [i, j): its cost, in blocks' worth to keep sums exact enough.
+  const auto cost = [&](int k, int i, int j) { return (j - i) + (k == chunks - 1 ? head / block : 0.0); };
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  // Minimal largest cost over cuts of the first j blocks into k parts.
+  std::vector<std::vector<double>> worst(static_cast<std::size_t>(chunks) + 1,
+                                         std::vector<double>(static_cast<std::size_t>(n) + 1, kNone));
+  worst[0][0] = 0;
+  for (int k = 1; k <= chunks; ++k)
+    for (int j = k; j <= n; ++j)
+      for (int i = k - 1; i < j; ++i)
+        worst[k][j] = std::min(worst[k][j], std::max(worst[k - 1][i], cost(k - 1, i, j)));
+  const double limit = worst[chunks][n] * (1 + 1e-12);
+  // Least sum of squares within that limit; `from` remembers each part's first block.
+  std::vector<std::vector<double>> squares(static_cast<std::size_t>(chunks) + 1,
+                                           std::vector<double>(static_cast<std::size_t>(n) + 1, kNone));
+  std::vector<std::vector<int>> from(static_cast<std::size_t>(chunks) + 1, std::vector<int>(static_cast<std::size_t>(n) + 1, 0));
+  squares[0][0] = 0;
+  for (int k = 1; k <= chunks; ++k)
+    for (int j = k; j <= n; ++j)
+      // Later starts first, so that on a tie the earlier parts keep the larger share.
+      for (int i = j - 1; i >= k - 1; --i) {
+        const double c = cost(k - 1, i, j);
+        if (c > limit || squares[k - 1][i] == kNone) continue;
+        const double total = squares[k - 1][i] + c * c;
+        if (total < squares[k][j] * (1 - 1e-12)) {
+          squares[k][j] = total;
+          from[k][j] = i;
+        }
+      }
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(chunks));
+  for (int k = chunks, j = n; k > 0; j = from[k][j], --k) blocks[static_cast<std::size_t>(k - 1)] = j - from[k][j];
+  return blocks;
+}
+
+}  // namespace
+
+std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks) {
   ST_REQUIRE(chunks >= 1, "a pipeline of no parts");
   if (shape.n_layer < chunks)
     throw Error("a pipeline of " + std::to_string(chunks) + " model chunks needs at least as many blocks (model.n_layer = " +
                 std::to_string(shape.n_layer) + ")");
+  if (const std::string problem = stage_blocks_problem(shape, chunks, blocks); !problem.empty()) throw Error(problem);
+  const std::vector<std::int64_t> counts = blocks.empty() ? balanced_blocks(shape, chunks) : blocks;
   std::vector<ModelPart> parts;
   std::int64_t first = 0;
-  for (int v = 0; v < chunks; ++v) {
-    const std::int64_t blocks = shape.n_layer / chunks + (v < shape.n_layer % chunks ? 1 : 0);
-    parts.push_back({first, first + blocks});
-    first += blocks;
+  for (const std::int64_t count : counts) {
+    parts.push_back({first, first + count});
+    first += count;
   }
   return parts;
 }
 
 std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage) {
-  const std::vector<ModelPart> parts = pipeline_parts(shape, pipeline.chunks());
+  const std::vector<ModelPart> parts = pipeline_parts(shape, pipeline.chunks(), pipeline.blocks);
   std::vector<ModelPart> held;
   for (int c = 0; c < pipeline.virtual_stages; ++c) held.push_back(parts[static_cast<std::size_t>(c * pipeline.stages + stage)]);
   return held;

@@ -16,7 +16,9 @@
 //                (V - 1) P more micro-batch chunks in flight and V times more messages.
 // All three idle (P - 1) / (m V) of the ideal step time (the bubble) when every chunk's
 // passes take the same time.
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/choices.hpp"
@@ -25,9 +27,15 @@
 namespace st {
 
 struct PipelineShape {
+  PipelineShape() = default;
+  PipelineShape(int stages_, int micro_batches_, int virtual_stages_ = 1, std::vector<std::int64_t> blocks_ = {})
+      : stages(stages_), micro_batches(micro_batches_), virtual_stages(virtual_stages_), blocks(std::move(blocks_)) {}
   int stages = 1;          // P: ranks along the pipeline
   int micro_batches = 1;   // m: per step, through each stage
   int virtual_stages = 1;  // V: model chunks per rank (interleaved only)
+  // Blocks of each of the P x V chunks along the model (parallel.stage_blocks); empty: balanced
+  // by FLOPs (pipeline_parts).
+  std::vector<std::int64_t> blocks;
   int chunks() const { return stages * virtual_stages; }
 };
 
@@ -62,10 +70,17 @@ struct PipelineTiming {
 PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape& shape, double forward,
                                  double backward);
 
-// The model's blocks cut into `chunks` (P x V) parts of consecutive blocks, as even as they go
-// (the first n_layer mod chunks parts take one more), in order along the model: virtual stage v
-// is the v-th. Throws Error when there are fewer blocks than parts.
-std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks);
+// The model's blocks cut into `chunks` (P x V) parts of consecutive blocks, in order along the
+// model (virtual stage v is the v-th): `blocks` of each where given, else balanced by training
+// FLOPs, the LM head's counted with the last part's blocks: the largest part's FLOPs as small as
+// they go, then the parts as even as they go, earlier parts taking the extra blocks. Where the
+// head is light that is n_layer / chunks blocks each, the first n_layer mod chunks one more.
+// Throws Error when there are fewer blocks than parts (or `blocks` does not fit:
+// stage_blocks_problem).
+std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks = {});
+// What is wrong with parallel.stage_blocks for `chunks` parts of the shape's model ("" if
+// nothing, or if it is empty).
+std::string stage_blocks_problem(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks);
 
 // The parts a stage holds, its chunks' in order: chunk c is virtual stage c x P + stage.
 std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage);

@@ -218,11 +218,11 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   // The plan the run would make: its mesh, buffers, buckets and collectives. Under a pipeline,
   // the stage that holds the most (its part's parameters, and its part's activations for each
   // micro-batch the schedule keeps in flight through it): the rank that must fit.
-  std::int64_t blocks_held = shape.n_layer;
   ParamLayout layout;
   std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
   std::optional<ParallelPlan> held;
-  const PipelineShape pipeline{stages, static_cast<int>(mb), static_cast<int>(config.parallel.virtual_stages)};
+  const PipelineShape pipeline{stages, static_cast<int>(mb), static_cast<int>(config.parallel.virtual_stages),
+                               config.parallel.stage_blocks};
   if (stages > 1) {
     std::uint64_t most = 0;
     // The first stage (the embeddings, the most micro-batches in flight), the second (of the
@@ -241,8 +241,6 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
       held.emplace(std::move(plan));
       layout = std::move(parts_layout);
       activations = kept;
-      blocks_held = 0;
-      for (const ModelPart& part : parts) blocks_held += part.blocks(shape);
     }
   } else {
     layout = make_layout(shape, TensorSplit{tensor, 0});
@@ -272,7 +270,15 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   if (stages > 1) {
     // A stage computes its share of the blocks, and idles the pipeline's bubble besides.
-    const double share = static_cast<double>(blocks_held) / static_cast<double>(shape.n_layer);
+    // The busiest stage paces the pipeline: its blocks' FLOPs, and the LM head's where it holds it.
+    double share = 0;
+    for (int s = 0; s < stages; ++s) {
+      double flops = 0;
+      for (const ModelPart& part : pipeline_stage_parts(shape, pipeline, s))
+        flops += static_cast<double>(part.blocks(shape)) * block_train_flops_per_token(shape) +
+                 (part.heads(shape) ? head_train_flops_per_token(shape) : 0.0);
+      share = std::max(share, flops / train_flops_per_token(shape, shape.seq_len));
+    }
     const double bubble = pipeline_bubble(pipeline);
     p.pipeline = stages;
     p.recompute_s *= share * (1 + bubble);
@@ -480,12 +486,19 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     if (asked_stages > 1) {
       Config whole = config;
       whole.parallel.pipeline = 1;
+      whole.parallel.virtual_stages = 1;
+      whole.parallel.pipeline_schedule = PipelineSchedule::one_f_one_b;
+      whole.parallel.stage_blocks.clear();
       std::vector<StrategyPrediction> unpipelined = plan_split(whole, recompute);
       rows.insert(rows.end(), unpipelined.begin(), unpipelined.end());
     }
     for (const int stages : searched_stages) {
+      // The planner's own pipelines: 1f1b, one chunk a stage, balanced by FLOPs.
       Config staged = config;
       staged.parallel.pipeline = stages;
+      staged.parallel.virtual_stages = 1;
+      staged.parallel.pipeline_schedule = PipelineSchedule::one_f_one_b;
+      staged.parallel.stage_blocks.clear();
       std::vector<StrategyPrediction> best;
       for (const StrategyPrediction& row : plan_split(staged, recompute)) {
         auto same = std::find_if(best.begin(), best.end(), [&](const StrategyPrediction& b) { return b.tensor == row.tensor; });

@@ -1,6 +1,7 @@
 """Pipeline parallelism end to end (parallel.pipeline): 20 steps of a small 4-block GPT (and of
 small Llamas, tied and untied) cut into 2 or 4 stages match one rank's losses, gradient norms,
-validation losses and final parameters within 1e-5: 1f1b, gpipe and interleaved 1F1B (2 stages
+validation losses and final parameters within 1e-5: 1f1b (the blocks balanced by FLOPs, or as
+parallel.stage_blocks gives them), gpipe and interleaved 1F1B (2 stages
 of 2 chunks: GPT-2 under ddp, zero1 and zero3, Llama tied and untied); the strategies over each
 stage's data-parallel ranks (zero1, zero3 reducing every micro-batch, hsdp); pipeline x tensor
 (2 x 2) and pipeline x data x tensor (2 x 2 x 2 on 8 ranks, zero3, with accumulation). Every
@@ -52,6 +53,7 @@ for ranks, extra, strategy, micro, params_rel, label in [
         (4, PP2 + ["--set", 'parallel.grad_reduction="every_micro_batch"'], "zero3", 2, 1e-5,
          "pipeline2_zero3_every_micro_batch"),
         (4, PP2 + ["--set", "parallel.shard_group=1"], "hsdp", 3, 1e-5, "pipeline2_hsdp"),
+        (2, PP2 + ["--set", "parallel.stage_blocks=[3,1]"], "ddp", 3, 1e-5, "pipeline2_blocks_3_1"),
         (2, IL2, "ddp", 3, 1e-5, "pipeline2_interleaved"),
         (4, IL2, "zero1", 3, 1e-5, "pipeline2_interleaved_zero1_np4"),
         (4, IL2 + ["--set", 'parallel.grad_reduction="every_micro_batch"'], "zero3", 3, 1e-5,
@@ -74,6 +76,8 @@ for ranks, extra, strategy, micro, params_rel, label in [
                 and "bubble 25% of the step" in out.stdout,
                 f"{label}: check states the stages, the schedule, the bubble and the bytes\n{out.stdout[-1500:]}"
                 f"{out.stderr[-500:]}")
+    if label == "pipeline2_blocks_3_1":
+        h.check("2 stages (blocks 0-2, 3), 1f1b" in got["stdout"], f"{label}: the stages hold the blocks the deck gives")
     if label == "pipeline2_interleaved":
         # Rank 0 holds chunks 0 and 2: it sends each micro-batch's activations on from both, and
         # the gradient of chunk 2's input back to chunk 1 on the other stage: 3 messages a
@@ -184,6 +188,11 @@ for ranks, sets, words in [
         (2, ["parallel.pipeline=2", 'parallel.pipeline_schedule="interleaved"', "parallel.virtual_stages=2",
              "data.micro_batch=4"], "needs the micro-batches per step (3) to be a multiple of parallel.pipeline (2)"),
         (2, ["parallel.pipeline=2", "run.sample_every=5"], "run.sample_every = 5 samples from the whole model"),
+        (2, ["parallel.pipeline=2", "parallel.stage_blocks=[2,1]"],
+         "parallel.stage_blocks gives 2 chunk(s) 3 block(s); it needs parallel.pipeline x parallel.virtual_stages = 2 "
+         "numbers of at least 1 adding up to model.n_layer = 4"),
+        (1, ["parallel.stage_blocks=[4]"], "parallel.stage_blocks cuts the blocks between pipeline stages, and this "
+                                          "deck has none"),
         (2, ["parallel.pipeline=2", "parallel.virtual_stages=2"], "parallel.virtual_stages = 2 needs parallel.pipeline_schedule")]:
     deck = h.small_deck(work, "refused", corpus, model=GPT, data={"micro_batch": 3})
     argv = ["run", deck]

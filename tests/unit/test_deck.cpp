@@ -307,6 +307,24 @@ TEST(Deck, ResolvedDeckTextParsesBackToTheSameSettings) {
   EXPECT_EQ(again.optimizer.beta2, 0.999);
 }
 
+// parallel.stage_blocks: an array of integers, from the deck or --set, written back to
+// resolved.toml as one; anything else named with what it takes.
+TEST(Deck, IntegerArraysParseCheckAndReadBack) {
+  const Config c = parse_deck(std::string(kMinimal) + "[parallel]\npipeline = 2\nstage_blocks = [3, 1]\n", "deck.toml", {});
+  EXPECT_EQ(c.parallel.stage_blocks, (std::vector<std::int64_t>{3, 1}));
+  EXPECT_EQ(parse_deck(kMinimal, "deck.toml", {"parallel.stage_blocks=[5,4,2,1]"}).parallel.stage_blocks,
+            (std::vector<std::int64_t>{5, 4, 2, 1}));
+  EXPECT_TRUE(parse_deck(kMinimal, "deck.toml", {}).parallel.stage_blocks.empty());
+  const std::string text = resolved_deck_text(c);
+  EXPECT_NE(text.find("stage_blocks = [3, 1]   # deck.toml:8"), std::string::npos) << text;
+  EXPECT_EQ(parse_deck(text, "resolved.toml", {}).parallel.stage_blocks, c.parallel.stage_blocks);
+  for (const char* wrong : {"[3, \"a\"]", "[3, 0]", "3"}) {
+    const std::string e = error_of(std::string(kMinimal) + "[parallel]\nstage_blocks = " + wrong + "\n");
+    EXPECT_NE(e.find("deck.toml:7: parallel.stage_blocks = "), std::string::npos) << e;
+    EXPECT_NE(e.find("expected an array of integers in [1, 65536]"), std::string::npos) << e;
+  }
+}
+
 // A key under the name another trainer gives it (Hugging Face, nanoGPT, Megatron) is pointed to
 // the deck's key, in the deck and on the command line.
 TEST(Deck, OtherTrainersNamesSuggestTheDecksKey) {

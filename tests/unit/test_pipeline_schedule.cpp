@@ -117,5 +117,72 @@ TEST(PipelineSchedule, ImpossibleShapesNameTheirKeys) {
   EXPECT_THROW(pipeline_actions(PipelineSchedule::interleaved, {4, 6, 2}, 0), Error);
 }
 
+// The blocks of each part along the model.
+std::vector<std::int64_t> blocks_of(const std::vector<ModelPart>& parts, const ModelShape& shape) {
+  std::vector<std::int64_t> blocks;
+  std::int64_t next = 0;
+  for (const ModelPart& p : parts) {
+    EXPECT_EQ(p.first_block, next) << "parts are consecutive";
+    next = p.end(shape);
+    blocks.push_back(p.blocks(shape));
+  }
+  EXPECT_EQ(next, shape.n_layer) << "parts cover the model";
+  return blocks;
+}
+
+ModelShape gpt2_shape(std::int64_t n_layer, std::int64_t d_model, std::int64_t vocab, std::int64_t seq) {
+  ModelShape s;
+  s.n_layer = n_layer;
+  s.d_model = d_model;
+  s.n_head = 12;
+  s.vocab_size = vocab;
+  s.padded_vocab = (vocab + 127) / 128 * 128;
+  s.seq_len = seq;
+  return s;
+}
+
+TEST(PipelineParts, BalancedByFlopsTheHeadCountsWithTheLastPart) {
+  // GPT-2 124M: the LM head (768 x 50304) costs 4.5 blocks' FLOPs. Even parts (3 blocks each)
+  // would make the last stage 3 + 4.5 blocks' worth; balanced, it holds one block, and the
+  // others share the rest, the earlier ones taking the extra.
+  const ModelShape gpt2 = gpt2_shape(12, 768, 50257, 1024);
+  const double head = head_train_flops_per_token(gpt2) / block_train_flops_per_token(gpt2);
+  EXPECT_NEAR(head, 4.46, 0.01);
+  EXPECT_NEAR(12 * block_train_flops_per_token(gpt2) + head_train_flops_per_token(gpt2),
+              train_flops_per_token(gpt2, 1024), 1e-6 * train_flops_per_token(gpt2, 1024));
+  EXPECT_EQ(blocks_of(pipeline_parts(gpt2, 4), gpt2), (std::vector<std::int64_t>{4, 4, 3, 1}));
+  EXPECT_EQ(blocks_of(pipeline_parts(gpt2, 2), gpt2), (std::vector<std::int64_t>{8, 4}));
+  // A light head (the default deck's: 192 x 256 against 12 x 192^2 a block) leaves the parts
+  // even, the first n_layer mod parts one block more.
+  const ModelShape small = gpt2_shape(4, 192, 256, 128);
+  EXPECT_LT(head_train_flops_per_token(small), block_train_flops_per_token(small));
+  EXPECT_EQ(blocks_of(pipeline_parts(small, 2), small), (std::vector<std::int64_t>{2, 2}));
+  const ModelShape seven = gpt2_shape(7, 192, 256, 128);
+  EXPECT_EQ(blocks_of(pipeline_parts(seven, 3), seven), (std::vector<std::int64_t>{3, 2, 2}));
+  EXPECT_EQ(blocks_of(pipeline_parts(seven, 7), seven), (std::vector<std::int64_t>(7, 1)));
+}
+
+TEST(PipelineParts, GivenBlocksAreTakenOrRefusedNamingTheKey) {
+  const ModelShape gpt2 = gpt2_shape(12, 768, 50257, 1024);
+  EXPECT_EQ(blocks_of(pipeline_parts(gpt2, 4, {3, 3, 3, 3}), gpt2), (std::vector<std::int64_t>{3, 3, 3, 3}));
+  EXPECT_EQ(blocks_of(pipeline_parts(gpt2, 2, {11, 1}), gpt2), (std::vector<std::int64_t>{11, 1}));
+  // Through a stage's chunks with interleaving: chunk c of stage s is part c x P + s.
+  const PipelineShape interleaved{2, 4, 2, {5, 4, 2, 1}};
+  EXPECT_EQ(blocks_of(pipeline_parts(gpt2, 4, interleaved.blocks), gpt2), (std::vector<std::int64_t>{5, 4, 2, 1}));
+  const std::vector<ModelPart> second = pipeline_stage_parts(gpt2, interleaved, 1);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].first_block, 5);
+  EXPECT_EQ(second[1].first_block, 11);
+  for (const std::vector<std::int64_t>& wrong : {std::vector<std::int64_t>{6, 6}, std::vector<std::int64_t>{4, 4, 4, 1},
+                                                 std::vector<std::int64_t>{12, 0, 0, 0}}) {
+    const std::string problem = stage_blocks_problem(gpt2, 4, wrong);
+    EXPECT_NE(problem.find("parallel.stage_blocks gives " + std::to_string(wrong.size()) + " chunk(s)"), std::string::npos)
+        << problem;
+    EXPECT_NE(problem.find("adding up to model.n_layer = 12"), std::string::npos) << problem;
+    EXPECT_THROW(pipeline_parts(gpt2, 4, wrong), Error);
+  }
+  EXPECT_EQ(stage_blocks_problem(gpt2, 4, {}), "");
+}
+
 }  // namespace
 }  // namespace st
