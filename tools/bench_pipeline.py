@@ -9,7 +9,7 @@ rank's accounted memory and the measured peak; beside them what `shardtrain plan
 same deck on the same ranks, run just before each setting under the same mpirun: its step time,
 its memory for the fullest stage and the bubble, (P - 1) / (m V) of a stage's work.
 
-    /usr/bin/python3 tools/bench_pipeline.py [--ranks 4] [--rounds 3] [--steps 12] [--micro-batch 1]
+    /usr/bin/python3 tools/bench_pipeline.py [--ranks 2] [--rounds 3] [--steps 12] [--micro-batch 1]
 
 Prints every sample, then Markdown tables of the medians over the rounds for docs/benchmarks.md.
 More ranks than cores share them (mpirun --oversubscribe): the step times are then those of

@@ -26,9 +26,11 @@ int deck_data_ranks(const Config& config, int world_size);
 // schedule (pipeline_schedule_problem, with `micro_batches` per step through each stage):
 // returns the pipeline's shape, or throws Error (all ranks) naming the key and what it must be.
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches);
-// "; pipeline: 2 stages (blocks 0-1 | 2-3), 1f1b, ..." for the settings tables of run and check:
-// the stages' blocks, the schedule, the micro-batches in flight on the first stage, the bubble
-// and the bytes a rank sends to each neighbouring stage per step; "" without a pipeline.
+// "; pipeline: 2 stages (blocks 0-1, 2-3), 1f1b, ..." for the settings tables of run and check
+// ("2 stages x 2 chunks (blocks 0 + 2; 1 + 3), interleaved, ..." with chunks): the stages'
+// blocks, the schedule, the micro-batches in flight on the first stage, the bubble and the bytes
+// the first stage sends per step (to each neighbouring stage without chunks); "" without a
+// pipeline.
 std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch);
 // The bytes of one message between neighbouring stages: a micro-batch of `micro_batch` sequences'
 // residual stream (or its gradient), fp32, as one rank of a tensor group of `tensor` sends it
@@ -36,8 +38,9 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
 std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro_batch, int tensor,
                                      bool sequence_parallel);
 
-// Its first checks, which need no batch: the stages (times parallel.tensor) divide the world and
-// the model has a block for each chunk. Throws Error (all ranks) naming the key.
+// Its first checks, which need no batch: the stages (times parallel.tensor) divide the world, the
+// model has a block for each chunk, parallel.stage_blocks (if set) cuts the model into the chunks,
+// and chunks go with the interleaved schedule. Throws Error (all ranks) naming the key.
 void deck_pipeline_degree(const Config& config, int world_size);
 
 // The deck's mesh on world_size ranks of node_size per node (make_mesh: hsdp's group is

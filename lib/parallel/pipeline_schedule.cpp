@@ -232,7 +232,12 @@ std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const
 }
 
 std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage) {
-  const std::vector<ModelPart> parts = pipeline_parts(shape, pipeline.chunks(), pipeline.blocks);
+  return pipeline_stage_parts(pipeline_parts(shape, pipeline.chunks(), pipeline.blocks), pipeline, stage);
+}
+
+std::vector<ModelPart> pipeline_stage_parts(const std::vector<ModelPart>& parts, const PipelineShape& pipeline, int stage) {
+  ST_REQUIRE(static_cast<int>(parts.size()) == pipeline.chunks() && stage >= 0 && stage < pipeline.stages,
+             "a stage's parts of another pipeline");
   std::vector<ModelPart> held;
   for (int c = 0; c < pipeline.virtual_stages; ++c) held.push_back(parts[static_cast<std::size_t>(c * pipeline.stages + stage)]);
   return held;

@@ -84,6 +84,8 @@ std::string stage_blocks_problem(const ModelShape& shape, int chunks, const std:
 
 // The parts a stage holds, its chunks' in order: chunk c is virtual stage c x P + stage.
 std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage);
+// The same from the pipeline's parts already cut (pipeline_parts).
+std::vector<ModelPart> pipeline_stage_parts(const std::vector<ModelPart>& parts, const PipelineShape& pipeline, int stage);
 
 // (P - 1) / (m V): the time the pipeline idles, as a fraction of the step's work per stage.
 double pipeline_bubble(const PipelineShape& shape);

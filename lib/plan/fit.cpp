@@ -148,16 +148,27 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
     origin = "auto: chosen by the planner (plan.txt) without a pipeline (" + why + ")";
   }
   set_key(config, "parallel.strategy", name_of(chosen->strategy), origin);
-  if (chosen->pipeline > 1) {
+  // The chosen row's split replaces the deck's wherever they differ (a deck's own pipeline or
+  // tensor degree is planned beside the rows without them, which may win).
+  if (chosen->pipeline != config.parallel.pipeline) {
     set_key(config, "parallel.pipeline", std::int64_t{chosen->pipeline},
-            "auto: the planner puts stages of consecutive blocks on whole nodes");
-    if (config.run.sample_every > 0)
-      set_key(config, "run.sample_every", std::int64_t{0},
-              "auto: a pipeline's stages hold the model in parts (generate from the checkpoint)");
+            chosen->pipeline > 1 ? "auto: the planner puts stages of consecutive blocks on whole nodes"
+                                 : "auto: the planner's choice runs without a pipeline");
+    // The planner's own pipelines are 1f1b, one chunk a stage, cut by FLOPs.
+    const std::string why = "auto: goes with the planner's parallel.pipeline";
+    if (config.parallel.virtual_stages != 1) set_key(config, "parallel.virtual_stages", std::int64_t{1}, why);
+    if (config.parallel.pipeline_schedule != PipelineSchedule::one_f_one_b)
+      set_key(config, "parallel.pipeline_schedule", std::string("1f1b"), why);
+    if (!config.parallel.stage_blocks.empty())
+      set_key(config, "parallel.stage_blocks", std::vector<std::int64_t>{}, why);
   }
-  if (chosen->tensor > 1)
+  if (chosen->pipeline > 1 && config.run.sample_every > 0)
+    set_key(config, "run.sample_every", std::int64_t{0},
+            "auto: a pipeline's stages hold the model in parts (generate from the checkpoint)");
+  if (chosen->tensor != config.parallel.tensor)
     set_key(config, "parallel.tensor", std::int64_t{chosen->tensor},
-            "auto: the planner splits layers inside the NVLink group");
+            chosen->tensor > 1 ? "auto: the planner splits layers inside the NVLink group"
+                               : "auto: the planner's choice keeps whole layers");
   if (chosen->strategy == StrategyKind::hsdp)
     set_key(config, "parallel.shard_group", std::int64_t{chosen->group}, "auto: the planner's fast-link group");
   return table;

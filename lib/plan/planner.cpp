@@ -101,7 +101,8 @@ std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
       << split_words(c, ", with ") << ": each stage holds consecutive blocks, and between stages only each "
       << "micro-batch's activations and their gradients pass, " << b(c.pipeline_bytes) << " per step from the busiest rank over the "
       << c.pipeline_level << " (" << ms(c.pipeline_exposed_s) << " ms of it not hidden behind compute); the bubble, "
-      << "(P - 1) / m = " << percent(c.bubble_s / (c.compute_s - c.bubble_s)) << " of a stage's work, idles "
+      << (c.virtual_stages > 1 ? "(P - 1) / (m V) = " : "(P - 1) / m = ")
+      << percent(c.bubble_s / (c.compute_s - c.bubble_s)) << " of a stage's work, idles "
       << ms(c.bubble_s) << " ms. ";
   if (flat && flat->fits)
     why << "Without a pipeline the fastest, " << flat->strategy << split_words(*flat, " with ") << ", is predicted "
@@ -150,14 +151,24 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
                              .total();
 }
 
-std::uint64_t stage_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
-                                     Recompute recompute, int tensor, const PipelineShape& pipeline, int stage) {
-  const std::vector<ModelPart> parts = pipeline_stage_parts(model_shape(config.model), pipeline, stage);
+namespace {
+
+// stage_activation_bytes of the stage's parts (pipeline_stage_parts).
+std::uint64_t stage_kept_bytes(const Config& config, const Machine& m, std::int64_t micro_batch, Recompute recompute,
+                               int tensor, const PipelineShape& pipeline, int stage, const std::vector<ModelPart>& parts) {
   std::uint64_t bytes = 0;
   for (int c = 0; c < pipeline.virtual_stages; ++c)
     bytes += predicted_activation_bytes(config, m, micro_batch, recompute, tensor, parts[static_cast<std::size_t>(c)]) *
              static_cast<std::uint64_t>(pipeline_chunk_in_flight(config.parallel.pipeline_schedule, pipeline, stage, c));
   return bytes;
+}
+
+}  // namespace
+
+std::uint64_t stage_activation_bytes(const Config& config, const Machine& m, std::int64_t micro_batch,
+                                     Recompute recompute, int tensor, const PipelineShape& pipeline, int stage) {
+  return stage_kept_bytes(config, m, micro_batch, recompute, tensor, pipeline, stage,
+                          pipeline_stage_parts(model_shape(config.model), pipeline, stage));
 }
 
 TensorDegrees tensor_degrees(const Config& config, const Machine& m) {
@@ -223,18 +234,27 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   std::optional<ParallelPlan> held;
   const PipelineShape pipeline{stages, static_cast<int>(mb), static_cast<int>(config.parallel.virtual_stages),
                                config.parallel.stage_blocks};
+  // The pipeline's parts, cut once (by FLOPs, or as parallel.stage_blocks says).
+  const std::vector<ModelPart> all_parts =
+      stages > 1 ? pipeline_parts(shape, pipeline.chunks(), pipeline.blocks) : std::vector<ModelPart>{};
   if (stages > 1) {
     std::uint64_t most = 0;
-    // The first stage (the embeddings, the most micro-batches in flight), the second (of the
-    // middle stages the one with the most blocks and the most in flight: parts shrink and
-    // in-flight counts fall along the pipeline) and the last (the head): one of them holds most.
-    for (const int s : {0, 1, stages - 1}) {
-      const std::vector<ModelPart> parts = pipeline_stage_parts(shape, pipeline, s);
+    // Cut by FLOPs, one of the first stage (the embeddings, the most micro-batches in flight),
+    // the second (of the middle stages the one with the most blocks and the most in flight:
+    // parts do not grow and in-flight counts fall along the pipeline) and the last (the head)
+    // holds the most; cut by hand, any stage may.
+    std::vector<int> candidates = {0, 1, stages - 1};
+    if (!pipeline.blocks.empty()) {
+      candidates.clear();
+      for (int s = 0; s < stages; ++s) candidates.push_back(s);
+    }
+    for (const int s : candidates) {
+      const std::vector<ModelPart> parts = pipeline_stage_parts(all_parts, pipeline, s);
       ParamLayout parts_layout = stage_layout(shape, TensorSplit{tensor, 0}, parts);
       ParallelPlan plan = choice_plan(config, choice, parts_layout, stage_world, std::min(m.ranks_per_node, stage_world),
                                       mb, batches.micro_batch, parts);
       const std::uint64_t kept =
-          stage_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s);
+          stage_kept_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s, parts);
       const std::uint64_t total = plan.model_state().total() + workspace_estimate(plan) + kept;
       if (total <= most) continue;
       most = total;
@@ -269,19 +289,20 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
                  tokens / m.flops_per_rank;
   p.compute_s = train_flops_per_token(shape, batches.seq_len) * tokens / m.flops_per_rank + p.recompute_s;
   if (stages > 1) {
-    // A stage computes its share of the blocks, and idles the pipeline's bubble besides.
-    // The busiest stage paces the pipeline: its blocks' FLOPs, and the LM head's where it holds it.
+    // A stage computes its share of the FLOPs, and idles the pipeline's bubble besides. The
+    // busiest stage paces the pipeline: its blocks' FLOPs, and the LM head's where it holds it.
     double share = 0;
     for (int s = 0; s < stages; ++s) {
       double flops = 0;
-      for (const ModelPart& part : pipeline_stage_parts(shape, pipeline, s))
+      for (const ModelPart& part : pipeline_stage_parts(all_parts, pipeline, s))
         flops += static_cast<double>(part.blocks(shape)) * block_train_flops_per_token(shape) +
                  (part.heads(shape) ? head_train_flops_per_token(shape) : 0.0);
       share = std::max(share, flops / train_flops_per_token(shape, shape.seq_len));
     }
     const double bubble = pipeline_bubble(pipeline);
     p.pipeline = stages;
-    p.recompute_s *= share * (1 + bubble);
+    p.virtual_stages = pipeline.virtual_stages;
+    p.recompute_s *= share;
     p.compute_s *= share;
     p.bubble_s = p.compute_s * bubble;
     p.compute_s += p.bubble_s;
@@ -661,7 +682,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         << "; on one rank no strategy sends anything or holds less, and ddp keeps the model in one piece";
   } else if (c.strategy == StrategyKind::ddp) {
     const bool least = std::none_of(r.rows.begin(), r.rows.end(), [&](const StrategyPrediction& p) {
-      return p.fits && p.tensor == c.tensor && sent(p) < sent(c);
+      return p.fits && p.tensor == c.tensor && p.pipeline == c.pipeline && sent(p) < sent(c);
     });
     why << "the whole model state (" << b(c.state_bytes) << " per rank) fits in " << limit << ", and ddp sends "
         << (least ? "the least per step (" + b(sent(c)) + ")" : b(sent(c)) + " per step") << ", its all-reduce "

@@ -24,6 +24,7 @@ struct StrategyPrediction {
   int group = 0;  // ranks that shard together (hsdp: the group; others: the data-parallel ranks)
   int tensor = 1;  // ranks splitting each layer (parallel.tensor)
   int pipeline = 1;  // stages of consecutive blocks (parallel.pipeline); the strategy runs within a stage
+  int virtual_stages = 1;  // model chunks per stage (parallel.virtual_stages, interleaved)
   Recompute recompute = Recompute::none;
   // parallel.grad_reduction as predicted (auto: once where the whole gradient fits, else every
   // micro-batch), and whether it reduce-scatters every micro-batch (sharded gradients, several

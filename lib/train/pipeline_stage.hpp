@@ -120,8 +120,8 @@ class PipelineStage {
   OwnedComm stage_comm_, across_comm_, ends_comm_;
   std::unique_ptr<World> stage_world_;
   std::unique_ptr<PeerLink> link_;
-  std::unique_ptr<MpiCommunicator> across_, ends_;
-  std::unique_ptr<JobAgreements> job_agreements_;  // the stages' scalars; the first and last stage's embeddings
+  std::unique_ptr<MpiCommunicator> across_, ends_;  // the stages' scalars; the first and last stage's embeddings
+  std::unique_ptr<JobAgreements> job_agreements_;   // over every rank of the job
   std::vector<Chunk> chunks_;
   ParamLayout layout_;
   ModelShape model_shape_;

@@ -14,6 +14,7 @@
 #include "model/activations.hpp"
 #include "model/deck_shape.hpp"
 #include "model/gpt2.hpp"
+#include "parallel/deck_plan.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/shard_layout.hpp"
@@ -661,7 +662,27 @@ TEST(PlannerPipeline, AutoTakesThePipelineOnCpuRanksAndNotYetOnGpus) {
   EXPECT_NE(on_cpus.origin["parallel.pipeline"].find("auto"), std::string::npos);
 }
 
-// Interleaved 1F1B: each stage holds two chunks of half the blocks. The bubble halves, each
+// A deck's own split is planned beside the rows without it; where auto's choice has another,
+// the deck takes the choice's, with nothing left over that only the deck's split could use.
+TEST(PlannerPipeline, AutoReplacesTheDecksPipelineWithItsChoice) {
+  const Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto", "parallel.pipeline=2",
+                                                    "parallel.stage_blocks=[30,18]"});
+  const Machine gpus = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
+  // GPUs run no pipeline yet: the choice is the fastest row without one.
+  Config on_gpus = config;
+  resolve_auto_strategy(on_gpus, gpus);
+  const StrategyPrediction* flat = fastest_with(plan_strategies(config, gpus), 1);
+  ASSERT_NE(flat, nullptr);
+  EXPECT_EQ(on_gpus.parallel.strategy, flat->strategy);
+  EXPECT_EQ(on_gpus.parallel.pipeline, 1);
+  EXPECT_EQ(on_gpus.parallel.tensor, flat->tensor);
+  EXPECT_TRUE(on_gpus.parallel.stage_blocks.empty());
+  EXPECT_NE(on_gpus.origin["parallel.pipeline"].find("without a pipeline"), std::string::npos)
+      << on_gpus.origin["parallel.pipeline"];
+  EXPECT_NO_THROW(deck_pipeline_degree(on_gpus, gpus.world()));
+}
+
+// Interleaved 1F1B: each stage holds two chunks of the blocks. The bubble halves, each
 // micro-batch crosses between the stages three times (both chunks' activations on, the second
 // chunk's input gradient back), and the first stage keeps more micro-batch chunks in flight.
 TEST(PlannerPipeline, InterleavedChunksHalveTheBubbleAndSendAMessagePerChunk) {
