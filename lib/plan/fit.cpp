@@ -132,12 +132,8 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   if (chosen->pipeline > 1 && machine.gpu) {
     // Pipelines pass activations through host memory in this version (CPU ranks only): the
     // fastest choice without one, where one fits.
-    const StrategyPrediction* flat = nullptr;
-    for (const StrategyPrediction& row : plan.rows)
-      if (row.fits && row.pipeline == 1) {
-        flat = &row;
-        break;
-      }
+    const int flat_row = choose_row(plan.rows, 1);
+    const StrategyPrediction* flat = flat_row < 0 ? nullptr : &plan.rows[static_cast<std::size_t>(flat_row)];
     const std::string why = "the planner's choice, parallel.pipeline = " + std::to_string(chosen->pipeline) +
                             ", runs on CPU ranks only in this version";
     if (!flat)

@@ -437,6 +437,30 @@ StrategyPrediction predict_strategy(const Config& config, const Machine& m, Stra
   return each.fits || each.total_bytes() < once.total_bytes() ? each : once;
 }
 
+int choose_row(const std::vector<StrategyPrediction>& rows, int max_pipeline) {
+  int chosen = -1;
+  double best = 0;
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const StrategyPrediction& row = rows[static_cast<std::size_t>(i)];
+    if (row.fits && row.pipeline <= max_pipeline && (chosen < 0 || row.step_s < best)) {
+      best = row.step_s;
+      chosen = i;
+    }
+  }
+  if (chosen < 0) return -1;
+  // The fastest, or within the margin of it fewer stages, a smaller tensor degree, a less sharded strategy.
+  const auto rank = [&](int i) {
+    const StrategyPrediction& row = rows[static_cast<std::size_t>(i)];
+    return std::make_tuple(row.pipeline, row.tensor, order_of(row.strategy), row.step_s);
+  };
+  for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+    const StrategyPrediction& row = rows[static_cast<std::size_t>(i)];
+    if (row.fits && row.pipeline <= max_pipeline && row.step_s <= best * (1 + kTieMargin) && rank(i) < rank(chosen))
+      chosen = i;
+  }
+  return chosen;
+}
+
 PlanResult plan_strategies(const Config& config, const Machine& m) {
   PlanResult r;
   const bool plan_hsdp = hsdp_group_for(m) > 0 && m.world() % hsdp_group_for(m) == 0;
@@ -585,14 +609,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
                (asked != Recompute::full ? ", which not even model.recompute = \"full\" brings within it" : "") + ".";
     return r;
   }
-  // The fastest, or a less sharded strategy within the margin of it.
-  const double best = r.rows.front().step_s;
-  int chosen = 0;
-  for (int i = 0; i < static_cast<int>(r.rows.size()); ++i)
-    if (r.rows[i].fits && r.rows[i].step_s <= best * (1 + kTieMargin) &&
-        std::make_tuple(r.rows[i].pipeline, r.rows[i].tensor, order_of(r.rows[i].strategy)) <
-            std::make_tuple(r.rows[chosen].pipeline, r.rows[chosen].tensor, order_of(r.rows[chosen].strategy)))
-      chosen = i;
+  const int chosen = choose_row(r.rows);
   r.chosen = chosen;
   if (lever) {
     const StrategyPrediction& c = r.rows[chosen];

@@ -103,6 +103,10 @@ TensorDegrees tensor_degrees(const Config& config, const Machine& machine);
 // fits with the deck's model.recompute, the first stronger recomputation under which some do is
 // planned as well, and the recommendation names it and what it costs.
 PlanResult plan_strategies(const Config& config, const Machine& machine);
+// The row the planner's rule picks among `rows` that fit, with at most `max_pipeline` stages: the
+// fastest, or within 5% of it the one with fewer stages, then a smaller tensor degree, then a less
+// sharded strategy (ddp, zero1, zero2, hsdp, zero3); -1 when none fits.
+int choose_row(const std::vector<StrategyPrediction>& rows, int max_pipeline = 1 << 30);
 // The hsdp group the planner proposes on this machine (as parallel.shard_group; make_mesh turns
 // it into the mesh): the fast group, else the node, when a slower level lies above it; 0 when
 // there is none (one level only).

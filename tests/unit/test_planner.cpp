@@ -638,11 +638,13 @@ TEST(PlannerPipeline, AutoTakesThePipelineOnCpuRanksAndNotYetOnGpus) {
   const Machine gpus = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
   const PlanResult r = plan_strategies(config, gpus);
   ASSERT_GT(chosen(r).pipeline, 1) << r.reason;
-  // GPUs: the fastest row without a pipeline, the origin saying why.
+  // GPUs: the planner's pick among the rows without a pipeline, the origin saying why.
   Config on_gpus = config;
   resolve_auto_strategy(on_gpus, gpus);
-  const StrategyPrediction* flat = fastest_with(r, 1);
-  ASSERT_NE(flat, nullptr);
+  const int pick = choose_row(r.rows, 1);
+  ASSERT_GE(pick, 0);
+  const StrategyPrediction* flat = &r.rows[static_cast<std::size_t>(pick)];
+  EXPECT_LE(flat->step_s, fastest_with(r, 1)->step_s * 1.05);
   EXPECT_EQ(on_gpus.parallel.pipeline, 1);
   EXPECT_EQ(on_gpus.parallel.strategy, flat->strategy);
   EXPECT_NE(on_gpus.origin["parallel.strategy"].find("runs on CPU ranks only"), std::string::npos)
@@ -668,11 +670,13 @@ TEST(PlannerPipeline, AutoReplacesTheDecksPipelineWithItsChoice) {
   const Config config = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto", "parallel.pipeline=2",
                                                     "parallel.stage_blocks=[30,18]"});
   const Machine gpus = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
-  // GPUs run no pipeline yet: the choice is the fastest row without one.
+  // GPUs run no pipeline yet: the choice is the planner's pick among the rows without one.
   Config on_gpus = config;
   resolve_auto_strategy(on_gpus, gpus);
-  const StrategyPrediction* flat = fastest_with(plan_strategies(config, gpus), 1);
-  ASSERT_NE(flat, nullptr);
+  const PlanResult r = plan_strategies(config, gpus);
+  const int pick = choose_row(r.rows, 1);
+  ASSERT_GE(pick, 0);
+  const StrategyPrediction* flat = &r.rows[static_cast<std::size_t>(pick)];
   EXPECT_EQ(on_gpus.parallel.strategy, flat->strategy);
   EXPECT_EQ(on_gpus.parallel.pipeline, 1);
   EXPECT_EQ(on_gpus.parallel.tensor, flat->tensor);
@@ -680,6 +684,30 @@ TEST(PlannerPipeline, AutoReplacesTheDecksPipelineWithItsChoice) {
   EXPECT_NE(on_gpus.origin["parallel.pipeline"].find("without a pipeline"), std::string::npos)
       << on_gpus.origin["parallel.pipeline"];
   EXPECT_NO_THROW(deck_pipeline_degree(on_gpus, gpus.world()));
+}
+
+// The choice among rows that fit: the fastest, or within 5% of it fewer stages, then a smaller
+// tensor degree, then a less sharded strategy; none where nothing fits.
+TEST(PlannerChoice, WithinTheMarginTheSimplerRowWins) {
+  const auto row = [](StrategyKind s, double ms, int pipeline = 1, int tensor = 1, bool fits = true) {
+    StrategyPrediction p;
+    p.strategy = s;
+    p.step_s = ms / 1000;
+    p.pipeline = pipeline;
+    p.tensor = tensor;
+    p.fits = fits;
+    return p;
+  };
+  using enum StrategyKind;
+  EXPECT_EQ(choose_row({row(zero3, 100), row(ddp, 104)}), 1);
+  EXPECT_EQ(choose_row({row(zero3, 100), row(ddp, 106)}), 0);
+  EXPECT_EQ(choose_row({row(ddp, 200, 1, 1, false), row(zero3, 100)}), 1);
+  EXPECT_EQ(choose_row({row(zero1, 99, 2), row(zero3, 100)}), 1) << "fewer stages within the margin";
+  EXPECT_EQ(choose_row({row(zero1, 90, 2), row(zero3, 100)}), 0);
+  EXPECT_EQ(choose_row({row(zero1, 90, 2), row(zero3, 100)}, 1), 1) << "rows of more stages left out";
+  EXPECT_EQ(choose_row({row(zero1, 90, 2)}, 1), -1);
+  EXPECT_EQ(choose_row({row(ddp, 99, 1, 2), row(zero2, 100, 1, 1)}), 1) << "a smaller tensor degree within the margin";
+  EXPECT_EQ(choose_row({row(zero2, 100), row(ddp, 80, 1, 1, false)}), 0);
 }
 
 // Interleaved 1F1B: each stage holds two chunks of the blocks. The bubble halves, each
