@@ -68,8 +68,7 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
   const auto& p = config.parallel;
   if (p.pipeline == 1) return "";
   const ModelShape shape = model_shape(config.model);
-  const PipelineShape pipeline{static_cast<int>(p.pipeline), static_cast<int>(micro_batches),
-                               static_cast<int>(p.virtual_stages), p.stage_blocks};
+  const PipelineShape pipeline = deck_pipeline_shape(config, micro_batches);
   const int V = pipeline.virtual_stages;
   // Built by appending: GCC 12 warns falsely (-Wrestrict) about long chains of string sums.
   std::string note = "; pipeline: ";
@@ -121,10 +120,15 @@ std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro
   return rows * static_cast<std::uint64_t>(shape.d_model) * sizeof(float);
 }
 
+PipelineShape deck_pipeline_shape(const Config& config, std::int64_t micro_batches) {
+  const auto& p = config.parallel;
+  return {static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages),
+          p.stage_blocks};
+}
+
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches) {
   const auto& p = config.parallel;
-  const PipelineShape shape{static_cast<int>(p.pipeline), static_cast<int>(micro_batches), static_cast<int>(p.virtual_stages),
-                            p.stage_blocks};
+  const PipelineShape shape = deck_pipeline_shape(config, micro_batches);
   if (shape.stages == 1 && shape.virtual_stages == 1) return shape;
   deck_pipeline_degree(config, world_size);
   if (const std::string problem = pipeline_schedule_problem(p.pipeline_schedule, shape); !problem.empty())

@@ -26,6 +26,9 @@ int deck_data_ranks(const Config& config, int world_size);
 // schedule (pipeline_schedule_problem, with `micro_batches` per step through each stage):
 // returns the pipeline's shape, or throws Error (all ranks) naming the key and what it must be.
 PipelineShape deck_pipeline(const Config& config, int world_size, std::int64_t micro_batches);
+// The deck's pipeline shape unchecked (stages, chunks, stage_blocks from the deck) with
+// `micro_batches` per step: for plans of a deck already checked, or of the planner's variations.
+PipelineShape deck_pipeline_shape(const Config& config, std::int64_t micro_batches);
 // "; pipeline: 2 stages (blocks 0-1, 2-3), 1f1b, ..." for the settings tables of run and check
 // ("2 stages x 2 chunks (blocks 0 + 2; 1 + 3), interleaved, ..." with chunks): the stages'
 // blocks, the schedule, the micro-batches in flight on the first stage, the bubble and the bytes

@@ -24,8 +24,7 @@ ParallelPlan deck_plan(const Config& config, const Machine& machine) {
                          batches.accum_steps, batches.micro_batch);
   // A pipeline's first stage: its chunks' parts of the model over its ranks.
   const int stage_world = std::max(1, machine.world() / stages);
-  const PipelineShape pipeline{stages, static_cast<int>(batches.accum_steps), static_cast<int>(config.parallel.virtual_stages),
-                               config.parallel.stage_blocks};
+  const PipelineShape pipeline = deck_pipeline_shape(config, batches.accum_steps);
   const std::vector<ModelPart> first = pipeline_stage_parts(shape, pipeline, 0);
   return st::deck_plan(config, stage_layout(shape, TensorSplit{tensor, 0}, first), stage_world,
                        std::min(machine.ranks_per_node, stage_world), batches.accum_steps, batches.micro_batch, first);

@@ -73,6 +73,22 @@ std::string split_words(const StrategyPrediction& p, const std::string& lead) {
   return words.empty() ? words : lead + words;
 }
 
+// Whether `row` is a better representative than `than` of a set of rows: one that fits over one
+// that does not, then the faster of two that fit, the smaller of two that do not.
+bool better_row(const StrategyPrediction& row, const StrategyPrediction& than) {
+  if (row.fits != than.fits) return row.fits;
+  return row.fits ? row.step_s < than.step_s : row.total_bytes() < than.total_bytes();
+}
+
+// The best row (better_row) among those `keep` accepts, or null.
+template <class Keep>
+const StrategyPrediction* best_row(const std::vector<StrategyPrediction>& rows, Keep keep) {
+  const StrategyPrediction* best = nullptr;
+  for (const auto& row : rows)
+    if (keep(row) && (!best || better_row(row, *best))) best = &row;
+  return best;
+}
+
 // When the choice is not the fastest row (rows[0]), why: the tie margin. Empty otherwise.
 std::string tie_clause(const PlanResult& r, int chosen) {
   if (chosen == 0) return "";
@@ -89,11 +105,8 @@ std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
   const StrategyPrediction& c = r.rows[static_cast<std::size_t>(chosen)];
   const auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   const int stage_ranks = m.world() / c.pipeline;
-  // The best row without a pipeline: the fastest that fits (rows come fastest first), else the smallest.
-  const StrategyPrediction* flat = nullptr;
-  for (const auto& row : r.rows)
-    if (row.pipeline == 1 && (!flat || (!flat->fits && (row.fits || row.total_bytes() < flat->total_bytes()))))
-      flat = &row;
+  // The best row without a pipeline: the fastest that fits, else the smallest.
+  const StrategyPrediction* flat = best_row(r.rows, [](const StrategyPrediction& row) { return row.pipeline == 1; });
   std::ostringstream why;
   why << c.strategy << (c.strategy == StrategyKind::hsdp ? " in groups of " + std::to_string(c.group) : "")
       << " within each of " << c.pipeline << " pipeline stages of " << stage_ranks << " rank(s)"
@@ -232,8 +245,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   ParamLayout layout;
   std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
   std::optional<ParallelPlan> held;
-  const PipelineShape pipeline{stages, static_cast<int>(mb), static_cast<int>(config.parallel.virtual_stages),
-                               config.parallel.stage_blocks};
+  const PipelineShape pipeline = deck_pipeline_shape(config, mb);
   // The pipeline's parts, cut once (by FLOPs, or as parallel.stage_blocks says).
   const std::vector<ModelPart> all_parts =
       stages > 1 ? pipeline_parts(shape, pipeline.chunks(), pipeline.blocks) : std::vector<ModelPart>{};
@@ -547,12 +559,8 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
       std::vector<StrategyPrediction> best;
       for (const StrategyPrediction& row : plan_split(staged, recompute)) {
         auto same = std::find_if(best.begin(), best.end(), [&](const StrategyPrediction& b) { return b.tensor == row.tensor; });
-        const bool better = same == best.end() ||
-                            (row.fits != same->fits ? row.fits
-                                                    : (row.fits ? row.step_s < same->step_s
-                                                                : row.total_bytes() < same->total_bytes()));
         if (same == best.end()) best.push_back(row);
-        else if (better) *same = row;
+        else if (better_row(row, *same)) *same = row;
       }
       rows.insert(rows.end(), best.begin(), best.end());
     }
@@ -644,12 +652,9 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   if (c.tensor > 1) {
     // Tensor parallelism was planned because whole layers do not fit or cannot split the batch,
     // or because the deck asks for it.
-    const StrategyPrediction* whole = nullptr;  // the fastest whole-layer row that fits, else the smallest
-    for (const auto& row : r.rows)
-      if (row.tensor == 1 && row.pipeline == 1 && (!whole || (row.fits && !whole->fits) ||
-                              (row.fits == whole->fits && (row.fits ? row.step_s < whole->step_s
-                                                                    : row.total_bytes() < whole->total_bytes()))))
-        whole = &row;
+    // The fastest whole-layer row that fits, else the smallest.
+    const StrategyPrediction* whole =
+        best_row(r.rows, [](const StrategyPrediction& row) { return row.tensor == 1 && row.pipeline == 1; });
     const bool nvlink = c.tensor <= m.fast_group && m.fast_link.starts_with("NV");
     std::ostringstream why;
     why << c.strategy << (c.strategy == StrategyKind::hsdp ? " in groups of " + std::to_string(c.group) : "")
