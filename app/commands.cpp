@@ -103,7 +103,9 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const int world_size = ranks > 0 ? ranks : world.size();
   const bool automatic = config.parallel.strategy == StrategyKind::automatic;
   // Where run would compute: refused here already when the deck asks for a GPU this node lacks.
-  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path);
+  // (A check for another number of ranks decides as if on real nodes.)
+  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path,
+                                            ranks > 0 ? 0 : deck_ranks_per_node(config, world.size()));
   const Machine machine = deck_machine(config, world, device, request.machine, ranks);
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);

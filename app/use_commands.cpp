@@ -100,8 +100,9 @@ void build_model(LoadedModel& m, World& world, int max_batch) {
     if (world.is_root()) std::cerr << "note: " << note << "\n";
   ParallelConfig& p = m.config.parallel;
   apply_thread_count(choose_thread_count(static_cast<int>(m.config.run.threads), world.host_ranks()));
-  const DeviceChoice device = choose_device(p.device, world.comm(), m.path);
-  m.world = std::make_unique<World>(world.comm(), deck_ranks_per_node(m.config, world.size()));
+  const int node_ranks = deck_ranks_per_node(m.config, world.size());
+  const DeviceChoice device = choose_device(p.device, world.comm(), m.path, node_ranks);
+  m.world = std::make_unique<World>(world.comm(), node_ranks);
   if (const std::string note = fit_tensor_degree(m.config, *m.world); !note.empty() && m.world->is_root())
     std::cerr << "note: " << note << "\n";
   const int tensor = deck_tensor_degree(m.config, m.world->size(), m.world->local_size(), m.world->uniform());

@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -131,6 +132,9 @@ class Communicator {
   // communicators (two-level) makes on them: plain memcpy/memset on the host; a device
   // backend copies on its device, ordered after the compute its buffers come from.
   virtual MemorySpace memory_space() const { return MemorySpace::host; }
+  // How a device backend moves its bytes, for the run's description ("NCCL"); empty for the
+  // host's communicators, which the stack names from its settings.
+  virtual std::string transport() const { return {}; }
   // `ready`: the marker of the work the bytes come from (Buffer::ready).
   virtual void copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready = nullptr);
   virtual void zero_bytes(void* data, std::size_t bytes, const void* ready = nullptr);

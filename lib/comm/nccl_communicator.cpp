@@ -176,6 +176,12 @@ HostStagedCommunicator::HostStagedCommunicator(Communicator& host, int device, S
   stream_.emplace();
 }
 
+HostStagedCommunicator::HostStagedCommunicator(std::unique_ptr<Communicator> host, int device, StreamOrder order)
+    : owned_(std::move(host)), host_(*owned_), device_(device), order_(std::move(order)) {
+  ST_CHECK_CUDA(cudaSetDevice(device_));
+  stream_.emplace();
+}
+
 HostStagedCommunicator::~HostStagedCommunicator() {
   for (void* p : pinned_)
     if (p) cudaFreeHost(p);  // a failure cannot be reported from a destructor

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -76,6 +77,7 @@ class NcclCommunicator final : public Communicator {
   // Device memory on this communicator's GPU (zeroed); copies on its stream.
   Memory allocate(std::size_t bytes) override;
   MemorySpace memory_space() const override { return MemorySpace::device; }
+  std::string transport() const override { return "NCCL"; }
   void copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready = nullptr) override;
   void zero_bytes(void* data, std::size_t bytes, const void* ready = nullptr) override;
 
@@ -114,6 +116,8 @@ namespace st {
 class HostStagedCommunicator final : public Communicator {
  public:
   HostStagedCommunicator(Communicator& host, int device, StreamOrder order = {});
+  // The same, owning its host communicator (ranks that share a GPU: MPI between them).
+  HostStagedCommunicator(std::unique_ptr<Communicator> host, int device, StreamOrder order = {});
   ~HostStagedCommunicator() override;
   HostStagedCommunicator(const HostStagedCommunicator&) = delete;
   HostStagedCommunicator& operator=(const HostStagedCommunicator&) = delete;
@@ -121,6 +125,7 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
   LevelTraffic traffic() const override { return host_.traffic(); }
   MemorySpace memory_space() const override { return MemorySpace::device; }
+  std::string transport() const override { return "MPI through pinned host memory"; }
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;
@@ -133,6 +138,7 @@ class HostStagedCommunicator final : public Communicator {
   // Pinned staging areas, grown on demand: a for inputs (and in-place buffers), b for outputs.
   Buffer stage(Buffer device, int which, bool copy_in);
   void unstage(Buffer device, Buffer host);
+  std::unique_ptr<Communicator> owned_;  // the host communicator where this one owns it
   Communicator& host_;
   int device_ = 0;
   StreamOrder order_;

@@ -9,9 +9,14 @@
 // micro-batch and the model chunk), so messages may arrive in any order. A wait longer than
 // `timeout_seconds` (parallel.collective_timeout_s; 0: none) is an Error naming the peer and the
 // tag, so a stage whose neighbour died does not hang the job.
+//
+// On GPUs the data are device memory and MPI is not assumed CUDA-aware: stage_through() gives
+// the copies that carry them to host memory before a send and back after a receive.
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <string>
@@ -25,6 +30,14 @@ class PeerLink {
   ~PeerLink();  // waits for the sends still in flight
   PeerLink(const PeerLink&) = delete;
   PeerLink& operator=(const PeerLink&) = delete;
+
+  // How data in another memory space reach host memory (complete when the call returns, after
+  // the work queued before) and go back (queued; the host copy may be reused at once).
+  struct Staging {
+    std::function<void(void* host, const void* from, std::size_t bytes)> to_host;
+    std::function<void(void* to, const void* host, std::size_t bytes)> from_host;
+  };
+  void stage_through(Staging staging) { staging_ = std::move(staging); }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -49,6 +62,8 @@ class PeerLink {
   double timeout_seconds_;
   int rank_ = 0, size_ = 1;
   std::list<Outgoing> outgoing_;
+  Staging staging_;             // unset: the data are host memory
+  std::vector<float> incoming_;  // a received message on its way to device memory
   std::uint64_t bytes_sent_ = 0;
   double waited_seconds_ = 0;
 };

@@ -66,11 +66,11 @@ std::string CommStack::description() const {
     }
   if (!hosts.empty()) hosts += ")";
   const bool flat_in_shm = shared_memory_ && world_.host_ranks() == world_.size();
-  const std::string in_node = !settings_.device_name.empty() ? settings_.device_name
-                              : shared_memory_                ? "shared memory"
-                                                              : "MPI";
-  const std::string flat = !settings_.device_name.empty() ? settings_.device_name : flat_in_shm ? "shared memory" : "MPI";
-  const std::string across = settings_.device_name.empty() ? "MPI" : "MPI through pinned host memory";
+  const std::string in_node = !intra_->transport().empty() ? intra_->transport()
+                              : shared_memory_               ? "shared memory"
+                                                             : "MPI";
+  const std::string flat = !flat_->transport().empty() ? flat_->transport() : flat_in_shm ? "shared memory" : "MPI";
+  const std::string across = inter_->transport().empty() ? "MPI" : inter_->transport();
   return (two_level_active_ ? "two-level (" + in_node + " in the node, " + across + " across), "
                             : "flat (" + flat + "), ") +
          nodes + hosts + throttle_note_;

@@ -35,7 +35,6 @@ class CommStack {
     // device_peers gets timeout_seconds: how long its own wait may last (0: no limit).
     std::function<std::unique_ptr<Communicator>(MPI_Comm, TrafficLevel, double)> device_peers;
     std::function<std::unique_ptr<Communicator>(Communicator& host)> device_staging;
-    std::string device_name;  // "NCCL" in the description
   };
   CommStack(const World& world, const Settings& settings);
   const World& world() const { return world_; }

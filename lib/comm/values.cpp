@@ -1,7 +1,9 @@
 #include "comm/values.hpp"
 
+#include <algorithm>
 #include <climits>
 
+#include "comm/group.hpp"
 #include "comm/mpi_check.hpp"
 
 namespace st {
@@ -58,6 +60,14 @@ void broadcast(std::vector<std::uint64_t>& values, int root, MPI_Comm comm) {
   broadcast_value(length, root, comm);
   values.resize(length);
   if (length > 0) detail::broadcast_in_place(values.data(), length, MPI_UINT64_T, root, comm);
+}
+
+bool some_host_repeats(const std::string& text, MPI_Comm comm) {
+  const OwnedComm host = host_group(comm);
+  std::vector<std::string> all = all_gather_text(text, host.get());
+  std::sort(all.begin(), all.end());
+  const int repeats = std::adjacent_find(all.begin(), all.end()) != all.end() ? 1 : 0;
+  return max_over(repeats, comm) != 0;
 }
 
 std::vector<std::string> all_gather_text(const std::string& text, MPI_Comm comm) {

@@ -87,6 +87,9 @@ template <class T>
 std::vector<T> gather_values(const T& mine, int root, MPI_Comm comm);
 // Every rank's `text`, in rank order, on every rank. Collective.
 std::vector<std::string> all_gather_text(const std::string& text, MPI_Comm comm);
+// Whether two ranks of `comm` on one host gave the same `text` (a device's identity, say).
+// Collective; the same answer on every rank.
+bool some_host_repeats(const std::string& text, MPI_Comm comm);
 // Every rank's elements one after the other, in rank order, on every rank (the total must fit an
 // int). Collective.
 template <class T>

@@ -129,12 +129,12 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   const StrategyPrediction* chosen = &plan.rows[static_cast<std::size_t>(plan.chosen)];
   std::string origin = "auto: chosen by the planner (plan.txt)";
   if (chosen->pipeline > 1 && machine.gpu) {
-    // Pipelines pass activations through host memory in this version (CPU ranks only): the
-    // fastest choice without one, where one fits.
+    // On GPUs a pipeline's messages go through host memory in this version, at a cost the
+    // planner does not time: the fastest choice without one, where one fits.
     const int flat_row = choose_row(plan.rows, 1);
     const StrategyPrediction* flat = flat_row < 0 ? nullptr : &plan.rows[static_cast<std::size_t>(flat_row)];
     const std::string why = "the planner's choice, parallel.pipeline = " + std::to_string(chosen->pipeline) +
-                            ", runs on CPU ranks only in this version";
+                            ", would pass activations between GPUs through host memory in this version, which the planner does not time";
     if (!flat)
       throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + why + ", and nothing fits without a pipeline: " +
                       plan.reason,

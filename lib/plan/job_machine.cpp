@@ -126,12 +126,14 @@ Machine gpu_plan_machine(const Topology& topology, double detected_gpu_memory, c
   return m;
 }
 
-Machine gpu_job_machine(const Config& config, World& world, int cuda_device, const MachineOptions& o) {
+Machine gpu_job_machine(const Config& config, World& world, const DeviceChoice& device, const MachineOptions& o) {
   MachineOptions options = o;
   options.nodes = o.nodes > 0 ? o.nodes : world.node_count();
   options.gpus_per_node = world.size() / options.nodes;
-  double memory = o.gpu_mem_gb > 0 ? o.gpu_mem_gb * 1024.0 * 1024.0 * 1024.0 : cuda_device_memory_bytes(cuda_device);
-  memory = min_over(memory, world.comm());
+  double memory = o.gpu_mem_gb > 0 ? o.gpu_mem_gb * 1024.0 * 1024.0 * 1024.0 : cuda_device_memory_bytes(device.device);
+  // Ranks that share a GPU share its memory: each plans with its part.
+  const int sharing = max_over(device.ranks_on_device, world.comm());
+  memory = min_over(memory / device.ranks_on_device, world.comm());
   if (options.inter_node_gbps <= 0) options.inter_node_gbps = config.parallel.inter_node_gbps;
   if (options.inter_node_latency_us <= 0) options.inter_node_latency_us = config.parallel.inter_node_latency_us;
   std::vector<std::string> assumed;
@@ -158,7 +160,9 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
     m.assumptions.push_back("the GPUs' links could not be read (" + (note.empty() ? "no GPU in the topology" : note) +
                             "): planned as the host's");
   }
-  if (memory > 0) m.memory_source = "GPU memory " + format_bytes(memory) + " per rank";
+  if (memory > 0)
+    m.memory_source = "GPU memory " + format_bytes(memory) + " per rank" +
+                      (sharing > 1 ? " (a GPU shared by up to " + std::to_string(sharing) + " ranks)" : "");
   for (const auto& a : assumed) m.assumptions.push_back(a);
   return m;
 }
@@ -166,7 +170,7 @@ Machine gpu_job_machine(const Config& config, World& world, int cuda_device, con
 Machine deck_machine(const Config& config, World& world, const DeviceChoice& device, const MachineOptions& options,
                      int ranks) {
   const bool automatic = config.parallel.strategy == StrategyKind::automatic;
-  if (device.cuda && ranks == 0) return gpu_job_machine(config, world, device.device, options);
+  if (device.cuda && ranks == 0) return gpu_job_machine(config, world, device, options);
   return job_machine(config, world, ranks > 0 ? ranks : world.size(), options, ranks == 0, automatic);
 }
 

@@ -38,8 +38,9 @@ Machine gpu_plan_machine(const Topology& topology, double detected_gpu_memory, c
 
 // The GPUs a job runs on (parallel.device chose cuda): this node's topology (detected, or
 // options.topology_file), the job's nodes and ranks per node, each GPU's memory as the device
-// reports it. Collective over `world`: the smallest GPU memory counts.
-Machine gpu_job_machine(const Config& config, World& world, int cuda_device, const MachineOptions& options);
+// reports it, split between the ranks that share a GPU (device.ranks_on_device). Collective over
+// `world`: the smallest share counts.
+Machine gpu_job_machine(const Config& config, World& world, const DeviceChoice& device, const MachineOptions& options);
 
 // The machine `run` (ranks = 0) and `check` (ranks: --ranks, 0 for this job) plan with: the job's
 // GPUs when the deck computes on them (device.cuda) and the job's own ranks are planned for,

@@ -47,13 +47,36 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
              name_of(p.requested) + "\")";
     return c;
   }
+  const bool emulated = p.node_ranks > 0 && p.node_ranks < p.host_ranks;
+  if (p.host_ranks > p.visible_devices && emulated && p.node_ranks <= p.visible_devices) {
+    // Emulated nodes on fewer GPUs than ranks: ranks take the GPUs in turn, so the ranks of one
+    // node (consecutive) hold different GPUs and each node's NCCL communicator is legal; ranks of
+    // different nodes that share a GPU talk through MPI in pinned host memory (NCCL refuses two
+    // ranks of one communicator on one GPU) and split its memory.
+    c.cuda = true;
+    c.device = p.host_rank % p.visible_devices;
+    c.ranks_on_device = (p.host_ranks - c.device + p.visible_devices - 1) / p.visible_devices;
+    c.note = "cuda device " + std::to_string(c.device) + " of " + std::to_string(p.visible_devices) +
+             " visible, shared by " + std::to_string(c.ranks_on_device) + " ranks of this host (emulated nodes of " +
+             std::to_string(p.node_ranks) + " rank(s); parallel.device = \"" + name_of(p.requested) +
+             "\"): each rank plans 1/" + std::to_string(c.ranks_on_device) +
+             " of its memory, and ranks sharing it exchange through MPI in pinned host memory";
+    return c;
+  }
   if (p.host_ranks > p.visible_devices) {
-    // Sharing a GPU between ranks breaks NCCL ("duplicate GPU") and halves each rank's memory:
-    // refuse it, whether asked for cuda or auto, and say how to match ranks to GPUs.
+    // Sharing a GPU between ranks of one node breaks NCCL ("duplicate GPU") and halves each
+    // rank's memory: refuse it, whether asked for cuda or auto, and say how to match ranks to GPUs.
     c.error = key + ": " + std::to_string(p.host_ranks) + " ranks on this node but " +
               std::to_string(p.visible_devices) + " visible CUDA device(s); start one rank per GPU (e.g. srun " +
               "--ntasks-per-node=" + std::to_string(p.visible_devices) + " or mpirun --npernode " +
               std::to_string(p.visible_devices) + "), widen CUDA_VISIBLE_DEVICES, or set parallel.device = \"cpu\"";
+    if (emulated)
+      c.error += "; emulated nodes of " + std::to_string(p.node_ranks) +
+                 " ranks (parallel.ranks_per_node) may share GPUs only with at most " +
+                 std::to_string(p.visible_devices) + " ranks per node, one GPU each";
+    else
+      c.error += "; to test several ranks on fewer GPUs, emulate nodes of at most " +
+                 std::to_string(p.visible_devices) + " rank(s) (parallel.ranks_per_node or SHARDTRAIN_RANKS_PER_NODE)";
     return c;
   }
   c.cuda = true;
@@ -63,9 +86,10 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
   return c;
 }
 
-DeviceChoice choose_device(DeviceKind requested, MPI_Comm comm, const std::string& deck_path) {
+DeviceChoice choose_device(DeviceKind requested, MPI_Comm comm, const std::string& deck_path, int node_ranks) {
   DeviceProbe probe;
   probe.requested = requested;
+  probe.node_ranks = node_ranks;
 #if defined(ST_HAVE_CUDA) && defined(ST_HAVE_NCCL)
   probe.cuda_built = true;  // GPU training needs both: its communicators are NCCL's
 #endif

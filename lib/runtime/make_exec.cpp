@@ -9,7 +9,9 @@
 #endif
 #if defined(ST_HAVE_NCCL)
 #include "comm/device_wait.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "comm/values.hpp"
 #endif
 
 namespace st {
@@ -47,7 +49,6 @@ class HostExecution final : public Execution {
   std::string device_name() const override { return {}; }
   std::optional<double> matmul_rate(int, int, int) const override { return std::nullopt; }
   bool has_device_communicators() const override { return false; }
-  std::string device_comm_name() const override { return {}; }
   std::unique_ptr<Communicator> device_peers(MPI_Comm, TrafficLevel, double) const override { no_device(); }
   std::unique_ptr<Communicator> device_staging(Communicator&) const override { no_device(); }
   std::uint64_t device_bytes() const override { return 0; }
@@ -71,12 +72,18 @@ class CudaExecution final : public Execution {
     cudaDeviceProp prop{};
     ST_CHECK_CUDA(cudaGetDeviceProperties(&prop, index_));
     name_ = prop.name;
+    uuid_.assign(prop.uuid.bytes, sizeof prop.uuid.bytes);
   }
   std::string device_name() const override { return name_; }
   std::optional<double> matmul_rate(int m, int n, int k) const override { return device_->measure_gemm_flops(m, n, k); }
   bool has_device_communicators() const override { return true; }
-  std::string device_comm_name() const override { return "NCCL"; }
   std::unique_ptr<Communicator> device_peers(MPI_Comm comm, TrafficLevel level, double timeout_seconds) const override {
+    // NCCL refuses two ranks of one communicator on one GPU. Where ranks of `comm` share one
+    // (emulated nodes on fewer GPUs than ranks), their collectives go through MPI in pinned host
+    // memory instead; the bytes are counted at the same level.
+    if (some_host_repeats(uuid_, comm))
+      return std::make_unique<HostStagedCommunicator>(
+          std::make_unique<MpiCommunicator>(comm, level, MpiWait::polling), index_, order());
     return std::make_unique<NcclCommunicator>(comm, index_, level, order(), device_wait_limit(timeout_seconds));
   }
   std::unique_ptr<Communicator> device_staging(Communicator& host) const override {
@@ -103,6 +110,7 @@ class CudaExecution final : public Execution {
   CudaExec* device_;  // exec(), with its CUDA-only calls
   int index_;
   std::string name_;
+  std::string uuid_;  // the device's identity: do ranks of a communicator share it?
 };
 #endif
 

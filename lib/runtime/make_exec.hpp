@@ -40,7 +40,6 @@ class Execution {
   // device_peers' timeout_seconds is the job's collective timeout (parallel.collective_timeout_s;
   // 0: none).
   virtual bool has_device_communicators() const = 0;
-  virtual std::string device_comm_name() const = 0;  // "NCCL"; empty without device communicators
   virtual std::unique_ptr<Communicator> device_peers(MPI_Comm comm, TrafficLevel level,
                                                      double timeout_seconds) const = 0;
   virtual std::unique_ptr<Communicator> device_staging(Communicator& host) const = 0;

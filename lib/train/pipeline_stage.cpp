@@ -167,6 +167,14 @@ void PipelineStage::attach(Strategy& strategy, Timeline* timeline) {
   for (Chunk& chunk : chunks_) chunk.buffers = std::make_unique<ChunkBuffers>(strategy, chunk.first_segment);
 }
 
+void PipelineStage::stage_through_host(Exec& exec,
+                                       const std::function<std::unique_ptr<Communicator>(Communicator&)>& staged) {
+  link_->stage_through({[&exec](void* host, const void* from, std::size_t bytes) { exec.download(host, from, bytes); },
+                        [&exec](void* to, const void* host, std::size_t bytes) { exec.upload(to, host, bytes); }});
+  across_device_ = staged(*across_);
+  if (ends_) ends_device_ = staged(*ends_);
+}
+
 std::string PipelineStage::pass_name(const char* pass, std::int64_t micro, int chunk) const {
   std::string name = pass;
   name += ' ';
@@ -244,7 +252,8 @@ void PipelineStage::sum_mirrored_grads(Strategy& strategy, const void* ready) {
   if (!ends_) return;
   Buffer share = strategy.reduced_grads(stage_ == 0 ? 0 : chunks_.back().first_segment);
   share.ready = ready;
-  ends_->all_reduce(share, ReduceOp::sum);
+  Communicator& ends = ends_device_ ? *ends_device_ : static_cast<Communicator&>(*ends_);
+  ends.all_reduce(share, ReduceOp::sum);
 }
 
 LevelTraffic PipelineStage::scalar_traffic() const {
@@ -258,5 +267,10 @@ LevelTraffic PipelineStage::scalar_traffic() const {
 }
 
 void PipelineStage::sum_over_stages(std::span<double> values) { across_->all_reduce(values, ReduceOp::sum); }
+
+void PipelineStage::sum_scalars_over_stages(double* values, std::size_t count, const void* ready) {
+  Communicator& across = across_device_ ? *across_device_ : static_cast<Communicator&>(*across_);
+  across.all_reduce(Buffer::of(std::span<double>(values, count), ready), ReduceOp::sum);
+}
 
 }  // namespace st

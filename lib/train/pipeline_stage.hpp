@@ -79,6 +79,10 @@ class PipelineStage {
   // ("forward 3", "backward 3"; "... chunk 1" with several chunks), each wait for a neighbour's
   // message one on "pipeline wait", so that the trace shows the schedule and its bubble.
   void attach(Strategy& strategy, Timeline* timeline);
+  // On GPUs: activations, their gradients and the stages' sums are device memory, carried
+  // between stages through host memory (`exec`'s copies; `staged` wraps a host communicator for
+  // device buffers, the execution's device_staging).
+  void stage_through_host(Exec& exec, const std::function<std::unique_ptr<Communicator>(Communicator&)>& staged);
 
   // One training step's passes, in the schedule's order: micro-batch `micro`'s tokens and
   // targets come from fill(micro) (into `tokens` and `targets`, host memory); its loss is added
@@ -95,6 +99,9 @@ class PipelineStage {
   void sum_mirrored_grads(Strategy& strategy, const void* ready);
   // Sums `values` (host doubles) over the stages.
   void sum_over_stages(std::span<double> values);
+  // Sums `count` doubles in the execution's memory (a step's scalars) over the stages, after the
+  // work `ready` marks (Exec::before_communication).
+  void sum_scalars_over_stages(double* values, std::size_t count, const void* ready);
   // Bytes this rank sent to its neighbours, and seconds it waited for theirs.
   std::uint64_t bytes_sent() const { return link_->bytes_sent(); }
   // What the stages' sums sent (the losses and norms, the mirrored embeddings' gradient).
@@ -121,6 +128,7 @@ class PipelineStage {
   std::unique_ptr<World> stage_world_;
   std::unique_ptr<PeerLink> link_;
   std::unique_ptr<MpiCommunicator> across_, ends_;  // the stages' scalars; the first and last stage's embeddings
+  std::unique_ptr<Communicator> across_device_, ends_device_;  // the same on device buffers (GPUs)
   std::unique_ptr<JobAgreements> job_agreements_;   // over every rank of the job
   std::vector<Chunk> chunks_;
   ParamLayout layout_;

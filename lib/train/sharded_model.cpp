@@ -30,7 +30,6 @@ CommStack::Settings comm_settings(const ParallelConfig& p, const Execution& exec
     };
     s.device_staging = [&execution](Communicator& host) { return execution.device_staging(host); };
   }
-  s.device_name = execution.device_comm_name();
   return s;
 }
 
@@ -82,11 +81,6 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
       pipeline_(make_pipeline(config, world, use)),
       comms_(pipeline_ ? pipeline_->stage_world() : world, comm_settings(config.parallel, *execution_)) {
   const bool inference = use == Use::inference;
-  if (pipeline_ && execution_->exec().space() != MemorySpace::host)
-    throw Error(config.deck_path + ": parallel.pipeline = " + std::to_string(config.parallel.pipeline) +
-                    " passes activations between stages through host memory in this version: it runs on CPUs "
-                    "(parallel.device = \"cpu\")",
-                ErrorScope::all_ranks);
   // Under a pipeline, the stage's ranks are the world the tensor groups and the strategy see.
   World& ranks = pipeline_ ? pipeline_->stage_world() : world;
   const int degree = deck_tensor_degree(config, ranks.size(), ranks.local_size(), ranks.uniform());
@@ -103,7 +97,14 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   }
   const World& data_world = tensor_ ? *tensor_->data_world : ranks;
   const Recompute recompute = inference ? Recompute::full : config.model.recompute;
-  if (pipeline_) pipeline_->build_models(model_shape(config.model), max_batch, execution_->exec(), recompute, group, true);
+  if (pipeline_) {
+    pipeline_->build_models(model_shape(config.model), max_batch, execution_->exec(), recompute, group, true);
+    // On GPUs the stages' messages go through host memory (MPI between them), not NCCL's
+    // send/recv: the host waits for each activation before it is sent.
+    if (execution_->has_device_communicators())
+      pipeline_->stage_through_host(execution_->exec(),
+                                    [this](Communicator& host) { return execution_->device_staging(host); });
+  }
   else model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(), recompute, group);
   scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};

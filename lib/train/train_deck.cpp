@@ -30,7 +30,8 @@ TrainSummary train_deck(Config& config, World& world, const MachineOptions& opti
   // fit in this machine's memory is refused with what would fit.
   // On GPUs the plan and the memory check are the GPUs' (refused here already where the deck
   // asks for a GPU this node lacks).
-  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), config.deck_path);
+  const int node_ranks = deck_ranks_per_node(config, world.size());
+  const DeviceChoice device = choose_device(config.parallel.device, world.comm(), config.deck_path, node_ranks);
   const Machine machine = deck_machine(config, world, device, options, 0);
   if (config.parallel.strategy == StrategyKind::automatic) {
     const std::string table = resolve_auto_strategy(config, machine);
@@ -42,7 +43,7 @@ TrainSummary train_deck(Config& config, World& world, const MachineOptions& opti
   resolve_grad_reduction(config, machine);
   check_memory_fits(config, machine);
   // The deck may group ranks into emulated nodes: the training world is built from it.
-  World training_world(world.comm(), deck_ranks_per_node(config, world.size()));
+  World training_world(world.comm(), node_ranks);
   Trainer trainer(config, training_world, device);
   const TrainSummary summary = trainer.run();
   if (!save_params.empty()) trainer.save_params(save_params);

@@ -38,9 +38,9 @@ StepOutcome train_step(ShardedModel& net, const StepSettings& settings, const st
     strategy.add_grad_norm_squared(&scalars->grad_norm_squared);
     exec.divide(&scalars->loss, batches);
     net.sum_over_ranks_in_place(&scalars->loss);
-    // Each stage holds its blocks' share of the norm; the last stage the loss. (A pipeline runs
-    // on the host: the scalars are host memory.)
-    if (pipeline) pipeline->sum_over_stages(std::span<double>(&scalars->loss, 2));
+    // Each stage holds its blocks' share of the norm; the last stage the loss (the two doubles
+    // side by side in StepScalars).
+    if (pipeline) pipeline->sum_scalars_over_stages(&scalars->loss, 2, exec.before_communication());
     exec.set_clip_factor(scalars, settings.grad_clip);
     strategy.optimizer_step(settings.lr, &scalars->grad_scale, settings.step);
   }

@@ -6,7 +6,9 @@
 - With GPUs: 50 steps of a small GPT on one GPU in fp32 match the CPU run's losses within bf16
   tolerance (1e-2; the first step's within 1e-4: other summation orders, same maths) and its
   final parameters; in bf16 the losses stay within bf16 tolerance of the CPU's bf16 run. Every strategy on as many GPUs as the
-  machine has (one rank per GPU) matches the one-GPU run. A checkpoint written on the GPU
+  machine has (one rank per GPU) matches the one-GPU run, and so does every strategy on 2 and 4
+  ranks sharing one GPU, each its own emulated node, and a pipeline of 2 stages on it (GPT-2 and
+  the Llama; 1f1b, interleaved, and with zero1 over 2 ranks a stage). A checkpoint written on the GPU
   resumes on the CPU and the reverse, continuing the same run. With two GPUs or more, each layer
   split over 2 GPUs (parallel.tensor = 2, with and without sequence parallelism, GPT-2 and the
   small Llama) matches one GPU within 1e-4. A small Llama (grouped-query
@@ -155,6 +157,50 @@ for strategy in ["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]:
     h.check(close(losses, ref, 1e-5) and worst(params, ref_params) <= 1e-5,
             f"{strategy} on {gpus} GPU(s) matches one GPU within 1e-5 (worst parameter "
             f"{worst(params, ref_params):.2e})\n{losses}\n{ref}")
+
+# ---- several ranks on one GPU, each its own emulated node ----
+# SHARDTRAIN_RANKS_PER_NODE=1 on one visible GPU: every rank computes on it with NCCL
+# communicators of one rank, and the ranks sum through MPI in pinned host memory (NCCL refuses
+# two ranks of one communicator on one GPU). Every strategy on 2 and 4 ranks equals one GPU
+# within 1e-5, and the settings table says how the GPU is shared and what carries the sums.
+share_batch = {"global_batch": 12}
+_, share_ref, share_ref_params = run("gpu_share_ref", 1, "cuda", steps=20, data=share_batch)
+saved = {k: os.environ.get(k) for k in ("SHARDTRAIN_RANKS_PER_NODE", "CUDA_VISIBLE_DEVICES")}
+first_gpu = (visible.split(",")[0].strip() if visible else "0") or "0"
+os.environ.update({"SHARDTRAIN_RANKS_PER_NODE": "1", "CUDA_VISIBLE_DEVICES": first_gpu})
+try:
+    for ranks in (2, 4):
+        for strategy in ["ddp", "zero1", "zero2", "zero3", "hsdp"]:
+            label = f"gpu_share_{strategy}_np{ranks}"
+            _, losses, params = run(label, ranks, "cuda", steps=20, data=share_batch, parallel={"strategy": strategy})
+            log = open(os.path.join(work, label, "train.log")).read()
+            h.check(f"shared by {ranks} ranks of this host" in log and "MPI through pinned host memory" in log,
+                    f"{label}: the settings table says the GPU is shared by {ranks} ranks and the sums go through "
+                    f"pinned host memory\n{log[:3000]}")
+            h.check(close(losses, share_ref, 1e-5) and worst(params, share_ref_params) <= 1e-5,
+                    f"{label}: {ranks} ranks on one GPU match one rank within 1e-5 (worst parameter "
+                    f"{worst(params, share_ref_params):.2e})\n{losses}\n{share_ref}")
+    # Pipelines on the GPU: stages pass activations and gradients through host memory. GPT-2
+    # (tied: the embeddings' gradient summed between the first and last stage) and the Llama
+    # (untied), 4 blocks in 2 stages, 1f1b and interleaved; 4 micro-batches of 3 sequences, against one
+    # rank with the same micro-batches. The layers' products have the same shapes: 1e-5.
+    pipe_data = {"global_batch": 12, "micro_batch": 3}
+    for label, extra in (("gpt2", {"model": {"n_layer": 4}}), ("llama", {"model": dict(LLAMA, n_layer=4)})):
+        _, pipe_ref, pipe_ref_params = run(f"gpu_pipe_{label}_ref", 1, "cuda", steps=20, data=pipe_data, **extra)
+        for schedule, ranks, more in (("1f1b", 2, {}), ("interleaved", 2, {"virtual_stages": 2}),
+                                      ("1f1b", 4, {"strategy": "zero1"})):
+            name = f"gpu_pipe_{label}_{schedule}_np{ranks}"
+            _, losses, params = run(name, ranks, "cuda", steps=20, data=pipe_data,
+                                    parallel=dict({"pipeline": 2, "pipeline_schedule": schedule}, **more), **extra)
+            h.check(close(losses, pipe_ref, 1e-5) and worst(params, pipe_ref_params) <= 1e-5,
+                    f"{name}: 2 stages on one GPU match one rank within 1e-5 (worst parameter "
+                    f"{worst(params, pipe_ref_params):.2e})\n{losses}\n{pipe_ref}")
+finally:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 # ---- tensor parallelism over NCCL inside the node (two GPUs or more) ----
 # Each layer split over 2 GPUs, with and without sequence parallelism, GPT-2 and the small Llama,

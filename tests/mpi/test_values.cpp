@@ -4,13 +4,17 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "comm/agree.hpp"
 #include "comm/group.hpp"
+#include "comm/peer_link.hpp"
 #include "comm/values.hpp"
 #include "core/error.hpp"
 
@@ -66,6 +70,59 @@ TEST(Values, BroadcastsAndGathers) {
   const std::vector<std::string> names = all_gather_text(std::string(static_cast<std::size_t>(rank), 'x'), comm);
   ASSERT_EQ(names.size(), static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) EXPECT_EQ(names[static_cast<std::size_t>(r)], std::string(static_cast<std::size_t>(r), 'x'));
+}
+
+TEST(Values, SomeHostRepeatsFindsTwoRanksOfOneHostWithTheSameText) {
+  // The question a GPU rank asks before it makes an NCCL communicator: does another rank of it,
+  // on this host, hold the same device? Texts are compared within each host only (the ranks may
+  // be on several hosts: tools/two_hosts.sh).
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = group_rank(comm);
+  const OwnedComm host = host_group(comm);
+  const int host_rank = group_rank(host.get()), host_size = group_size(host.get());
+  const bool some_host_has_two = max_over(host_size, comm) > 1;
+  EXPECT_FALSE(some_host_repeats("device-" + std::to_string(rank), comm));  // each its own
+  EXPECT_EQ(some_host_repeats("device-0", comm), some_host_has_two);         // one per host
+  // Only each host's last two ranks repeat: every rank, not only those, hears so.
+  const bool last = host_rank == host_size - 1 && host_size > 1;
+  EXPECT_EQ(some_host_repeats("device-" + std::to_string(last ? host_rank - 1 : host_rank), comm), some_host_has_two);
+  // A subgroup of ranks that differ answers for itself alone.
+  const OwnedComm evens = split_group(comm, rank % 2, rank);
+  EXPECT_FALSE(some_host_repeats("device-" + std::to_string(rank), evens.get()));
+}
+
+TEST(PeerLink, StagedMessagesGoThroughTheCopiesBothWays) {
+  // A GPU pipeline's stages: the data are not host memory, so a send reads them through
+  // to_host and a receive writes them through from_host. Here the "device" is a vector of its
+  // own and the copies count the bytes they carry.
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = group_rank(comm), size = group_size(comm);
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  PeerLink link(comm, 60);
+  std::size_t down = 0, up = 0;
+  link.stage_through({[&down](void* host, const void* from, std::size_t bytes) {
+                        std::memcpy(host, from, bytes);
+                        down += bytes;
+                      },
+                      [&up](void* to, const void* host, std::size_t bytes) {
+                        std::memcpy(to, host, bytes);
+                        up += bytes;
+                      }});
+  const int n = 1000;
+  if (rank <= 1) {
+    const int peer = 1 - rank;
+    std::vector<float> mine(n), theirs(n, std::nanf(""));
+    for (int i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>(rank * 10000 + i);
+    link.send(peer, 7, mine);
+    std::fill(mine.begin(), mine.end(), -1.0f);  // the send took its copy: the buffer is free
+    link.receive(peer, 7, theirs);
+    link.drain();
+    for (int i = 0; i < n; ++i) ASSERT_EQ(theirs[static_cast<std::size_t>(i)], static_cast<float>(peer * 10000 + i)) << i;
+    EXPECT_EQ(down, n * sizeof(float));
+    EXPECT_EQ(up, n * sizeof(float));
+    EXPECT_EQ(link.bytes_sent(), n * sizeof(float));
+  }
+  quiet_barrier(comm);
 }
 
 TEST(Values, SplitGroupsAndHostGroup) {

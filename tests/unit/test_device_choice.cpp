@@ -64,7 +64,61 @@ TEST(DeviceChoice, MoreRanksOnANodeThanGpusIsRefused) {
               std::string::npos)
         << c.error;
     EXPECT_NE(c.error.find("--ntasks-per-node=2"), std::string::npos) << c.error;
+    EXPECT_NE(c.error.find("emulate nodes of at most 2 rank(s) (parallel.ranks_per_node or SHARDTRAIN_RANKS_PER_NODE)"),
+              std::string::npos)
+        << c.error;
   }
+  // Nodes of 4 ranks, as many as the host has, are real nodes: the same refusal.
+  DeviceProbe whole = probe("cuda", true, 2, 0, 4);
+  whole.node_ranks = 4;
+  EXPECT_FALSE(decide_device(whole, "deck.toml").error.empty());
+}
+
+TEST(DeviceChoice, EmulatedNodesShareGpusOneGpuPerRankOfANode) {
+  // 4 ranks on one GPU, each its own emulated node (SHARDTRAIN_RANKS_PER_NODE=1): all on device
+  // 0, each planning a quarter of its memory.
+  for (int r = 0; r < 4; ++r) {
+    DeviceProbe p = probe("cuda", true, 1, r, 4);
+    p.node_ranks = 1;
+    const DeviceChoice c = decide_device(p, "deck.toml");
+    EXPECT_TRUE(c.error.empty()) << c.error;
+    EXPECT_TRUE(c.cuda);
+    EXPECT_EQ(c.device, 0);
+    EXPECT_EQ(c.ranks_on_device, 4);
+    EXPECT_NE(c.note.find("cuda device 0 of 1 visible, shared by 4 ranks of this host (emulated nodes of 1 rank(s)"),
+              std::string::npos)
+        << c.note;
+  }
+  // Nodes of 2 ranks on 2 GPUs, 4 ranks: the two ranks of each node on different GPUs.
+  for (int r = 0; r < 4; ++r) {
+    DeviceProbe p = probe("auto", true, 2, r, 4);
+    p.node_ranks = 2;
+    const DeviceChoice c = decide_device(p, "deck.toml");
+    EXPECT_TRUE(c.cuda);
+    EXPECT_EQ(c.device, r % 2);
+    EXPECT_EQ(c.ranks_on_device, 2);
+  }
+  // 5 ranks of one rank each on 2 GPUs: device 0 holds ranks 0, 2, 4 and device 1 ranks 1, 3.
+  for (int r = 0; r < 5; ++r) {
+    DeviceProbe p = probe("cuda", true, 2, r, 5);
+    p.node_ranks = 1;
+    const DeviceChoice c = decide_device(p, "deck.toml");
+    EXPECT_EQ(c.device, r % 2);
+    EXPECT_EQ(c.ranks_on_device, r % 2 == 0 ? 3 : 2) << r;
+  }
+}
+
+TEST(DeviceChoice, EmulatedNodesWiderThanTheGpusAreRefused) {
+  // Nodes of 3 ranks with 2 GPUs: two ranks of one node would share a GPU, which NCCL refuses.
+  DeviceProbe p = probe("cuda", true, 2, 0, 6);
+  p.node_ranks = 3;
+  const DeviceChoice c = decide_device(p, "deck.toml");
+  EXPECT_FALSE(c.cuda);
+  EXPECT_NE(c.error.find("6 ranks on this node but 2 visible CUDA device(s)"), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find("emulated nodes of 3 ranks (parallel.ranks_per_node) may share GPUs only with at most 2 "
+                         "ranks per node"),
+            std::string::npos)
+      << c.error;
 }
 
 TEST(DeviceChoice, ARankGivenItsOwnGpuByTheLauncherTakesIt) {
