@@ -40,6 +40,21 @@ class LayerKernels {
   virtual void linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, int C, int OC) = 0;
   virtual void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C,
                                int OC, bool accumulate_din) = 0;
+  // A linear layer and GELU after it (GPT-2's MLP input): pre = in weight^T + bias, out =
+  // gelu(pre). These compose linear_forward and gelu_forward; a device fuses them.
+  virtual void linear_gelu_forward(R* out, R* pre, const R* in, const R* weight, const R* bias, int N, int C, int OC) {
+    linear_forward(pre, in, weight, bias, N, C, OC);
+    gelu_forward(out, pre, std::size_t{1} * N * OC);
+  }
+  // The backward of a linear layer whose input `in` was gelu(pre), on through the GELU: dpre =
+  // (dout weight) * gelu'(pre), dweight and dbias accumulated as linear_backward does. `scratch`
+  // ([N, C]) may hold the input's gradient on the way; `in` may be dpre's memory (it is read
+  // first). These compose linear_backward and gelu_backward; a device fuses them.
+  virtual void linear_backward_gelu(R* dpre, R* scratch, R* dweight, R* dbias, const R* dout, const R* in, const R* pre,
+                                    const R* weight, int N, int C, int OC) {
+    linear_backward(scratch, dweight, dbias, dout, in, weight, N, C, OC, false);
+    gelu_backward(dpre, pre, scratch, std::size_t{1} * N * C);
+  }
   // Heads in flight at once (blocks in AttentionProbs::working and dworking) for B sequences.
   virtual int attention_heads_at_once(int B, int NH) const = 0;
   // Whether training attention on heads `head_dim` wide runs flash attention (st::attention_uses_flash):

@@ -271,9 +271,11 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     const std::size_t bias_at = split ? width : o.ln1b - o.ln1w;  // the bias after the weight
     if (split) exec_.zero(rows_.norm_grads, 4 * width * sizeof(Real));
     // dres holds d(res3); the residual passes it to res2 unchanged, the MLP adds its part.
-    k_.linear_backward(d4c_a_, G + o.fcprojw, G + o.fcprojb, this->gather_rows(dres_, rows_.gathered, rows, width),
-                       a.fch_gelu, P + o.fcprojw, N, H, C, false);
-    k_.gelu_backward(d4c_b_, a.fch, d4c_a_, NH4);
+    // Through the output projection and the GELU into d4c_b (which may be fch_gelu's memory:
+    // read first), by way of d4c_a.
+    k_.linear_backward_gelu(d4c_b_, d4c_a_, G + o.fcprojw, G + o.fcprojb,
+                            this->gather_rows(dres_, rows_.gathered, rows, width), a.fch_gelu, a.fch, P + o.fcprojw, N,
+                            H, C);
     k_.linear_backward(dtmp_, G + o.fcw, G + o.fcb, d4c_b_, this->gather_rows(a.ln2, rows_.gathered, rows, width),
                        P + o.fcw, N, C, H, false);
     d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
@@ -327,8 +329,8 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
   k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
   k_.add(a.res2, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
   k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, Nr, C);
-  k_.linear_forward(a.fch, this->gather_rows(a.ln2, rows_.gathered, rows, width), P + o.fcw, P + o.fcb, N, C, H);
-  k_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * H);
+  k_.linear_gelu_forward(a.fch_gelu, a.fch, this->gather_rows(a.ln2, rows_.gathered, rows, width), P + o.fcw, P + o.fcb,
+                         N, C, H);
   if (!output) return;
   k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, row_parallel_bias(P + o.fcprojb), N, H, C);
   k_.add(a.res3, a.res2, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);

@@ -276,13 +276,132 @@ TEST_F(CudaKernels, Bf16MatmulOperandsAreRoundedAsTheHostRounds) {
     Bf16Matmuls matmuls(e.compute_stream(), handle, piece);
     auto out_g = to_device(e, std::vector<float>(out_ref.size(), 1e30f));
     auto din_g = to_device(e, std::vector<float>(in.size(), 1e30f)), dw_g = to_device(e, dw0);
-    matmuls.forward(out_g.data(), in_g.data(), w_g.data(), N, C, OC, 0.0f);
-    matmuls.input_gradient(din_g.data(), dout_g.data(), w_g.data(), N, C, OC, 0.0f);
-    matmuls.weight_gradient(dw_g.data(), dout_g.data(), in_g.data(), N, C, OC);
+    matmuls.forward(out_g.data(), in_g.data(), w_g.data(), nullptr, N, C, OC);
+    matmuls.backward(din_g.data(), dw_g.data(), nullptr, dout_g.data(), in_g.data(), w_g.data(), N, C, OC, 0.0f);
     ST_EXPECT_CLOSE(to_host(e, out_g), out_ref, kFp32Tolerance) << " piece " << piece;
     ST_EXPECT_CLOSE(to_host(e, din_g), din_ref, kFp32Tolerance) << " piece " << piece;
     ST_EXPECT_CLOSE(to_host(e, dw_g), dw_ref, kFp32Tolerance) << " piece " << piece;
   }
+}
+
+// The bf16 backward rounds dout once and takes the bias gradient's column sums in that pass: on
+// 1000 rows (32 chunks of 32, the last short) they are the fp32 path's sums bit for bit (the same
+// chunks, each in row order, then the same fixed tree over the chunks), within fp32's bound of
+// the host's sum in double, the same bits again on a second run, and the same chunk sums when the
+// rows go through in pieces of 32 and 64 rows.
+TEST_F(CudaKernels, Bf16BackwardTakesTheBiasGradientFromItsRoundingPass) {
+  const int rows = 1000, OC = 77;
+  const auto in = random_floats(std::size_t{1} * rows * C, 71), w = random_floats(std::size_t{1} * OC * C, 72),
+             dout = random_floats(std::size_t{1} * rows * OC, 73), db0 = random_floats(OC, 74);
+  std::vector<double> db_ref = widen(db0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < OC; ++c) db_ref[static_cast<std::size_t>(c)] += dout[static_cast<std::size_t>(r) * OC + c];
+  auto bias_gradient = [&](CudaExec& e) {
+    auto in_g = to_device(e, in), w_g = to_device(e, w), dout_g = to_device(e, dout);
+    auto din = to_device(e, std::vector<float>(in.size())), dw = to_device(e, std::vector<float>(w.size())),
+         db = to_device(e, db0);
+    e.layer_kernels().linear_backward(din.data(), dw.data(), db.data(), dout_g.data(), in_g.data(), w_g.data(), rows,
+                                      C, OC, false);
+    return to_host(e, db);
+  };
+  const std::vector<float> from_bf16 = bias_gradient(*bf16), from_fp32 = bias_gradient(*fp32);
+  EXPECT_EQ(0, std::memcmp(from_bf16.data(), from_fp32.data(), OC * sizeof(float)));
+  ST_EXPECT_CLOSE(from_bf16, db_ref, kFp32Tolerance);
+  const std::vector<float> again = bias_gradient(*bf16);
+  EXPECT_EQ(0, std::memcmp(from_bf16.data(), again.data(), OC * sizeof(float)));
+
+  CudaExec& e = *bf16;
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> owned(handle, cublasDestroy);
+  ASSERT_EQ(cublasSetStream(handle, e.compute_stream()), CUBLAS_STATUS_SUCCESS);
+  auto in_g = to_device(e, in), w_g = to_device(e, w), dout_g = to_device(e, dout);
+  const int chunks = (rows + 31) / 32;
+  std::vector<float> whole;
+  // 40 and 70 rows' worth of elements: pieces of 32 and 64 rows.
+  for (const std::size_t piece : {Bf16Matmuls::kPieceElements, std::size_t{40} * OC, std::size_t{70} * OC}) {
+    Bf16Matmuls matmuls(e.compute_stream(), handle, piece);
+    auto din = to_device(e, std::vector<float>(in.size())), dw = to_device(e, std::vector<float>(w.size()));
+    auto partials = to_device(e, std::vector<float>(std::size_t{1} * chunks * OC, 1e30f));
+    matmuls.backward(din.data(), dw.data(), partials.data(), dout_g.data(), in_g.data(), w_g.data(), rows, C, OC, 0.0f);
+    const std::vector<float> sums = to_host(e, partials);
+    for (const float v : sums) ASSERT_LT(std::abs(v), 1e29f) << "every chunk's sum written, piece " << piece;
+    if (whole.empty()) whole = sums;
+    EXPECT_EQ(0, std::memcmp(whole.data(), sums.data(), sums.size() * sizeof(float))) << "piece " << piece;
+  }
+}
+
+// cuBLASLt's epilogues (Bf16Matmuls: the bias, GELU with its input kept, GELU's derivative on
+// the input gradient) against the host's composition in double on the same bf16-rounded operands:
+// the products to fp32's bound, GELU and its derivative to 1e-4 of the largest value (cuBLASLt's
+// tanh against the host's). Shapes whose widths are multiples of 8, which cuBLASLt takes: each
+// call must say it ran fused. Then through the seam at a width it does not take (37): the
+// fallback is the composition, bit for bit.
+TEST_F(CudaKernels, Bf16EpiloguesMatchTheHostComposition) {
+  CudaExec& e = *bf16;
+  const int rows = 64, in_width = 32, out_width = 64;  // the MLP's input layer: in_width -> out_width
+  const auto in = random_floats(std::size_t{1} * rows * in_width, 81), w = random_floats(std::size_t{1} * out_width * in_width, 82),
+             bias = random_floats(out_width, 83), dout = random_floats(std::size_t{1} * rows * in_width, 84),
+             w2 = random_floats(std::size_t{1} * in_width * out_width, 85), dw0 = random_floats(w2.size(), 86);
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<double> r(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) r[i] = to_float(to_bf16(v[i]));
+    return r;
+  };
+  const auto in_r = rounded(in), w_r = rounded(w), dout_r = rounded(dout), w2_r = rounded(w2), bias_d = widen(bias);
+  // Forward: pre = in W^T + bias, out = gelu(pre).
+  std::vector<double> pre_ref(std::size_t{1} * rows * out_width), gelu_ref(pre_ref.size());
+  kernels::linear_forward(pre_ref.data(), in_r.data(), w_r.data(), bias_d.data(), rows, in_width, out_width);
+  kernels::gelu_forward(gelu_ref.data(), pre_ref.data(), pre_ref.size());
+
+  cublasHandle_t handle = nullptr;
+  ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> owned(handle, cublasDestroy);
+  ASSERT_EQ(cublasSetStream(handle, e.compute_stream()), CUBLAS_STATUS_SUCCESS);
+  Bf16Matmuls matmuls(e.compute_stream(), handle);
+  auto in_g = to_device(e, in), w_g = to_device(e, w), bias_g = to_device(e, bias), dout_g = to_device(e, dout),
+       w2_g = to_device(e, w2);
+  auto out_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)),
+       pre_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)),
+       biased_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f));
+  matmuls.forward(biased_g.data(), in_g.data(), w_g.data(), bias_g.data(), rows, in_width, out_width);
+  ST_EXPECT_CLOSE(to_host(e, biased_g), pre_ref, kFp32Tolerance);
+  ASSERT_TRUE(matmuls.forward_gelu(out_g.data(), pre_g.data(), in_g.data(), w_g.data(), bias_g.data(), rows, in_width,
+                                   out_width))
+      << "cuBLASLt takes GELU_AUX_BIAS at these widths";
+  const std::vector<float> pre = to_host(e, pre_g);
+  ST_EXPECT_CLOSE(pre, pre_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, out_g), gelu_ref, 1e-4);
+
+  // Backward of the next layer (out_width -> in_width, weight w2 [in_width, out_width]) whose
+  // input was gelu(pre): dpre = (dout w2) * gelu'(pre), dw2 += dout^T gelu(pre).
+  const std::vector<float> gelu_out = to_host(e, out_g);
+  const auto gelu_r = rounded(gelu_out);
+  std::vector<double> dgelu_ref(pre_ref.size()), dpre_ref(pre_ref.size()), dw_ref = widen(dw0);
+  kernels::linear_backward(dgelu_ref.data(), dw_ref.data(), static_cast<double*>(nullptr), dout_r.data(), gelu_r.data(),
+                           w2_r.data(), rows, out_width, in_width, false);
+  const auto pre_d = widen(pre);  // the derivative at the stored argument
+  kernels::gelu_backward(dpre_ref.data(), pre_d.data(), dgelu_ref.data(), pre_ref.size());
+  auto dpre_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)), dw_g = to_device(e, dw0);
+  ASSERT_TRUE(matmuls.backward_dgelu(dpre_g.data(), dw_g.data(), nullptr, dout_g.data(), out_g.data(), pre_g.data(),
+                                     w2_g.data(), rows, out_width, in_width))
+      << "cuBLASLt takes DGELU at these widths";
+  ST_EXPECT_CLOSE(to_host(e, dpre_g), dpre_ref, 1e-4);
+  ST_EXPECT_CLOSE(to_host(e, dw_g), dw_ref, kFp32Tolerance);
+
+  // Through the seam at a width cuBLASLt does not take: the composition's bits.
+  const int odd = V;  // 37
+  const auto w_odd = random_floats(std::size_t{1} * odd * in_width, 87), b_odd = random_floats(odd, 88);
+  auto w_odd_g = to_device(e, w_odd), b_odd_g = to_device(e, b_odd);
+  const std::size_t n_odd = std::size_t{1} * rows * odd;
+  auto fused = to_device(e, std::vector<float>(n_odd)), fused_pre = to_device(e, std::vector<float>(n_odd)),
+       plain = to_device(e, std::vector<float>(n_odd)), plain_pre = to_device(e, std::vector<float>(n_odd));
+  e.layer_kernels().linear_gelu_forward(fused.data(), fused_pre.data(), in_g.data(), w_odd_g.data(), b_odd_g.data(), rows,
+                                        in_width, odd);
+  e.layer_kernels().linear_forward(plain_pre.data(), in_g.data(), w_odd_g.data(), b_odd_g.data(), rows, in_width, odd);
+  e.layer_kernels().gelu_forward(plain.data(), plain_pre.data(), n_odd);
+  const auto a = to_host(e, fused), b = to_host(e, plain);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n_odd * sizeof(float)));
 }
 
 // Attention forward and backward; att must be exactly 0 above the diagonal. Not kept (the

@@ -21,5 +21,10 @@ __device__ inline float bf16_bits_to_f32(std::uint16_t bits) {
 
 // out[i] = f32_to_bf16_bits(in[i]) for the n elements, queued on `stream` (elementwise.cu).
 void round_to_bf16(std::uint16_t* out, const float* in, std::size_t n, cudaStream_t stream);
+// The same over rows x cols, and, where `partials` is not null, in the same pass the fp32 sums
+// of each column over each chunk of kRowsPerChunk rows, in row order (partials[chunk, col]):
+// the sums the layer kernels' column_partials_kernel makes, so a bias gradient costs no second
+// read of its rows. At most 65535 chunks.
+void round_rows_to_bf16(std::uint16_t* out, float* partials, const float* in, int rows, int cols, cudaStream_t stream);
 
 }  // namespace st::cuda_detail

@@ -4,6 +4,8 @@
 
 #include "exec/cuda/bf16_bits.cuh"
 #include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/device_reduce.cuh"
+#include "exec/cuda/row_ops.cuh"
 
 namespace st {
 namespace {
@@ -37,41 +39,104 @@ const std::uint16_t* Bf16Matmuls::to_bf16(DeviceScratch& scratch, const float* f
   return out;
 }
 
-void Bf16Matmuls::rows_times_weight(float* out, int out_cols, const float* rows_in, int in_cols,
-                                    const float* weight, bool transpose_weight, int N, float beta) {
-  if (N == 0 || out_cols == 0) return;
-  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * out_cols * in_cols);
-  // The weight is [OC, C] row-major: C = in_cols when it is transposed (the forward), out_cols not.
-  const int weight_row = transpose_weight ? in_cols : out_cols;
-  const int rows = rows_per_piece(in_cols, N);
-  for (int first = 0; first < N; first += rows) {
-    const int n = std::min(rows, N - first);
-    const std::uint16_t* x = to_bf16(piece_a_, rows_in + std::size_t{1} * first * in_cols, std::size_t{1} * n * in_cols);
-    // out^T[out_cols, n] = op(W) rows_in^T[in_cols, n]
-    gemm_bf16(cublas_, transpose_weight ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, out_cols, n, in_cols, w, weight_row,
-              x, in_cols, beta, out + std::size_t{1} * first * out_cols, out_cols);
-  }
-}
-
-void Bf16Matmuls::forward(float* out, const float* in, const float* weight, int N, int C, int OC, float beta) {
-  rows_times_weight(out, OC, in, C, weight, true, N, beta);  // out = in W^T
-}
-
-void Bf16Matmuls::input_gradient(float* din, const float* dout, const float* weight, int N, int C, int OC,
-                                 float beta) {
-  rows_times_weight(din, C, dout, OC, weight, false, N, beta);  // din = dout W
-}
-
-void Bf16Matmuls::weight_gradient(float* dweight, const float* dout, const float* in, int N, int C, int OC) {
-  if (N == 0 || C == 0 || OC == 0) return;
-  const int rows = rows_per_piece(std::max(C, OC), N);
+void Bf16Matmuls::forward(float* out, const float* in, const float* weight, const float* bias, int N, int C, int OC) {
+  if (N == 0 || OC == 0) return;
+  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const int rows = rows_per_piece(C, N);
   for (int first = 0; first < N; first += rows) {
     const int n = std::min(rows, N - first);
     const std::uint16_t* x = to_bf16(piece_a_, in + std::size_t{1} * first * C, std::size_t{1} * n * C);
-    const std::uint16_t* g = to_bf16(piece_b_, dout + std::size_t{1} * first * OC, std::size_t{1} * n * OC);
-    // dW^T[C, OC] += in^T[C, n] dout[n, OC]
-    gemm_bf16(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, n, x, C, g, OC, 1.0f, dweight, C);
+    float* piece = out + std::size_t{1} * first * OC;
+    // out^T[OC, n] = W[OC, C] in^T[C, n] (+ bias on every column)
+    const LtProduct with_bias{CUBLAS_OP_T, CUBLAS_OP_N, OC, n, C, w, C, x, C, piece, LtEpilogue::bias, bias, nullptr};
+    if (bias && lt_.supports(with_bias)) {
+      lt_.run(with_bias);
+      continue;
+    }
+    if (bias) broadcast_rows(piece, bias, n, OC, stream_);
+    gemm_bf16(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, n, C, w, C, x, C, bias ? 1.0f : 0.0f, piece, OC);
   }
+}
+
+bool Bf16Matmuls::forward_gelu(float* out, float* pre, const float* in, const float* weight, const float* bias, int N,
+                               int C, int OC) {
+  if (N == 0 || OC == 0 || C == 0 || !bias) return false;
+  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const int rows = rows_per_piece(C, N);
+  auto* x = piece_a_.get<std::uint16_t>(std::size_t{1} * std::min(rows, N) * C, stream_);
+  auto product = [&](int first) {
+    const int n = std::min(rows, N - first);
+    const std::size_t at = std::size_t{1} * first * OC;
+    // out^T[OC, n] = gelu(W[OC, C] in^T[C, n] + bias), pre^T the argument
+    return LtProduct{CUBLAS_OP_T, CUBLAS_OP_N, OC, n, C, w, C, x, C, out + at, LtEpilogue::gelu_aux_bias, bias,
+                     pre + at};
+  };
+  for (int first = 0; first < N; first += rows)
+    if (!lt_.supports(product(first))) return false;  // before anything is queued
+  for (int first = 0; first < N; first += rows) {
+    const int n = std::min(rows, N - first);
+    round_to_bf16(x, in + std::size_t{1} * first * C, std::size_t{1} * n * C, stream_);
+    lt_.run(product(first));
+  }
+  return true;
+}
+
+int Bf16Matmuls::backward_rows_per_piece(int C, int OC, int N, bool chunked) const {
+  // A piece holds rows of dout and of in; with column sums, whole chunks of rows, so that each
+  // chunk's sum is one thread's, in row order, whatever the pieces.
+  int rows = rows_per_piece(std::max(C, OC), N);
+  if (chunked && rows < N) rows = std::max(kRowsPerChunk, rows / kRowsPerChunk * kRowsPerChunk);
+  return rows;
+}
+
+const std::uint16_t* Bf16Matmuls::backward_piece(float* dweight, float* bias_partials, const float* dout,
+                                                 const float* in, int first, int n, int C, int OC) {
+  auto* g = piece_b_.get<std::uint16_t>(std::size_t{1} * n * OC, stream_);
+  round_rows_to_bf16(g, bias_partials ? bias_partials + std::size_t{1} * (first / kRowsPerChunk) * OC : nullptr,
+                     dout + std::size_t{1} * first * OC, n, OC, stream_);
+  if (C == 0) return g;
+  const std::uint16_t* x = to_bf16(piece_a_, in + std::size_t{1} * first * C, std::size_t{1} * n * C);
+  // dW^T[C, OC] += in^T[C, n] dout[n, OC]
+  gemm_bf16(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, n, x, C, g, OC, 1.0f, dweight, C);
+  return g;
+}
+
+void Bf16Matmuls::backward(float* din, float* dweight, float* bias_partials, const float* dout, const float* in,
+                           const float* weight, int N, int C, int OC, float beta) {
+  if (N == 0 || OC == 0) return;
+  const std::uint16_t* w = C > 0 ? to_bf16(weight_, weight, std::size_t{1} * OC * C) : nullptr;
+  const int rows = backward_rows_per_piece(C, OC, N, bias_partials != nullptr);
+  for (int first = 0; first < N; first += rows) {
+    const int n = std::min(rows, N - first);
+    const std::uint16_t* g = backward_piece(dweight, bias_partials, dout, in, first, n, C, OC);
+    if (C == 0) continue;
+    // din^T[C, n] = W^T[C, OC] dout^T[OC, n] + beta din^T
+    gemm_bf16(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, C, n, OC, w, C, g, OC, beta, din + std::size_t{1} * first * C, C);
+  }
+}
+
+bool Bf16Matmuls::backward_dgelu(float* dpre, float* dweight, float* bias_partials, const float* dout,
+                                 const float* in, const float* pre, const float* weight, int N, int C, int OC) {
+  if (N == 0 || OC == 0 || C == 0) return false;
+  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const int rows = backward_rows_per_piece(C, OC, N, bias_partials != nullptr);
+  auto* g = piece_b_.get<std::uint16_t>(std::size_t{1} * std::min(rows, N) * OC, stream_);
+  auto product = [&](int first) {
+    const int n = std::min(rows, N - first);
+    const std::size_t at = std::size_t{1} * first * C;
+    // dpre^T[C, n] = (W^T[C, OC] dout^T[OC, n]) * gelu'(pre^T)
+    return LtProduct{CUBLAS_OP_N, CUBLAS_OP_N, C, n, OC, w, C, g, OC, dpre + at, LtEpilogue::dgelu, nullptr,
+                     const_cast<float*>(pre + at)};
+  };
+  for (int first = 0; first < N; first += rows)
+    if (!lt_.supports(product(first))) return false;  // before anything is queued
+  for (int first = 0; first < N; first += rows) {
+    const int n = std::min(rows, N - first);
+    // The weight's gradient reads in's rows (rounded into scratch) before dpre is written.
+    ST_REQUIRE(backward_piece(dweight, bias_partials, dout, in, first, n, C, OC) == g, "backward scratch moved");
+    lt_.run(product(first));
+  }
+  return true;
 }
 
 void Bf16Matmuls::forward_to_bf16(std::uint16_t* out, const float* in, const float* weight, int N, int C, int OC) {

@@ -8,7 +8,8 @@
 // The activation operands are converted in pieces of rows, at most `piece_elements` each, so the
 // scratch stays bounded whatever the batch: a piece's products are independent rows of the
 // result, or, for the weight gradient, successive terms of its sum over rows (accumulated in
-// fp32, in the same order on every run). The weight is converted whole, once per call.
+// fp32, in the same order on every run). The weight is converted whole, once per call. In the
+// backward each piece of dout is converted once and serves both products.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -16,6 +17,7 @@
 #include <cstdint>
 
 #include "exec/cuda/device_scratch.hpp"
+#include "exec/cuda/lt_matmul.hpp"
 
 namespace st {
 
@@ -26,15 +28,30 @@ class Bf16Matmuls {
   static constexpr std::size_t kPieceElements = std::size_t{1} << 26;
 
   Bf16Matmuls(cudaStream_t stream, cublasHandle_t cublas, std::size_t piece_elements = kPieceElements)
-      : stream_(stream), cublas_(cublas), piece_elements_(piece_elements) {}
+      : stream_(stream), cublas_(cublas), piece_elements_(piece_elements), lt_(stream) {}
 
   // Row-major, as the layer kernels hold them: in [N, C], weight [OC, C], out/dout [N, OC].
-  // out = in weight^T + beta out.
-  void forward(float* out, const float* in, const float* weight, int N, int C, int OC, float beta);
-  // din = dout weight + beta din.
-  void input_gradient(float* din, const float* dout, const float* weight, int N, int C, int OC, float beta);
-  // dweight += dout^T in.
-  void weight_gradient(float* dweight, const float* dout, const float* in, int N, int C, int OC);
+  // out = in weight^T (+ bias on every row, where bias is not null: by cuBLASLt's epilogue where
+  // it has an algorithm for the shapes, else broadcast into out before the product).
+  void forward(float* out, const float* in, const float* weight, const float* bias, int N, int C, int OC);
+  // GPT-2's MLP input layer through cuBLASLt's GELU epilogue: pre = in weight^T + bias and
+  // out = gelu(pre) in the product's write. false, with nothing queued, where cuBLASLt has no
+  // algorithm for some piece (OC not a multiple of 8, unaligned rows): the caller composes.
+  bool forward_gelu(float* out, float* pre, const float* in, const float* weight, const float* bias, int N, int C,
+                    int OC);
+  // The backward from an fp32 dout, rounded to bf16 once per piece of rows for both products:
+  // din = dout weight + beta din, and dweight += dout^T in. With bias_partials, the same pass
+  // writes the fp32 column sums of dout per chunk of kRowsPerChunk rows
+  // (bias_partials[ceil(N / kRowsPerChunk), OC]; the pieces end on chunk boundaries), which the
+  // caller adds in chunk order: the bias gradient without another read of dout.
+  void backward(float* din, float* dweight, float* bias_partials, const float* dout, const float* in,
+                const float* weight, int N, int C, int OC, float beta);
+  // The same for a layer whose input was gelu(pre), through the GELU: dpre = (dout weight) *
+  // gelu'(pre) by cuBLASLt's DGELU epilogue (din is not formed), dweight += dout^T in first (in
+  // may be dpre's memory). false, with nothing queued, where cuBLASLt has no algorithm (C not a
+  // multiple of 8, unaligned rows).
+  bool backward_dgelu(float* dpre, float* dweight, float* bias_partials, const float* dout, const float* in,
+                      const float* pre, const float* weight, int N, int C, int OC);
 
   // The LM head of the fused classifier (exec/classifier_reference.hpp), whose logits and
   // d(loss)/d(logits) are bf16 in memory. out[N, OC] (bf16) = in weight^T, the fp32 sum rounded
@@ -49,18 +66,21 @@ class Bf16Matmuls {
                                  float alpha);
 
  private:
-  // out[N, out_cols] = rows_in[N, in_cols] op(W) + beta out, op(W) = W^T for a weight [out_cols,
-  // in_cols] (the forward) or W for one [in_cols, out_cols] (the input gradient).
-  void rows_times_weight(float* out, int out_cols, const float* rows_in, int in_cols, const float* weight,
-                         bool transpose_weight, int N, float beta);
   // Rows of `cols` elements per piece: at least one.
   int rows_per_piece(int cols, int rows) const;
+  // The backward's pieces: with column sums, whole chunks of kRowsPerChunk rows.
+  int backward_rows_per_piece(int C, int OC, int N, bool chunked) const;
+  // Queues one backward piece's rounding of dout (its column sums too) and its weight gradient;
+  // returns the rounded rows.
+  const std::uint16_t* backward_piece(float* dweight, float* bias_partials, const float* dout, const float* in,
+                                      int first, int n, int C, int OC);
   const std::uint16_t* to_bf16(DeviceScratch& scratch, const float* from, std::size_t n);
 
   cudaStream_t stream_;
   cublasHandle_t cublas_;
   std::size_t piece_elements_;
   DeviceScratch weight_, piece_a_, piece_b_;
+  LtMatmul lt_;  // the products with an epilogue
 };
 
 }  // namespace st

@@ -222,7 +222,7 @@ double CudaExec::measure_gemm_flops(int m, int n, int k) {
   // linear_forward makes them (the operands' rounding to bf16 included).
   Bf16Matmuls bf16(compute_, state_->cublas);
   auto run = [&] {
-    if (settings_.bf16_matmuls) bf16.forward(C, A, B, m, k, n, 0.0f);
+    if (settings_.bf16_matmuls) bf16.forward(C, A, B, nullptr, m, k, n);
     else cuda_gemm(state_->cublas, false, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, 1.0f, B, k, A, k, 0.0f, C, n);
   };
   cudaEvent_t start = nullptr, stop = nullptr;

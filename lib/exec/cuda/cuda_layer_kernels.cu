@@ -12,6 +12,7 @@
 #include "exec/cuda/cuda_gemm.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
 #include "exec/cuda/device_reduce.cuh"
+#include "exec/cuda/row_ops.cuh"
 
 namespace st {
 namespace {
@@ -149,11 +150,6 @@ __global__ void column_partials_kernel(float* partials, const float* src, int N,
   float sum = 0;
   for (int row = begin; row < end; ++row) sum += src[static_cast<std::size_t>(row) * C + c];
   partials[static_cast<std::size_t>(blockIdx.y) * C + c] = sum;
-}
-
-// out[n, :] = bias, before the matmul adds in[n, :] W^T (as the host does).
-__global__ void broadcast_rows_kernel(float* out, const float* row, int N, int C) {
-  ST_GRID_STRIDE(i, std::size_t{1} * N * C) out[i] = row[i % C];
 }
 
 // GELU, tanh approximation (GPT-2's).
@@ -347,22 +343,31 @@ void CudaLayerKernels::layernorm_backward(float* din, float* dweight, float* dbi
   const dim3 grid(rows_grid(C, kBlock), static_cast<unsigned>(chunks));
   layernorm_parameter_partials_kernel<<<grid, kBlock, 0, stream_>>>(partial_w, partial_b, dout, in, mean, rstd, N, C);
   ST_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dweight, partial_w, chunks, C);
+  add_partials(dweight, partial_w, chunks, C, stream_);
   ST_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dbias, partial_b, chunks, C);
+  add_partials(dbias, partial_b, chunks, C, stream_);
+  ST_CHECK_LAUNCH();
+}
+
+float* CudaLayerKernels::bias_partials(const float* dbias, int N, int C) {
+  if (!dbias || N == 0 || C == 0) return nullptr;
+  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
+  ST_REQUIRE(chunks <= 65535, "CUDA parameter gradients: more rows than the chunked column sums allow");
+  return partials_.get<float>(static_cast<std::size_t>(chunks) * C, stream_);
+}
+
+void CudaLayerKernels::add_bias_partials(float* dst, const float* partials, int N, int C) {
+  add_partials(dst, partials, (N + kRowsPerChunk - 1) / kRowsPerChunk, C, stream_);
   ST_CHECK_LAUNCH();
 }
 
 void CudaLayerKernels::add_column_sums(float* dst, const float* src, int N, int C) {
-  if (N == 0 || C == 0) return;
-  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  ST_REQUIRE(chunks <= 65535, "CUDA parameter gradients: more rows than the chunked column sums allow");
-  float* partials = partials_.get<float>(static_cast<std::size_t>(chunks) * C, stream_);
-  const dim3 grid(rows_grid(C, kBlock), static_cast<unsigned>(chunks));
+  float* partials = bias_partials(dst, N, C);
+  if (!partials) return;
+  const dim3 grid(rows_grid(C, kBlock), static_cast<unsigned>((N + kRowsPerChunk - 1) / kRowsPerChunk));
   column_partials_kernel<<<grid, kBlock, 0, stream_>>>(partials, src, N, C);
   ST_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dst, partials, chunks, C);
-  ST_CHECK_LAUNCH();
+  add_bias_partials(dst, partials, N, C);
 }
 
 // Row-major X[rows, cols] is, to cuBLAS, the column-major X^T with leading dimension cols; the
@@ -371,12 +376,11 @@ void CudaLayerKernels::linear_forward(float* out, const float* in, const float* 
                                       int C, int OC) {
   use_device();
   if (N == 0 || OC == 0) return;
-  if (bias) {
-    broadcast_rows_kernel<<<grid_for(std::size_t{1} * N * OC), kBlock, 0, stream_>>>(out, bias, N, OC);
-    ST_CHECK_LAUNCH();
-  }
+  // bf16: the bias added by cuBLASLt's epilogue where it can (Bf16Matmuls::forward).
+  if (bf16_) return bf16_matmuls_.forward(out, in, weight, bias, N, C, OC);
+  // out = bias, before the product adds in W^T (as the host does).
+  if (bias) broadcast_rows(out, bias, N, OC, stream_);
   const float beta = bias ? 1.0f : 0.0f;
-  if (bf16_) return bf16_matmuls_.forward(out, in, weight, N, C, OC, beta);
   // out^T[OC, N] = W[OC, C] in^T[C, N]
   cuda_gemm(cublas_, false, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, in, C, beta, out, OC);
 }
@@ -386,15 +390,38 @@ void CudaLayerKernels::linear_backward(float* din, float* dweight, float* dbias,
   use_device();
   const float beta = accumulate_din ? 1.0f : 0.0f;
   if (bf16_) {
-    bf16_matmuls_.input_gradient(din, dout, weight, N, C, OC, beta);
-    bf16_matmuls_.weight_gradient(dweight, dout, in, N, C, OC);
-  } else {
-    // din^T[C, N] = W^T[C, OC] dout^T[OC, N]
-    cuda_gemm(cublas_, false, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, dout, OC, beta, din, C);
-    // dW^T[C, OC] += in^T[C, N] dout[N, OC]
-    cuda_gemm(cublas_, false, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, C);
+    // dout rounded once for both products, the bias gradient's column sums in the same pass.
+    float* partials = bias_partials(dbias, N, OC);
+    bf16_matmuls_.backward(din, dweight, partials, dout, in, weight, N, C, OC, beta);
+    if (partials) add_bias_partials(dbias, partials, N, OC);
+    return;
   }
+  // din^T[C, N] = W^T[C, OC] dout^T[OC, N]
+  cuda_gemm(cublas_, false, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, weight, C, dout, OC, beta, din, C);
+  // dW^T[C, OC] += in^T[C, N] dout[N, OC]
+  cuda_gemm(cublas_, false, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, C);
   if (dbias) add_column_sums(dbias, dout, N, OC);
+}
+
+void CudaLayerKernels::linear_gelu_forward(float* out, float* pre, const float* in, const float* weight,
+                                           const float* bias, int N, int C, int OC) {
+  use_device();
+  if (bf16_ && bf16_matmuls_.forward_gelu(out, pre, in, weight, bias, N, C, OC)) return;
+  LayerKernels<float>::linear_gelu_forward(out, pre, in, weight, bias, N, C, OC);
+}
+
+void CudaLayerKernels::linear_backward_gelu(float* dpre, float* scratch, float* dweight, float* dbias,
+                                            const float* dout, const float* in, const float* pre, const float* weight,
+                                            int N, int C, int OC) {
+  use_device();
+  if (bf16_) {
+    float* partials = bias_partials(dbias, N, OC);
+    if (bf16_matmuls_.backward_dgelu(dpre, dweight, partials, dout, in, pre, weight, N, C, OC)) {
+      if (partials) add_bias_partials(dbias, partials, N, OC);
+      return;
+    }
+  }
+  LayerKernels<float>::linear_backward_gelu(dpre, scratch, dweight, dbias, dout, in, pre, weight, N, C, OC);
 }
 
 void CudaLayerKernels::gelu_forward(float* out, const float* in, std::size_t n) {

@@ -46,6 +46,12 @@ class CudaLayerKernels final : public LayerKernels<float> {
                       int OC) override;
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int N, int C, int OC, bool accumulate_din) override;
+  // bf16: cuBLASLt's GELU epilogues where it has an algorithm (Bf16Matmuls::forward_gelu,
+  // backward_dgelu), else the composition.
+  void linear_gelu_forward(float* out, float* pre, const float* in, const float* weight, const float* bias, int N,
+                           int C, int OC) override;
+  void linear_backward_gelu(float* dpre, float* scratch, float* dweight, float* dbias, const float* dout,
+                            const float* in, const float* pre, const float* weight, int N, int C, int OC) override;
   int attention_heads_at_once(int B, int NH) const override;
   bool attention_uses_flash(int head_dim) const override { return st::attention_uses_flash(flash_, head_dim); }
   void attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T, int C, int NH,
@@ -94,6 +100,10 @@ class CudaLayerKernels final : public LayerKernels<float> {
  private:
   // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.
   void add_column_sums(float* dst, const float* src, int N, int C);
+  // Scratch for the chunk sums of a gradient over N rows of C columns (null without dbias or
+  // rows), and their sum added to dst in the fixed order (add_partials).
+  float* bias_partials(const float* dbias, int N, int C);
+  void add_bias_partials(float* dst, const float* partials, int N, int C);
   // loss: adds the sum of row_losses[0..N), in a fixed order, divided, on the device.
   void add_row_losses(const double* row_losses, int N, LossSum loss);
 

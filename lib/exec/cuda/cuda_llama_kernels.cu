@@ -134,7 +134,7 @@ void CudaLayerKernels::rmsnorm_backward(float* din, float* dweight, const float*
   const dim3 grid(static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(chunks));
   rmsnorm_weight_partials_kernel<<<grid, kBlock, 0, stream_>>>(partials, dout, in, rstd, N, C);
   ST_CHECK_LAUNCH();
-  add_partials_kernel<<<grid_for(C), kBlock, 0, stream_>>>(dweight, partials, chunks, C);
+  add_partials(dweight, partials, chunks, C, stream_);
   ST_CHECK_LAUNCH();
 }
 

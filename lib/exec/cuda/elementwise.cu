@@ -12,6 +12,7 @@
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/cuda/cuda_exec_state.hpp"
 #include "exec/cuda/device_reduce.cuh"
+#include "exec/cuda/row_ops.cuh"
 
 namespace st {
 namespace {
@@ -92,7 +93,46 @@ __global__ void clip_factor_kernel(StepScalars* scalars, double clip) {
   scalars->grad_scale = clip_factor(scalars->loss, scalars->grad_norm_squared, clip);
 }
 
+// One thread per column and chunk of kRowsPerChunk rows (blockIdx.y): the rows rounded, their
+// column sum kept (a warp's 32 columns are adjacent: the reads and writes coalesce).
+__global__ void round_rows_kernel(std::uint16_t* out, float* partials, const float* in, int rows, int cols) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const int begin = blockIdx.y * kRowsPerChunk, end = min(rows, begin + kRowsPerChunk);
+  float sum = 0;
+  for (int row = begin; row < end; ++row) {
+    const std::size_t i = static_cast<std::size_t>(row) * cols + c;
+    const float v = in[i];
+    out[i] = f32_to_bf16_bits(v);
+    sum += v;
+  }
+  if (partials) partials[static_cast<std::size_t>(blockIdx.y) * cols + c] = sum;
+}
+
+__global__ void broadcast_rows_kernel(float* out, const float* row, int N, int C) {
+  const std::size_t n = std::size_t{1} * N * C;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = row[i % C];
+}
+
 }  // namespace
+
+void cuda_detail::broadcast_rows(float* out, const float* row, int N, int C, cudaStream_t stream) {
+  const std::size_t n = std::size_t{1} * N * C;
+  if (n == 0) return;
+  broadcast_rows_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, row, N, C);
+  ST_CHECK_LAUNCH();
+}
+
+void cuda_detail::round_rows_to_bf16(std::uint16_t* out, float* partials, const float* in, int rows, int cols,
+                                     cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  ST_REQUIRE(chunks <= 65535, "bf16 rounding with column sums: more rows than its chunks allow");
+  const dim3 grid(static_cast<unsigned>((cols + kBlock - 1) / kBlock), static_cast<unsigned>(chunks));
+  round_rows_kernel<<<grid, kBlock, 0, stream>>>(out, partials, in, rows, cols);
+  ST_CHECK_LAUNCH();
+}
 
 void cuda_detail::round_to_bf16(std::uint16_t* out, const float* in, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
