@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """GPT-2 124M (or, with --model smollm2-135m, the Llama of SmolLM2-135M's shape,
 inputs/smollm2_135m.toml) on one GPU for each setting
-(precision/recompute[/strategy[/attention[/classifier]]], e.g. bf16/selective, bf16/none/ddp/exact
-for the exact attention path (parallel.attention), or bf16/none/ddp/auto/unfused for the unfused
-classifier, fp32 logits (parallel.classifier)),
+(precision/recompute[/strategy[/attention[/classifier[/gelu]]]], e.g. bf16/selective, bf16/none/ddp/exact
+for the exact attention path (parallel.attention), bf16/none/ddp/auto/unfused for the unfused
+classifier, fp32 logits (parallel.classifier), or bf16/none/ddp/auto/auto/fused for GPT-2's GELU in
+cuBLASLt's epilogues (parallel.gelu_fusion; "separate", the default, keeps its kernels)),
 a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
 precision, as the step line reports it: llm.c's count of the model's FLOPs), the model's share of
 the GEMM rate the run measured, and peak device memory, as medians over the steps after the first
@@ -73,19 +74,22 @@ suffix = ("" if args.model == "gpt2-124m" else "_" + args.model) + args.tag
 settings = []
 for item in args.settings.split(","):
     parts = item.strip().split("/")
-    if (len(parts) not in (2, 3, 4, 5) or parts[0] not in ("bf16", "fp32") or parts[1] not in ("none", "selective", "full")
+    if (len(parts) not in (2, 3, 4, 5, 6) or parts[0] not in ("bf16", "fp32")
+            or parts[1] not in ("none", "selective", "full")
             or (len(parts) >= 4 and parts[3] not in ("auto", "exact"))
-            or (len(parts) == 5 and parts[4] not in ("auto", "unfused"))):
-        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention[/classifier]]] (bf16|fp32 / "
-                "none|selective|full / ... / auto|exact / auto|unfused)")
+            or (len(parts) >= 5 and parts[4] not in ("auto", "unfused"))
+            or (len(parts) == 6 and parts[5] not in ("separate", "fused"))):
+        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention[/classifier[/gelu]]]] "
+                "(bf16|fp32 / none|selective|full / ... / auto|exact / auto|unfused / separate|fused)")
     settings.append((parts[0], parts[1], parts[2] if len(parts) >= 3 else "ddp", parts[3] if len(parts) >= 4 else "auto",
-                     parts[4] if len(parts) == 5 else "auto"))
+                     parts[4] if len(parts) >= 5 else "auto", parts[5] if len(parts) == 6 else "separate"))
 if args.rounds < 1:
     p.error("--rounds must be at least 1")
 rows = []
 
 
-def write_deck(label, precision, recompute, strategy, steps, run_keys="", attention="auto", classifier="auto"):
+def write_deck(label, precision, recompute, strategy, steps, run_keys="", attention="auto", classifier="auto",
+               gelu="separate"):
     deck = os.path.join(work, label + ".toml")
     with open(deck, "w") as f:
         f.write(f"""[run]
@@ -113,6 +117,9 @@ attention = "{attention}"
         # Only when asked for: a build from before parallel.classifier existed runs the default.
         if classifier != "auto":
             f.write(f'classifier = "{classifier}"\n')
+        # Likewise parallel.gelu_fusion, only when asked for.
+        if gelu == "fused":
+            f.write("gelu_fusion = true\n")
     return deck
 
 
@@ -127,12 +134,12 @@ def log_row(log, name):
 
 runs = {}  # setting label -> the train-step metrics of each round
 for round_index in range(args.rounds):
-    for precision, recompute, strategy, attention, classifier in settings:
+    for precision, recompute, strategy, attention, classifier, gelu in settings:
         label = (f"{precision}_{recompute}_{strategy}" + ("" if attention == "auto" else f"_{attention}") +
-                 ("" if classifier == "auto" else f"_{classifier}"))
+                 ("" if classifier == "auto" else f"_{classifier}") + ("" if gelu == "separate" else "_gelu_fused"))
         run_label = f"{label}_r{round_index + 1}"
         deck = write_deck(run_label, precision, recompute, strategy, args.steps, attention=attention,
-                          classifier=classifier)
+                          classifier=classifier, gelu=gelu)
         proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
                               timeout=300)
         entry = runs.setdefault(label, {"setting": label, "rounds": []})
@@ -216,9 +223,9 @@ def one_step(names):
     return None
 
 
-def profile(precision, recompute, strategy, attention, classifier):
+def profile(precision, recompute, strategy, attention, classifier, gelu):
     label = f"profile_{precision}_{recompute}_{strategy}"
-    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention, classifier)
+    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention, classifier, gelu)
     cmd = [args.mpiexec, "-n", "1", args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
            "--print-units", "base", "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
     try:

@@ -11,14 +11,16 @@
 # models with each, interleaved (tokens/s, MFU, peak memory, every step's time); last it runs the
 # CPU unit tests of the CUDA build with what is left. Phase classifier (not in the defaults: ask
 # for it) measures the fused classifier against the unfused one the same way, whole bf16 steps
-# of both models at each of --classifier-batches. Phase llmc (not in the defaults: ask for it,
+# of both models at each of --classifier-batches. Phase gelu (not in the defaults: ask for it)
+# times GPT-2 124M's bf16 steps with its GELU in cuBLASLt's epilogues (parallel.gelu_fusion)
+# against the separate kernels, in turn, at --batch. Phase llmc (not in the defaults: ask for it,
 # after tools/gpu_stage_llmc.sh here) builds llm.c's train_gpt2cu from the copy in .gpudeps/llm.c
 # and runs it beside shardtrain on the same shape and tokens, GPT-2 124M from random init in bf16
 # at each of --llmc-batches x 1024 (tools/llmc_bench.py: llm.c, shardtrain, llm.c, shardtrain ...).
 # Prints each phase's time; stops each phase at what is left of the budget, so the whole command
 # ends inside it with its results written.
 #
-#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier][,llmc]] [--budget SECONDS]
+#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier][,gelu][,llmc]] [--budget SECONDS]
 #                      [--nccl DIR] [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
 #                      [--attn-rounds R] [--attn-steps N] [--classifier-batches LIST]
 #                      [--llmc-batches LIST] [--profile] [--cmake-arg ARG]...
@@ -46,7 +48,7 @@
 # The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
 # gpu_bench_smollm2-135m.md/.json; attn: attention_bench.txt, gpu_bench_attention.md/.json,
 # gpu_bench_smollm2-135m_attention.md/.json; classifier: gpu_bench_classifier_bB.md/.json,
-# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B; llmc: llmc_build.log,
+# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B; gelu: gpu_bench_gelu.md/.json; llmc: llmc_build.log,
 # llmc_side_by_side_bB.md/.json for each batch B)
 # go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
@@ -304,6 +306,19 @@ if has_phase classifier; then
     summaries+=("$out/gpu_bench_classifier_b$b.md" "$out/gpu_bench_smollm2-135m_classifier_b$b.md")
   done
   phase_done classifier
+fi
+if has_phase gelu; then
+  # GPT-2's GELU in cuBLASLt's epilogues (GELU_AUX_BIAS in the MLP's input layer, DGELU in the
+  # output projection's input gradient) against the separate GELU kernels, on one build: whole
+  # bf16 steps, the two in turn, with every step's time. llm.c ships its own fusion off; this is
+  # the measure that decides parallel.gelu_fusion's default.
+  mpirun_path=$(command -v mpirun || echo mpirun)
+  say "whole steps: GPT-2 124M bf16/none at $batch x 1024, GELU separate and fused in turn, $attn_rounds rounds of $attn_steps steps"
+  run_phase gelu python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$attn_steps" --batch "$batch" \
+    --rounds "$attn_rounds" --settings bf16/none/ddp/auto/auto/separate,bf16/none/ddp/auto/auto/fused --tag _gelu \
+    --out "$out" --mpiexec "$mpirun_path" || status=1
+  summaries+=("$out/gpu_bench_gelu.md")
+  phase_done gelu
 fi
 if has_phase llmc; then
   # llm.c's train_gpt2cu beside shardtrain on the same shape: GPT-2 124M from random init, bf16,

@@ -140,30 +140,66 @@ void NcclCommunicator::run_barrier() {
 
 LevelTraffic NcclCommunicator::traffic() const { return LevelTraffic::at(level_, traffic_); }
 
-Memory NcclCommunicator::allocate(std::size_t bytes) {
-  ST_CHECK_CUDA(cudaSetDevice(device_));
+namespace {
+
+// Device memory for a communicator's buffers, zeroed on its stream and finished before it is
+// handed out (plain cudaMemset runs on the legacy stream, which a non-blocking stream does not
+// wait for).
+Memory zeroed_device_memory(int device, cudaStream_t stream, std::size_t bytes) {
+  ST_CHECK_CUDA(cudaSetDevice(device));
   void* p = nullptr;
   ST_CHECK_CUDA(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)));
   std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });  // a destructor cannot report a failure
-  // On this communicator's stream (plain cudaMemset runs on the legacy stream, which a
-  // non-blocking stream does not wait for), and finished before the block is handed out.
-  ST_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_->get()));
-  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
+  ST_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream));
   return Memory(std::move(owner), p, bytes, MemorySpace::device);
 }
+
+// A copy or a zeroing on `stream`, complete when the call returns.
+void copy_on(cudaStream_t stream, void* to, const void* from, std::size_t bytes) {
+  ST_CHECK_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+void zero_on(cudaStream_t stream, void* data, std::size_t bytes) {
+  ST_CHECK_CUDA(cudaMemsetAsync(data, 0, bytes, stream));
+  ST_CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+
+Memory NcclCommunicator::allocate(std::size_t bytes) { return zeroed_device_memory(device_, stream_->get(), bytes); }
 
 void NcclCommunicator::copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready) {
   if (bytes == 0 || to == from) return;
   begin(ready);
-  ST_CHECK_CUDA(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream_->get()));
-  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
+  copy_on(stream_->get(), to, from, bytes);
 }
 
 void NcclCommunicator::zero_bytes(void* data, std::size_t bytes, const void* ready) {
   if (bytes == 0) return;
   begin(ready);
-  ST_CHECK_CUDA(cudaMemsetAsync(data, 0, bytes, stream_->get()));
-  ST_CHECK_CUDA(cudaStreamSynchronize(stream_->get()));
+  zero_on(stream_->get(), data, bytes);
+}
+
+// The staged communicator's own buffers and moves are device memory too: it may stand in for a
+// node's NCCL communicator in a two-level composition, which allocates, copies and zeroes
+// through it.
+Memory HostStagedCommunicator::allocate(std::size_t bytes) {
+  return zeroed_device_memory(device_, stream_->get(), bytes);
+}
+
+void HostStagedCommunicator::copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready) {
+  if (bytes == 0 || to == from) return;
+  ST_CHECK_CUDA(cudaSetDevice(device_));
+  if (order_) order_(stream_->get(), ready);
+  copy_on(stream_->get(), to, from, bytes);
+}
+
+void HostStagedCommunicator::zero_bytes(void* data, std::size_t bytes, const void* ready) {
+  if (bytes == 0) return;
+  ST_CHECK_CUDA(cudaSetDevice(device_));
+  if (order_) order_(stream_->get(), ready);
+  zero_on(stream_->get(), data, bytes);
 }
 
 }  // namespace st

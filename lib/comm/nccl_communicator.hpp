@@ -126,6 +126,9 @@ class HostStagedCommunicator final : public Communicator {
   LevelTraffic traffic() const override { return host_.traffic(); }
   MemorySpace memory_space() const override { return MemorySpace::device; }
   std::string transport() const override { return "MPI through pinned host memory"; }
+  Memory allocate(std::size_t bytes) override;
+  void copy_bytes(void* to, const void* from, std::size_t bytes, const void* ready = nullptr) override;
+  void zero_bytes(void* data, std::size_t bytes, const void* ready = nullptr) override;
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;

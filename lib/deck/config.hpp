@@ -84,6 +84,7 @@ struct ParallelConfig {
   AttentionChoice attention = AttentionChoice::automatic;
   ClassifierChoice classifier = ClassifierChoice::automatic;
   bool sync_every_launch = false;  // GPUs: wait for and check every kernel where it is launched
+  bool gelu_fusion = false;        // GPUs in bf16: GPT-2's GELU in cuBLASLt's epilogues
   std::int64_t ranks_per_node = 0;
   Collectives collectives = Collectives::automatic;
   IntraNode intra_node = IntraNode::shm;

@@ -296,6 +296,12 @@ std::vector<KeySpec> build_schema() {
              "logits; docs/gpu.md), fp32 logits in fp32. unfused: fp32 logits, the softmax and its backward as "
              "separate kernels, as fp32 runs and the CPU always compute them.",
              store_choice(&C::parallel, &ParallelConfig::classifier)),
+      boolean("parallel", "gelu_fusion", "false",
+              "GPUs with precision bf16: GPT-2's GELU applied by cuBLASLt in the MLP's two products (its forward "
+              "in the input layer's write, keeping its argument; its derivative in the output projection's input "
+              "gradient) instead of two kernels of its own (docs/gpu.md). Off until it is timed: llm.c ships its "
+              "own off. The CPU and fp32 runs always use the separate kernels.",
+              store(&C::parallel, &ParallelConfig::gelu_fusion)),
       boolean("parallel", "sync_every_launch", "false",
               "GPUs, for debugging: wait for every kernel and cuBLAS call where it is launched and check it, so "
               "that a failing kernel (an illegal address, a trap) is named by its source file and line instead "

@@ -329,8 +329,15 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
   k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
   k_.add(a.res2, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
   k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, Nr, C);
-  k_.linear_gelu_forward(a.fch_gelu, a.fch, this->gather_rows(a.ln2, rows_.gathered, rows, width), P + o.fcw, P + o.fcb,
-                         N, C, H);
+  const Real* ln2 = this->gather_rows(a.ln2, rows_.gathered, rows, width);
+  if (recompute_ == Recompute::selective) {
+    // Backward recomputes the GELU output with gelu_forward: the forward makes it the same way,
+    // so the weight gradient reads the same values (a fused GELU may round differently).
+    k_.linear_forward(a.fch, ln2, P + o.fcw, P + o.fcb, N, C, H);
+    k_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * H);
+  } else {
+    k_.linear_gelu_forward(a.fch_gelu, a.fch, ln2, P + o.fcw, P + o.fcb, N, C, H);
+  }
   if (!output) return;
   k_.linear_forward(tmp_, a.fch_gelu, P + o.fcprojw, row_parallel_bias(P + o.fcprojb), N, H, C);
   k_.add(a.res3, a.res2, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);

@@ -130,30 +130,36 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   std::string origin = "auto: chosen by the planner (plan.txt)";
   if (chosen->pipeline > 1 && machine.gpu) {
     // On GPUs a pipeline's messages go through host memory in this version, at a cost the
-    // planner does not time: the fastest choice without one, where one fits.
+    // planner does not time: the planner's pick among the rows without one, where one fits.
     const int flat_row = choose_row(plan.rows, 1);
-    const StrategyPrediction* flat = flat_row < 0 ? nullptr : &plan.rows[static_cast<std::size_t>(flat_row)];
     const std::string why = "the planner's choice, parallel.pipeline = " + std::to_string(chosen->pipeline) +
-                            ", would pass activations between GPUs through host memory in this version, which the planner does not time";
-    if (!flat)
-      throw Error(config.deck_path + ": parallel.strategy = \"auto\": " + why + ", and nothing fits without a pipeline: " +
-                      plan.reason,
-                  ErrorScope::all_ranks);
-    chosen = flat;
-    origin = "auto: chosen by the planner (plan.txt) without a pipeline (" + why + ")";
+                            ", would pass activations between GPUs through host memory in this version, which the "
+                            "planner does not time";
+    if (flat_row >= 0) {
+      chosen = &plan.rows[static_cast<std::size_t>(flat_row)];
+      origin = "auto: chosen by the planner (plan.txt) without a pipeline (" + why + ")";
+    } else {
+      origin = "auto: chosen by the planner (plan.txt); nothing fits without a pipeline, whose messages between "
+               "GPUs go through host memory in this version (a cost the planner does not time)";
+    }
   }
   set_key(config, "parallel.strategy", name_of(chosen->strategy), origin);
   // The chosen row's split replaces the deck's wherever they differ (a deck's own pipeline or
   // tensor degree is planned beside the rows without them, which may win).
-  if (chosen->pipeline != config.parallel.pipeline) {
-    set_key(config, "parallel.pipeline", std::int64_t{chosen->pipeline},
-            chosen->pipeline > 1 ? "auto: the planner puts stages of consecutive blocks on whole nodes"
-                                 : "auto: the planner's choice runs without a pipeline");
-    // The planner's own pipelines are 1f1b, one chunk a stage, cut by FLOPs.
+  if (chosen->pipeline != config.parallel.pipeline || chosen->virtual_stages != config.parallel.virtual_stages) {
+    if (chosen->pipeline != config.parallel.pipeline)
+      set_key(config, "parallel.pipeline", std::int64_t{chosen->pipeline},
+              chosen->pipeline > 1 ? "auto: the planner puts stages of consecutive blocks on whole nodes"
+                                   : "auto: the planner's choice runs without a pipeline");
+    // The planner's own pipelines are 1f1b with one chunk a stage, or interleaved with two, cut
+    // by FLOPs.
     const std::string why = "auto: goes with the planner's parallel.pipeline";
-    if (config.parallel.virtual_stages != 1) set_key(config, "parallel.virtual_stages", std::int64_t{1}, why);
-    if (config.parallel.pipeline_schedule != PipelineSchedule::one_f_one_b)
-      set_key(config, "parallel.pipeline_schedule", std::string("1f1b"), why);
+    const bool interleaved = chosen->virtual_stages > 1;
+    if (config.parallel.virtual_stages != chosen->virtual_stages)
+      set_key(config, "parallel.virtual_stages", std::int64_t{chosen->virtual_stages}, why);
+    const PipelineSchedule schedule = interleaved ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+    if (config.parallel.pipeline_schedule != schedule)
+      set_key(config, "parallel.pipeline_schedule", name_of(schedule), why);
     if (!config.parallel.stage_blocks.empty())
       set_key(config, "parallel.stage_blocks", std::vector<std::int64_t>{}, why);
   }

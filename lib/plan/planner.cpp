@@ -69,6 +69,9 @@ std::uint64_t sent(const StrategyPrediction& p) { return p.fast_bytes + p.slow_b
 std::string split_words(const StrategyPrediction& p, const std::string& lead) {
   std::string words;
   if (p.pipeline > 1) words = "parallel.pipeline = " + std::to_string(p.pipeline);
+  if (p.virtual_stages > 1)
+    words += ", parallel.pipeline_schedule = \"interleaved\", parallel.virtual_stages = " +
+             std::to_string(p.virtual_stages);
   if (p.tensor > 1) words += (words.empty() ? "" : ", ") + std::string("parallel.tensor = ") + std::to_string(p.tensor);
   return words.empty() ? words : lead + words;
 }
@@ -481,7 +484,9 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   // parallel.pipeline stages (`deck`: the deck with the pipeline planned); none when the
   // data-parallel ranks cannot split the global batch or a pipeline would get fewer micro-batches
   // than stages.
-  auto plan_all = [&](const Config& deck, Recompute recompute, int tensor) {
+  // `quiet`: a split the planner tries of its own accord (interleaving), left out without a note
+  // where the batch does not allow it.
+  auto plan_all = [&](const Config& deck, Recompute recompute, int tensor, bool quiet) {
     const int stages = static_cast<int>(deck.parallel.pipeline);
     // hsdp runs within a stage: its groups are the stage's fast group or node.
     const Machine stage = stage_machine(m, stages);
@@ -494,6 +499,10 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         if (batches.accum_steps < stages)
           throw Error(std::to_string(batches.accum_steps) + " micro-batch(es) a step go through each stage, fewer "
                       "than the stages");
+        const PipelineShape shape = deck_pipeline_shape(deck, batches.accum_steps);
+        if (const std::string problem = pipeline_schedule_problem(deck.parallel.pipeline_schedule, shape);
+            !problem.empty())
+          throw Error(problem);
       }
       for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
         rows.push_back(predict_strategy(deck, m, s, 0, recompute, tensor));
@@ -504,7 +513,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
       std::string split;
       if (stages > 1) split = "parallel.pipeline = " + std::to_string(stages);
       if (tensor > 1) split += (split.empty() ? "" : ", ") + std::string("parallel.tensor = ") + std::to_string(tensor);
-      unsplit.push_back(split.empty() ? e.what() : "with " + split + ", " + e.what());
+      if (!quiet) unsplit.push_back(split.empty() ? e.what() : "with " + split + ", " + e.what());
       rows.clear();
     }
     return rows;
@@ -516,16 +525,16 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const int asked_degree = static_cast<int>(config.parallel.tensor);
   // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch; and
   // the deck's own parallel.tensor, whatever the links, since it asks for it.
-  auto plan_split = [&](const Config& deck, Recompute recompute) {
-    std::vector<StrategyPrediction> rows = plan_all(deck, recompute, 1);
+  auto plan_split = [&](const Config& deck, Recompute recompute, bool quiet = false) {
+    std::vector<StrategyPrediction> rows = plan_all(deck, recompute, 1, quiet);
     const bool wanted = rows.empty() || std::none_of(rows.begin(), rows.end(), fits);
     for (const int t : degrees)
       if (wanted || t == asked_degree) {
-        std::vector<StrategyPrediction> split = plan_all(deck, recompute, t);
+        std::vector<StrategyPrediction> split = plan_all(deck, recompute, t, quiet);
         rows.insert(rows.end(), split.begin(), split.end());
       }
     if (asked_degree > 1 && std::find(degrees.begin(), degrees.end(), asked_degree) == degrees.end()) {
-      std::vector<StrategyPrediction> split = plan_all(deck, recompute, asked_degree);
+      std::vector<StrategyPrediction> split = plan_all(deck, recompute, asked_degree, quiet);
       rows.insert(rows.end(), split.begin(), split.end());
     }
     return rows;
@@ -550,17 +559,24 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
       rows.insert(rows.end(), unpipelined.begin(), unpipelined.end());
     }
     for (const int stages : searched_stages) {
-      // The planner's own pipelines: 1f1b, one chunk a stage, balanced by FLOPs.
-      Config staged = config;
-      staged.parallel.pipeline = stages;
-      staged.parallel.virtual_stages = 1;
-      staged.parallel.pipeline_schedule = PipelineSchedule::one_f_one_b;
-      staged.parallel.stage_blocks.clear();
+      // The planner's own pipelines, balanced by FLOPs: 1f1b with one chunk a stage, and
+      // Megatron's interleaved 1F1B with two (half the bubble, twice the messages, more
+      // activations in flight) where the blocks and micro-batches allow; per tensor degree the
+      // better of the two shows.
       std::vector<StrategyPrediction> best;
-      for (const StrategyPrediction& row : plan_split(staged, recompute)) {
-        auto same = std::find_if(best.begin(), best.end(), [&](const StrategyPrediction& b) { return b.tensor == row.tensor; });
-        if (same == best.end()) best.push_back(row);
-        else if (better_row(row, *same)) *same = row;
+      for (const int chunks : {1, 2}) {
+        if (stages * chunks > config.model.n_layer) continue;
+        Config staged = config;
+        staged.parallel.pipeline = stages;
+        staged.parallel.virtual_stages = chunks;
+        staged.parallel.pipeline_schedule = chunks > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+        staged.parallel.stage_blocks.clear();
+        for (const StrategyPrediction& row : plan_split(staged, recompute, chunks > 1)) {
+          auto same =
+              std::find_if(best.begin(), best.end(), [&](const StrategyPrediction& b) { return b.tensor == row.tensor; });
+          if (same == best.end()) best.push_back(row);
+          else if (better_row(row, *same)) *same = row;
+        }
       }
       rows.insert(rows.end(), best.begin(), best.end());
     }
@@ -773,8 +789,11 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
     const std::string rank = p.fits ? std::to_string(++place) : "-";
     each_micro_batch = each_micro_batch || p.reduces_each_micro_batch;
     const std::string strategy = name_of(p.strategy) + (p.reduces_each_micro_batch ? "*" : "");
-    std::snprintf(line, sizeof line, "%-5s %-8s %6d %4d %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
-                  rank.c_str(), strategy.c_str(), p.tensor, p.pipeline, p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
+    // The stages, and with interleaving the chunks a stage: "8x2".
+    const std::string pipe =
+        std::to_string(p.pipeline) + (p.virtual_stages > 1 ? "x" + std::to_string(p.virtual_stages) : "");
+    std::snprintf(line, sizeof line, "%-5s %-8s %6d %4s %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
+                  rank.c_str(), strategy.c_str(), p.tensor, pipe.c_str(), p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.workspace_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.total_bytes())).c_str(), p.fits ? "yes" : "NO",
@@ -786,9 +805,9 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
     out << "*: gradients reduce-scattered every micro-batch, holding no whole-model gradient "
            "(parallel.grad_reduction; \"auto\" where one would not fit)\n";
   if (std::any_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) { return p.pipeline > 1; }))
-    out << "pipe: stages of consecutive blocks (parallel.pipeline), the strategy within each stage; a pipelined "
-           "row's figures are its fullest stage's, compute with the bubble, comm with the activations between "
-           "stages\n";
+    out << "pipe: stages of consecutive blocks (parallel.pipeline), the strategy within each stage (P x V: "
+           "interleaved 1F1B, V chunks a stage); a pipelined row's figures are its fullest stage's, compute with the "
+           "bubble, comm with the activations between stages\n";
   for (const auto& n : r.notes) out << "note: " << n << "\n";
   out << (r.chosen >= 0 ? "recommendation: " : "no recommendation: ") << r.reason << "\n";
   return out.str();

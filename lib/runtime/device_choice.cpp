@@ -59,8 +59,8 @@ DeviceChoice decide_device(const DeviceProbe& p, const std::string& deck_path) {
     c.note = "cuda device " + std::to_string(c.device) + " of " + std::to_string(p.visible_devices) +
              " visible, shared by " + std::to_string(c.ranks_on_device) + " ranks of this host (emulated nodes of " +
              std::to_string(p.node_ranks) + " rank(s); parallel.device = \"" + name_of(p.requested) +
-             "\"): each rank plans 1/" + std::to_string(c.ranks_on_device) +
-             " of its memory, and ranks sharing it exchange through MPI in pinned host memory";
+             "\"): every rank plans with the most shared GPU's share of its memory, and ranks sharing a GPU "
+             "exchange through MPI in pinned host memory";
     return c;
   }
   if (p.host_ranks > p.visible_devices) {

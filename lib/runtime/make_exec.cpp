@@ -130,6 +130,7 @@ std::unique_ptr<Execution> make_execution(const DeviceChoice& choice, const Para
   settings.bf16_matmuls = parallel.precision == Precision::bf16;
   settings.flash_attention = parallel.attention == AttentionChoice::automatic;
   settings.fused_classifier = parallel.classifier == ClassifierChoice::automatic;
+  settings.gelu_fusion = parallel.gelu_fusion;
   settings.sync_every_launch = parallel.sync_every_launch;
   return std::make_unique<CudaExecution>(std::make_unique<CudaExec>(settings), choice);
 #else

@@ -49,9 +49,12 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
   if (checkpoint_copy > 0) text += ", checkpoint copy " + b(checkpoint_copy);
   text += " = " + b(total) + " (largest rank " + b(largest) + ")";
   const Execution& e = net.execution();
-  if (e.choice().cuda)
+  if (e.choice().cuda) {
+    const int sharing = e.choice().ranks_on_device;
     return text + "; GPU " + b(e.device_used_bytes()) + " of " + b(e.device_total_bytes()) + " in use (" +
-           b(e.device_bytes()) + " of it shardtrain's buffers)";
+           b(e.device_bytes()) + " of it this rank's buffers" +
+           (sharing > 1 ? "; the GPU is shared by " + std::to_string(sharing) + " ranks" : std::string()) + ")";
+  }
   if (!peak_restarted_) return text;
   const double grown = static_cast<double>(peak_resident_bytes()) - static_cast<double>(resident_before_);
   return text + "; measured peak " + b(peak_resident_bytes()) + ", +" + format_bytes(std::max(0.0, grown)) +

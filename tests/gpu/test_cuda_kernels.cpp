@@ -28,6 +28,7 @@
 #include "core/bf16.hpp"
 #include "exec/cuda/bf16_matmuls.hpp"
 #include "exec/cuda/cuda_exec.hpp"
+#include "exec/cuda/cuda_layer_kernels.hpp"
 #include "exec/host_exec.hpp"
 #include "exec/host_kernels.hpp"
 #include "exec/host_llama_kernels.hpp"
@@ -331,17 +332,20 @@ TEST_F(CudaKernels, Bf16BackwardTakesTheBiasGradientFromItsRoundingPass) {
   }
 }
 
-// cuBLASLt's epilogues (Bf16Matmuls: the bias, GELU with its input kept, GELU's derivative on
-// the input gradient) against the host's composition in double on the same bf16-rounded operands:
-// the products to fp32's bound, GELU and its derivative to 1e-4 of the largest value (cuBLASLt's
-// tanh against the host's). Shapes whose widths are multiples of 8, which cuBLASLt takes: each
-// call must say it ran fused. Then through the seam at a width it does not take (37): the
-// fallback is the composition, bit for bit.
+// cuBLASLt's epilogues (Bf16Matmuls: the bias, GELU with its argument kept, GELU's derivative on
+// the input gradient) against the host's composition in double on the same bf16-rounded
+// operands: the products to fp32's bound, GELU and the gradient through it to 1e-4 of the
+// largest value (cuBLASLt's tanh against the host's). At widths that are multiples of 8, which
+// cuBLASLt takes, each fused call must have run through it; in one piece and in pieces of a few
+// rows; and the backward with its input in dpre's own memory (GPT-2 recomputing the GELU output
+// into the scratch the gradient then overwrites). At width 37, which cuBLASLt does not take for
+// GELU, the seam's fallback against the same host reference.
 TEST_F(CudaKernels, Bf16EpiloguesMatchTheHostComposition) {
   CudaExec& e = *bf16;
   const int rows = 64, in_width = 32, out_width = 64;  // the MLP's input layer: in_width -> out_width
-  const auto in = random_floats(std::size_t{1} * rows * in_width, 81), w = random_floats(std::size_t{1} * out_width * in_width, 82),
-             bias = random_floats(out_width, 83), dout = random_floats(std::size_t{1} * rows * in_width, 84),
+  const auto in = random_floats(std::size_t{1} * rows * in_width, 81),
+             w = random_floats(std::size_t{1} * out_width * in_width, 82), bias = random_floats(out_width, 83),
+             dout = random_floats(std::size_t{1} * rows * in_width, 84),
              w2 = random_floats(std::size_t{1} * in_width * out_width, 85), dw0 = random_floats(w2.size(), 86);
   auto rounded = [](const std::vector<float>& v) {
     std::vector<double> r(v.size());
@@ -358,50 +362,72 @@ TEST_F(CudaKernels, Bf16EpiloguesMatchTheHostComposition) {
   ASSERT_EQ(cublasCreate(&handle), CUBLAS_STATUS_SUCCESS);
   std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> owned(handle, cublasDestroy);
   ASSERT_EQ(cublasSetStream(handle, e.compute_stream()), CUBLAS_STATUS_SUCCESS);
-  Bf16Matmuls matmuls(e.compute_stream(), handle);
   auto in_g = to_device(e, in), w_g = to_device(e, w), bias_g = to_device(e, bias), dout_g = to_device(e, dout),
        w2_g = to_device(e, w2);
-  auto out_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)),
-       pre_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)),
-       biased_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f));
-  matmuls.forward(biased_g.data(), in_g.data(), w_g.data(), bias_g.data(), rows, in_width, out_width);
-  ST_EXPECT_CLOSE(to_host(e, biased_g), pre_ref, kFp32Tolerance);
-  ASSERT_TRUE(matmuls.forward_gelu(out_g.data(), pre_g.data(), in_g.data(), w_g.data(), bias_g.data(), rows, in_width,
-                                   out_width))
-      << "cuBLASLt takes GELU_AUX_BIAS at these widths";
-  const std::vector<float> pre = to_host(e, pre_g);
-  ST_EXPECT_CLOSE(pre, pre_ref, kFp32Tolerance);
-  ST_EXPECT_CLOSE(to_host(e, out_g), gelu_ref, 1e-4);
+  // One piece, and pieces of 1024 elements.
+  for (const std::size_t piece : {Bf16Matmuls::kPieceElements, std::size_t{16} * out_width}) {
+    SCOPED_TRACE("piece of " + std::to_string(piece) + " elements");
+    Bf16Matmuls matmuls(e.compute_stream(), handle, piece);
+    auto out_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)),
+         pre_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)),
+         biased_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f));
+    matmuls.forward(biased_g.data(), in_g.data(), w_g.data(), bias_g.data(), rows, in_width, out_width);
+    EXPECT_GT(matmuls.epilogue_runs(LtEpilogue::bias), 0u) << "the bias added by cuBLASLt";
+    ST_EXPECT_CLOSE(to_host(e, biased_g), pre_ref, kFp32Tolerance);
+    ASSERT_TRUE(matmuls.forward_gelu(out_g.data(), pre_g.data(), in_g.data(), w_g.data(), bias_g.data(), rows,
+                                     in_width, out_width))
+        << "cuBLASLt takes GELU_AUX_BIAS at these widths";
+    const std::vector<float> pre = to_host(e, pre_g);
+    ST_EXPECT_CLOSE(pre, pre_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(to_host(e, out_g), gelu_ref, 1e-4);
 
-  // Backward of the next layer (out_width -> in_width, weight w2 [in_width, out_width]) whose
-  // input was gelu(pre): dpre = (dout w2) * gelu'(pre), dw2 += dout^T gelu(pre).
-  const std::vector<float> gelu_out = to_host(e, out_g);
-  const auto gelu_r = rounded(gelu_out);
-  std::vector<double> dgelu_ref(pre_ref.size()), dpre_ref(pre_ref.size()), dw_ref = widen(dw0);
-  kernels::linear_backward(dgelu_ref.data(), dw_ref.data(), static_cast<double*>(nullptr), dout_r.data(), gelu_r.data(),
-                           w2_r.data(), rows, out_width, in_width, false);
-  const auto pre_d = widen(pre);  // the derivative at the stored argument
-  kernels::gelu_backward(dpre_ref.data(), pre_d.data(), dgelu_ref.data(), pre_ref.size());
-  auto dpre_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)), dw_g = to_device(e, dw0);
-  ASSERT_TRUE(matmuls.backward_dgelu(dpre_g.data(), dw_g.data(), nullptr, dout_g.data(), out_g.data(), pre_g.data(),
-                                     w2_g.data(), rows, out_width, in_width))
-      << "cuBLASLt takes DGELU at these widths";
-  ST_EXPECT_CLOSE(to_host(e, dpre_g), dpre_ref, 1e-4);
-  ST_EXPECT_CLOSE(to_host(e, dw_g), dw_ref, kFp32Tolerance);
+    // Backward of the next layer (out_width -> in_width, weight w2 [in_width, out_width]) whose
+    // input was gelu(pre): dpre = (dout w2) * gelu'(pre), dw2 += dout^T gelu(pre).
+    const std::vector<float> gelu_out = to_host(e, out_g);
+    const auto gelu_r = rounded(gelu_out);
+    std::vector<double> dgelu_ref(pre_ref.size()), dpre_ref(pre_ref.size()), dw_ref = widen(dw0);
+    kernels::linear_backward(dgelu_ref.data(), dw_ref.data(), static_cast<double*>(nullptr), dout_r.data(),
+                             gelu_r.data(), w2_r.data(), rows, out_width, in_width, false);
+    const auto pre_d = widen(pre);  // the derivative at the stored argument
+    kernels::gelu_backward(dpre_ref.data(), pre_d.data(), dgelu_ref.data(), pre_ref.size());
+    auto dpre_g = to_device(e, std::vector<float>(pre_ref.size(), 1e30f)), dw_g = to_device(e, dw0);
+    ASSERT_TRUE(matmuls.backward_dgelu(dpre_g.data(), dw_g.data(), nullptr, dout_g.data(), out_g.data(), pre_g.data(),
+                                       w2_g.data(), rows, out_width, in_width))
+        << "cuBLASLt takes DGELU at these widths";
+    ST_EXPECT_CLOSE(to_host(e, dpre_g), dpre_ref, 1e-4);
+    ST_EXPECT_CLOSE(to_host(e, dw_g), dw_ref, kFp32Tolerance);
+    // The same with the GELU output in dpre's memory: read (for the weight's gradient) first.
+    auto shared_g = to_device(e, gelu_out), dw_shared = to_device(e, dw0);
+    ASSERT_TRUE(matmuls.backward_dgelu(shared_g.data(), dw_shared.data(), nullptr, dout_g.data(), shared_g.data(),
+                                       pre_g.data(), w2_g.data(), rows, out_width, in_width));
+    ST_EXPECT_CLOSE(to_host(e, shared_g), dpre_ref, 1e-4);
+    ST_EXPECT_CLOSE(to_host(e, dw_shared), dw_ref, kFp32Tolerance);
+    // The small pieces: the forward's 1024 elements are 32 rows of 32, the backward's 16 of 64.
+    const bool whole = piece == Bf16Matmuls::kPieceElements;
+    EXPECT_EQ(matmuls.epilogue_runs(LtEpilogue::gelu_aux_bias), whole ? 1u : 2u);
+    EXPECT_EQ(matmuls.epilogue_runs(LtEpilogue::dgelu), whole ? 2u : 8u);
+  }
 
-  // Through the seam at a width cuBLASLt does not take: the composition's bits.
+  // Through the seam with the fusion asked for, at a width cuBLASLt does not take for GELU (37):
+  // the separate kernels, against the same host reference.
+  CudaExecSettings fused_settings;
+  fused_settings.bf16_matmuls = true;
+  fused_settings.gelu_fusion = true;
+  CudaExec fused(fused_settings);
   const int odd = V;  // 37
   const auto w_odd = random_floats(std::size_t{1} * odd * in_width, 87), b_odd = random_floats(odd, 88);
-  auto w_odd_g = to_device(e, w_odd), b_odd_g = to_device(e, b_odd);
-  const std::size_t n_odd = std::size_t{1} * rows * odd;
-  auto fused = to_device(e, std::vector<float>(n_odd)), fused_pre = to_device(e, std::vector<float>(n_odd)),
-       plain = to_device(e, std::vector<float>(n_odd)), plain_pre = to_device(e, std::vector<float>(n_odd));
-  e.layer_kernels().linear_gelu_forward(fused.data(), fused_pre.data(), in_g.data(), w_odd_g.data(), b_odd_g.data(), rows,
-                                        in_width, odd);
-  e.layer_kernels().linear_forward(plain_pre.data(), in_g.data(), w_odd_g.data(), b_odd_g.data(), rows, in_width, odd);
-  e.layer_kernels().gelu_forward(plain.data(), plain_pre.data(), n_odd);
-  const auto a = to_host(e, fused), b = to_host(e, plain);
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n_odd * sizeof(float)));
+  std::vector<double> odd_pre_ref(std::size_t{1} * rows * odd), odd_ref(odd_pre_ref.size());
+  const auto w_odd_r = rounded(w_odd), b_odd_d = widen(b_odd);
+  kernels::linear_forward(odd_pre_ref.data(), in_r.data(), w_odd_r.data(), b_odd_d.data(), rows, in_width, odd);
+  kernels::gelu_forward(odd_ref.data(), odd_pre_ref.data(), odd_ref.size());
+  auto in_f = to_device(fused, in), w_odd_g = to_device(fused, w_odd), b_odd_g = to_device(fused, b_odd);
+  auto odd_out = to_device(fused, std::vector<float>(odd_ref.size(), 1e30f)),
+       odd_pre = to_device(fused, std::vector<float>(odd_ref.size(), 1e30f));
+  fused.layer_kernels().linear_gelu_forward(odd_out.data(), odd_pre.data(), in_f.data(), w_odd_g.data(), b_odd_g.data(),
+                                            rows, in_width, odd);
+  ST_EXPECT_CLOSE(to_host(fused, odd_pre), odd_pre_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(fused, odd_out), odd_ref, 1e-5);  // gelu_forward's own tanh: fp32's bound
+  EXPECT_EQ(dynamic_cast<CudaLayerKernels&>(fused.layer_kernels()).epilogue_runs(LtEpilogue::gelu_aux_bias), 0u);
 }
 
 // Attention forward and backward; att must be exactly 0 above the diagonal. Not kept (the

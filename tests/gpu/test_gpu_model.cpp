@@ -15,6 +15,7 @@
 
 #include "core/random.hpp"
 #include "exec/cuda/cuda_exec.hpp"
+#include "exec/cuda/cuda_layer_kernels.hpp"
 #include "model/activations.hpp"
 #include "model/model.hpp"
 #include "runtime/device_choice.hpp"
@@ -72,12 +73,17 @@ Result run(Model<float>& model, Exec& exec, const std::vector<float>& params, co
   return r;
 }
 
-void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, bool flash = false) {
+void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, bool flash = false,
+                   bool gelu_fusion = false) {
   std::string why;
   if (visible_cuda_devices(why) == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
   const int B = 3, T = 24;
   const auto host = make_model<float>(shape, B);
-  CudaExec exec(CudaExecSettings{0, bf16_matmuls, flash});
+  CudaExecSettings settings;
+  settings.bf16_matmuls = bf16_matmuls;
+  settings.flash_attention = flash;
+  settings.gelu_fusion = gelu_fusion;
+  CudaExec exec(settings);
   const auto device = make_model<float>(shape, B, exec);
   // The device carves what its attention keeps (with flash attention a log-sum-exp per row) and
   // its logits: bf16 ones, with the fused classifier, in bf16.
@@ -112,6 +118,16 @@ void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, boo
     EXPECT_LE(worst / scale, bound) << name_of(shape) << ": " << t->name << ": largest gradient difference " << worst
                                     << " against " << scale;
   }
+  // The path asked for is the path taken: the GELU in cuBLASLt's epilogues (both passes, each
+  // block), or never.
+  const auto& kernels = dynamic_cast<const CudaLayerKernels&>(exec.layer_kernels());
+  const std::size_t blocks = gelu_fusion && shape.arch == Arch::gpt2 ? shape.n_layer : 0;
+  EXPECT_GE(kernels.epilogue_runs(LtEpilogue::gelu_aux_bias), 2 * blocks) << name_of(shape);
+  EXPECT_GE(kernels.epilogue_runs(LtEpilogue::dgelu), 2 * blocks) << name_of(shape);
+  if (blocks == 0) {
+    EXPECT_EQ(kernels.epilogue_runs(LtEpilogue::gelu_aux_bias), 0u) << name_of(shape);
+    EXPECT_EQ(kernels.epilogue_runs(LtEpilogue::dgelu), 0u) << name_of(shape);
+  }
 }
 
 TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(gpt2_shape(), false, 1e-4); }
@@ -122,6 +138,10 @@ TEST(GpuModel, LossAndEveryGradientMatchTheHostFp32) { compare_model(gpt2_shape(
 // inside it (on the host, its reference moved the gradients by at most 4.8e-3 of their scale:
 // tests/unit/test_fused_classifier.cpp).
 TEST(GpuModel, LossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(gpt2_shape(), true, 5e-2); }
+
+// GPT-2's GELU in cuBLASLt's epilogues (parallel.gelu_fusion): its tanh is within 1e-4 of the
+// host's, far inside the bf16 bound.
+TEST(GpuModel, LossAndEveryGradientMatchTheHostWithGeluFusion) { compare_model(gpt2_shape(), true, 5e-2, false, true); }
 
 TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostFp32) { compare_model(llama_shape(), false, 1e-4); }
 TEST(GpuModel, LlamaLossAndEveryGradientMatchTheHostBf16Matmuls) { compare_model(llama_shape(), true, 5e-2); }

@@ -86,9 +86,12 @@ TEST(Values, SomeHostRepeatsFindsTwoRanksOfOneHostWithTheSameText) {
   // Only each host's last two ranks repeat: every rank, not only those, hears so.
   const bool last = host_rank == host_size - 1 && host_size > 1;
   EXPECT_EQ(some_host_repeats("device-" + std::to_string(last ? host_rank - 1 : host_rank), comm), some_host_has_two);
-  // A subgroup of ranks that differ answers for itself alone.
-  const OwnedComm evens = split_group(comm, rank % 2, rank);
-  EXPECT_FALSE(some_host_repeats("device-" + std::to_string(rank), evens.get()));
+  // A subgroup answers for itself alone: host ranks 2i and 2i + 1 share a text, which repeats
+  // over the whole job (where a host has two ranks) but never inside the split by parity.
+  const std::string pair = "device-" + std::to_string(host_rank / 2);
+  const OwnedComm parity = split_group(comm, host_rank % 2, rank);
+  EXPECT_EQ(some_host_repeats(pair, comm), some_host_has_two);
+  EXPECT_FALSE(some_host_repeats(pair, parity.get()));
 }
 
 TEST(PeerLink, StagedMessagesGoThroughTheCopiesBothWays) {

@@ -61,7 +61,8 @@ void Bf16Matmuls::forward(float* out, const float* in, const float* weight, cons
 bool Bf16Matmuls::forward_gelu(float* out, float* pre, const float* in, const float* weight, const float* bias, int N,
                                int C, int OC) {
   if (N == 0 || OC == 0 || C == 0 || !bias) return false;
-  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const std::size_t weight_size = std::size_t{1} * OC * C;
+  auto* w = weight_.get<std::uint16_t>(weight_size, stream_);
   const int rows = rows_per_piece(C, N);
   auto* x = piece_a_.get<std::uint16_t>(std::size_t{1} * std::min(rows, N) * C, stream_);
   auto product = [&](int first) {
@@ -73,6 +74,7 @@ bool Bf16Matmuls::forward_gelu(float* out, float* pre, const float* in, const fl
   };
   for (int first = 0; first < N; first += rows)
     if (!lt_.supports(product(first))) return false;  // before anything is queued
+  round_to_bf16(w, weight, weight_size, stream_);
   for (int first = 0; first < N; first += rows) {
     const int n = std::min(rows, N - first);
     round_to_bf16(x, in + std::size_t{1} * first * C, std::size_t{1} * n * C, stream_);
@@ -92,8 +94,11 @@ int Bf16Matmuls::backward_rows_per_piece(int C, int OC, int N, bool chunked) con
 const std::uint16_t* Bf16Matmuls::backward_piece(float* dweight, float* bias_partials, const float* dout,
                                                  const float* in, int first, int n, int C, int OC) {
   auto* g = piece_b_.get<std::uint16_t>(std::size_t{1} * n * OC, stream_);
-  round_rows_to_bf16(g, bias_partials ? bias_partials + std::size_t{1} * (first / kRowsPerChunk) * OC : nullptr,
-                     dout + std::size_t{1} * first * OC, n, OC, stream_);
+  const float* rows = dout + std::size_t{1} * first * OC;
+  if (bias_partials)
+    round_rows_to_bf16(g, bias_partials + std::size_t{1} * (first / kRowsPerChunk) * OC, rows, n, OC, stream_);
+  else
+    round_to_bf16(g, rows, std::size_t{1} * n * OC, stream_);
   if (C == 0) return g;
   const std::uint16_t* x = to_bf16(piece_a_, in + std::size_t{1} * first * C, std::size_t{1} * n * C);
   // dW^T[C, OC] += in^T[C, n] dout[n, OC]
@@ -103,7 +108,11 @@ const std::uint16_t* Bf16Matmuls::backward_piece(float* dweight, float* bias_par
 
 void Bf16Matmuls::backward(float* din, float* dweight, float* bias_partials, const float* dout, const float* in,
                            const float* weight, int N, int C, int OC, float beta) {
-  if (N == 0 || OC == 0) return;
+  if (N == 0) return;
+  if (OC == 0) {  // an empty product: din = beta din
+    if (beta == 0.0f && C > 0) ST_CHECK_CUDA(cudaMemsetAsync(din, 0, std::size_t{1} * N * C * sizeof(float), stream_));
+    return;
+  }
   const std::uint16_t* w = C > 0 ? to_bf16(weight_, weight, std::size_t{1} * OC * C) : nullptr;
   const int rows = backward_rows_per_piece(C, OC, N, bias_partials != nullptr);
   for (int first = 0; first < N; first += rows) {
@@ -118,7 +127,8 @@ void Bf16Matmuls::backward(float* din, float* dweight, float* bias_partials, con
 bool Bf16Matmuls::backward_dgelu(float* dpre, float* dweight, float* bias_partials, const float* dout,
                                  const float* in, const float* pre, const float* weight, int N, int C, int OC) {
   if (N == 0 || OC == 0 || C == 0) return false;
-  const std::uint16_t* w = to_bf16(weight_, weight, std::size_t{1} * OC * C);
+  const std::size_t weight_size = std::size_t{1} * OC * C;
+  auto* w = weight_.get<std::uint16_t>(weight_size, stream_);
   const int rows = backward_rows_per_piece(C, OC, N, bias_partials != nullptr);
   auto* g = piece_b_.get<std::uint16_t>(std::size_t{1} * std::min(rows, N) * OC, stream_);
   auto product = [&](int first) {
@@ -130,6 +140,7 @@ bool Bf16Matmuls::backward_dgelu(float* dpre, float* dweight, float* bias_partia
   };
   for (int first = 0; first < N; first += rows)
     if (!lt_.supports(product(first))) return false;  // before anything is queued
+  round_to_bf16(w, weight, weight_size, stream_);
   for (int first = 0; first < N; first += rows) {
     const int n = std::min(rows, N - first);
     // The weight's gradient reads in's rows (rounded into scratch) before dpre is written.

@@ -37,6 +37,7 @@ class Bf16Matmuls {
   // GPT-2's MLP input layer through cuBLASLt's GELU epilogue: pre = in weight^T + bias and
   // out = gelu(pre) in the product's write. false, with nothing queued, where cuBLASLt has no
   // algorithm for some piece (OC not a multiple of 8, unaligned rows): the caller composes.
+  // The GELU is cuBLASLt's tanh approximation: within 1e-4 of gelu_forward's, not its bits.
   bool forward_gelu(float* out, float* pre, const float* in, const float* weight, const float* bias, int N, int C,
                     int OC);
   // The backward from an fp32 dout, rounded to bf16 once per piece of rows for both products:
@@ -64,6 +65,9 @@ class Bf16Matmuls {
                                 float alpha);
   void weight_gradient_from_bf16(float* dweight, const std::uint16_t* dout, const float* in, int N, int C, int OC,
                                  float alpha);
+
+  // Products run so far through cuBLASLt with epilogue `e` (tests ask whether a path was taken).
+  std::size_t epilogue_runs(LtEpilogue e) const { return lt_.runs(e); }
 
  private:
   // Rows of `cols` elements per piece: at least one.

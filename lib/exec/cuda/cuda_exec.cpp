@@ -71,8 +71,9 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     ST_CHECK_CUDA(cudaMalloc(&state_->cublas_workspace, kCublasWorkspaceBytes));
     ST_CHECK_CUBLAS(cublasSetWorkspace(state_->cublas, state_->cublas_workspace, kCublasWorkspaceBytes));
     ST_CHECK_CUDA(cudaMalloc(&state_->reduce_scratch, (kSumSquaresBlocks + 1) * sizeof(double)));
-    state_->kernels = std::make_unique<CudaLayerKernels>(settings.device, compute_, state_->cublas, settings.bf16_matmuls,
-                                                         settings.flash_attention, settings.fused_classifier);
+    state_->kernels =
+        std::make_unique<CudaLayerKernels>(settings.device, compute_, state_->cublas, settings.bf16_matmuls,
+                                           settings.flash_attention, settings.fused_classifier, settings.gelu_fusion);
   } catch (...) {
     release();
     throw;

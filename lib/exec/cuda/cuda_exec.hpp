@@ -27,6 +27,9 @@ struct CudaExecSettings {
   // cross-entropy in one kernel per row, exec/cuda/classifier.cu); false keeps fp32 logits and
   // the unfused kernels, as fp32 always does. make_execution sets it from parallel.classifier.
   bool fused_classifier = true;
+  // With bf16_matmuls: GPT-2's GELU in cuBLASLt's epilogues (LayerKernels::linear_gelu_forward,
+  // linear_backward_gelu); make_execution sets it from parallel.gelu_fusion.
+  bool gelu_fusion = false;
   // Wait for and check every kernel and cuBLAS call where it is launched (cuda_checks.hpp
   // sync_every_launch); make_execution sets it from parallel.sync_every_launch.
   bool sync_every_launch = false;

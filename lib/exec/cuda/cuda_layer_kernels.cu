@@ -406,7 +406,7 @@ void CudaLayerKernels::linear_backward(float* din, float* dweight, float* dbias,
 void CudaLayerKernels::linear_gelu_forward(float* out, float* pre, const float* in, const float* weight,
                                            const float* bias, int N, int C, int OC) {
   use_device();
-  if (bf16_ && bf16_matmuls_.forward_gelu(out, pre, in, weight, bias, N, C, OC)) return;
+  if (gelu_fusion_ && bf16_matmuls_.forward_gelu(out, pre, in, weight, bias, N, C, OC)) return;
   LayerKernels<float>::linear_gelu_forward(out, pre, in, weight, bias, N, C, OC);
 }
 
@@ -414,7 +414,7 @@ void CudaLayerKernels::linear_backward_gelu(float* dpre, float* scratch, float* 
                                             const float* dout, const float* in, const float* pre, const float* weight,
                                             int N, int C, int OC) {
   use_device();
-  if (bf16_) {
+  if (gelu_fusion_) {
     float* partials = bias_partials(dbias, N, OC);
     if (bf16_matmuls_.backward_dgelu(dpre, dweight, partials, dout, in, pre, weight, N, C, OC)) {
       if (partials) add_bias_partials(dbias, partials, N, OC);

@@ -25,14 +25,17 @@ class CudaLayerKernels final : public LayerKernels<float> {
   // has a kernel (attention_uses_flash); otherwise, and always in fp32, the exact path.
   // `fused_classifier`: with bf16 matmuls, bf16 logits and the fused cross-entropy
   // (fused_classifier()); otherwise, and always in fp32, fp32 logits and the unfused kernels.
+  // `gelu_fusion`: with bf16 matmuls, GPT-2's GELU in cuBLASLt's epilogues where it has an
+  // algorithm (linear_gelu_forward, linear_backward_gelu); otherwise the separate kernels.
   CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, bool flash_attention,
-                   bool fused_classifier)
+                   bool fused_classifier, bool gelu_fusion = false)
       : device_(device),
         stream_(stream),
         cublas_(cublas),
         bf16_(bf16_matmuls),
         flash_(bf16_matmuls && flash_attention),
         fused_(bf16_matmuls && fused_classifier),
+        gelu_fusion_(bf16_matmuls && gelu_fusion),
         bf16_matmuls_(stream, cublas) {}
 
   void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
@@ -46,8 +49,9 @@ class CudaLayerKernels final : public LayerKernels<float> {
                       int OC) override;
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int N, int C, int OC, bool accumulate_din) override;
-  // bf16: cuBLASLt's GELU epilogues where it has an algorithm (Bf16Matmuls::forward_gelu,
-  // backward_dgelu), else the composition.
+  // With gelu_fusion: cuBLASLt's GELU epilogues where it has an algorithm
+  // (Bf16Matmuls::forward_gelu, backward_dgelu); else the composition (the backward still
+  // rounds dout once and takes the bias gradient in that pass).
   void linear_gelu_forward(float* out, float* pre, const float* in, const float* weight, const float* bias, int N,
                            int C, int OC) override;
   void linear_backward_gelu(float* dpre, float* scratch, float* dweight, float* dbias, const float* dout,
@@ -97,6 +101,9 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void swiglu_forward(float* out, const float* in, int N, int F) override;
   void swiglu_backward(float* din, const float* in, const float* dout, int N, int F) override;
 
+  // Products run so far through cuBLASLt with epilogue `e` (tests ask whether a path was taken).
+  std::size_t epilogue_runs(LtEpilogue e) const { return bf16_matmuls_.epilogue_runs(e); }
+
  private:
   // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.
   void add_column_sums(float* dst, const float* src, int N, int C);
@@ -115,6 +122,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
   bool bf16_;
   bool flash_;  // flash attention where the head width allows (exec/cuda/flash_attention.hpp)
   bool fused_;  // bf16 logits and the fused cross-entropy (classifier.cu)
+  bool gelu_fusion_;  // GPT-2's GELU in cuBLASLt's epilogues (Bf16Matmuls::forward_gelu, backward_dgelu)
   // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
   // (softmax_cross_entropy_forward's, classifier_cross_entropy's and logit_slices_combine's).
   DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;

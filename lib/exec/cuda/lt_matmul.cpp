@@ -67,10 +67,11 @@ LtMatmul::Key LtMatmul::key_of(const LtProduct& p) const {
 }
 
 LtMatmul::Plan& LtMatmul::plan_for(const LtProduct& p) {
-  std::unique_ptr<Plan>& slot = plans_[key_of(p)];
-  if (slot) return *slot;
-  slot = std::make_unique<Plan>();
-  Plan& plan = *slot;
+  const Key key = key_of(p);
+  if (const auto found = plans_.find(key); found != plans_.end()) return *found->second;
+  // Built aside and kept only once complete: a failing call below leaves nothing cached.
+  auto made = std::make_unique<Plan>();
+  Plan& plan = *made;
   ST_CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, p.trans_a);
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.trans_b);
@@ -113,7 +114,7 @@ LtMatmul::Plan& LtMatmul::plan_for(const LtProduct& p) {
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) ST_CHECK_CUBLAS(status);
   plan.ok = status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (plan.ok) plan.algo = result.algo;
-  return plan;
+  return *plans_.emplace(key, std::move(made)).first->second;
 }
 
 bool LtMatmul::supports(const LtProduct& p) {
@@ -136,6 +137,7 @@ void LtMatmul::run(const LtProduct& p) {
   const float alpha = 1.0f, beta = 0.0f;
   ST_CHECK_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, p.A, plan.a, p.B, plan.b, &beta, p.D, plan.d, p.D, plan.d,
                                  &plan.algo, workspace, kWorkspaceBytes, stream_));
+  ++runs_[static_cast<std::size_t>(p.epilogue)];
 }
 
 }  // namespace st

@@ -56,6 +56,8 @@ class LtMatmul {
   bool supports(const LtProduct& p);
   // Queues `p` on the stream; supports(p) must have said yes.
   void run(const LtProduct& p);
+  // Products run so far with epilogue `e` (tests ask whether a path was taken).
+  std::size_t runs(LtEpilogue e) const { return runs_[static_cast<std::size_t>(e)]; }
 
   // cuBLASLt's workspace: device memory outside the accounted buffers, as cuBLAS's own is.
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
@@ -71,6 +73,7 @@ class LtMatmul {
   cublasLtHandle_t handle_ = nullptr;
   DeviceScratch workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::size_t runs_[3] = {0, 0, 0};
 };
 
 }  // namespace st
