@@ -78,8 +78,9 @@ class CommStack {
 
   const World& world_;
   Settings settings_;
+  // Device runs: the MPI communicator inter_ stages to; declared first, so destroyed after it.
+  std::unique_ptr<Communicator> inter_host_;
   std::unique_ptr<Communicator> flat_, intra_, inter_;
-  std::unique_ptr<Communicator> inter_host_;  // device runs: the MPI communicator inter_ stages to
   std::unique_ptr<Communicator> slow_flat_, slow_inter_;  // slow-link emulation, when on
   std::string throttle_note_;
   bool shared_memory_ = false;

@@ -182,8 +182,9 @@ try:
                     f"{worst(params, share_ref_params):.2e})\n{losses}\n{share_ref}")
     # Pipelines on the GPU: stages pass activations and gradients through host memory. GPT-2
     # (tied: the embeddings' gradient summed between the first and last stage) and the Llama
-    # (untied), 4 blocks in 2 stages, 1f1b and interleaved; 4 micro-batches of 3 sequences, against one
-    # rank with the same micro-batches. The layers' products have the same shapes: 1e-5.
+    # (untied), 4 blocks in 2 stages, 1f1b and interleaved, micro-batches of 3 sequences (4 a step
+    # through each stage; 2 with zero1 over 2 ranks a stage), against one rank with micro-batches
+    # of 3. The layers' products have the same shapes: 1e-5.
     pipe_data = {"global_batch": 12, "micro_batch": 3}
     for label, extra in (("gpt2", {"model": {"n_layer": 4}}), ("llama", {"model": dict(LLAMA, n_layer=4)})):
         _, pipe_ref, pipe_ref_params = run(f"gpu_pipe_{label}_ref", 1, "cuda", steps=20, data=pipe_data, **extra)
