@@ -6,6 +6,7 @@
 #if defined(ST_HAVE_CUDA)
 #include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/cuda_exec.hpp"
+#include "exec/cuda/device_scratch.hpp"
 #endif
 #if defined(ST_HAVE_NCCL)
 #include "comm/device_wait.hpp"
@@ -55,6 +56,7 @@ class HostExecution final : public Execution {
   std::uint64_t device_peak_bytes() const override { return 0; }
   std::uint64_t device_used_bytes() const override { return 0; }
   std::uint64_t device_total_bytes() const override { return 0; }
+  std::uint64_t device_scratch_peak_bytes() const override { return 0; }
 
  private:
   [[noreturn]] static void no_device() {
@@ -101,6 +103,7 @@ class CudaExecution final : public Execution {
     ST_CHECK_CUDA(cudaMemGetInfo(&free, &total));
     return static_cast<std::uint64_t>(total);
   }
+  std::uint64_t device_scratch_peak_bytes() const override { return DeviceScratch::peak_bytes(); }
 
  private:
   StreamOrder order() const {

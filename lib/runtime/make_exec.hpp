@@ -51,6 +51,9 @@ class Execution {
   virtual std::uint64_t device_peak_bytes() const = 0;
   virtual std::uint64_t device_used_bytes() const = 0;
   virtual std::uint64_t device_total_bytes() const = 0;
+  // The kernels' scratch on the device (operands rounded to bf16, partial sums, cuBLASLt's
+  // workspace): at most since the start; 0 on the host.
+  virtual std::uint64_t device_scratch_peak_bytes() const = 0;
 
  private:
   std::unique_ptr<Exec> exec_;

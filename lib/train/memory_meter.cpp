@@ -31,6 +31,7 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
                                      {"checkpoint_copy", checkpoint_copy},
                                      {"total", total},
                                      {"largest_rank_total", largest}};
+    if (net.execution().choice().cuda) fields["device_scratch_peak"] = net.execution().device_scratch_peak_bytes();
     if (peak_restarted_) {
       fields["resident_before"] = resident_before_;
       fields["resident_peak"] = peak_resident_bytes();
@@ -52,7 +53,8 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
   if (e.choice().cuda) {
     const int sharing = e.choice().ranks_on_device;
     return text + "; GPU " + b(e.device_used_bytes()) + " of " + b(e.device_total_bytes()) + " in use (" +
-           b(e.device_bytes()) + " of it this rank's buffers" +
+           b(e.device_bytes()) + " of it this rank's buffers, at most " + b(e.device_scratch_peak_bytes()) +
+           " its kernels' scratch" +
            (sharing > 1 ? "; the GPU is shared by " + std::to_string(sharing) + " ranks" : std::string()) + ")";
   }
   if (!peak_restarted_) return text;

@@ -1,9 +1,13 @@
 #pragma once
-// Grow-only device scratch memory for kernels that need temporaries (partial sums, sort keys).
-// Work queued on one stream may still read the old block when it grows, so growing waits for that
-// stream before freeing it. Move-only; the destructor never throws.
+// Grow-only device scratch memory for kernels that need temporaries (partial sums, sort keys,
+// the bf16 operands of the linear layers, cuBLASLt's workspace). Work queued on one stream may
+// still read the old block when it grows, so growing waits for that stream before freeing it.
+// Not copyable; the destructor never throws. Every block is counted process-wide
+// (DeviceScratch::held_bytes, peak_bytes): device memory outside the accounted buffers, which
+// the memory line reports beside them.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 
 #include "exec/cuda/cuda_checks.hpp"
@@ -14,7 +18,10 @@ class DeviceScratch {
  public:
   DeviceScratch() = default;
   ~DeviceScratch() {
-    if (data_) cudaFree(data_);  // a failure cannot be reported from a destructor
+    if (data_) {
+      cudaFree(data_);  // a failure cannot be reported from a destructor
+      held_ -= capacity_;
+    }
   }
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
@@ -26,10 +33,15 @@ class DeviceScratch {
         ST_CHECK_CUDA(cudaStreamSynchronize(stream));
         ST_CHECK_CUDA(cudaFree(data_));
         data_ = nullptr;
+        held_ -= capacity_;
         capacity_ = 0;
       }
       ST_CHECK_CUDA(cudaMalloc(&data_, bytes));
       capacity_ = bytes;
+      const std::size_t now = held_ += bytes;
+      std::size_t peak = peak_.load();
+      while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+      }
     }
     return data_;
   }
@@ -38,9 +50,14 @@ class DeviceScratch {
     return static_cast<T*>(get(count * sizeof(T), stream));
   }
 
+  // Bytes all of this process's scratch blocks hold now, and at most since it started.
+  static std::size_t held_bytes() { return held_.load(); }
+  static std::size_t peak_bytes() { return peak_.load(); }
+
  private:
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
+  static inline std::atomic<std::size_t> held_{0}, peak_{0};
 };
 
 }  // namespace st
