@@ -146,7 +146,9 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
   set_key(config, "parallel.strategy", name_of(chosen->strategy), origin);
   // The chosen row's split replaces the deck's wherever they differ (a deck's own pipeline or
   // tensor degree is planned beside the rows without them, which may win).
-  if (chosen->pipeline != config.parallel.pipeline || chosen->virtual_stages != config.parallel.virtual_stages) {
+  // (A deck without a pipeline keeps its other pipeline keys: the run refuses chunks without stages.)
+  if (chosen->pipeline != config.parallel.pipeline ||
+      (chosen->pipeline > 1 && chosen->virtual_stages != config.parallel.virtual_stages)) {
     if (chosen->pipeline != config.parallel.pipeline)
       set_key(config, "parallel.pipeline", std::int64_t{chosen->pipeline},
               chosen->pipeline > 1 ? "auto: the planner puts stages of consecutive blocks on whole nodes"

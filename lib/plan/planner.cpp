@@ -114,7 +114,9 @@ std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
   why << c.strategy << (c.strategy == StrategyKind::hsdp ? " in groups of " + std::to_string(c.group) : "")
       << " within each of " << c.pipeline << " pipeline stages of " << stage_ranks << " rank(s)"
       << (stage_ranks >= m.ranks_per_node ? " (" + std::to_string(stage_ranks / m.ranks_per_node) + " node(s))" : "")
-      << split_words(c, ", with ") << ": each stage holds consecutive blocks, and between stages only each "
+      << split_words(c, ", with ") << ": each stage holds "
+      << (c.virtual_stages > 1 ? std::to_string(c.virtual_stages) + " chunks of consecutive blocks" : "consecutive blocks")
+      << ", and between stages only each "
       << "micro-batch's activations and their gradients pass, " << b(c.pipeline_bytes) << " per step from the busiest rank over the "
       << c.pipeline_level << " (" << ms(c.pipeline_exposed_s) << " ms of it not hidden behind compute); the bubble, "
       << (c.virtual_stages > 1 ? "(P - 1) / (m V) = " : "(P - 1) / m = ")
@@ -524,20 +526,31 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   const std::vector<int>& degrees = candidates.degrees;
   const int asked_degree = static_cast<int>(config.parallel.tensor);
   // Whole layers first; tensor parallelism when they do not fit, or cannot split the batch; and
-  // the deck's own parallel.tensor, whatever the links, since it asks for it.
-  auto plan_split = [&](const Config& deck, Recompute recompute, bool quiet = false) {
-    std::vector<StrategyPrediction> rows = plan_all(deck, recompute, 1, quiet);
-    const bool wanted = rows.empty() || std::none_of(rows.begin(), rows.end(), fits);
-    for (const int t : degrees)
-      if (wanted || t == asked_degree) {
-        std::vector<StrategyPrediction> split = plan_all(deck, recompute, t, quiet);
-        rows.insert(rows.end(), split.begin(), split.end());
-      }
-    if (asked_degree > 1 && std::find(degrees.begin(), degrees.end(), asked_degree) == degrees.end()) {
-      std::vector<StrategyPrediction> split = plan_all(deck, recompute, asked_degree, quiet);
-      rows.insert(rows.end(), split.begin(), split.end());
+  // the deck's own parallel.tensor, whatever the links, since it asks for it. Several decks (the
+  // same stages under two schedules) are one comparison: the tensor degrees are planned for all
+  // of them or for none. `quiet[i]`: decks[i] is the planner's own try (plan_all's `quiet`).
+  auto plan_split_all = [&](const std::vector<Config>& decks, const std::vector<bool>& quiet, Recompute recompute) {
+    std::vector<std::vector<StrategyPrediction>> rows(decks.size());
+    bool any_fits = false;
+    for (std::size_t i = 0; i < decks.size(); ++i) {
+      rows[i] = plan_all(decks[i], recompute, 1, quiet[i]);
+      any_fits = any_fits || std::any_of(rows[i].begin(), rows[i].end(), fits);
     }
+    const bool wanted = !any_fits;
+    std::vector<int> splits;
+    for (const int t : degrees)
+      if (wanted || t == asked_degree) splits.push_back(t);
+    if (asked_degree > 1 && std::find(degrees.begin(), degrees.end(), asked_degree) == degrees.end())
+      splits.push_back(asked_degree);
+    for (const int t : splits)
+      for (std::size_t i = 0; i < decks.size(); ++i) {
+        std::vector<StrategyPrediction> split = plan_all(decks[i], recompute, t, quiet[i]);
+        rows[i].insert(rows[i].end(), split.begin(), split.end());
+      }
     return rows;
+  };
+  auto plan_split = [&](const Config& deck, Recompute recompute) {
+    return plan_split_all({deck}, {false}, recompute).front();
   };
   // The deck's pipeline (parallel.pipeline), and the planner's own: on several nodes, 2, 4, ...
   // stages of whole nodes (a power of two dividing the nodes, at most a block each), each
@@ -561,9 +574,10 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     for (const int stages : searched_stages) {
       // The planner's own pipelines, balanced by FLOPs: 1f1b with one chunk a stage, and
       // Megatron's interleaved 1F1B with two (half the bubble, twice the messages, more
-      // activations in flight) where the blocks and micro-batches allow; per tensor degree the
-      // better of the two shows.
-      std::vector<StrategyPrediction> best;
+      // activations in flight) where the blocks and micro-batches allow. Per tensor degree the
+      // better of the two shows; interleaving only when it is faster beyond the tie margin.
+      std::vector<Config> decks;
+      std::vector<bool> quiet;
       for (const int chunks : {1, 2}) {
         if (stages * chunks > config.model.n_layer) continue;
         Config staged = config;
@@ -571,13 +585,22 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         staged.parallel.virtual_stages = chunks;
         staged.parallel.pipeline_schedule = chunks > 1 ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
         staged.parallel.stage_blocks.clear();
-        for (const StrategyPrediction& row : plan_split(staged, recompute, chunks > 1)) {
+        decks.push_back(staged);
+        quiet.push_back(chunks > 1);
+      }
+      std::vector<StrategyPrediction> best;
+      for (const std::vector<StrategyPrediction>& schedule_rows : plan_split_all(decks, quiet, recompute))
+        for (const StrategyPrediction& row : schedule_rows) {
           auto same =
               std::find_if(best.begin(), best.end(), [&](const StrategyPrediction& b) { return b.tensor == row.tensor; });
-          if (same == best.end()) best.push_back(row);
-          else if (better_row(row, *same)) *same = row;
+          if (same == best.end()) {
+            best.push_back(row);
+            continue;
+          }
+          const bool margin_ok = row.virtual_stages == same->virtual_stages || !row.fits || !same->fits ||
+                                 row.step_s < same->step_s * (1 - kTieMargin);
+          if (margin_ok && better_row(row, *same)) *same = row;
         }
-      }
       rows.insert(rows.end(), best.begin(), best.end());
     }
     return rows;

@@ -334,11 +334,11 @@ TrainSummary Trainer::run() {
         !verdict.warning.empty()) {
       record.largest_peak_bytes = net_->agreements().max_over_ranks(record.peak_bytes, "world (memory)");
       const Execution& execution = net_->execution();
-      // A GPU's memory is the rank's own, or split between the ranks that share the GPU.
-      const std::uint64_t per_rank =
-          execution.choice().cuda
-              ? execution.device_total_bytes() / static_cast<std::uint64_t>(execution.choice().ranks_on_device)
-              : node_memory_bytes() / static_cast<std::uint64_t>(world_.host_ranks());
+      // On a GPU the peak is what the whole device has in use (every rank sharing it included), so
+      // the share is of the whole device.
+      const std::uint64_t per_rank = execution.choice().cuda
+                                         ? execution.device_total_bytes()
+                                         : node_memory_bytes() / static_cast<std::uint64_t>(world_.host_ranks());
       record.peak_share = per_rank > 0 ? static_cast<double>(record.largest_peak_bytes) / static_cast<double>(per_rank) : 0;
       say(step_line(record));
     }

@@ -792,6 +792,30 @@ TEST(PlannerPipeline, ThePlannerInterleavesWhereTheMemoryAllows) {
   const BatchPlan batches = plan_batches(deck.data, deck.model.seq_len, cpus.world() / 4, deck.deck_path);
   EXPECT_EQ(pipeline_schedule_problem(deck.parallel.pipeline_schedule, deck_pipeline_shape(deck, batches.accum_steps)),
             "");
+
+  // A deck with chunks but no pipeline keeps them (the run refuses it, naming the key): auto
+  // does not quietly mend it.
+  Config chunks_alone = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto", "parallel.virtual_stages=2"});
+  resolve_auto_strategy(chunks_alone, tight);
+  EXPECT_EQ(chunks_alone.parallel.pipeline, 1);
+  EXPECT_EQ(chunks_alone.parallel.virtual_stages, 2);
+}
+
+// Whole layers that fit under one of the two schedules: no tensor split is planned for either
+// (interleaving's activations, which may not fit whole, do not pull tensor parallelism into the
+// pipelines). A 2.7B-shaped GPT (32 blocks of 2560) on 4 nodes of 20 GiB GPUs.
+TEST(PlannerPipeline, TensorSplitsArePlannedForBothSchedulesOrNeither) {
+  const Config config = parse_deck(kXl, "xl.toml", {"model.n_layer=32", "model.d_model=2560", "model.n_head=32"});
+  const Machine m = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
+  const PlanResult r = plan_strategies(config, m);
+  bool pipelined_whole_fits = false;
+  for (const StrategyPrediction& row : r.rows)
+    pipelined_whole_fits = pipelined_whole_fits || (row.pipeline > 1 && row.tensor == 1 && row.fits);
+  ASSERT_TRUE(pipelined_whole_fits) << format_plan(r, m);
+  for (const StrategyPrediction& row : r.rows)
+    if (row.pipeline > 1) {
+      EXPECT_EQ(row.tensor, 1) << format_plan(r, m);
+    }
 }
 
 // A pipeline stage's tensor group exchanges its own blocks' activations, the embedding's where it

@@ -208,6 +208,13 @@ void CudaExec::order_after_compute(cudaStream_t stream, const void* ready) {
 LayerKernels<float>& CudaExec::layer_kernels() { return *state_->kernels; }
 
 double CudaExec::measure_gemm_flops(int m, int n, int k) {
+  const double flops = timed_gemm_flops(m, n, k);
+  // The measurement's blocks are freed: the scratch peak the memory line reports is the kernels'.
+  DeviceScratch::restart_peak();
+  return flops;
+}
+
+double CudaExec::timed_gemm_flops(int m, int n, int k) {
   use_device();
   ST_REQUIRE(m > 0 && n > 0 && k > 0, "measure_gemm_flops: m, n and k must be positive");
   const std::size_t a = static_cast<std::size_t>(m) * k, b = static_cast<std::size_t>(k) * n,

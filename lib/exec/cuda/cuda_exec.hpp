@@ -94,6 +94,8 @@ class CudaExec final : public Exec {
   std::vector<StagingSlot> staging_;
   std::size_t next_staging_ = 0;
   void release() noexcept;  // frees whatever the constructor got so far (destructor, failed constructor)
+  // measure_gemm_flops' timing, on blocks of its own that are freed when it returns.
+  double timed_gemm_flops(int m, int n, int k);
   // Makes this backend's device the calling thread's current one (the CUDA runtime keeps it per
   // thread, and a caller may come from another thread than the constructor's).
   void use_device() const;

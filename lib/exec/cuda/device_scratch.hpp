@@ -53,6 +53,8 @@ class DeviceScratch {
   // Bytes all of this process's scratch blocks hold now, and at most since it started.
   static std::size_t held_bytes() { return held_.load(); }
   static std::size_t peak_bytes() { return peak_.load(); }
+  // The peak from now on starts at what is held (after a measurement's own blocks are freed).
+  static void restart_peak() { peak_.store(held_.load()); }
 
  private:
   void* data_ = nullptr;
