@@ -7,8 +7,8 @@ classifier, fp32 logits (parallel.classifier), or bf16/none/ddp/auto/auto/fused 
 cuBLASLt's epilogues (parallel.gelu_fusion; "separate", the default, keeps its kernels)),
 a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
 precision, as the step line reports it: llm.c's count of the model's FLOPs), the model's share of
-the GEMM rate the run measured, and peak device memory, as medians over the steps after the first
-two, and every step's time. --rounds N runs the list N times in turn (A B A B ...: a drift of the
+the GEMM rate the run measured, as medians over the steps after the first
+two, every step's time, and the most device memory in use at the run's memory lines. --rounds N runs the list N times in turn (A B A B ...: a drift of the
 card touches every setting alike) and takes the medians over all rounds' steps. Writes the table
 to gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
 model; --tag adds a suffix). Called by tools/gpu_check.sh; usable alone:
@@ -23,6 +23,7 @@ import csv
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -151,10 +152,15 @@ for round_index in range(args.rounds):
         train = [m for m in metrics if m["kind"] == "train"][2:]
         memory = [m for m in metrics if m["kind"] == "memory"]
         log = open(os.path.join(work, run_label, "train.log")).read()
-        peak = ""
+        # The most the device had in use at a memory line ("memory ... ; GPU 12.3 GiB of 139.8 GiB in
+        # use (...)": cudaMemGetInfo, the CUDA context and every library's buffers included).
+        peak, most = "", -1.0
+        units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
         for line in log.splitlines():
-            if "at most" in line and "GPU memory" in line:
-                peak = line.split("at most ")[1].split(";")[0]
+            found = re.search(r"; GPU ([0-9.]+) (B|KiB|MiB|GiB|TiB) of ", line) if line.startswith("memory") else None
+            if found and float(found.group(1)) * units[found.group(2)] > most:
+                most = float(found.group(1)) * units[found.group(2)]
+                peak = f"{found.group(1)} {found.group(2)}"
         entry["rounds"].append({"train": train, "memory": memory[-1] if memory else None, "peak": peak,
                                 "mfu_against": log_row(log, "MFU against"), "attention": log_row(log, "attention"),
                                 "classifier": log_row(log, "classifier"),
@@ -186,7 +192,7 @@ for label, entry in runs.items():
 rounds_note = f", {args.rounds} rounds interleaved" if args.rounds > 1 else ""
 table = [f"{model_name}, seq_len {seq_len}, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}"
          f"{rounds_note}; MFU counted as llm.c counts it", "",
-         "| setting | attention | classifier | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | peak device memory |",
+         "| setting | attention | classifier | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | device memory in use (most at a memory line) |",
          "|---|---|---|---|---|---|---|---|"]
 for r in rows:
     if r.get("failed"):
