@@ -213,9 +213,8 @@ HostStagedCommunicator::HostStagedCommunicator(Communicator& host, int device, S
 }
 
 HostStagedCommunicator::HostStagedCommunicator(std::unique_ptr<Communicator> host, int device, StreamOrder order)
-    : owned_(std::move(host)), host_(*owned_), device_(device), order_(std::move(order)) {
-  ST_CHECK_CUDA(cudaSetDevice(device_));
-  stream_.emplace();
+    : HostStagedCommunicator(*host, device, std::move(order)) {
+  owned_ = std::move(host);  // the same object host_ refers to, now held here
 }
 
 HostStagedCommunicator::~HostStagedCommunicator() {

@@ -501,10 +501,8 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         if (batches.accum_steps < stages)
           throw Error(std::to_string(batches.accum_steps) + " micro-batch(es) a step go through each stage, fewer "
                       "than the stages");
-        const PipelineShape shape = deck_pipeline_shape(deck, batches.accum_steps);
-        if (const std::string problem = pipeline_schedule_problem(deck.parallel.pipeline_schedule, shape);
-            !problem.empty())
-          throw Error(problem);
+        // A schedule the batch does not allow (interleaving's micro-batches not a multiple of the
+        // stages) is refused inside predict_strategy, by the schedule itself.
       }
       for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
         rows.push_back(predict_strategy(deck, m, s, 0, recompute, tensor));
