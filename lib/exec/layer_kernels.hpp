@@ -37,6 +37,15 @@ class LayerKernels {
                                  int C) = 0;
   virtual void layernorm_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight,
                                   const R* mean, const R* rstd, int N, int C) = 0;
+  // A residual add and the LayerNorm after it (the MLP's input in a block): res = a + b, then
+  // layernorm_forward of res. These compose add and layernorm_forward; a device fuses them (res
+  // is written once and never read back). The backward needs no counterpart: layernorm_backward
+  // adds din into the residual's gradient.
+  virtual void residual_layernorm_forward(R* res, R* out, R* mean, R* rstd, const R* a, const R* b, const R* weight,
+                                          const R* bias, int N, int C) {
+    add(res, a, b, std::size_t{1} * N * C);
+    layernorm_forward(out, mean, rstd, res, weight, bias, N, C);
+  }
   virtual void linear_forward(R* out, const R* in, const R* weight, const R* bias, int N, int C, int OC) = 0;
   virtual void linear_backward(R* din, R* dweight, R* dbias, const R* dout, const R* in, const R* weight, int N, int C,
                                int OC, bool accumulate_din) = 0;
@@ -119,6 +128,12 @@ class LayerKernels {
   virtual void rmsnorm_forward(R* out, R* rstd, const R* in, const R* weight, int N, int C, double eps) = 0;
   virtual void rmsnorm_backward(R* din, R* dweight, const R* dout, const R* in, const R* weight, const R* rstd, int N,
                                 int C) = 0;
+  // res = a + b, then rmsnorm_forward of res: residual_layernorm_forward's counterpart.
+  virtual void residual_rmsnorm_forward(R* res, R* out, R* rstd, const R* a, const R* b, const R* weight, int N, int C,
+                                        double eps) {
+    add(res, a, b, std::size_t{1} * N * C);
+    rmsnorm_forward(out, rstd, res, weight, N, C, eps);
+  }
   // cosines and sines: kernels::rope_table's two tables ([positions, hs / 2] each), copied into the
   // backend's memory.
   virtual void rope(R* x, const R* cosines, const R* sines, int B, int T, int first, int W, int heads, int hs,

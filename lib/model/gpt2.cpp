@@ -327,8 +327,8 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
   // The row-parallel projections' partial products are summed over the group (with rows split,
   // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
-  k_.add(a.res2, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
-  k_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P + o.ln2w, P + o.ln2b, Nr, C);
+  k_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, in,
+                                this->sum_rows(tmp_, rows_.tmp_rows, rows, width), P + o.ln2w, P + o.ln2b, Nr, C);
   const Real* ln2 = this->gather_rows(a.ln2, rows_.gathered, rows, width);
   if (recompute_ == Recompute::selective) {
     // Backward recomputes the GELU output with gelu_forward: the forward makes it the same way,

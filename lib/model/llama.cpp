@@ -239,8 +239,8 @@ void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real
   // The row-parallel projections' partial products are summed over the group (with rows split,
   // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, A_, C_);
-  k_.add(a.res2, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
-  k_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, P + o.mlp_norm, Nr, C_, shape_.norm_eps);
+  k_.residual_rmsnorm_forward(a.res2, a.ln2, a.ln2_rstd, in, this->sum_rows(tmp_, rows_.tmp_rows, rows, width),
+                              P + o.mlp_norm, Nr, C_, shape_.norm_eps);
   k_.linear_forward(a.gate_up, this->gather_rows(a.ln2, rows_.gathered, rows, width), P + o.gate_up, none, N, C_, 2 * F_);
   k_.swiglu_forward(a.act, a.gate_up, N, F_);
   if (!output) return;

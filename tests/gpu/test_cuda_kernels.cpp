@@ -206,6 +206,104 @@ TEST_F(CudaKernels, LayerNormForwardBackward) {
   ST_EXPECT_CLOSE(to_host(e, db_g), db_ref, kFp32Tolerance);
 }
 
+// The fused residual norms and the one-pass norm backwards at a shape the small ones above do not
+// reach: 100 rows (three whole chunks of kRowsPerChunk and a partial one) and 600 columns (more
+// than a block's threads: each thread takes two or three). The fused forward writes the same
+// bits as the device's add then norm; both backwards match the host and repeat their bits.
+TEST_F(CudaKernels, ResidualNormsAndOnePassBackwardsOverSeveralChunks) {
+  CudaExec& e = *fp32;
+  LayerKernels<float>& k = e.layer_kernels();
+  const int rows = 100, width = 600;
+  const double eps = 1e-5;
+  const std::size_t n = std::size_t{1} * rows * width;
+  const auto a = random_floats(n, 301, 2.0f), b = random_floats(n, 302), w = random_floats(width, 303),
+             bias = random_floats(width, 304), dout = random_floats(n, 305), din0 = random_floats(n, 306),
+             dw0 = random_floats(width, 307), db0 = random_floats(width, 308);
+  const auto a_d = widen(a), b_d = widen(b), w_d = widen(w), bias_d = widen(bias), dout_d = widen(dout);
+  std::vector<double> res_ref(n), ln_ref(n), mean_ref(rows), rstd_ref(rows), rms_ref(n), rms_rstd_ref(rows);
+  kernels::add(res_ref.data(), a_d.data(), b_d.data(), n);
+  kernels::layernorm_forward(ln_ref.data(), mean_ref.data(), rstd_ref.data(), res_ref.data(), w_d.data(),
+                             bias_d.data(), rows, width);
+  kernels::rmsnorm_forward(rms_ref.data(), rms_rstd_ref.data(), res_ref.data(), w_d.data(), rows, width, eps);
+
+  auto a_g = to_device(e, a), b_g = to_device(e, b), w_g = to_device(e, w), bias_g = to_device(e, bias),
+       dout_g = to_device(e, dout);
+  auto fresh = [&](std::size_t count) { return to_device(e, std::vector<float>(count, 1e30f)); };
+  auto bits_equal = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+
+  // LayerNorm: fused against the host, and against the device's own add then norm.
+  auto res_g = fresh(n), ln_g = fresh(n), mean_g = fresh(rows), rstd_g = fresh(rows);
+  k.residual_layernorm_forward(res_g.data(), ln_g.data(), mean_g.data(), rstd_g.data(), a_g.data(), b_g.data(),
+                               w_g.data(), bias_g.data(), rows, width);
+  ST_EXPECT_CLOSE(to_host(e, res_g), res_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, ln_g), ln_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, mean_g), mean_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, rstd_g), rstd_ref, kFp32Tolerance);
+  auto res2_g = fresh(n), ln2_g = fresh(n), mean2_g = fresh(rows), rstd2_g = fresh(rows);
+  k.add(res2_g.data(), a_g.data(), b_g.data(), n);
+  k.layernorm_forward(ln2_g.data(), mean2_g.data(), rstd2_g.data(), res2_g.data(), w_g.data(), bias_g.data(), rows,
+                      width);
+  EXPECT_TRUE(bits_equal(to_host(e, res_g), to_host(e, res2_g)));
+  EXPECT_TRUE(bits_equal(to_host(e, ln_g), to_host(e, ln2_g)));
+  EXPECT_TRUE(bits_equal(to_host(e, rstd_g), to_host(e, rstd2_g)));
+
+  std::vector<double> din_ref = widen(din0), dw_ref = widen(dw0), db_ref = widen(db0);
+  kernels::layernorm_backward(din_ref.data(), dw_ref.data(), db_ref.data(), dout_d.data(), res_ref.data(), w_d.data(),
+                              mean_ref.data(), rstd_ref.data(), rows, width);
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    auto din_g = to_device(e, din0), dw_g = to_device(e, dw0), db_g = to_device(e, db0);
+    k.layernorm_backward(din_g.data(), dw_g.data(), db_g.data(), dout_g.data(), res_g.data(), w_g.data(),
+                         mean_g.data(), rstd_g.data(), rows, width);
+    const auto din = to_host(e, din_g), dw = to_host(e, dw_g), db = to_host(e, db_g);
+    ST_EXPECT_CLOSE(din, din_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(dw, dw_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(db, db_ref, kFp32Tolerance);
+    std::vector<float> all = din;
+    all.insert(all.end(), dw.begin(), dw.end());
+    all.insert(all.end(), db.begin(), db.end());
+    if (run == 0) {
+      first = all;
+    } else {
+      EXPECT_TRUE(bits_equal(first, all)) << "LayerNorm backward not deterministic";
+    }
+  }
+
+  // RMSNorm likewise.
+  auto rres_g = fresh(n), rms_g = fresh(n), rms_rstd_g = fresh(rows);
+  k.residual_rmsnorm_forward(rres_g.data(), rms_g.data(), rms_rstd_g.data(), a_g.data(), b_g.data(), w_g.data(), rows,
+                             width, eps);
+  ST_EXPECT_CLOSE(to_host(e, rres_g), res_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, rms_g), rms_ref, kFp32Tolerance);
+  ST_EXPECT_CLOSE(to_host(e, rms_rstd_g), rms_rstd_ref, kFp32Tolerance);
+  auto rms2_g = fresh(n), rms_rstd2_g = fresh(rows);
+  k.rmsnorm_forward(rms2_g.data(), rms_rstd2_g.data(), res2_g.data(), w_g.data(), rows, width, eps);
+  EXPECT_TRUE(bits_equal(to_host(e, rms_g), to_host(e, rms2_g)));
+  EXPECT_TRUE(bits_equal(to_host(e, rms_rstd_g), to_host(e, rms_rstd2_g)));
+
+  std::vector<double> rdin_ref = widen(din0), rdw_ref = widen(dw0);
+  kernels::rmsnorm_backward(rdin_ref.data(), rdw_ref.data(), dout_d.data(), res_ref.data(), w_d.data(),
+                            rms_rstd_ref.data(), rows, width);
+  first.clear();
+  for (int run = 0; run < 2; ++run) {
+    auto din_g = to_device(e, din0), dw_g = to_device(e, dw0);
+    k.rmsnorm_backward(din_g.data(), dw_g.data(), dout_g.data(), rres_g.data(), w_g.data(), rms_rstd_g.data(), rows,
+                       width);
+    const auto din = to_host(e, din_g), dw = to_host(e, dw_g);
+    ST_EXPECT_CLOSE(din, rdin_ref, kFp32Tolerance);
+    ST_EXPECT_CLOSE(dw, rdw_ref, kFp32Tolerance);
+    std::vector<float> all = din;
+    all.insert(all.end(), dw.begin(), dw.end());
+    if (run == 0) {
+      first = all;
+    } else {
+      EXPECT_TRUE(bits_equal(first, all)) << "RMSNorm backward not deterministic";
+    }
+  }
+}
+
 // Linear forward (with and without bias) and backward (din overwritten or accumulated, with and
 // without dbias), in fp32 and with bf16 matmuls.
 void check_linear(CudaExec& e, bool bf16_matmuls) {

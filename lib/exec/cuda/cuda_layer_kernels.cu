@@ -79,19 +79,31 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, cons
   }
 }
 
-// LayerNorm forward, one warp per row (any C); keeps mean and 1/std per row.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* in, const float* weight,
-                                         const float* bias, int N, int C) {
+// LayerNorm forward, one warp per row (any C); keeps mean and 1/std per row. With `b` (not
+// null) the row normalised is in + b, which is written to `res` first (a residual add fused with
+// the norm after it: the sum is stored once and read back from the lane's own writes).
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* res, const float* in,
+                                         const float* b, const float* weight, const float* bias, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= N) return;  // the whole warp leaves together
-  const float* x = in + static_cast<std::size_t>(row) * C;
+  const std::size_t offset = static_cast<std::size_t>(row) * C;
+  const float* x = in + offset;
   float sum = 0;
-  for (int c = lane; c < C; c += kWarp) sum += x[c];
+  if (b) {
+    float* r = res + offset;
+    for (int c = lane; c < C; c += kWarp) {
+      r[c] = x[c] + b[offset + c];
+      sum += r[c];
+    }
+    x = r;
+  } else {
+    for (int c = lane; c < C; c += kWarp) sum += x[c];
+  }
   const float m = warp_reduce(sum, Sum{}) / C;
   float var = 0;
   for (int c = lane; c < C; c += kWarp) var += (x[c] - m) * (x[c] - m);
   const float s = 1.0f / sqrtf(warp_reduce(var, Sum{}) / C + kLayerNormEps);
-  float* o = out + static_cast<std::size_t>(row) * C;
+  float* o = out + offset;
   for (int c = lane; c < C; c += kWarp) o[c] = (x[c] - m) * s * weight[c] + bias[c];
   if (lane == 0) {
     mean[row] = m;
@@ -99,47 +111,49 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
-// LayerNorm backward for the input, one warp per row: din += ... (parameter gradients are
-// layernorm_parameter_partials_kernel's).
-__global__ void layernorm_backward_input_kernel(float* din, const float* dout, const float* in, const float* weight,
-                                                const float* mean, const float* rstd, int N, int C) {
-  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (row >= N) return;
-  const std::size_t offset = static_cast<std::size_t>(row) * C;
-  const float* x = in + offset;
-  const float* d = dout + offset;
-  const float m = mean[row], s = rstd[row];
-  float dnorm_sum = 0, dnorm_xhat_sum = 0;
-  for (int c = lane; c < C; c += kWarp) {
-    const float dnorm = d[c] * weight[c];
-    dnorm_sum += dnorm;
-    dnorm_xhat_sum += dnorm * ((x[c] - m) * s);
+// LayerNorm backward in one pass over a chunk of kRowsPerChunk rows (blockIdx.x), the whole
+// block on the chunk: din += s (dout w - a - xhat b) and the chunk's partial sums of dout xhat
+// (partial_w) and dout (partial_b) per column, for add_partials. First each warp takes rows of the
+// chunk for their two dot products (a and b, kept in shared memory); then each thread takes
+// columns and walks the chunk's rows in order, so the second read of dout and in hits the cache
+// and the partial sums add in row order (the same order, hence the same bits, on every run).
+__global__ void layernorm_backward_kernel(float* din, float* partial_w, float* partial_b, const float* dout,
+                                          const float* in, const float* weight, const float* mean, const float* rstd,
+                                          int N, int C) {
+  __shared__ float row_a[kRowsPerChunk], row_b[kRowsPerChunk];
+  const int begin = blockIdx.x * kRowsPerChunk, rows = min(N - begin, kRowsPerChunk);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  for (int k = warp; k < rows; k += warps) {
+    const int row = begin + k;
+    const std::size_t offset = static_cast<std::size_t>(row) * C;
+    const float m = mean[row], s = rstd[row];
+    float dnorm_sum = 0, dnorm_xhat_sum = 0;
+    for (int c = lane; c < C; c += kWarp) {
+      const float dnorm = dout[offset + c] * weight[c];
+      dnorm_sum += dnorm;
+      dnorm_xhat_sum += dnorm * ((in[offset + c] - m) * s);
+    }
+    const float a = warp_reduce(dnorm_sum, Sum{}) / C, b = warp_reduce(dnorm_xhat_sum, Sum{}) / C;
+    if (lane == 0) {
+      row_a[k] = a;
+      row_b[k] = b;
+    }
   }
-  const float a = warp_reduce(dnorm_sum, Sum{}) / C, b = warp_reduce(dnorm_xhat_sum, Sum{}) / C;
-  float* dx = din + offset;
-  for (int c = lane; c < C; c += kWarp) {
-    const float xhat = (x[c] - m) * s;
-    dx[c] += s * (d[c] * weight[c] - a - xhat * b);
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float w = weight[c];
+    float sw = 0, sb = 0;
+    for (int k = 0; k < rows; ++k) {
+      const int row = begin + k;
+      const std::size_t i = static_cast<std::size_t>(row) * C + c;
+      const float s = rstd[row], xhat = (in[i] - mean[row]) * s, d = dout[i];
+      din[i] += s * (d * w - row_a[k] - xhat * row_b[k]);
+      sw += d * xhat;
+      sb += d;
+    }
+    partial_w[static_cast<std::size_t>(blockIdx.x) * C + c] = sw;
+    partial_b[static_cast<std::size_t>(blockIdx.x) * C + c] = sb;
   }
-}
-
-// Per chunk of kRowsPerChunk rows (blockIdx.y) and column: sum of dout * xhat and of dout.
-// Grid (ceil(C / blockDim.x), chunks).
-__global__ void layernorm_parameter_partials_kernel(float* partial_w, float* partial_b, const float* dout,
-                                                    const float* in, const float* mean, const float* rstd, int N,
-                                                    int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int begin = blockIdx.y * kRowsPerChunk, end = min(N, begin + kRowsPerChunk);
-  float sw = 0, sb = 0;
-  for (int row = begin; row < end; ++row) {
-    const std::size_t i = static_cast<std::size_t>(row) * C + c;
-    const float xhat = (in[i] - mean[row]) * rstd[row];
-    sw += dout[i] * xhat;
-    sb += dout[i];
-  }
-  partial_w[static_cast<std::size_t>(blockIdx.y) * C + c] = sw;
-  partial_b[static_cast<std::size_t>(blockIdx.y) * C + c] = sb;
 }
 
 // Per chunk of kRowsPerChunk rows (blockIdx.y) and column: the column sum of src.
@@ -323,8 +337,19 @@ void CudaLayerKernels::layernorm_forward(float* out, float* mean, float* rstd, c
   use_device();
   if (N == 0) return;
   const int rows_per_block = kBlock / kWarp;
-  layernorm_forward_kernel<<<rows_grid(N, rows_per_block), kBlock, 0, stream_>>>(out, mean, rstd, in, weight, bias, N,
-                                                                                  C);
+  layernorm_forward_kernel<<<rows_grid(N, rows_per_block), kBlock, 0, stream_>>>(out, mean, rstd, nullptr, in, nullptr,
+                                                                                  weight, bias, N, C);
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::residual_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a,
+                                                  const float* b, const float* weight, const float* bias, int N,
+                                                  int C) {
+  use_device();
+  if (N == 0) return;
+  const int rows_per_block = kBlock / kWarp;
+  layernorm_forward_kernel<<<rows_grid(N, rows_per_block), kBlock, 0, stream_>>>(out, mean, rstd, res, a, b, weight,
+                                                                                  bias, N, C);
   ST_CHECK_LAUNCH();
 }
 
@@ -332,16 +357,11 @@ void CudaLayerKernels::layernorm_backward(float* din, float* dweight, float* dbi
                                           const float* weight, const float* mean, const float* rstd, int N, int C) {
   use_device();
   if (N == 0 || C == 0) return;
-  const int rows_per_block = kBlock / kWarp;
-  layernorm_backward_input_kernel<<<rows_grid(N, rows_per_block), kBlock, 0, stream_>>>(din, dout, in, weight, mean,
-                                                                                         rstd, N, C);
-  ST_CHECK_LAUNCH();
   const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  ST_REQUIRE(chunks <= 65535, "CUDA parameter gradients: more rows than the chunked column sums allow");
   float* partial_w = partials_.get<float>(2 * static_cast<std::size_t>(chunks) * C, stream_);
   float* partial_b = partial_w + static_cast<std::size_t>(chunks) * C;
-  const dim3 grid(rows_grid(C, kBlock), static_cast<unsigned>(chunks));
-  layernorm_parameter_partials_kernel<<<grid, kBlock, 0, stream_>>>(partial_w, partial_b, dout, in, mean, rstd, N, C);
+  layernorm_backward_kernel<<<static_cast<unsigned>(chunks), kBlock, 0, stream_>>>(din, partial_w, partial_b, dout, in,
+                                                                                   weight, mean, rstd, N, C);
   ST_CHECK_LAUNCH();
   add_partials(dweight, partial_w, chunks, C, stream_);
   ST_CHECK_LAUNCH();

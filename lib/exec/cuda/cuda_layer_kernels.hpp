@@ -43,6 +43,11 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
                          int N, int C) override;
+  // One kernel: the residual's sum is written once and normalised from the lane's own writes.
+  void residual_layernorm_forward(float* res, float* out, float* mean, float* rstd, const float* a, const float* b,
+                                  const float* weight, const float* bias, int N, int C) override;
+  // One pass over dout and in for the input's gradient and the parameters' chunk sums, then the
+  // chunks added in order (as RMSNorm's below).
   void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                           const float* weight, const float* mean, const float* rstd, int N, int C) override;
   void linear_forward(float* out, const float* in, const float* weight, const float* bias, int N, int C,
@@ -96,6 +101,8 @@ class CudaLayerKernels final : public LayerKernels<float> {
                        double eps) override;
   void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                         const float* rstd, int N, int C) override;
+  void residual_rmsnorm_forward(float* res, float* out, float* rstd, const float* a, const float* b,
+                                const float* weight, int N, int C, double eps) override;
   void rope(float* x, const float* cosines, const float* sines, int B, int T, int first, int W, int heads, int hs,
             bool inverse) override;
   void swiglu_forward(float* out, const float* in, int N, int F) override;

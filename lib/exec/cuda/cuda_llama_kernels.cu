@@ -2,7 +2,8 @@
 // the SwiGLU gate) on one device. Each matches the host kernel of the same name in
 // exec/host_llama_kernels.cpp: which outputs it overwrites and which it adds to, the layouts.
 // Deterministic as the rest of the backend: RMSNorm's weight gradient is summed over rows in
-// fixed chunks, then the chunks in order (device_reduce.cuh); everything else is element-wise.
+// fixed chunks in the pass that gives the input's gradient, then the chunks in order
+// (device_reduce.cuh); everything else is element-wise.
 #include <cmath>
 
 #include "exec/cuda/cuda_checks.hpp"
@@ -19,49 +20,60 @@ unsigned warp_rows(int rows) {
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
 
-// out = in * rstd * weight, rstd = 1 / sqrt(mean(in^2) + eps); one warp per row (any C).
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* in, const float* weight, int N, int C,
-                                       float eps) {
+// out = in * rstd * weight, rstd = 1 / sqrt(mean(in^2) + eps); one warp per row (any C). With
+// `b` (not null) the row normalised is in + b, written to `res` first (a residual add fused with
+// the norm after it, as layernorm_forward_kernel's).
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, float* res, const float* in, const float* b,
+                                       const float* weight, int N, int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= N) return;  // the whole warp leaves together
-  const float* x = in + static_cast<std::size_t>(row) * C;
+  const std::size_t offset = static_cast<std::size_t>(row) * C;
+  const float* x = in + offset;
   float squares = 0;
-  for (int c = lane; c < C; c += kWarp) squares += x[c] * x[c];
+  if (b) {
+    float* r = res + offset;
+    for (int c = lane; c < C; c += kWarp) {
+      r[c] = x[c] + b[offset + c];
+      squares += r[c] * r[c];
+    }
+    x = r;
+  } else {
+    for (int c = lane; c < C; c += kWarp) squares += x[c] * x[c];
+  }
   const float s = 1.0f / sqrtf(warp_reduce(squares, Sum{}) / C + eps);
-  float* o = out + static_cast<std::size_t>(row) * C;
+  float* o = out + offset;
   for (int c = lane; c < C; c += kWarp) o[c] = x[c] * s * weight[c];
   if (lane == 0) rstd[row] = s;
 }
 
-// RMSNorm backward for the input, one warp per row: din += s (dout * w - xhat <dout * w, xhat> / C)
-// with xhat = x s (the weight's gradient is rmsnorm_weight_partials_kernel's).
-__global__ void rmsnorm_backward_input_kernel(float* din, const float* dout, const float* in, const float* weight,
-                                              const float* rstd, int N, int C) {
-  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (row >= N) return;
-  const std::size_t offset = static_cast<std::size_t>(row) * C;
-  const float* x = in + offset;
-  const float* d = dout + offset;
-  const float s = rstd[row];
-  float dnorm_xhat = 0;
-  for (int c = lane; c < C; c += kWarp) dnorm_xhat += d[c] * weight[c] * (x[c] * s);
-  const float b = warp_reduce(dnorm_xhat, Sum{}) / C;
-  float* dx = din + offset;
-  for (int c = lane; c < C; c += kWarp) dx[c] += s * (d[c] * weight[c] - x[c] * s * b);
-}
-
-// Per chunk of kRowsPerChunk rows (blockIdx.y) and column: the sum of dout * xhat.
-__global__ void rmsnorm_weight_partials_kernel(float* partials, const float* dout, const float* in, const float* rstd,
-                                               int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const int begin = blockIdx.y * kRowsPerChunk, end = min(N, begin + kRowsPerChunk);
-  float sum = 0;
-  for (int row = begin; row < end; ++row) {
-    const std::size_t i = static_cast<std::size_t>(row) * C + c;
-    sum += dout[i] * (in[i] * rstd[row]);
+// RMSNorm backward in one pass over a chunk of kRowsPerChunk rows (blockIdx.x), as
+// layernorm_backward_kernel: din += s (dout w - xhat <dout w, xhat> / C) with xhat = x s, and the
+// chunk's partial sums of dout xhat per column, added in row order.
+__global__ void rmsnorm_backward_kernel(float* din, float* partials, const float* dout, const float* in,
+                                        const float* weight, const float* rstd, int N, int C) {
+  __shared__ float row_b[kRowsPerChunk];
+  const int begin = blockIdx.x * kRowsPerChunk, rows = min(N - begin, kRowsPerChunk);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  for (int k = warp; k < rows; k += warps) {
+    const std::size_t offset = static_cast<std::size_t>(begin + k) * C;
+    const float s = rstd[begin + k];
+    float dnorm_xhat = 0;
+    for (int c = lane; c < C; c += kWarp) dnorm_xhat += dout[offset + c] * weight[c] * (in[offset + c] * s);
+    const float b = warp_reduce(dnorm_xhat, Sum{}) / C;
+    if (lane == 0) row_b[k] = b;
   }
-  partials[static_cast<std::size_t>(blockIdx.y) * C + c] = sum;
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float w = weight[c];
+    float sum = 0;
+    for (int k = 0; k < rows; ++k) {
+      const std::size_t i = static_cast<std::size_t>(begin + k) * C + c;
+      const float s = rstd[begin + k], x = in[i], d = dout[i];
+      din[i] += s * (d * w - x * s * row_b[k]);
+      sum += d * (x * s);
+    }
+    partials[static_cast<std::size_t>(blockIdx.x) * C + c] = sum;
+  }
 }
 
 // Rotate-half in place: one thread per (row, head, pair i < hs/2); channel i of a head pairs with
@@ -118,7 +130,17 @@ void CudaLayerKernels::rmsnorm_forward(float* out, float* rstd, const float* in,
                                        double eps) {
   use_device();
   if (N == 0) return;
-  rmsnorm_forward_kernel<<<warp_rows(N), kBlock, 0, stream_>>>(out, rstd, in, weight, N, C, static_cast<float>(eps));
+  rmsnorm_forward_kernel<<<warp_rows(N), kBlock, 0, stream_>>>(out, rstd, nullptr, in, nullptr, weight, N, C,
+                                                               static_cast<float>(eps));
+  ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::residual_rmsnorm_forward(float* res, float* out, float* rstd, const float* a, const float* b,
+                                                const float* weight, int N, int C, double eps) {
+  use_device();
+  if (N == 0) return;
+  rmsnorm_forward_kernel<<<warp_rows(N), kBlock, 0, stream_>>>(out, rstd, res, a, b, weight, N, C,
+                                                               static_cast<float>(eps));
   ST_CHECK_LAUNCH();
 }
 
@@ -126,13 +148,10 @@ void CudaLayerKernels::rmsnorm_backward(float* din, float* dweight, const float*
                                         const float* weight, const float* rstd, int N, int C) {
   use_device();
   if (N == 0 || C == 0) return;
-  rmsnorm_backward_input_kernel<<<warp_rows(N), kBlock, 0, stream_>>>(din, dout, in, weight, rstd, N, C);
-  ST_CHECK_LAUNCH();
   const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  ST_REQUIRE(chunks <= 65535, "CUDA parameter gradients: more rows than the chunked column sums allow");
   float* partials = partials_.get<float>(static_cast<std::size_t>(chunks) * C, stream_);
-  const dim3 grid(static_cast<unsigned>((C + kBlock - 1) / kBlock), static_cast<unsigned>(chunks));
-  rmsnorm_weight_partials_kernel<<<grid, kBlock, 0, stream_>>>(partials, dout, in, rstd, N, C);
+  rmsnorm_backward_kernel<<<static_cast<unsigned>(chunks), kBlock, 0, stream_>>>(din, partials, dout, in, weight, rstd,
+                                                                                 N, C);
   ST_CHECK_LAUNCH();
   add_partials(dweight, partials, chunks, C, stream_);
   ST_CHECK_LAUNCH();
