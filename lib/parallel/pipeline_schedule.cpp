@@ -172,16 +172,21 @@ std::string stage_blocks_problem(const ModelShape& shape, int chunks, const std:
 
 namespace {
 
-// Blocks per part, balanced by FLOPs (pipeline_parts): first the smallest largest part's cost
-// that any cut reaches, then among the cuts within it the one with the least sum of squared
-// costs. Both by dynamic programming over (parts, blocks): exact, and cheap at any depth a model
-// has (parts x blocks^2).
-std::vector<std::int64_t> balanced_blocks(const ModelShape& shape, int chunks) {
+// Blocks per part, balanced by FLOPs (pipeline_parts, capped_balanced_blocks): first the
+// smallest largest part's cost that any cut within the caps reaches, then among the cuts within
+// it the one with the least sum of squared costs. Both by dynamic programming over (parts,
+// blocks): exact, and cheap at any depth a model has (parts x blocks^2). `most` (empty: no caps):
+// the most blocks each part may take. Empty where no cut keeps within them.
+std::vector<std::int64_t> balanced_blocks(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& most = {}) {
   const auto n = static_cast<int>(shape.n_layer);
   const double block = block_train_flops_per_token(shape), head = head_train_flops_per_token(shape);
-  // Part k of `chunks` holding blocks [i, j): its cost, in blocks' worth to keep sums exact enough.
-  const auto cost = [&](int k, int i, int j) { return (j - i) + (k == chunks - 1 ? head / block : 0.0); };
   constexpr double kNone = std::numeric_limits<double>::infinity();
+  // Part k of `chunks` holding blocks [i, j): its cost, in blocks' worth to keep sums exact
+  // enough; kNone over its cap.
+  const auto cost = [&](int k, int i, int j) {
+    if (!most.empty() && j - i > most[static_cast<std::size_t>(k)]) return kNone;
+    return (j - i) + (k == chunks - 1 ? head / block : 0.0);
+  };
   // Minimal largest cost over cuts of the first j blocks into k parts.
   std::vector<std::vector<double>> worst(static_cast<std::size_t>(chunks) + 1,
                                          std::vector<double>(static_cast<std::size_t>(n) + 1, kNone));
@@ -190,6 +195,7 @@ std::vector<std::int64_t> balanced_blocks(const ModelShape& shape, int chunks) {
     for (int j = k; j <= n; ++j)
       for (int i = k - 1; i < j; ++i)
         worst[k][j] = std::min(worst[k][j], std::max(worst[k - 1][i], cost(k - 1, i, j)));
+  if (worst[chunks][n] == kNone) return {};
   const double limit = worst[chunks][n] * (1 + 1e-12);
   // Least sum of squares within that limit; `from` remembers each part's first block.
   std::vector<std::vector<double>> squares(static_cast<std::size_t>(chunks) + 1,
@@ -229,6 +235,12 @@ std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const
     first += count;
   }
   return parts;
+}
+
+std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most) {
+  const auto chunks = static_cast<int>(most.size());
+  ST_REQUIRE(chunks >= 1, "a pipeline of no parts");
+  return balanced_blocks(shape, chunks, most);
 }
 
 std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage) {

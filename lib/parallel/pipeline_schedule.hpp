@@ -78,6 +78,10 @@ PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape&
 // Throws Error when there are fewer blocks than parts (or `blocks` does not fit:
 // stage_blocks_problem).
 std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks = {});
+// Blocks of each of most.size() parts as pipeline_parts balances them, but with part k taking at
+// most most[k] blocks (what its ranks' memory holds: the planner's memory-balanced cut). Empty
+// where the caps add up to fewer than n_layer blocks or a cap is below 1.
+std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most);
 // What is wrong with parallel.stage_blocks for `chunks` parts of the shape's model ("" if
 // nothing, or if it is empty).
 std::string stage_blocks_problem(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -71,6 +72,20 @@ void check_memory_fits(const Config& config, const Machine& m) {
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   // What would fit: each strategy on this many ranks, else on more nodes like these.
   // On these ranks, with more recomputation than the deck asks for.
+  // A pipeline cut by FLOPs (the deck leaving parallel.stage_blocks empty) that overfills a stage
+  // may fit cut by memory.
+  std::string by_memory;
+  if (const StrategyPrediction q =
+          predict_strategy(config, m, strategy, group, std::nullopt, tensor, PipelineCut::memory_where_needed);
+      q.fits && !q.stage_blocks.empty()) {
+    std::string blocks;
+    for (const std::int64_t n : q.stage_blocks) blocks += (blocks.empty() ? "" : ", ") + std::to_string(n);
+    char steps[96];
+    std::snprintf(steps, sizeof steps, "predicted step %.4g ms against %.4g ms cut by FLOPs", q.step_s * 1e3,
+                  p.step_s * 1e3);
+    by_memory = "Cut by memory it fits: parallel.stage_blocks = [" + blocks + "] gives the fuller stages fewer blocks (" +
+                b(q.total_bytes()) + " per rank on the fullest stage, " + steps + "). ";
+  }
   std::string with_recompute;
   for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
     if (stronger <= p.recompute) continue;
@@ -105,8 +120,8 @@ void check_memory_fits(const Config& config, const Machine& m) {
                         " per rank (model state " + b(p.state_bytes) + ", activations " + b(p.activation_bytes) +
                         ", workspace " + b(p.workspace_bytes) + "), more than the " +
                         format_bytes(m.memory_per_rank) + " per rank available (" + m.memory_source + "). " +
-                        with_recompute;
-  const std::string without = with_recompute.empty() ? "" : "Without it, ";
+                        by_memory + with_recompute;
+  const std::string without = with_recompute.empty() && by_memory.empty() ? "" : "Otherwise, ";
   if (fits.empty())
     message += without + (without.empty() ? "Nothing" : "nothing") + " fits on up to " + std::to_string(largest_split) + " ranks of nodes like these" +
                (largest_split < m.world() * 64
@@ -154,7 +169,7 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
               chosen->pipeline > 1 ? "auto: the planner puts stages of consecutive blocks on whole nodes"
                                    : "auto: the planner's choice runs without a pipeline");
     // The planner's own pipelines are 1f1b with one chunk a stage, or interleaved with two, cut
-    // by FLOPs.
+    // by FLOPs, or by memory where that would overfill a stage (below).
     const std::string why = "auto: goes with the planner's parallel.pipeline";
     const bool interleaved = chosen->virtual_stages > 1;
     if (config.parallel.virtual_stages != chosen->virtual_stages)
@@ -162,9 +177,13 @@ std::string resolve_auto_strategy(Config& config, const Machine& machine) {
     const PipelineSchedule schedule = interleaved ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
     if (config.parallel.pipeline_schedule != schedule)
       set_key(config, "parallel.pipeline_schedule", name_of(schedule), why);
-    if (!config.parallel.stage_blocks.empty())
+    if (!config.parallel.stage_blocks.empty() && chosen->stage_blocks.empty())
       set_key(config, "parallel.stage_blocks", std::vector<std::int64_t>{}, why);
   }
+  // A cut by memory goes into the deck (the run cuts by FLOPs where it is not given).
+  if (chosen->pipeline > 1 && !chosen->stage_blocks.empty() && chosen->stage_blocks != config.parallel.stage_blocks)
+    set_key(config, "parallel.stage_blocks", chosen->stage_blocks,
+            "auto: the planner's cut by memory (cut by FLOPs a stage would not fit)");
   if (chosen->pipeline > 1 && config.run.sample_every > 0)
     set_key(config, "run.sample_every", std::int64_t{0},
             "auto: a pipeline's stages hold the model in parts (generate from the checkpoint)");

@@ -38,11 +38,13 @@ constexpr double kOptimizerBytesPerElement = 28.0;
 
 double seconds(std::uint64_t bytes, double gbps) { return gbps > 0 ? static_cast<double>(bytes) / (gbps * 1e9) : 0.0; }
 
-// The smallest total of the rows planned with `recompute`.
+// The smallest total of the rows planned with `recompute` whose pipelines (if any) are cut as the
+// deck cuts them.
 std::uint64_t smallest_without(const std::vector<StrategyPrediction>& rows, Recompute recompute) {
   std::uint64_t smallest = 0;
   for (const auto& row : rows)
-    if (row.recompute == recompute && (smallest == 0 || row.total_bytes() < smallest)) smallest = row.total_bytes();
+    if (row.recompute == recompute && row.stage_blocks.empty() && (smallest == 0 || row.total_bytes() < smallest))
+      smallest = row.total_bytes();
   return smallest;
 }
 
@@ -64,6 +66,13 @@ std::string percent(double fraction) { return std::to_string(std::lround(100 * f
 // What a rank sends per step over the data-parallel ranks (the tensor group's sums aside).
 std::uint64_t sent(const StrategyPrediction& p) { return p.fast_bytes + p.slow_bytes; }
 
+// "[11, 13, 13, 11]", as the deck writes an array.
+std::string blocks_list(const std::vector<std::int64_t>& blocks) {
+  std::string list = "[";
+  for (std::size_t i = 0; i < blocks.size(); ++i) list += (i ? ", " : "") + std::to_string(blocks[i]);
+  return list + "]";
+}
+
 // A row's pipeline and tensor split as the deck sets them, after `lead`: " with parallel.pipeline
 // = 4, parallel.tensor = 8"; "" for whole layers on every rank.
 std::string split_words(const StrategyPrediction& p, const std::string& lead) {
@@ -72,6 +81,7 @@ std::string split_words(const StrategyPrediction& p, const std::string& lead) {
   if (p.virtual_stages > 1)
     words += ", parallel.pipeline_schedule = \"interleaved\", parallel.virtual_stages = " +
              std::to_string(p.virtual_stages);
+  if (!p.stage_blocks.empty()) words += ", parallel.stage_blocks = " + blocks_list(p.stage_blocks);
   if (p.tensor > 1) words += (words.empty() ? "" : ", ") + std::string("parallel.tensor = ") + std::to_string(p.tensor);
   return words.empty() ? words : lead + words;
 }
@@ -116,6 +126,9 @@ std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
       << (stage_ranks >= m.ranks_per_node ? " (" + std::to_string(stage_ranks / m.ranks_per_node) + " node(s))" : "")
       << split_words(c, ", with ") << ": each stage holds "
       << (c.virtual_stages > 1 ? std::to_string(c.virtual_stages) + " chunks of consecutive blocks" : "consecutive blocks")
+      << (c.stage_blocks.empty() ? ""
+                                 : " cut by memory, " + blocks_list(c.stage_blocks) +
+                                       " (cut by FLOPs a stage would not fit: the fuller stages give blocks to the others)")
       << ", and between stages only each "
       << "micro-batch's activations and their gradients pass, " << b(c.pipeline_bytes) << " per step from the busiest rank over the "
       << c.pipeline_level << " (" << ms(c.pipeline_exposed_s) << " ms of it not hidden behind compute); the bubble, "
@@ -217,6 +230,51 @@ std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) { re
 
 namespace {
 
+// Stage s of `stages` (one chunk each) holding `blocks` consecutive blocks: the first from the
+// model's start (the embeddings), the last to its end (the head), a middle one in between (it
+// holds neither; as the blocks are alike, where does not matter).
+ModelPart stage_part(const ModelShape& shape, int stages, int s, std::int64_t blocks) {
+  if (s == 0) return {0, blocks};
+  if (s == stages - 1) return {shape.n_layer - blocks, shape.n_layer};
+  return {1, 1 + blocks};
+}
+
+// The cut by memory: the most blocks each stage's ranks hold within `capacity` bytes (`bytes(s,
+// blocks)`: what a rank of stage s holds with that many, growing with them), then
+// capped_balanced_blocks. Empty where some stage holds not even one block, or the stages cannot
+// hold the model between them. A stage's bytes grow by about as much with each block (its state
+// and activations): the line through 1 and 2 blocks guesses its most, which is then stepped to
+// the exact count; where the guesses fall short of the model by more than a block a stage, no
+// stepping.
+template <class Bytes>
+std::vector<std::int64_t> memory_balanced_blocks(const ModelShape& shape, int stages, double capacity,
+                                                 const Bytes& bytes) {
+  const std::int64_t most_any = shape.n_layer - (stages - 1);  // every other stage keeps a block
+  const auto fits = [&](int s, std::int64_t blocks) { return bytes(s, blocks) <= capacity; };
+  std::vector<std::int64_t> most(static_cast<std::size_t>(stages));
+  std::int64_t guessed = 0;
+  for (int s = 0; s < stages; ++s) {
+    const double one = bytes(s, 1);
+    if (one > capacity) return {};
+    std::int64_t guess = 1;
+    if (most_any > 1) {
+      const double per_block = bytes(s, 2) - one;
+      guess = per_block <= 0 ? most_any
+                             : std::clamp<std::int64_t>(1 + static_cast<std::int64_t>((capacity - one) / per_block), 1,
+                                                        most_any);
+    }
+    most[static_cast<std::size_t>(s)] = guess;
+    guessed += guess;
+  }
+  if (guessed + stages < shape.n_layer) return {};
+  for (int s = 0; s < stages; ++s) {
+    std::int64_t& c = most[static_cast<std::size_t>(s)];
+    while (c > 1 && !fits(s, c)) --c;
+    while (c < most_any && fits(s, c + 1)) ++c;
+  }
+  return capped_balanced_blocks(shape, most);
+}
+
 // The ranks of one pipeline stage as a machine of their own. Stages are consecutive blocks of
 // world / P ranks (the pipeline outermost): whole nodes where a stage is a node or more, else a
 // part of one node.
@@ -231,7 +289,8 @@ Machine stage_machine(const Machine& m, int stages) {
 }
 
 StrategyPrediction predict_reduced(const Config& config, const Machine& machine, StrategyKind strategy, int group,
-                                   std::optional<Recompute> recompute, int tensor, GradReduction reduction) {
+                                   std::optional<Recompute> recompute, int tensor, GradReduction reduction,
+                                   PipelineCut cut) {
   // The strategy runs over the data-parallel ranks: `world` of them, `L` per node, each a
   // tensor group of `tensor` consecutive ranks; under a pipeline, a stage's (its world is
   // machine.world() / pipeline ranks, `m` its machine).
@@ -251,34 +310,60 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
   std::optional<ParallelPlan> held;
   const PipelineShape pipeline = deck_pipeline_shape(config, mb);
+  // What a rank of stage s holds with `parts`: its parts' state, workspace and activations.
+  struct Stage {
+    ParamLayout layout;
+    std::optional<ParallelPlan> plan;
+    std::uint64_t kept = 0, total = 0;
+  };
+  const auto stage_holds = [&](int s, const std::vector<ModelPart>& parts) {
+    Stage stage;
+    stage.layout = stage_layout(shape, TensorSplit{tensor, 0}, parts);
+    stage.plan.emplace(choice_plan(config, choice, stage.layout, stage_world, std::min(m.ranks_per_node, stage_world), mb,
+                                   batches.micro_batch, parts));
+    stage.kept = stage_kept_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s, parts);
+    stage.total = stage.plan->model_state().total() + workspace_estimate(*stage.plan) + stage.kept;
+    return stage;
+  };
   // The pipeline's parts, cut once (by FLOPs, or as parallel.stage_blocks says).
-  const std::vector<ModelPart> all_parts =
+  std::vector<ModelPart> all_parts =
       stages > 1 ? pipeline_parts(shape, pipeline.chunks(), pipeline.blocks) : std::vector<ModelPart>{};
+  std::vector<std::int64_t> memory_cut;
   if (stages > 1) {
-    std::uint64_t most = 0;
-    // Cut by FLOPs, one of the first stage (the embeddings, the most micro-batches in flight),
-    // the second (of the middle stages the one with the most blocks and the most in flight:
-    // parts do not grow and in-flight counts fall along the pipeline) and the last (the head)
-    // holds the most; cut by hand, any stage may.
-    std::vector<int> candidates = {0, 1, stages - 1};
-    if (!pipeline.blocks.empty()) {
-      candidates.clear();
-      for (int s = 0; s < stages; ++s) candidates.push_back(s);
+    // The stage that holds the most. Cut by FLOPs, one of the first stage (the embeddings, the
+    // most micro-batches in flight), the second (of the middle stages the one with the most
+    // blocks and the most in flight: parts do not grow and in-flight counts fall along the
+    // pipeline) and the last (the head) holds the most; cut by hand or by memory, any stage may.
+    const auto fullest = [&](bool every_stage) {
+      Stage most;
+      std::vector<int> candidates = {0, 1, stages - 1};
+      if (every_stage) {
+        candidates.clear();
+        for (int s = 0; s < stages; ++s) candidates.push_back(s);
+      }
+      for (const int s : candidates) {
+        Stage stage = stage_holds(s, pipeline_stage_parts(all_parts, pipeline, s));
+        if (stage.total > most.total) most = std::move(stage);
+      }
+      return most;
+    };
+    Stage most = fullest(!pipeline.blocks.empty());
+    // Where the FLOPs' cut overfills a stage, the cut by memory: each stage as many blocks as its
+    // ranks hold at most (one chunk a stage), the FLOPs as even as those caps allow.
+    if (cut == PipelineCut::memory_where_needed && pipeline.blocks.empty() && pipeline.virtual_stages == 1 &&
+        m.memory_per_rank > 0 &&
+        static_cast<double>(most.total) > m.memory_per_rank) {
+      memory_cut = memory_balanced_blocks(shape, stages, m.memory_per_rank, [&](int s, std::int64_t blocks) {
+        return static_cast<double>(stage_holds(s, {stage_part(shape, stages, s, blocks)}).total);
+      });
+      if (!memory_cut.empty()) {
+        all_parts = pipeline_parts(shape, stages, memory_cut);
+        most = fullest(true);
+      }
     }
-    for (const int s : candidates) {
-      const std::vector<ModelPart> parts = pipeline_stage_parts(all_parts, pipeline, s);
-      ParamLayout parts_layout = stage_layout(shape, TensorSplit{tensor, 0}, parts);
-      ParallelPlan plan = choice_plan(config, choice, parts_layout, stage_world, std::min(m.ranks_per_node, stage_world),
-                                      mb, batches.micro_batch, parts);
-      const std::uint64_t kept =
-          stage_kept_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s, parts);
-      const std::uint64_t total = plan.model_state().total() + workspace_estimate(plan) + kept;
-      if (total <= most) continue;
-      most = total;
-      held.emplace(std::move(plan));
-      layout = std::move(parts_layout);
-      activations = kept;
-    }
+    held = std::move(most.plan);
+    layout = std::move(most.layout);
+    activations = most.kept;
   } else {
     layout = make_layout(shape, TensorSplit{tensor, 0});
     held.emplace(choice_plan(config, choice, layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
@@ -319,6 +404,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     const double bubble = pipeline_bubble(pipeline);
     p.pipeline = stages;
     p.virtual_stages = pipeline.virtual_stages;
+    p.stage_blocks = memory_cut;
     p.recompute_s *= share;
     p.compute_s *= share;
     p.bubble_s = p.compute_s * bubble;
@@ -442,13 +528,14 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
 }  // namespace
 
 StrategyPrediction predict_strategy(const Config& config, const Machine& m, StrategyKind strategy, int group,
-                                    std::optional<Recompute> recompute, int tensor) {
+                                    std::optional<Recompute> recompute, int tensor, PipelineCut cut) {
   const GradReduction asked = config.parallel.grad_reduction;
-  if (asked != GradReduction::automatic) return predict_reduced(config, m, strategy, group, recompute, tensor, asked);
+  if (asked != GradReduction::automatic) return predict_reduced(config, m, strategy, group, recompute, tensor, asked, cut);
   // auto: once a step (fewer bytes) where the whole gradient fits, else every micro-batch.
-  StrategyPrediction once = predict_reduced(config, m, strategy, group, recompute, tensor, GradReduction::step);
+  StrategyPrediction once = predict_reduced(config, m, strategy, group, recompute, tensor, GradReduction::step, cut);
   if (once.fits) return once;
-  StrategyPrediction each = predict_reduced(config, m, strategy, group, recompute, tensor, GradReduction::micro_batch);
+  StrategyPrediction each =
+      predict_reduced(config, m, strategy, group, recompute, tensor, GradReduction::micro_batch, cut);
   if (!each.reduces_each_micro_batch) return once;
   // Where neither fits, the smaller says best what it would take.
   return each.fits || each.total_bytes() < once.total_bytes() ? each : once;
@@ -505,10 +592,11 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         // stages) is refused inside predict_strategy, by the schedule itself.
       }
       for (const StrategyKind s : {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3})
-        rows.push_back(predict_strategy(deck, m, s, 0, recompute, tensor));
+        rows.push_back(predict_strategy(deck, m, s, 0, recompute, tensor, PipelineCut::memory_where_needed));
       // hsdp's groups in data-parallel ranks: the fast group's or node's share of them.
       if (group > 0 && stage.world() % group == 0 && group % tensor == 0 && group / tensor > 1)
-        rows.push_back(predict_strategy(deck, m, StrategyKind::hsdp, group / tensor, recompute, tensor));
+        rows.push_back(
+            predict_strategy(deck, m, StrategyKind::hsdp, group / tensor, recompute, tensor, PipelineCut::memory_where_needed));
     } catch (const Error& e) {
       std::string split;
       if (stages > 1) split = "parallel.pipeline = " + std::to_string(stages);
@@ -627,8 +715,12 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     return r;
   }
   // Nothing fits as the deck asks: recomputation is the next lever (selective first, the cheaper).
+  // Nothing fits as the deck asks (a pipeline cut as the deck cuts it): recomputation is the next
+  // lever (selective first, the cheaper), planned beside the pipelines cut by memory that fit;
+  // the faster wins.
   std::optional<Recompute> lever;
-  if (std::none_of(r.rows.begin(), r.rows.end(), fits))
+  const auto fits_as_cut = [](const StrategyPrediction& p) { return p.fits && p.stage_blocks.empty(); };
+  if (std::none_of(r.rows.begin(), r.rows.end(), fits_as_cut))
     for (const Recompute stronger : {Recompute::selective, Recompute::full}) {
       if (stronger <= asked) continue;
       std::vector<StrategyPrediction> rows = plan_layers(stronger);
@@ -656,7 +748,7 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   }
   const int chosen = choose_row(r.rows);
   r.chosen = chosen;
-  if (lever) {
+  if (lever && r.rows[chosen].recompute == *lever) {
     const StrategyPrediction& c = r.rows[chosen];
     r.recompute = *lever;
     std::ostringstream why;
@@ -669,6 +761,13 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
         << " per rank, for " << ms(c.recompute_s) << " ms more compute per step (+"
         << std::round(100 * c.recompute_s / (c.step_s - c.recompute_s)) << "% step time). Predicted step " << ms(c.step_s)
         << " ms";
+    // A pipeline cut by memory that fits without recomputing, slower.
+    const StrategyPrediction* cut = best_row(r.rows, [&](const StrategyPrediction& row) {
+      return row.fits && row.recompute == asked && !row.stage_blocks.empty();
+    });
+    if (cut)
+      why << "; without recomputing, " << cut->strategy << split_words(*cut, " with ") << " (a pipeline cut by memory) fits, "
+          << "predicted " << ms(cut->step_s) << " ms";
     why << tie_clause(r, chosen) << ". Set model.recompute = \"" << recompute_name(*lever) << "\" in the deck.";
     r.reason = why.str();
     return r;
@@ -811,8 +910,9 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
     each_micro_batch = each_micro_batch || p.reduces_each_micro_batch;
     const std::string strategy = name_of(p.strategy) + (p.reduces_each_micro_batch ? "*" : "");
     // The stages, and with interleaving the chunks a stage: "8x2".
-    const std::string pipe =
-        std::to_string(p.pipeline) + (p.virtual_stages > 1 ? "x" + std::to_string(p.virtual_stages) : "");
+    const std::string pipe = std::to_string(p.pipeline) +
+                             (p.virtual_stages > 1 ? "x" + std::to_string(p.virtual_stages) : "") +
+                             (p.stage_blocks.empty() ? "" : "m");
     std::snprintf(line, sizeof line, "%-5s %-8s %6d %4s %6d %-9s %11s %11s %11s %11s %5s %10s %10s %10s %10s%s\n",
                   rank.c_str(), strategy.c_str(), p.tensor, pipe.c_str(), p.group, recompute_name(p.recompute), format_bytes(static_cast<double>(p.state_bytes)).c_str(),
                   format_bytes(static_cast<double>(p.activation_bytes)).c_str(),
@@ -827,8 +927,9 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
            "(parallel.grad_reduction; \"auto\" where one would not fit)\n";
   if (std::any_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) { return p.pipeline > 1; }))
     out << "pipe: stages of consecutive blocks (parallel.pipeline), the strategy within each stage (P x V: "
-           "interleaved 1F1B, V chunks a stage); a pipelined row's figures are its fullest stage's, compute with the "
-           "bubble, comm with the activations between stages\n";
+           "interleaved 1F1B, V chunks a stage; m: cut by memory, where cut by FLOPs a stage would not fit); a "
+           "pipelined row's figures are its fullest stage's, compute with the bubble, comm with the activations "
+           "between stages\n";
   for (const auto& n : r.notes) out << "note: " << n << "\n";
   out << (r.chosen >= 0 ? "recommendation: " : "no recommendation: ") << r.reason << "\n";
   return out.str();

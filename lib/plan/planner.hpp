@@ -25,6 +25,10 @@ struct StrategyPrediction {
   int tensor = 1;  // ranks splitting each layer (parallel.tensor)
   int pipeline = 1;  // stages of consecutive blocks (parallel.pipeline); the strategy runs within a stage
   int virtual_stages = 1;  // model chunks per stage (parallel.virtual_stages, interleaved)
+  // Under a pipeline the deck cuts by FLOPs (parallel.stage_blocks = []): the blocks of each stage
+  // where that cut overfills a stage's ranks and the planner cuts by memory instead (fewer blocks
+  // on the fullest stages, the FLOPs as even as that allows); else empty.
+  std::vector<std::int64_t> stage_blocks;
   Recompute recompute = Recompute::none;
   // parallel.grad_reduction as predicted (auto: once where the whole gradient fits, else every
   // micro-batch), and whether it reduce-scatters every micro-batch (sharded gradients, several
@@ -63,8 +67,14 @@ struct PlanResult {
 // `tensor`: ranks splitting each layer (consecutive, inside a node), the strategy running over the
 // world / tensor ranks holding the same slice. parallel.grad_reduction = "auto" is predicted
 // once a step where that fits, else every micro-batch.
+// How a pipeline's stages are cut for a prediction: as the deck says (parallel.stage_blocks, or by
+// FLOPs where it is empty: what the run does, and what `check` predicts), or, where that
+// overfills a stage and the deck leaves the cut to the run, by memory (the planner's rows, with
+// the cut in stage_blocks for the deck).
+enum class PipelineCut { deck, memory_where_needed };
 StrategyPrediction predict_strategy(const Config& config, const Machine& machine, StrategyKind strategy,
-                                    int group, std::optional<Recompute> recompute = std::nullopt, int tensor = 1);
+                                    int group, std::optional<Recompute> recompute = std::nullopt, int tensor = 1,
+                                    PipelineCut cut = PipelineCut::deck);
 // Whether the run's attention would be flash attention on this machine (GPUs, precision bf16,
 // parallel.attention "auto", a head width with kernels: exec/attention_probs.hpp), which keeps
 // no T x T probabilities.

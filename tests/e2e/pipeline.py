@@ -14,6 +14,7 @@ refused, naming the key. The trace draws each stage's passes in the schedule's o
 from the pipelined checkpoint runs the whole model, alike on 1 and 2 ranks."""
 import json
 import os
+import re
 
 import harness as h
 
@@ -44,8 +45,13 @@ def compare(label, got, ref, rel=1e-5, params_rel=1e-5, first_step=0):
 
 ref = run(1, "ref", checkpoint={"dir": f"{work}/ref/ckpt", "every": 10})
 h.check(ref["loss"][-1] < ref["loss"][0] - 0.5, "the reference run learns")
-# Tensor parallelism's own rounding moves the final parameters of this model by up to 1.3e-5 of
-# the largest (tensor 2 alone, without a pipeline, does the same): its cases allow 2e-5 there.
+# Tensor parallelism's own rounding (each rank's partial products summed over the group) moves
+# the final parameters of this model further than the losses: AdamW divides each gradient by its
+# own running RMS, so an element whose gradient is near zero carries the rounding into a whole
+# update. Measured: 1.3e-5 of the largest parameter on one machine, 2.9e-5 on another (its CPU's
+# BLAS kernels), with losses, norms and validation losses within 1e-5 on both. The tensor cases
+# allow 5e-5 there.
+TENSOR_PARAMS_REL = 5e-5
 for ranks, extra, strategy, micro, params_rel, label in [
         (2, PP2, "ddp", 3, 1e-5, "pipeline2_1f1b"),
         (4, PP4 + ["--set", 'parallel.pipeline_schedule="gpipe"'], "ddp", 3, 1e-5, "pipeline4_gpipe"),
@@ -58,8 +64,8 @@ for ranks, extra, strategy, micro, params_rel, label in [
         (4, IL2, "zero1", 3, 1e-5, "pipeline2_interleaved_zero1_np4"),
         (4, IL2 + ["--set", 'parallel.grad_reduction="every_micro_batch"'], "zero3", 3, 1e-5,
          "pipeline2_interleaved_zero3_every_micro_batch"),
-        (4, PP2 + ["--set", "parallel.tensor=2"], "ddp", 3, 2e-5, "pipeline2_tensor2"),
-        (8, PP2 + ["--set", "parallel.tensor=2"], "zero3", 3, 2e-5, "pipeline2_data2_tensor2_zero3")]:
+        (4, PP2 + ["--set", "parallel.tensor=2"], "ddp", 3, TENSOR_PARAMS_REL, "pipeline2_tensor2"),
+        (8, PP2 + ["--set", "parallel.tensor=2"], "zero3", 3, TENSOR_PARAMS_REL, "pipeline2_data2_tensor2_zero3")]:
     got = run(ranks, label, extra, strategy=strategy, micro=micro)
     compare(label, got, ref, params_rel=params_rel)
     if label == "pipeline2_1f1b":
@@ -153,12 +159,12 @@ for model, name in [(LLAMA, "llama_tied"), (UNTIED, "llama_untied")]:
 
 # Checkpoints of the whole model, written by pipeline 2 x tensor 2, resumed elsewhere.
 written = run(4, "written", PP2 + ["--set", "parallel.tensor=2"], checkpoint={"dir": f"{work}/written/ckpt", "every": 10})
-compare("pipeline 2 x tensor 2 with checkpoints", written, ref, params_rel=2e-5)
+compare("pipeline 2 x tensor 2 with checkpoints", written, ref, params_rel=TENSOR_PARAMS_REL)
 step10 = f"{work}/written/ckpt/ckpt_00000010.h5"
 h.check(os.path.exists(step10), "the pipelined run wrote its step-10 checkpoint")
 for ranks, extra, label in [(1, [], "resumed_np1"), (4, PP4, "resumed_pipeline4")]:
     got = run(ranks, label, extra + ["--set", f"checkpoint.resume={step10}"])
-    compare(f"pipeline 2 x tensor 2 checkpoint resumed on {label}", got, ref, params_rel=2e-5, first_step=10)
+    compare(f"pipeline 2 x tensor 2 checkpoint resumed on {label}", got, ref, params_rel=TENSOR_PARAMS_REL, first_step=10)
 got = run(2, "resumed_from_np1", PP2 + ["--set", f"checkpoint.resume={work}/ref/ckpt/ckpt_00000010.h5"])
 compare("one rank's checkpoint resumed on a pipeline of 2", got, ref, first_step=10)
 # An interleaved pipeline's chunks write the whole model too, and read one rank's back.
@@ -201,4 +207,22 @@ for ranks, sets, words in [
     proc = h.mpirun(args, ranks, argv)
     h.check(proc.returncode != 0 and words in proc.stderr, f"{sets} on {ranks} ranks is refused: {words}\n"
                                                             f"{proc.stderr[-600:]}")
+
+# Cut by memory: on a node of 3.6 MiB (1.8 MiB a rank) the cut by FLOPs (2 blocks a stage) overfills
+# the first stage, which keeps two micro-batches in flight. check refuses the deck and names the
+# cut that fits, [1, 3]; plan marks that row "2m" and states the cut; the deck with it passes check
+# on the same node.
+deck = h.small_deck(work, "memory_cut", corpus, model=GPT, data={"micro_batch": 3},
+                    parallel={"strategy": "ddp", "pipeline": 2})
+node = 3.6 / 1024
+proc = h.mpirun(args, 1, ["check", deck, "--ranks", "2", "--node-mem-gb", str(node)])
+h.check(proc.returncode != 0 and "Cut by memory it fits: parallel.stage_blocks = [1, 3]" in proc.stderr,
+        f"check names the cut by memory\n{proc.stdout[-600:]}{proc.stderr[-900:]}")
+proc = h.mpirun(args, 1, ["plan", deck, "--ranks", "2", "--node-mem-gb", str(node)])
+h.check(proc.returncode == 0 and re.search(r"^\S+\s+ddp\s+1\s+2m\s+1\s+none\s.*\syes\s", proc.stdout, re.M)
+        and "m: cut by memory" in proc.stdout, f"plan marks the ddp row cut by memory\n{proc.stdout[-2500:]}")
+proc = h.mpirun(args, 1, ["check", deck, "--ranks", "2", "--node-mem-gb", str(node), "--set",
+                          "parallel.stage_blocks=[1,3]"])
+h.check(proc.returncode == 0 and "2 stages (blocks 0, 1-3), 1f1b" in proc.stdout,
+        f"the deck with that cut passes check\n{proc.stdout[-1500:]}{proc.stderr[-600:]}")
 print("passed")

@@ -162,6 +162,22 @@ TEST(PipelineParts, BalancedByFlopsTheHeadCountsWithTheLastPart) {
   EXPECT_EQ(blocks_of(pipeline_parts(seven, 7), seven), (std::vector<std::int64_t>(7, 1)));
 }
 
+// The memory-balanced cut: the FLOPs balance as far as each part's cap allows.
+TEST(PipelineParts, CappedCutsKeepWithinEachPartsBlocksAndStayBalancedOtherwise) {
+  const ModelShape gpt2 = gpt2_shape(12, 768, 50257, 1024);
+  // Caps the FLOPs cut already keeps: that cut.
+  EXPECT_EQ(capped_balanced_blocks(gpt2, {12, 12, 12, 12}), (std::vector<std::int64_t>{4, 4, 3, 1}));
+  EXPECT_EQ(capped_balanced_blocks(gpt2, {4, 4, 3, 1}), (std::vector<std::int64_t>{4, 4, 3, 1}));
+  // The first stage holds 2 at most: its blocks go to the next two, the head's stage still the
+  // lightest (1 block + 4.5 blocks' worth of head against 5).
+  EXPECT_EQ(capped_balanced_blocks(gpt2, {2, 12, 12, 12}), (std::vector<std::int64_t>{2, 5, 4, 1}));
+  // The busiest stage's cost grows only as the caps force it: 5 + 5 + 1 + 1.
+  EXPECT_EQ(capped_balanced_blocks(gpt2, {5, 5, 1, 1}), (std::vector<std::int64_t>{5, 5, 1, 1}));
+  // Caps adding up to fewer than the blocks, or a cap of nothing: no cut.
+  EXPECT_TRUE(capped_balanced_blocks(gpt2, {3, 3, 3, 2}).empty());
+  EXPECT_TRUE(capped_balanced_blocks(gpt2, {12, 0, 12, 12}).empty());
+}
+
 TEST(PipelineParts, GivenBlocksAreTakenOrRefusedNamingTheKey) {
   const ModelShape gpt2 = gpt2_shape(12, 768, 50257, 1024);
   EXPECT_EQ(blocks_of(pipeline_parts(gpt2, 4, {3, 3, 3, 3}), gpt2), (std::vector<std::int64_t>{3, 3, 3, 3}));

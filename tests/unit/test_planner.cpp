@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -747,6 +748,84 @@ TEST(PlannerPipeline, InterleavedChunksHalveTheBubbleAndSendAMessagePerChunk) {
             4 * predicted_activation_bytes(two_chunks, m, 1, Recompute::none, 1, first[0]) +
                 2 * predicted_activation_bytes(two_chunks, m, 1, Recompute::none, 1, first[1]));
   EXPECT_GT(b.activation_bytes, a.activation_bytes);
+}
+
+// Where a pipeline cut by FLOPs overfills a stage (the first keeps the most micro-batches in
+// flight), the planner cuts by memory: each stage at most the blocks its ranks hold, the FLOPs as
+// even as that allows. GPT-2 XL over 4 stages of H100s with 16 GiB: ddp cut by FLOPs needs
+// more than 16 GiB on its fullest stage; cut by memory it fits, for a slower busiest stage. The
+// cut is what a deck giving it predicts; `check` of the deck cut by FLOPs names it; auto writes it.
+TEST(PlannerPipeline, WhereTheFlopsCutOverfillsAStageThePlannerCutsByMemory) {
+  const Machine m = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 16, 4, 12.5);
+  const Config staged = parse_deck(kXl, "xl.toml", {"parallel.pipeline=4"});
+  const StrategyPrediction by_flops = predict_strategy(staged, m, StrategyKind::ddp, 0);
+  EXPECT_FALSE(by_flops.fits);
+  EXPECT_TRUE(by_flops.stage_blocks.empty());
+  const StrategyPrediction by_memory =
+      predict_strategy(staged, m, StrategyKind::ddp, 0, std::nullopt, 1, PipelineCut::memory_where_needed);
+  ASSERT_TRUE(by_memory.fits);
+  ASSERT_EQ(by_memory.stage_blocks.size(), 4u);
+  EXPECT_EQ(std::accumulate(by_memory.stage_blocks.begin(), by_memory.stage_blocks.end(), std::int64_t{0}), 48);
+  const ModelShape shape = model_shape(staged.model);
+  EXPECT_LT(by_memory.stage_blocks.front(), pipeline_parts(shape, 4).front().blocks(shape))
+      << "the first stage gives blocks away";
+  EXPECT_LE(static_cast<double>(by_memory.total_bytes()), m.memory_per_rank);
+  EXPECT_GT(by_memory.step_s, by_flops.step_s) << "a busier stage paces the pipeline";
+  // The deck with that cut predicts the same (what the run would hold).
+  Config given = staged;
+  given.parallel.stage_blocks = by_memory.stage_blocks;
+  const StrategyPrediction same = predict_strategy(given, m, StrategyKind::ddp, 0);
+  EXPECT_EQ(same.total_bytes(), by_memory.total_bytes());
+  EXPECT_DOUBLE_EQ(same.step_s, by_memory.step_s);
+  EXPECT_TRUE(same.stage_blocks.empty()) << "the deck's own cut";
+  // Cut by memory with a block more on any stage and one fewer on another, some stage overfills
+  // or the busiest stage is no lighter.
+  for (std::size_t to = 0; to < 4; ++to)
+    for (std::size_t from = 0; from < 4; ++from) {
+      if (to == from || by_memory.stage_blocks[from] == 1) continue;
+      Config moved = given;
+      ++moved.parallel.stage_blocks[to];
+      --moved.parallel.stage_blocks[from];
+      const StrategyPrediction q = predict_strategy(moved, m, StrategyKind::ddp, 0);
+      EXPECT_TRUE(!q.fits || q.step_s >= by_memory.step_s * (1 - 1e-12)) << "a block from stage " << from << " to " << to;
+    }
+
+  // The deck cut by FLOPs: check refuses it and names the cut that fits.
+  Config deck = staged;
+  deck.parallel.strategy = StrategyKind::ddp;
+  std::string blocks;
+  for (const std::int64_t b : by_memory.stage_blocks) blocks += (blocks.empty() ? "" : ", ") + std::to_string(b);
+  try {
+    check_memory_fits(deck, m);
+    ADD_FAILURE() << "the FLOPs cut fits";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Cut by memory it fits: parallel.stage_blocks = [" + blocks + "]"),
+              std::string::npos)
+        << e.what();
+  }
+  deck.parallel.stage_blocks = by_memory.stage_blocks;
+  EXPECT_NO_THROW(check_memory_fits(deck, m));
+
+  // The planner's rows cut by memory where they must; its table marks them.
+  const PlanResult r = plan_strategies(staged, m);
+  const StrategyPrediction& c = chosen(r);
+  ASSERT_EQ(c.pipeline, 4) << r.reason;
+  ASSERT_FALSE(c.stage_blocks.empty()) << r.reason;
+  EXPECT_NE(r.reason.find("cut by memory"), std::string::npos) << r.reason;
+  EXPECT_NE(format_plan(r, m).find(" 4m "), std::string::npos) << format_plan(r, m);
+
+  // auto (on CPU ranks, where pipelines are taken) writes the planner's cut into the deck.
+  Machine cpus = m;
+  cpus.gpu = false;
+  Config automatic = parse_deck(kXl, "xl.toml", {"parallel.strategy=auto"});
+  const PlanResult on_cpus = plan_strategies(automatic, cpus);
+  const StrategyPrediction& cpu_choice = chosen(on_cpus);
+  resolve_auto_strategy(automatic, cpus);
+  EXPECT_EQ(automatic.parallel.pipeline, cpu_choice.pipeline) << on_cpus.reason;
+  ASSERT_FALSE(cpu_choice.stage_blocks.empty()) << on_cpus.reason;
+  EXPECT_EQ(automatic.parallel.stage_blocks, cpu_choice.stage_blocks) << on_cpus.reason;
+  EXPECT_NE(automatic.origin["parallel.stage_blocks"].find("cut by memory"), std::string::npos);
+  EXPECT_NO_THROW(check_memory_fits(automatic, cpus));
 }
 
 // The planner's own pipelines try Megatron's interleaved schedule too (two chunks a stage): half
