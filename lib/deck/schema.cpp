@@ -350,8 +350,9 @@ std::vector<KeySpec> build_schema() {
                "With parallel.pipeline > 1: the blocks of each model chunk along the pipeline, first to last "
                "(parallel.pipeline x parallel.virtual_stages numbers adding up to model.n_layer; with "
                "interleaving chunk c of stage s is the (c x pipeline + s)-th). []: balanced by training FLOPs, "
-               "the last chunk's LM head counted with its blocks. Where that cut overfills a stage, `check` names "
-               "a cut by memory that fits, and parallel.strategy = \"auto\" writes it here.",
+               "the last chunk's LM head counted with its blocks. Where that cut overfills a stage and one by memory "
+               "fits (one chunk a stage), `check` names it, and parallel.strategy = \"auto\" writes it here where "
+               "it chooses it.",
                store(&C::parallel, &ParallelConfig::stage_blocks)),
       boolean("parallel", "sequence_parallel", "false",
               "With parallel.tensor > 1: the rows between the split layers (the norms, the residual stream, the "

@@ -16,6 +16,7 @@
 
 #include "core/bf16.hpp"
 #include "exec/attention_probs.hpp"
+#include "exec/kernel_scratch.hpp"
 
 namespace st {
 
@@ -31,6 +32,10 @@ class LayerKernels {
  public:
   virtual ~LayerKernels() = default;
 
+  // Takes now the scratch memory these kernels will ask for at most for `workload` (a model's,
+  // exec/kernel_scratch.hpp), so that none is allocated inside a step. The host needs none.
+  virtual void reserve_scratch(const KernelWorkload& workload) { (void)workload; }
+
   virtual void encoder_forward(R* out, const int* tokens, const R* wte, const R* wpe, int B, int T, int C) = 0;
   virtual void encoder_backward(R* dwte, R* dwpe, const R* dout, const int* tokens, int B, int T, int C) = 0;
   virtual void layernorm_forward(R* out, R* mean, R* rstd, const R* in, const R* weight, const R* bias, int N,
@@ -39,8 +44,9 @@ class LayerKernels {
                                   const R* mean, const R* rstd, int N, int C) = 0;
   // A residual add and the LayerNorm after it (the MLP's input in a block): res = a + b, then
   // layernorm_forward of res. These compose add and layernorm_forward; a device fuses them (res
-  // is written once and never read back). The backward needs no counterpart: layernorm_backward
-  // adds din into the residual's gradient.
+  // is written once, and the norm reads each warp's own writes rather than memory another kernel
+  // wrote). The backward needs no counterpart: layernorm_backward adds din into the residual's
+  // gradient.
   virtual void residual_layernorm_forward(R* res, R* out, R* mean, R* rstd, const R* a, const R* b, const R* weight,
                                           const R* bias, int N, int C) {
     add(res, a, b, std::size_t{1} * N * C);

@@ -44,6 +44,24 @@ ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompu
                                                 sequence_parallel, flash, bf16_logits);
 }
 
+KernelWorkload kernel_workload(const ModelShape& shape, int max_batch, int tensor, bool sequence_parallel,
+                               const ModelPart& part) {
+  const ArchSpec& arch = arch_spec(shape.arch);
+  std::vector<LinearProduct> products = arch.linear_products(shape, tensor);
+  KernelWorkload w;
+  const bool blocks = part.blocks(shape) > 0, heads = part.heads(shape);
+  for (const LinearProduct& p : products)
+    if (p.lm_head ? heads : blocks) w.products.push_back(p);
+  w.rows = static_cast<std::int64_t>(max_batch) * shape.seq_len;
+  // Every part has a norm: its blocks' and, on the part that ends the model, the final one.
+  w.norm_rows = static_cast<std::int64_t>(split_rows(static_cast<std::size_t>(w.rows), tensor, sequence_parallel));
+  w.norm_width = shape.d_model;
+  w.norm_vectors = arch.norm_parameter_vectors;
+  w.embeds = part.embeds();
+  w.heads = heads;
+  return w;
+}
+
 double recompute_flops_per_token(const ModelShape& shape, std::int64_t seq, Recompute recompute, bool flash) {
   const double L = static_cast<double>(shape.n_layer), C = static_cast<double>(shape.d_model);
   const double T = static_cast<double>(seq);

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/choices.hpp"
+#include "exec/kernel_scratch.hpp"
 #include "model/layout.hpp"
 
 namespace st {
@@ -51,6 +52,12 @@ struct ActivationSizes {
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
                                  bool device, int tensor = 1, bool sequence_parallel = false, bool flash = false,
                                  bool bf16_logits = false);
+// What a rank holding `part` of the model (of a `tensor`-way split, its rows split under sequence
+// parallelism) asks of its kernels at most, for micro-batches of up to max_batch sequences: the
+// GPU kernels' scratch is sized from it (exec/kernel_scratch.hpp), by the model before its first
+// step and by the planner.
+KernelWorkload kernel_workload(const ModelShape& shape, int max_batch, int tensor, bool sequence_parallel,
+                               const ModelPart& part);
 // What attention needs of a block's activations: kept by the block until its backward (the
 // probabilities, B x heads x T x T; or with flash attention each row's log-sum-exp, B x heads x
 // T, whatever the recomputation, since its backward recomputes the probabilities anyway), in the

@@ -14,7 +14,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "exec/kernel_scratch.hpp"
 #include "model/activations.hpp"
 #include "model/layout.hpp"
 
@@ -69,6 +71,11 @@ struct ArchSpec {
   // A block's forward matmul FLOPs per token, less the attention's output projection's: what full
   // recomputation does again besides attention.
   double (*recomputed_matmul_flops)(const ModelShape& shape);
+  // The linear products of a block on a rank of a `tensor`-way split, then the LM head's (last):
+  // what the GPU kernels' scratch is sized from (model/activations.hpp kernel_workload).
+  std::vector<LinearProduct> (*linear_products)(const ModelShape& shape, int tensor);
+  // Parameter vectors of one norm: LayerNorm's weight and bias, RMSNorm's weight.
+  int norm_parameter_vectors;
 
   // The model.
   ModelFactory<float> make_float;

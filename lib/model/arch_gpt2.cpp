@@ -38,6 +38,16 @@ ParamLayout gpt2_layout(const ModelShape& s, TensorSplit t) {
   return layout;
 }
 
+std::vector<LinearProduct> gpt2_linear_products(const ModelShape& s, int tensor) {
+  const TensorSplit t{tensor, 0};
+  const std::int64_t C = s.d_model;
+  return {{C, rank_shares({C, C, C}, t), true, false},    // attn.qkv
+          {rank_share(C, t), C, true, false},             // attn.proj
+          {C, rank_share(4 * C, t), true, false},         // mlp.fc
+          {rank_share(4 * C, t), C, true, false},         // mlp.proj
+          {C, rank_share(s.padded_vocab, t), false, true}};  // the LM head (wte)
+}
+
 // `device` does not count: GPT-2's attention has no grouped-query gradients to fold.
 ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
                                       int heads_at_once, bool /*device*/, int tensor, bool sequence_parallel,
@@ -103,7 +113,8 @@ const ArchSpec& gpt2_arch() {
       .llama_keys = false, .checkpoint_names_arch = false, .rotary_positions = false, .mlp_up_projections = 1,
       .summary_prefix = "", .summary_keys = [](const ModelShape&) { return std::string(); },
       .layout = gpt2_layout, .activation_sizes = gpt2_activation_sizes, .matmul_params = gpt2_matmul_params,
-      .recomputed_matmul_flops = gpt2_recomputed_matmul_flops,
+      .recomputed_matmul_flops = gpt2_recomputed_matmul_flops, .linear_products = gpt2_linear_products,
+      .norm_parameter_vectors = 2,
       .make_float = make_family_model<Gpt2, float>, .make_double = make_family_model<Gpt2, double>};
   return row;
 }

@@ -67,6 +67,16 @@ ParamLayout llama_layout(const ModelShape& s, TensorSplit t) {
   return layout;
 }
 
+std::vector<LinearProduct> llama_linear_products(const ModelShape& s, int tensor) {
+  const TensorSplit t{tensor, 0};
+  const std::int64_t C = s.d_model, F = s.hidden(), KV = s.kv_heads() * s.head_dim();
+  return {{C, rank_shares({C, KV, KV}, t), false, false},      // attn.qkv
+          {rank_share(C, t), C, false, false},                 // attn.proj
+          {C, rank_shares({F, F}, t), false, false},           // mlp.gate_up
+          {rank_share(F, t), C, false, false},                 // mlp.down
+          {C, rank_share(s.padded_vocab, t), false, true}};    // the LM head (wte or lm_head)
+}
+
 ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute,
                                        int heads_at_once, bool device, int tensor, bool sequence_parallel, bool flash,
                                        bool bf16_logits) {
@@ -134,7 +144,8 @@ const ArchSpec& llama_arch() {
       .llama_keys = true, .checkpoint_names_arch = true, .rotary_positions = true, .mlp_up_projections = 2,
       .summary_prefix = "llama, ", .summary_keys = llama_summary_keys,
       .layout = llama_layout, .activation_sizes = llama_activation_sizes, .matmul_params = llama_matmul_params,
-      .recomputed_matmul_flops = llama_recomputed_matmul_flops,
+      .recomputed_matmul_flops = llama_recomputed_matmul_flops, .linear_products = llama_linear_products,
+      .norm_parameter_vectors = 1,
       .make_float = make_family_model<Llama, float>, .make_double = make_family_model<Llama, double>};
   return row;
 }

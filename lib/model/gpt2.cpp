@@ -121,6 +121,7 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
   decode_rows_ = static_cast<int>(R);  // whole rows go where the split ones are kept
   this->allocate_batch(N);
+  this->reserve_kernel_scratch(k_, max_batch);
 }
 
 template <class Real>

@@ -136,6 +136,7 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
   decode_rows_ = static_cast<int>(R);  // whole rows go where the split ones are kept
   this->allocate_batch(N);
+  this->reserve_kernel_scratch(k_, max_batch);
 }
 
 template <class Real>

@@ -123,6 +123,12 @@ void Model<Real>::allocate_batch(std::size_t rows) {
 }
 
 template <class Real>
+void Model<Real>::reserve_kernel_scratch(LayerKernels<Real>& kernels, int max_batch) const {
+  kernels.reserve_scratch(
+      kernel_workload(shape_, max_batch, tensor_.split.degree, tensor_.active() && tensor_.sequence_parallel, part_));
+}
+
+template <class Real>
 void Model<Real>::take_batch(const int* tokens, const int* targets, int N) {
   if (part_.embeds()) {
     tokens_.assign(tokens, tokens + N);

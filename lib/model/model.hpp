@@ -190,6 +190,9 @@ class Model {
   // (tokens_at_ and targets_at_, `rows` of each, allocated by allocate_batch; the targets where
   // the part ends the model).
   void allocate_batch(std::size_t rows);
+  // Takes the kernels' scratch for micro-batches of up to max_batch sequences now
+  // (LayerKernels::reserve_scratch, sized by kernel_workload): nothing is allocated inside a step.
+  void reserve_kernel_scratch(LayerKernels<Real>& kernels, int max_batch) const;
   void take_batch(const int* tokens, const int* targets, int N);
   // The start of a training or evaluation pass of N rows, alike for every family: the rows
   // split as the tensor group says (checked), the batch taken, and the embeddings' segment

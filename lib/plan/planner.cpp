@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "data/batches.hpp"
+#include "exec/kernel_scratch.hpp"
 #include "model/deck_shape.hpp"
 #include "model/model.hpp"
 #include "parallel/deck_plan.hpp"
@@ -127,8 +128,8 @@ std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
       << split_words(c, ", with ") << ": each stage holds "
       << (c.virtual_stages > 1 ? std::to_string(c.virtual_stages) + " chunks of consecutive blocks" : "consecutive blocks")
       << (c.stage_blocks.empty() ? ""
-                                 : " cut by memory, " + blocks_list(c.stage_blocks) +
-                                       " (cut by FLOPs a stage would not fit: the fuller stages give blocks to the others)")
+                                 : " cut by memory (cut by FLOPs a stage would not fit: the fuller stages give blocks "
+                                   "to the others)")
       << ", and between stages only each "
       << "micro-batch's activations and their gradients pass, " << b(c.pipeline_bytes) << " per step from the busiest rank over the "
       << c.pipeline_level << " (" << ms(c.pipeline_exposed_s) << " ms of it not hidden behind compute); the bubble, "
@@ -230,6 +231,32 @@ std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) { re
 
 namespace {
 
+// What the GPU kernels of a rank holding `parts` of the model (none: all of it) hold beside the
+// accounted buffers (exec/kernel_scratch.hpp), cub's sort estimated; nothing on CPU ranks.
+std::uint64_t kernel_scratch_bytes(const Config& config, const Machine& m, std::int64_t micro_batch, int tensor,
+                                   const std::vector<ModelPart>& parts) {
+  if (!m.gpu) return 0;
+  const ModelShape shape = model_shape(config.model);
+  const bool sequence_parallel = tensor > 1 && config.parallel.sequence_parallel;
+  // A stage's chunks share its kernels: each block of scratch as large as any of them asks.
+  KernelWorkload all;
+  for (const ModelPart& part : parts.empty() ? std::vector<ModelPart>{ModelPart{}} : parts) {
+    const KernelWorkload w = kernel_workload(shape, static_cast<int>(micro_batch), tensor, sequence_parallel, part);
+    all.products.insert(all.products.end(), w.products.begin(), w.products.end());
+    all.rows = w.rows;
+    all.norm_rows = w.norm_rows;
+    all.norm_width = w.norm_width;
+    all.norm_vectors = w.norm_vectors;
+    all.embeds = all.embeds || w.embeds;
+    all.heads = all.heads || w.heads;
+  }
+  KernelScratchChoices choices;
+  choices.bf16_matmuls = config.parallel.precision == Precision::bf16;
+  choices.fused_classifier = plans_bf16_logits(config, m);
+  choices.sort_temp_bytes = estimated_sort_temp_bytes(all.rows);
+  return kernel_scratch(all, choices).total();
+}
+
 // Stage s of `stages` (one chunk each) holding `blocks` consecutive blocks: the first from the
 // model's start (the embeddings), the last to its end (the head), a middle one in between (it
 // holds neither; as the blocks are alike, where does not matter).
@@ -243,16 +270,15 @@ ModelPart stage_part(const ModelShape& shape, int stages, int s, std::int64_t bl
 // blocks)`: what a rank of stage s holds with that many, growing with them), then
 // capped_balanced_blocks. Empty where some stage holds not even one block, or the stages cannot
 // hold the model between them. A stage's bytes grow by about as much with each block (its state
-// and activations): the line through 1 and 2 blocks guesses its most, which is then stepped to
-// the exact count; where the guesses fall short of the model by more than a block a stage, no
-// stepping.
+// and activations; a sharded strategy's pools grow faster over the first few): the line through
+// 1 and 2 blocks guesses its most, and a search that gallops from the guess, then halves, finds
+// the exact count in a few plans.
 template <class Bytes>
 std::vector<std::int64_t> memory_balanced_blocks(const ModelShape& shape, int stages, double capacity,
                                                  const Bytes& bytes) {
   const std::int64_t most_any = shape.n_layer - (stages - 1);  // every other stage keeps a block
   const auto fits = [&](int s, std::int64_t blocks) { return bytes(s, blocks) <= capacity; };
   std::vector<std::int64_t> most(static_cast<std::size_t>(stages));
-  std::int64_t guessed = 0;
   for (int s = 0; s < stages; ++s) {
     const double one = bytes(s, 1);
     if (one > capacity) return {};
@@ -263,14 +289,33 @@ std::vector<std::int64_t> memory_balanced_blocks(const ModelShape& shape, int st
                              : std::clamp<std::int64_t>(1 + static_cast<std::int64_t>((capacity - one) / per_block), 1,
                                                         most_any);
     }
-    most[static_cast<std::size_t>(s)] = guess;
-    guessed += guess;
-  }
-  if (guessed + stages < shape.n_layer) return {};
-  for (int s = 0; s < stages; ++s) {
-    std::int64_t& c = most[static_cast<std::size_t>(s)];
-    while (c > 1 && !fits(s, c)) --c;
-    while (c < most_any && fits(s, c + 1)) ++c;
+    // fits(lo) and, past the end, !fits(hi): gallop from the guess to bracket the last that fits.
+    std::int64_t lo = 1, hi = most_any + 1;
+    if (fits(s, guess)) {
+      lo = guess;
+      for (std::int64_t step = 1; lo + step < hi; step *= 2) {
+        if (!fits(s, lo + step)) {
+          hi = lo + step;
+          break;
+        }
+        lo += step;
+      }
+    } else {
+      hi = guess;
+      for (std::int64_t step = 1; hi - step > lo; step *= 2) {
+        if (fits(s, hi - step)) {
+          lo = hi - step;
+          break;
+        }
+        hi -= step;
+      }
+    }
+    while (hi - lo > 1) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (fits(s, mid)) lo = mid;
+      else hi = mid;
+    }
+    most[static_cast<std::size_t>(s)] = lo;
   }
   return capped_balanced_blocks(shape, most);
 }
@@ -314,7 +359,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   struct Stage {
     ParamLayout layout;
     std::optional<ParallelPlan> plan;
-    std::uint64_t kept = 0, total = 0;
+    std::uint64_t kept = 0, scratch = 0, total = 0;
   };
   const auto stage_holds = [&](int s, const std::vector<ModelPart>& parts) {
     Stage stage;
@@ -322,13 +367,15 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     stage.plan.emplace(choice_plan(config, choice, stage.layout, stage_world, std::min(m.ranks_per_node, stage_world), mb,
                                    batches.micro_batch, parts));
     stage.kept = stage_kept_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s, parts);
-    stage.total = stage.plan->model_state().total() + workspace_estimate(*stage.plan) + stage.kept;
+    stage.scratch = kernel_scratch_bytes(config, m, batches.micro_batch, tensor, parts);
+    stage.total = stage.plan->model_state().total() + workspace_estimate(*stage.plan) + stage.scratch + stage.kept;
     return stage;
   };
   // The pipeline's parts, cut once (by FLOPs, or as parallel.stage_blocks says).
   std::vector<ModelPart> all_parts =
       stages > 1 ? pipeline_parts(shape, pipeline.chunks(), pipeline.blocks) : std::vector<ModelPart>{};
   std::vector<std::int64_t> memory_cut;
+  std::uint64_t scratch = 0;  // the GPU kernels' (kernel_scratch_bytes)
   if (stages > 1) {
     // The stage that holds the most. Cut by FLOPs, one of the first stage (the embeddings, the
     // most micro-batches in flight), the second (of the middle stages the one with the most
@@ -364,9 +411,11 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     held = std::move(most.plan);
     layout = std::move(most.layout);
     activations = most.kept;
+    scratch = most.scratch;
   } else {
     layout = make_layout(shape, TensorSplit{tensor, 0});
     held.emplace(choice_plan(config, choice, layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
+    scratch = kernel_scratch_bytes(config, m, batches.micro_batch, tensor, {});
   }
   const ParallelPlan& whole = *held;
   const bool hsdp = whole.grouped();
@@ -382,7 +431,8 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   p.reduces_each_micro_batch = whole.reduces_each_micro_batch();
   p.state_bytes = whole.model_state().total();
   p.activation_bytes = activations;
-  p.workspace_bytes = workspace_estimate(whole);
+  p.workspace_bytes = workspace_estimate(whole) + scratch;
+  p.kernel_scratch_bytes = scratch;
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
 
   // A data-parallel rank's tokens, their FLOPs split over its tensor group.
@@ -552,10 +602,11 @@ int choose_row(const std::vector<StrategyPrediction>& rows, int max_pipeline) {
     }
   }
   if (chosen < 0) return -1;
-  // The fastest, or within the margin of it fewer stages, a smaller tensor degree, a less sharded strategy.
+  // The fastest, or within the margin of it less recomputation (a pipeline cut by memory beside
+  // a recomputing row), fewer stages, a smaller tensor degree, a less sharded strategy.
   const auto rank = [&](int i) {
     const StrategyPrediction& row = rows[static_cast<std::size_t>(i)];
-    return std::make_tuple(row.pipeline, row.tensor, order_of(row.strategy), row.step_s);
+    return std::make_tuple(row.recompute, row.pipeline, row.tensor, order_of(row.strategy), row.step_s);
   };
   for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
     const StrategyPrediction& row = rows[static_cast<std::size_t>(i)];
@@ -714,10 +765,9 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
     r.reason = "no strategy can split the global batch: " + join(unsplit, "; ");
     return r;
   }
-  // Nothing fits as the deck asks: recomputation is the next lever (selective first, the cheaper).
   // Nothing fits as the deck asks (a pipeline cut as the deck cuts it): recomputation is the next
   // lever (selective first, the cheaper), planned beside the pipelines cut by memory that fit;
-  // the faster wins.
+  // choose_row takes the faster, or within its margin the one that recomputes less.
   std::optional<Recompute> lever;
   const auto fits_as_cut = [](const StrategyPrediction& p) { return p.fits && p.stage_blocks.empty(); };
   if (std::none_of(r.rows.begin(), r.rows.end(), fits_as_cut))
@@ -751,23 +801,26 @@ PlanResult plan_strategies(const Config& config, const Machine& m) {
   if (lever && r.rows[chosen].recompute == *lever) {
     const StrategyPrediction& c = r.rows[chosen];
     r.recompute = *lever;
-    std::ostringstream why;
-    why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "")
-        << split_words(c, " and ") << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
-        << recompute_name(asked) << "\" (the smallest needs " << b(smallest_without(r.rows, asked)) << " per rank, over the "
-        << limit << "); recomputing " << (*lever == Recompute::selective ? "the attention probabilities and GELU outputs"
-                                                                         : "each block's forward in backward")
-        << " brings activations to " << b(c.activation_bytes) << " and " << c.strategy << " to " << b(c.total_bytes())
-        << " per rank, for " << ms(c.recompute_s) << " ms more compute per step (+"
-        << std::round(100 * c.recompute_s / (c.step_s - c.recompute_s)) << "% step time). Predicted step " << ms(c.step_s)
-        << " ms";
     // A pipeline cut by memory that fits without recomputing, slower.
     const StrategyPrediction* cut = best_row(r.rows, [&](const StrategyPrediction& row) {
       return row.fits && row.recompute == asked && !row.stage_blocks.empty();
     });
+    const std::uint64_t smallest = smallest_without(r.rows, asked);
+    std::ostringstream why;
+    why << c.strategy << (c.strategy == StrategyKind::hsdp ? " with groups of " + std::to_string(c.group) : "")
+        << split_words(c, " and ") << " with model.recompute = \"" << recompute_name(*lever) << "\": nothing fits with model.recompute = \""
+        << recompute_name(asked) << "\"" << (cut ? " and pipelines cut by FLOPs" : "");
+    if (smallest > 0) why << " (the smallest needs " << b(smallest) << " per rank, over the " << limit << ")";
+    else why << " (over the " << limit << ")";
     if (cut)
-      why << "; without recomputing, " << cut->strategy << split_words(*cut, " with ") << " (a pipeline cut by memory) fits, "
-          << "predicted " << ms(cut->step_s) << " ms";
+      why << "; cut by memory, " << cut->strategy << split_words(*cut, " with ") << " fits without recomputing, predicted "
+          << ms(cut->step_s) << " ms, slower";
+    why << "; recomputing " << (*lever == Recompute::selective ? "the attention probabilities and GELU outputs"
+                                                               : "each block's forward in backward")
+        << " brings activations to " << b(c.activation_bytes) << " and " << c.strategy << " to " << b(c.total_bytes())
+        << " per rank, for " << ms(c.recompute_s) << " ms more compute per step (+"
+        << std::round(100 * c.recompute_s / (c.step_s - c.recompute_s)) << "% step time). Predicted step " << ms(c.step_s)
+        << " ms";
     why << tie_clause(r, chosen) << ". Set model.recompute = \"" << recompute_name(*lever) << "\" in the deck.";
     r.reason = why.str();
     return r;

@@ -36,6 +36,10 @@ struct StrategyPrediction {
   GradReduction grad_reduction = GradReduction::step;
   bool reduces_each_micro_batch = false;
   std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
+  // Of workspace_bytes, on a GPU rank: what its kernels hold beside the accounted buffers
+  // (cuBLAS's and cuBLASLt's workspaces, bf16 operand copies, gradient chunk sums, the token
+  // sort; exec/kernel_scratch.hpp). 0 on CPU ranks.
+  std::uint64_t kernel_scratch_bytes = 0;
   std::uint64_t total_bytes() const { return state_bytes + activation_bytes + workspace_bytes; }
   bool fits = true;
   double compute_s = 0, comm_s = 0, exposed_s = 0, optimizer_s = 0, step_s = 0;

@@ -57,6 +57,7 @@ class HostExecution final : public Execution {
   std::uint64_t device_used_bytes() const override { return 0; }
   std::uint64_t device_total_bytes() const override { return 0; }
   std::uint64_t device_scratch_peak_bytes() const override { return 0; }
+  std::uint64_t device_scratch_grown() const override { return 0; }
 
  private:
   [[noreturn]] static void no_device() {
@@ -104,6 +105,7 @@ class CudaExecution final : public Execution {
     return static_cast<std::uint64_t>(total);
   }
   std::uint64_t device_scratch_peak_bytes() const override { return DeviceScratch::peak_bytes(); }
+  std::uint64_t device_scratch_grown() const override { return DeviceScratch::grown_after_reserve(); }
 
  private:
   StreamOrder order() const {

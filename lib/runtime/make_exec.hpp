@@ -54,6 +54,9 @@ class Execution {
   // The kernels' scratch on the device (operands rounded to bf16, partial sums, cuBLASLt's
   // workspace): at most since the start; 0 on the host.
   virtual std::uint64_t device_scratch_peak_bytes() const = 0;
+  // How many times a kernel's scratch grew past what its model reserved before the first step
+  // (exec/kernel_scratch.hpp): 0 where the sizing covers every kernel; 0 on the host.
+  virtual std::uint64_t device_scratch_grown() const = 0;
 
  private:
   std::unique_ptr<Exec> exec_;

@@ -31,7 +31,10 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
                                      {"checkpoint_copy", checkpoint_copy},
                                      {"total", total},
                                      {"largest_rank_total", largest}};
-    if (net.execution().choice().cuda) fields["device_scratch_peak"] = net.execution().device_scratch_peak_bytes();
+    if (net.execution().choice().cuda) {
+      fields["device_scratch_peak"] = net.execution().device_scratch_peak_bytes();
+      fields["device_scratch_grown"] = net.execution().device_scratch_grown();
+    }
     if (peak_restarted_) {
       fields["resident_before"] = resident_before_;
       fields["resident_peak"] = peak_resident_bytes();

@@ -247,6 +247,7 @@ TEST_F(CudaKernels, ResidualNormsAndOnePassBackwardsOverSeveralChunks) {
                       width);
   EXPECT_TRUE(bits_equal(to_host(e, res_g), to_host(e, res2_g)));
   EXPECT_TRUE(bits_equal(to_host(e, ln_g), to_host(e, ln2_g)));
+  EXPECT_TRUE(bits_equal(to_host(e, mean_g), to_host(e, mean2_g)));
   EXPECT_TRUE(bits_equal(to_host(e, rstd_g), to_host(e, rstd2_g)));
 
   std::vector<double> din_ref = widen(din0), dw_ref = widen(dw0), db_ref = widen(db0);

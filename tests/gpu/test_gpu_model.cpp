@@ -16,6 +16,8 @@
 #include "core/random.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
+#include "exec/cuda/device_scratch.hpp"
+#include "exec/kernel_scratch.hpp"
 #include "model/activations.hpp"
 #include "model/model.hpp"
 #include "runtime/device_choice.hpp"
@@ -83,8 +85,21 @@ void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, boo
   settings.bf16_matmuls = bf16_matmuls;
   settings.flash_attention = flash;
   settings.gelu_fusion = gelu_fusion;
+  const std::size_t held_before = DeviceScratch::held_bytes(), grown_before = DeviceScratch::grown_after_reserve();
   CudaExec exec(settings);
   const auto device = make_model<float>(shape, B, exec);
+  // The model reserved its kernels' scratch as kernel_scratch sizes it (cub's sort figure aside,
+  // which only the device knows), and the blocks hold that much.
+  const auto& kernels = dynamic_cast<const CudaLayerKernels&>(exec.layer_kernels());
+  const KernelScratch reserved = kernels.reserved_scratch();
+  KernelScratchChoices choices;
+  choices.bf16_matmuls = bf16_matmuls;
+  choices.fused_classifier = device->bf16_logits();
+  choices.sort_temp_bytes = reserved.sort_temp;
+  const KernelScratch sized = kernel_scratch(kernel_workload(shape, B, 1, false, ModelPart{}), choices);
+  EXPECT_EQ(reserved.reserved(), sized.reserved()) << name_of(shape);
+  EXPECT_GT(reserved.sort_temp, 0u) << name_of(shape);
+  EXPECT_EQ(DeviceScratch::held_bytes() - held_before, reserved.reserved()) << name_of(shape);
   // The device carves what its attention keeps (with flash attention a log-sum-exp per row) and
   // its logits: bf16 ones, with the fused classifier, in bf16.
   const bool uses_flash = exec.layer_kernels().attention_uses_flash(static_cast<int>(shape.head_dim()));
@@ -118,9 +133,11 @@ void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, boo
     EXPECT_LE(worst / scale, bound) << name_of(shape) << ": " << t->name << ": largest gradient difference " << worst
                                     << " against " << scale;
   }
+  // Two forward and backward passes asked for no more scratch than was reserved.
+  EXPECT_EQ(DeviceScratch::grown_after_reserve(), grown_before) << name_of(shape) << ": scratch grew inside a step";
+  EXPECT_EQ(DeviceScratch::held_bytes() - held_before, reserved.reserved()) << name_of(shape);
   // The path asked for is the path taken: the GELU in cuBLASLt's epilogues (both passes, each
   // block), or never.
-  const auto& kernels = dynamic_cast<const CudaLayerKernels&>(exec.layer_kernels());
   const std::size_t blocks = gelu_fusion && shape.arch == Arch::gpt2 ? shape.n_layer : 0;
   EXPECT_GE(kernels.epilogue_runs(LtEpilogue::gelu_aux_bias), 2 * blocks) << name_of(shape);
   EXPECT_GE(kernels.epilogue_runs(LtEpilogue::dgelu), 2 * blocks) << name_of(shape);

@@ -168,8 +168,9 @@ TEST(PipelineParts, CappedCutsKeepWithinEachPartsBlocksAndStayBalancedOtherwise)
   // Caps the FLOPs cut already keeps: that cut.
   EXPECT_EQ(capped_balanced_blocks(gpt2, {12, 12, 12, 12}), (std::vector<std::int64_t>{4, 4, 3, 1}));
   EXPECT_EQ(capped_balanced_blocks(gpt2, {4, 4, 3, 1}), (std::vector<std::int64_t>{4, 4, 3, 1}));
-  // The first stage holds 2 at most: its blocks go to the next two, the head's stage still the
-  // lightest (1 block + 4.5 blocks' worth of head against 5).
+  // The first stage holds 2 at most: its blocks go to the next two. The head's stage (1 block +
+  // 4.5 blocks' worth of head) stays the busiest, at 5.5 against 5, which no cut within the caps
+  // avoids.
   EXPECT_EQ(capped_balanced_blocks(gpt2, {2, 12, 12, 12}), (std::vector<std::int64_t>{2, 5, 4, 1}));
   // The busiest stage's cost grows only as the caps force it: 5 + 5 + 1 + 1.
   EXPECT_EQ(capped_balanced_blocks(gpt2, {5, 5, 1, 1}), (std::vector<std::int64_t>{5, 5, 1, 1}));

@@ -20,6 +20,7 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/shard_layout.hpp"
+#include "parallel/sharded.hpp"
 #include "plan/fit.hpp"
 #include "plan/planner.hpp"
 
@@ -748,6 +749,29 @@ TEST(PlannerPipeline, InterleavedChunksHalveTheBubbleAndSendAMessagePerChunk) {
             4 * predicted_activation_bytes(two_chunks, m, 1, Recompute::none, 1, first[0]) +
                 2 * predicted_activation_bytes(two_chunks, m, 1, Recompute::none, 1, first[1]));
   EXPECT_GT(b.activation_bytes, a.activation_bytes);
+}
+
+// A GPU rank's prediction counts its kernels' scratch (exec/kernel_scratch.hpp) in the
+// workspace, on top of the strategy's pools: GPT-2 XL in bf16 at 1 sequence of 1024 holds
+// cuBLAS's and cuBLASLt's workspaces, the LM head's weight in bf16 (50304 x 1600) and a piece of
+// its dlogits in bf16 (all 1024 rows of them). A CPU rank's kernels hold none.
+TEST(Planner, AGpuRanksWorkspaceCountsItsKernelsScratch) {
+  const Machine gpus = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
+  const Config bf16 = parse_deck(kXl, "xl.toml", {"parallel.precision=\"bf16\"", "parallel.classifier=\"unfused\"",
+                                                         "parallel.strategy=\"zero1\""});
+  const StrategyPrediction p = predict_strategy(bf16, gpus, StrategyKind::zero1, 0);
+  const std::uint64_t V = 50304, C = 1600, N = 1024;
+  const std::uint64_t at_least = 2 * (std::uint64_t{32} << 20) + V * C * 2 + N * V * 2;
+  EXPECT_GE(p.kernel_scratch_bytes, at_least);
+  EXPECT_LT(p.kernel_scratch_bytes, at_least + (std::uint64_t{64} << 20)) << "the rest is smaller pieces";
+  const ParallelPlan plan = deck_plan(bf16, make_layout(model_shape(bf16.model), TensorSplit{1, 0}), gpus.world(),
+                                      gpus.ranks_per_node, 64 / gpus.world(), 1);  // 8 micro-batches of 1 a rank
+  EXPECT_EQ(p.workspace_bytes, workspace_estimate(plan) + p.kernel_scratch_bytes);
+  Machine cpus = gpus;
+  cpus.gpu = false;
+  const StrategyPrediction host = predict_strategy(bf16, cpus, StrategyKind::zero1, 0);
+  EXPECT_EQ(host.kernel_scratch_bytes, 0u);
+  EXPECT_EQ(host.workspace_bytes, workspace_estimate(plan));
 }
 
 // Where a pipeline cut by FLOPs overfills a stage (the first keeps the most micro-batches in

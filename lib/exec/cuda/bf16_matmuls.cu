@@ -29,14 +29,20 @@ void gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_
 }  // namespace
 
 int Bf16Matmuls::rows_per_piece(int cols, int rows) const {
-  const std::size_t fit = piece_elements_ / static_cast<std::size_t>(std::max(cols, 1));
-  return static_cast<int>(std::clamp<std::size_t>(fit, 1, static_cast<std::size_t>(std::max(rows, 1))));
+  return matmul_rows_per_piece(piece_elements_, cols, rows);
 }
 
 const std::uint16_t* Bf16Matmuls::to_bf16(DeviceScratch& scratch, const float* from, std::size_t n) {
   auto* out = scratch.get<std::uint16_t>(n, stream_);
   round_to_bf16(out, from, n, stream_);
   return out;
+}
+
+void Bf16Matmuls::reserve(const KernelScratch& scratch) {
+  weight_.reserve(scratch.matmul_weight, stream_);
+  piece_a_.reserve(scratch.matmul_rows_in, stream_);
+  piece_b_.reserve(scratch.matmul_rows_out, stream_);
+  lt_.reserve_workspace(scratch.lt_workspace);
 }
 
 void Bf16Matmuls::forward(float* out, const float* in, const float* weight, const float* bias, int N, int C, int OC) {
@@ -84,11 +90,7 @@ bool Bf16Matmuls::forward_gelu(float* out, float* pre, const float* in, const fl
 }
 
 int Bf16Matmuls::backward_rows_per_piece(int C, int OC, int N, bool chunked) const {
-  // A piece holds rows of dout and of in; with column sums, whole chunks of rows, so that each
-  // chunk's sum is one thread's, in row order, whatever the pieces.
-  int rows = rows_per_piece(std::max(C, OC), N);
-  if (chunked && rows < N) rows = std::max(kRowsPerChunk, rows / kRowsPerChunk * kRowsPerChunk);
-  return rows;
+  return matmul_backward_rows_per_piece(piece_elements_, C, OC, N, chunked);
 }
 
 const std::uint16_t* Bf16Matmuls::backward_piece(float* dweight, float* bias_partials, const float* dout,

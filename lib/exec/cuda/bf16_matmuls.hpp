@@ -17,15 +17,15 @@
 #include <cstdint>
 
 #include "exec/cuda/device_scratch.hpp"
+#include "exec/kernel_scratch.hpp"
 #include "exec/cuda/lt_matmul.hpp"
 
 namespace st {
 
 class Bf16Matmuls {
  public:
-  // 64 Mi elements (128 MiB of bf16) per piece: the language-model head's gradient (a few
-  // thousand rows of 50304) still makes products wide enough to fill an H200.
-  static constexpr std::size_t kPieceElements = std::size_t{1} << 26;
+  // Elements per piece (exec/kernel_scratch.hpp, which sizes the scratch from it).
+  static constexpr std::size_t kPieceElements = kMatmulPieceElements;
 
   Bf16Matmuls(cudaStream_t stream, cublasHandle_t cublas, std::size_t piece_elements = kPieceElements)
       : stream_(stream), cublas_(cublas), piece_elements_(piece_elements), lt_(stream) {}
@@ -68,6 +68,9 @@ class Bf16Matmuls {
 
   // Products run so far through cuBLASLt with epilogue `e` (tests ask whether a path was taken).
   std::size_t epilogue_runs(LtEpilogue e) const { return lt_.runs(e); }
+
+  // Holds the scratch kernel_scratch sizes (exec/kernel_scratch.hpp) from now on.
+  void reserve(const KernelScratch& scratch);
 
  private:
   // Rows of `cols` elements per piece: at least one.

@@ -19,7 +19,6 @@ namespace st {
 namespace {
 
 std::atomic<bool> every_launch_synced{false};
-constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS advises for Hopper
 // upload()'s staging: slots of 1 MiB (a micro-batch of 64 x 2048 token ids is 512 KiB), eight of
 // them, so that a slot comes round again long after its copy has finished.
 constexpr std::size_t kStagingSlotBytes = std::size_t{1} << 20;

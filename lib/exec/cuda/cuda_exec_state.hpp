@@ -8,6 +8,7 @@
 
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
+#include "exec/kernel_scratch.hpp"  // kSumSquaresBlocks
 
 namespace st {
 
@@ -30,7 +31,5 @@ struct CudaExec::State {
   std::unique_ptr<CudaLayerKernels> kernels;
 };
 
-// add_sum_squares' first pass runs at most this many blocks (its scratch holds as many doubles + 1).
-inline constexpr unsigned kSumSquaresBlocks = 1024;
 
 }  // namespace st

@@ -115,11 +115,14 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
 // block on the chunk: din += s (dout w - a - xhat b) and the chunk's partial sums of dout xhat
 // (partial_w) and dout (partial_b) per column, for add_partials. First each warp takes rows of the
 // chunk for their two dot products (a and b, kept in shared memory); then each thread takes
-// columns and walks the chunk's rows in order, so the second read of dout and in hits the cache
-// and the partial sums add in row order (the same order, hence the same bits, on every run).
-__global__ void layernorm_backward_kernel(float* din, float* partial_w, float* partial_b, const float* dout,
-                                          const float* in, const float* weight, const float* mean, const float* rstd,
-                                          int N, int C) {
+// columns and walks the chunk's rows in order, so the partial sums add in row order (the same
+// order, hence the same bits, on every run) and the second read of dout and in may come from the
+// cache. din never aliases dout or in (the models pass distinct buffers): restrict lets the loads
+// of the next row go ahead of this row's store.
+__global__ void layernorm_backward_kernel(float* __restrict__ din, float* __restrict__ partial_w,
+                                          float* __restrict__ partial_b, const float* __restrict__ dout,
+                                          const float* __restrict__ in, const float* __restrict__ weight,
+                                          const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C) {
   __shared__ float row_a[kRowsPerChunk], row_b[kRowsPerChunk];
   const int begin = blockIdx.x * kRowsPerChunk, rows = min(N - begin, kRowsPerChunk);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
@@ -330,6 +333,34 @@ void CudaLayerKernels::encoder_backward(float* dwte, float* dwpe, const float* d
   encoder_backward_wte_kernel<<<grid_for(std::size_t{1} * N * C), kBlock, 0, stream_>>>(dwte, dout, keys, values + N,
                                                                                         N, C);
   ST_CHECK_LAUNCH();
+}
+
+void CudaLayerKernels::reserve_scratch(const KernelWorkload& workload) {
+  use_device();
+  KernelScratchChoices choices;
+  choices.bf16_matmuls = bf16_;
+  choices.fused_classifier = fused_;
+  if (workload.embeds && workload.rows > 0) {
+    // cub's own figure for encoder_backward's sort (a size query: nothing is read or written).
+    std::size_t temp_bytes = 0;
+    const int* none_in = nullptr;
+    int* none_out = nullptr;
+    ST_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, none_in, none_out, none_in, none_out,
+                                                  static_cast<int>(workload.rows), 0, 32, stream_));
+    choices.sort_temp_bytes = temp_bytes;
+  }
+  KernelScratch s = kernel_scratch(workload, choices);
+  // A block only grows: with several models on these kernels, each the largest asked.
+  for (auto field : {&KernelScratch::matmul_weight, &KernelScratch::matmul_rows_in, &KernelScratch::matmul_rows_out,
+                     &KernelScratch::lt_workspace, &KernelScratch::partials, &KernelScratch::sort_keys,
+                     &KernelScratch::sort_values, &KernelScratch::sort_temp, &KernelScratch::row_losses})
+    s.*field = reserved_.*field = std::max(reserved_.*field, s.*field);
+  bf16_matmuls_.reserve(s);
+  partials_.reserve(s.partials, stream_);
+  sort_keys_.reserve(s.sort_keys, stream_);
+  sort_values_.reserve(s.sort_values, stream_);
+  sort_temp_.reserve(s.sort_temp, stream_);
+  row_losses_.reserve(s.row_losses, stream_);
 }
 
 void CudaLayerKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,

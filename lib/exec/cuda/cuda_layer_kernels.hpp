@@ -38,6 +38,12 @@ class CudaLayerKernels final : public LayerKernels<float> {
         gelu_fusion_(bf16_matmuls && gelu_fusion),
         bf16_matmuls_(stream, cublas) {}
 
+  // Every scratch block at kernel_scratch's size for the workload with this backend's choices
+  // (cub's own figure for the token sort); a block only grows, so a second model takes the larger.
+  void reserve_scratch(const KernelWorkload& workload) override;
+  // What reserve_scratch took, block by block (the largest asked where several models share these
+  // kernels), cub's sort figure included: tests compare it with kernel_scratch.
+  const KernelScratch& reserved_scratch() const { return reserved_; }
   void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                        int C) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) override;
@@ -132,6 +138,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
   bool gelu_fusion_;  // GPT-2's GELU in cuBLASLt's epilogues (Bf16Matmuls::forward_gelu, backward_dgelu)
   // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
   // (softmax_cross_entropy_forward's, classifier_cross_entropy's and logit_slices_combine's).
+  KernelScratch reserved_;
   DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;
   // The linear layers' products when bf16_: operands rounded to bf16 in scratch of their own.
   // (Attention's batched products hand cuBLAS fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF.)

@@ -49,8 +49,10 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, float* res, cons
 // RMSNorm backward in one pass over a chunk of kRowsPerChunk rows (blockIdx.x), as
 // layernorm_backward_kernel: din += s (dout w - xhat <dout w, xhat> / C) with xhat = x s, and the
 // chunk's partial sums of dout xhat per column, added in row order.
-__global__ void rmsnorm_backward_kernel(float* din, float* partials, const float* dout, const float* in,
-                                        const float* weight, const float* rstd, int N, int C) {
+__global__ void rmsnorm_backward_kernel(float* __restrict__ din, float* __restrict__ partials,
+                                        const float* __restrict__ dout, const float* __restrict__ in,
+                                        const float* __restrict__ weight, const float* __restrict__ rstd, int N,
+                                        int C) {
   __shared__ float row_b[kRowsPerChunk];
   const int begin = blockIdx.x * kRowsPerChunk, rows = min(N - begin, kRowsPerChunk);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "exec/kernel_scratch.hpp"
+
 namespace st::cuda_detail {
 
 inline constexpr int kWarp = 32;
@@ -58,9 +60,8 @@ __global__ void sum_in_one_block(double* into, const double* values, Index n, do
   if (threadIdx.x == 0) *into = add ? *into + sum / divisor : sum / divisor;
 }
 
-// Parameter gradients sum over rows in chunks of this many rows: a partial sum per chunk and
-// column, then the chunks in order. Fixed, so the order of addition depends only on the shape.
-inline constexpr int kRowsPerChunk = 32;
+// Parameter gradients sum over rows in chunks of kRowsPerChunk rows (exec/kernel_scratch.hpp).
+using ::st::kRowsPerChunk;
 
 // Lanes per column when the chunks' partial sums are added: lane y sums chunks y, y + lanes, ...
 // in order, then the lanes' sums are added in lane order. A fixed tree, with a block of 32

@@ -4,7 +4,8 @@
 // still read the old block when it grows, so growing waits for that stream before freeing it.
 // Not copyable; the destructor never throws. Every block is counted process-wide
 // (DeviceScratch::held_bytes, peak_bytes): device memory outside the accounted buffers, which
-// the memory line reports beside them.
+// the memory line reports beside them. A model reserves its kernels' blocks before its first
+// step (LayerKernels::reserve_scratch), so that nothing grows inside one.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -26,9 +27,11 @@ class DeviceScratch {
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
 
-  // At least `bytes` of device memory, valid until the next get() on this object.
+  // At least `bytes` of device memory, valid until the next get() on this object. Growing a block
+  // that was reserved is counted (grown_after_reserve): the reservation fell short.
   void* get(std::size_t bytes, cudaStream_t stream) {
     if (bytes > capacity_) {
+      if (reserved_) ++grown_after_reserve_;
       if (data_) {
         ST_CHECK_CUDA(cudaStreamSynchronize(stream));
         ST_CHECK_CUDA(cudaFree(data_));
@@ -49,17 +52,27 @@ class DeviceScratch {
   T* get(std::size_t count, cudaStream_t stream) {
     return static_cast<T*>(get(count * sizeof(T), stream));
   }
+  // Holds at least `bytes` from now on (before the first step: nothing then grows inside one).
+  void reserve(std::size_t bytes, cudaStream_t stream) {
+    if (bytes > 0) get(bytes, stream);
+    reserved_ = true;
+  }
+  std::size_t capacity() const { return capacity_; }
 
   // Bytes all of this process's scratch blocks hold now, and at most since it started.
   static std::size_t held_bytes() { return held_.load(); }
   static std::size_t peak_bytes() { return peak_.load(); }
   // The peak from now on starts at what is held (after a measurement's own blocks are freed).
   static void restart_peak() { peak_.store(held_.load()); }
+  // How many times a reserved block had to grow, in this process: 0 where the reservations
+  // (exec/kernel_scratch.hpp) cover what the kernels ask for.
+  static std::size_t grown_after_reserve() { return grown_after_reserve_.load(); }
 
  private:
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
-  static inline std::atomic<std::size_t> held_{0}, peak_{0};
+  bool reserved_ = false;
+  static inline std::atomic<std::size_t> held_{0}, peak_{0}, grown_after_reserve_{0};
 };
 
 }  // namespace st

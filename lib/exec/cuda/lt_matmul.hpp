@@ -19,6 +19,7 @@
 #include <memory>
 #include <tuple>
 
+#include "exec/kernel_scratch.hpp"
 #include "exec/cuda/device_scratch.hpp"
 
 namespace st {
@@ -58,9 +59,11 @@ class LtMatmul {
   void run(const LtProduct& p);
   // Products run so far with epilogue `e` (tests ask whether a path was taken).
   std::size_t runs(LtEpilogue e) const { return runs_[static_cast<std::size_t>(e)]; }
+  // Holds the workspace from now on where `bytes` is not 0 (a workload with an epilogue).
+  void reserve_workspace(std::size_t bytes) { workspace_.reserve(bytes, stream_); }
 
   // cuBLASLt's workspace: device memory outside the accounted buffers, as cuBLAS's own is.
-  static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+  static constexpr std::size_t kWorkspaceBytes = kLtWorkspaceBytes;  // exec/kernel_scratch.hpp
 
  private:
   struct Plan;
