@@ -351,7 +351,7 @@ std::vector<KeySpec> build_schema() {
                "(parallel.pipeline x parallel.virtual_stages numbers adding up to model.n_layer; with "
                "interleaving chunk c of stage s is the (c x pipeline + s)-th). []: balanced by training FLOPs, "
                "the last chunk's LM head counted with its blocks. Where that cut overfills a stage and one by memory "
-               "fits (one chunk a stage), `check` names it, and parallel.strategy = \"auto\" writes it here where "
+               "fits, `check` names it, and parallel.strategy = \"auto\" writes it here where "
                "it chooses it.",
                store(&C::parallel, &ParallelConfig::stage_blocks)),
       boolean("parallel", "sequence_parallel", "false",

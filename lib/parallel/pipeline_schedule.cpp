@@ -176,15 +176,16 @@ namespace {
 // smallest largest part's cost that any cut within the caps reaches, then among the cuts within
 // it the one with the least sum of squared costs. Both by dynamic programming over (parts,
 // blocks): exact, and cheap at any depth a model has (parts x blocks^2). `most` (empty: no caps):
-// the most blocks each part may take. Empty where no cut keeps within them.
-std::vector<std::int64_t> balanced_blocks(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& most = {}) {
+// the most blocks each part may take; `least`: the fewest. Empty where no cut keeps within them.
+std::vector<std::int64_t> balanced_blocks(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& most = {},
+                                          std::int64_t least = 1) {
   const auto n = static_cast<int>(shape.n_layer);
   const double block = block_train_flops_per_token(shape), head = head_train_flops_per_token(shape);
   constexpr double kNone = std::numeric_limits<double>::infinity();
   // Part k of `chunks` holding blocks [i, j): its cost, in blocks' worth to keep sums exact
   // enough; kNone over its cap.
   const auto cost = [&](int k, int i, int j) {
-    if (!most.empty() && j - i > most[static_cast<std::size_t>(k)]) return kNone;
+    if (j - i < least || (!most.empty() && j - i > most[static_cast<std::size_t>(k)])) return kNone;
     return (j - i) + (k == chunks - 1 ? head / block : 0.0);
   };
   // Minimal largest cost over cuts of the first j blocks into k parts.
@@ -237,10 +238,22 @@ std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const
   return parts;
 }
 
-std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most) {
+std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most,
+                                                 std::int64_t least) {
   const auto chunks = static_cast<int>(most.size());
-  ST_REQUIRE(chunks >= 1, "a pipeline of no parts");
-  return balanced_blocks(shape, chunks, most);
+  ST_REQUIRE(chunks >= 1 && least >= 1, "a pipeline of no parts");
+  return balanced_blocks(shape, chunks, most, least);
+}
+
+std::vector<std::int64_t> chunk_blocks(const std::vector<std::int64_t>& stage_totals, int virtual_stages) {
+  const auto stages = static_cast<int>(stage_totals.size());
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(stages * virtual_stages));
+  for (int s = 0; s < stages; ++s)
+    for (int c = 0; c < virtual_stages; ++c) {
+      const std::int64_t total = stage_totals[static_cast<std::size_t>(s)];
+      blocks[static_cast<std::size_t>(c * stages + s)] = total / virtual_stages + (c < total % virtual_stages ? 1 : 0);
+    }
+  return blocks;
 }
 
 std::vector<ModelPart> pipeline_stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int stage) {

@@ -79,9 +79,15 @@ PipelineTiming simulate_pipeline(PipelineSchedule schedule, const PipelineShape&
 // stage_blocks_problem).
 std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks = {});
 // Blocks of each of most.size() parts as pipeline_parts balances them, but with part k taking at
-// most most[k] blocks (what its ranks' memory holds: the planner's memory-balanced cut). Empty
-// where the caps add up to fewer than n_layer blocks or a cap is below 1.
-std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most);
+// most most[k] blocks (what its ranks' memory holds: the planner's memory-balanced cut) and at
+// least `least`. Empty where no cut keeps within them (the caps add up to fewer than n_layer
+// blocks, or a cap is below `least`).
+std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most,
+                                                 std::int64_t least = 1);
+// parallel.stage_blocks for an interleaved pipeline whose stage s holds stage_totals[s] blocks:
+// its V chunks share them evenly, the earlier chunks taking the extra; chunk c of stage s is the
+// (c x P + s)-th along the model.
+std::vector<std::int64_t> chunk_blocks(const std::vector<std::int64_t>& stage_totals, int virtual_stages);
 // What is wrong with parallel.stage_blocks for `chunks` parts of the shape's model ("" if
 // nothing, or if it is empty).
 std::string stage_blocks_problem(const ModelShape& shape, int chunks, const std::vector<std::int64_t>& blocks);

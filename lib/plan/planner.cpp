@@ -257,40 +257,52 @@ std::uint64_t kernel_scratch_bytes(const Config& config, const Machine& m, std::
   return kernel_scratch(all, choices).total();
 }
 
-// Stage s of `stages` (one chunk each) holding `blocks` consecutive blocks: the first from the
-// model's start (the embeddings), the last to its end (the head), a middle one in between (it
-// holds neither; as the blocks are alike, where does not matter).
-ModelPart stage_part(const ModelShape& shape, int stages, int s, std::int64_t blocks) {
-  if (s == 0) return {0, blocks};
-  if (s == stages - 1) return {shape.n_layer - blocks, shape.n_layer};
-  return {1, 1 + blocks};
+// The parts stage s of the pipeline holds with `total` blocks among its chunks, shared as
+// chunk_blocks shares them: the model's first chunk from its start (the embeddings), its last to
+// its end (the head), the others in between (they hold neither; as the blocks are alike, where
+// does not matter).
+std::vector<ModelPart> stage_parts(const ModelShape& shape, const PipelineShape& pipeline, int s, std::int64_t total) {
+  const int V = pipeline.virtual_stages, P = pipeline.stages;
+  std::vector<ModelPart> parts;
+  for (int c = 0; c < V; ++c) {
+    const std::int64_t blocks = total / V + (c < total % V ? 1 : 0);
+    const int place = c * P + s;
+    if (place == 0) parts.push_back({0, blocks});
+    else if (place == P * V - 1) parts.push_back({shape.n_layer - blocks, shape.n_layer});
+    else parts.push_back({1, 1 + blocks});
+  }
+  return parts;
 }
 
 // The cut by memory: the most blocks each stage's ranks hold within `capacity` bytes (`bytes(s,
-// blocks)`: what a rank of stage s holds with that many, growing with them), then
-// capped_balanced_blocks. Empty where some stage holds not even one block, or the stages cannot
-// hold the model between them. A stage's bytes grow by about as much with each block (its state
-// and activations; a sharded strategy's pools grow faster over the first few): the line through
-// 1 and 2 blocks guesses its most, and a search that gallops from the guess, then halves, finds
-// the exact count in a few plans.
+// blocks)`: what a rank of stage s holds with that many among its V chunks, growing with them),
+// then the stages' totals as capped_balanced_blocks balances them (at least a block a chunk),
+// each stage's chunks sharing its total evenly (chunk_blocks). Empty where some stage holds not
+// even a block a chunk, or the stages cannot hold the model between them. A stage's bytes grow by
+// about as much with each block (its state and activations; a sharded strategy's pools grow
+// faster over the first few): the line through V and 2 V blocks guesses its most, and a search
+// that gallops from the guess, then halves, finds the exact count in a few plans.
 template <class Bytes>
-std::vector<std::int64_t> memory_balanced_blocks(const ModelShape& shape, int stages, double capacity,
-                                                 const Bytes& bytes) {
-  const std::int64_t most_any = shape.n_layer - (stages - 1);  // every other stage keeps a block
+std::vector<std::int64_t> memory_balanced_blocks(const ModelShape& shape, const PipelineShape& pipeline,
+                                                 double capacity, const Bytes& bytes) {
+  const int stages = pipeline.stages;
+  const std::int64_t V = pipeline.virtual_stages;
+  const std::int64_t most_any = shape.n_layer - (stages - 1) * V;  // every other chunk keeps a block
+  if (most_any < V) return {};
   const auto fits = [&](int s, std::int64_t blocks) { return bytes(s, blocks) <= capacity; };
   std::vector<std::int64_t> most(static_cast<std::size_t>(stages));
   for (int s = 0; s < stages; ++s) {
-    const double one = bytes(s, 1);
-    if (one > capacity) return {};
-    std::int64_t guess = 1;
-    if (most_any > 1) {
-      const double per_block = bytes(s, 2) - one;
+    const double least = bytes(s, V);
+    if (least > capacity) return {};
+    std::int64_t guess = V;
+    if (most_any >= 2 * V) {
+      const double per_block = (bytes(s, 2 * V) - least) / static_cast<double>(V);
       guess = per_block <= 0 ? most_any
-                             : std::clamp<std::int64_t>(1 + static_cast<std::int64_t>((capacity - one) / per_block), 1,
+                             : std::clamp<std::int64_t>(V + static_cast<std::int64_t>((capacity - least) / per_block), V,
                                                         most_any);
     }
     // fits(lo) and, past the end, !fits(hi): gallop from the guess to bracket the last that fits.
-    std::int64_t lo = 1, hi = most_any + 1;
+    std::int64_t lo = V, hi = most_any + 1;
     if (fits(s, guess)) {
       lo = guess;
       for (std::int64_t step = 1; lo + step < hi; step *= 2) {
@@ -317,7 +329,9 @@ std::vector<std::int64_t> memory_balanced_blocks(const ModelShape& shape, int st
     }
     most[static_cast<std::size_t>(s)] = lo;
   }
-  return capped_balanced_blocks(shape, most);
+  const std::vector<std::int64_t> totals = capped_balanced_blocks(shape, most, V);
+  if (totals.empty() || V == 1) return totals;
+  return chunk_blocks(totals, static_cast<int>(V));
 }
 
 // The ranks of one pipeline stage as a machine of their own. Stages are consecutive blocks of
@@ -396,15 +410,14 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     };
     Stage most = fullest(!pipeline.blocks.empty());
     // Where the FLOPs' cut overfills a stage, the cut by memory: each stage as many blocks as its
-    // ranks hold at most (one chunk a stage), the FLOPs as even as those caps allow.
-    if (cut == PipelineCut::memory_where_needed && pipeline.blocks.empty() && pipeline.virtual_stages == 1 &&
-        m.memory_per_rank > 0 &&
+    // ranks hold at most, the FLOPs as even as those caps allow.
+    if (cut == PipelineCut::memory_where_needed && pipeline.blocks.empty() && m.memory_per_rank > 0 &&
         static_cast<double>(most.total) > m.memory_per_rank) {
-      memory_cut = memory_balanced_blocks(shape, stages, m.memory_per_rank, [&](int s, std::int64_t blocks) {
-        return static_cast<double>(stage_holds(s, {stage_part(shape, stages, s, blocks)}).total);
+      memory_cut = memory_balanced_blocks(shape, pipeline, m.memory_per_rank, [&](int s, std::int64_t total) {
+        return static_cast<double>(stage_holds(s, stage_parts(shape, pipeline, s, total)).total);
       });
       if (!memory_cut.empty()) {
-        all_parts = pipeline_parts(shape, stages, memory_cut);
+        all_parts = pipeline_parts(shape, pipeline.chunks(), memory_cut);
         most = fullest(true);
       }
     }

@@ -225,4 +225,24 @@ proc = h.mpirun(args, 1, ["check", deck, "--ranks", "2", "--node-mem-gb", str(no
                           "parallel.stage_blocks=[1,3]"])
 h.check(proc.returncode == 0 and "2 stages (blocks 0, 1-3), 1f1b" in proc.stdout,
         f"the deck with that cut passes check\n{proc.stdout[-1500:]}{proc.stderr[-600:]}")
+
+# Interleaved, 8 blocks in 2 stages of 2 chunks, on a 9.4 MiB node: cut by FLOPs the first stage
+# (5 micro-batch chunks in flight) overfills; cut by memory the first stage holds 3 blocks, the
+# second 5, each stage's chunks sharing them ([2, 3, 1, 2] along the model). check names the cut;
+# the deck with it passes check and trains equal to one rank.
+EIGHT = {"n_layer": 8}
+il_cut = IL2 + ["--set", "parallel.stage_blocks=[2,3,1,2]"]
+deck = h.small_deck(work, "memory_cut_interleaved", corpus, model=EIGHT, data={"micro_batch": 3},
+                    parallel={"strategy": "ddp", "pipeline": 2, "pipeline_schedule": "interleaved",
+                              "virtual_stages": 2})
+node = 9.4 / 1024
+proc = h.mpirun(args, 1, ["check", deck, "--ranks", "2", "--node-mem-gb", str(node)])
+h.check(proc.returncode != 0 and "Cut by memory it fits: parallel.stage_blocks = [2, 3, 1, 2]" in proc.stderr,
+        f"check names the interleaved cut by memory\n{proc.stdout[-600:]}{proc.stderr[-900:]}")
+proc = h.mpirun(args, 1, ["check", deck, "--ranks", "2", "--node-mem-gb", str(node), "--set",
+                          "parallel.stage_blocks=[2,3,1,2]"])
+h.check(proc.returncode == 0 and "2 stages x 2 chunks (blocks 0-1 + 5; 2-4 + 6-7), interleaved" in proc.stdout,
+        f"the deck with that cut passes check\n{proc.stdout[-1500:]}{proc.stderr[-600:]}")
+ref8 = run(1, "ref8", model=EIGHT)
+compare("interleaved cut by memory", run(2, "interleaved_memory_cut", il_cut, model=EIGHT), ref8)
 print("passed")

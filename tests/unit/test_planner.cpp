@@ -855,8 +855,10 @@ TEST(PlannerPipeline, WhereTheFlopsCutOverfillsAStageThePlannerCutsByMemory) {
 // The planner's own pipelines try Megatron's interleaved schedule too (two chunks a stage): half
 // the bubble for twice the messages and more micro-batches in flight. GPT-2 XL on 4 nodes at
 // 12.5 GB/s: with 80 GiB GPUs it takes 4 stages of 2 chunks, faster than 1f1b over the same
-// stages; with 20 GiB the interleaved activations do not fit and 1f1b stays. auto writes the
-// schedule into the deck, which the run accepts.
+// stages. With 20 GiB the interleaved activations do not fit cut by FLOPs; cut by memory (each
+// stage's total capped, its two chunks sharing it) they do, and that is still faster than 1f1b.
+// With 16 GiB, where the cut by memory leaves the busiest stage heavier still, 1f1b is faster.
+// auto writes the schedule into the deck, which the run accepts.
 TEST(PlannerPipeline, ThePlannerInterleavesWhereTheMemoryAllows) {
   const Machine roomy = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80, 4, 12.5);
   const PlanResult r = plan_strategies(kConfig, roomy);
@@ -877,7 +879,23 @@ TEST(PlannerPipeline, ThePlannerInterleavesWhereTheMemoryAllows) {
       << r.reason;
   EXPECT_NE(format_plan(r, roomy).find(" 4x2 "), std::string::npos);
 
-  const Machine tight = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
+  const Machine middling = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 20, 4, 12.5);
+  const PlanResult i = plan_strategies(kConfig, middling);
+  ASSERT_EQ(chosen(i).pipeline, 4) << i.reason;
+  EXPECT_EQ(chosen(i).virtual_stages, 2) << i.reason;
+  const std::vector<std::int64_t>& cut = chosen(i).stage_blocks;
+  ASSERT_EQ(cut.size(), 8u) << i.reason;
+  for (int s = 0; s < 4; ++s)  // a stage's two chunks share its blocks evenly
+    EXPECT_LE(std::abs(cut[static_cast<std::size_t>(s)] - cut[static_cast<std::size_t>(4 + s)]), 1) << i.reason;
+  EXPECT_FALSE(predict_strategy(two_chunks, middling, chosen(i).strategy, 0, chosen(i).recompute, chosen(i).tensor).fits)
+      << "cut by FLOPs";
+  Config given = two_chunks;
+  given.parallel.stage_blocks = cut;
+  EXPECT_TRUE(predict_strategy(given, middling, chosen(i).strategy, 0, chosen(i).recompute, chosen(i).tensor).fits)
+      << "the deck with the cut";
+  EXPECT_NE(format_plan(i, middling).find(" 4x2m "), std::string::npos);
+
+  const Machine tight = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 16, 4, 12.5);
   const PlanResult t = plan_strategies(kConfig, tight);
   ASSERT_GT(chosen(t).pipeline, 1) << t.reason;
   EXPECT_EQ(chosen(t).virtual_stages, 1) << t.reason;
