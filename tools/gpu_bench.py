@@ -8,7 +8,11 @@ cuBLASLt's epilogues (parallel.gelu_fusion; "separate", the default, keeps its k
 a few steps each; prints tokens/s, step time, MFU (against the GPU's datasheet peak at the run's
 precision, as the step line reports it: llm.c's count of the model's FLOPs), the model's share of
 the GEMM rate the run measured, as medians over the steps after the first
-two, every step's time, and the most device memory in use at the run's memory lines. --rounds N runs the list N times in turn (A B A B ...: a drift of the
+two, every step's time, and the most device memory in use at the run's memory lines; beside it,
+`check`'s prediction of a rank's memory (model state, activations, workspace and the kernels'
+scratch) against what the run held at most in those (its buffers' peak plus its kernels'
+scratch peak, metrics.jsonl's device_buffers_peak + device_scratch_peak), and their ratio.
+--rounds N runs the list N times in turn (A B A B ...: a drift of the
 card touches every setting alike) and takes the medians over all rounds' steps. Writes the table
 to gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
 model; --tag adds a suffix). Called by tools/gpu_check.sh; usable alone:
@@ -124,6 +128,19 @@ attention = "{attention}"
     return deck
 
 
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def predicted_bytes(check_out):
+    """check's 'memory per rank' row ("| memory per rank | 1.23 GiB predicted (...) |") in bytes, or None."""
+    found = re.search(r"\|\s*memory per rank\s*\|\s*([0-9.]+) (B|KiB|MiB|GiB|TiB) predicted", check_out)
+    return float(found.group(1)) * UNITS[found.group(2)] if found else None
+
+
+def gib(x):
+    return f"{x / 2**30:.2f} GiB" if x is not None else ""
+
+
 def log_row(log, name):
     """The value of the settings table's row `name` (the derived rows: '| name | value |')."""
     for line in log.splitlines():
@@ -144,6 +161,10 @@ for round_index in range(args.rounds):
         proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
                               timeout=300)
         entry = runs.setdefault(label, {"setting": label, "rounds": []})
+        if "predicted" not in entry:  # check's figure for the deck, on this machine (once a setting)
+            checked = subprocess.run([args.mpiexec, "-n", "1", args.exe, "check", deck], capture_output=True,
+                                     text=True, timeout=120)
+            entry["predicted"] = predicted_bytes(checked.stdout)
         if proc.returncode != 0:
             print(f"{run_label}: FAILED (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}", flush=True)
             entry["failed"] = True
@@ -155,13 +176,14 @@ for round_index in range(args.rounds):
         # The most the device had in use at a memory line ("memory ... ; GPU 12.3 GiB of 139.8 GiB in
         # use (...)": cudaMemGetInfo, the CUDA context and every library's buffers included).
         peak, most = "", -1.0
-        units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
         for line in log.splitlines():
             found = re.search(r"; GPU ([0-9.]+) (B|KiB|MiB|GiB|TiB) of ", line) if line.startswith("memory") else None
-            if found and float(found.group(1)) * units[found.group(2)] > most:
-                most = float(found.group(1)) * units[found.group(2)]
+            if found and float(found.group(1)) * UNITS[found.group(2)] > most:
+                most = float(found.group(1)) * UNITS[found.group(2)]
                 peak = f"{found.group(1)} {found.group(2)}"
-        entry["rounds"].append({"train": train, "memory": memory[-1] if memory else None, "peak": peak,
+        # What the rank held at most of what check predicts: its buffers' peak and its kernels' scratch.
+        held = max((m.get("device_buffers_peak", 0) + m.get("device_scratch_peak", 0) for m in memory), default=None)
+        entry["rounds"].append({"train": train, "memory": memory[-1] if memory else None, "peak": peak, "held": held,
                                 "mfu_against": log_row(log, "MFU against"), "attention": log_row(log, "attention"),
                                 "classifier": log_row(log, "classifier"),
                                 "activations": log_row(log, "activations per rank")})
@@ -181,7 +203,8 @@ for label, entry in runs.items():
            "of_measured_gemm": statistics.median(m.get("mfu_of_measured_gemm", 0) for m in train),
            "mfu_against": last["mfu_against"], "steps": [[m["ms"] for m in r["train"]] for r in entry["rounds"]],
            "peak_device_memory": last["peak"], "attention": last["attention"], "classifier": last["classifier"],
-           "activations": last["activations"],
+           "activations": last["activations"], "predicted_bytes": entry.get("predicted"),
+           "held_bytes": max((r["held"] for r in entry["rounds"] if r["held"] is not None), default=None),
            "loss_first": train[0]["loss"] if train else None,
            "loss_last": entry["rounds"][0]["train"][-1]["loss"] if train else None, "memory": last["memory"]}
     rows.append(row)
@@ -192,15 +215,16 @@ for label, entry in runs.items():
 rounds_note = f", {args.rounds} rounds interleaved" if args.rounds > 1 else ""
 table = [f"{model_name}, seq_len {seq_len}, {args.batch} sequences per step, one GPU; medians of steps 3-{args.steps}"
          f"{rounds_note}; MFU counted as llm.c counts it", "",
-         "| setting | attention | classifier | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | device memory in use (most at a memory line) |",
-         "|---|---|---|---|---|---|---|---|"]
+         "| setting | attention | classifier | tokens/s | step ms | MFU (datasheet peak) | of measured GEMM | device memory in use (most at a memory line) | rank memory, check's prediction | held at most (buffers + kernels' scratch) | held / predicted |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     if r.get("failed"):
-        table.append(f"| {r['setting']} | | | failed | | | | |")
+        table.append(f"| {r['setting']} | | | failed | | | | | | | |")
     else:
+        ratio = (f"{r['held_bytes'] / r['predicted_bytes']:.3f}" if r["held_bytes"] and r["predicted_bytes"] else "")
         table.append(f"| {r['setting']} | {r['attention'].split(' (')[0]} | {r['classifier'].split(' (')[0]} | "
                      f"{r['tokens_per_s']:.0f} | {r['ms']:.1f} | {r['mfu']*100:.1f}% | {r['of_measured_gemm']*100:.1f}% | "
-                     f"{r['peak_device_memory']} |")
+                     f"{r['peak_device_memory']} | {gib(r['predicted_bytes'])} | {gib(r['held_bytes'])} | {ratio} |")
 print("\n" + "\n".join(table))
 with open(os.path.join(args.out, f"gpu_bench{suffix}.md"), "w") as f:
     f.write("\n".join(table) + "\n")

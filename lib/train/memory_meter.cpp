@@ -32,6 +32,7 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
                                      {"total", total},
                                      {"largest_rank_total", largest}};
     if (net.execution().choice().cuda) {
+      fields["device_buffers_peak"] = net.execution().device_peak_bytes();
       fields["device_scratch_peak"] = net.execution().device_scratch_peak_bytes();
       fields["device_scratch_grown"] = net.execution().device_scratch_grown();
     }
