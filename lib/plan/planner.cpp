@@ -390,13 +390,20 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
       stages > 1 ? pipeline_parts(shape, pipeline.chunks(), pipeline.blocks) : std::vector<ModelPart>{};
   std::vector<std::int64_t> memory_cut;
   std::uint64_t scratch = 0;  // the GPU kernels' (kernel_scratch_bytes)
+  std::optional<ParallelPlan> traffic_held;  // under a pipeline: the stage with the most parameters
+  ParamLayout traffic_layout;
   if (stages > 1) {
     // The stage that holds the most. Cut by FLOPs, one of the first stage (the embeddings, the
     // most micro-batches in flight), the second (of the middle stages the one with the most
     // blocks and the most in flight: parts do not grow and in-flight counts fall along the
     // pipeline) and the last (the head) holds the most; cut by hand or by memory, any stage may.
+    // Beside it, the stage with the most parameters (the first of those, cut by FLOPs): its
+    // strategy's traffic and its optimizer's sweep are the step's, which under a cut by memory
+    // need not be the fullest stage's.
+    Stage widest;
     const auto fullest = [&](bool every_stage) {
       Stage most;
+      widest = Stage{};
       std::vector<int> candidates = {0, 1, stages - 1};
       if (every_stage) {
         candidates.clear();
@@ -404,6 +411,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
       }
       for (const int s : candidates) {
         Stage stage = stage_holds(s, pipeline_stage_parts(all_parts, pipeline, s));
+        if (!widest.plan || stage.layout.total() > widest.layout.total()) widest = stage;
         if (stage.total > most.total) most = std::move(stage);
       }
       return most;
@@ -425,15 +433,21 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     layout = std::move(most.layout);
     activations = most.kept;
     scratch = most.scratch;
+    traffic_held = std::move(widest.plan);
+    traffic_layout = std::move(widest.layout);
   } else {
     layout = make_layout(shape, TensorSplit{tensor, 0});
     held.emplace(choice_plan(config, choice, layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
     scratch = kernel_scratch_bytes(config, m, batches.micro_batch, tensor, {});
   }
-  const ParallelPlan& whole = *held;
-  const bool hsdp = whole.grouped();
-  const int n = whole.mesh().shards;
-  const ShardLayout& shards = whole.shards();
+  const ParallelPlan& whole = *held;  // the rank that must fit
+  // Whose traffic and optimizer sweep: the stage with the most parameters (the whole model's
+  // without a pipeline).
+  const ParallelPlan& busiest = traffic_held ? *traffic_held : whole;
+  const ParamLayout& busiest_layout = traffic_held ? traffic_layout : layout;
+  const bool hsdp = busiest.grouped();
+  const int n = busiest.mesh().shards;
+  const ShardLayout& shards = busiest.shards();
 
   StrategyPrediction p;
   p.strategy = strategy;
@@ -475,7 +489,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   }
   // The stage's own work, without the bubble: what its traffic can hide behind.
   const double busy_s = p.compute_s - p.bubble_s;
-  const std::int64_t calls = whole.group_calls();
+  const std::int64_t calls = busiest.group_calls();
 
   // Communication by level. `L` data-parallel ranks per node; a ring over `ranks` of them spans
   // ranks x tensor consecutive ranks, on the fast links while those hold them.
@@ -485,17 +499,17 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   double comm = 0, replica_comm = 0;
   if (!hsdp && world > 1) {
     if (m.nodes == 1) {
-      p.fast_bytes = whole.group_bytes();
+      p.fast_bytes = busiest.group_bytes();
       comm = seconds(p.fast_bytes, bw_inside(world)) + calls * m.latency_s;
       if (world > m.fast_group) p.slow_bytes = p.fast_bytes, p.fast_bytes = 0, p.slow_level = slower_in_node;
     } else if (config.parallel.collectives == Collectives::flat) {
       // One ring over every rank: each step of it waits for the slowest link, the network.
-      p.slow_bytes = whole.group_bytes();
+      p.slow_bytes = busiest.group_bytes();
       p.slow_level = "network";
       comm = seconds(p.slow_bytes, m.inter_node_gbps) + calls * (m.latency_s + m.inter_latency_s);
     } else {
       // Two-level: inside the node on all the data, across nodes on 1/L of it.
-      const LevelBytes levels = whole.two_level_bytes(layout, L);
+      const LevelBytes levels = busiest.two_level_bytes(busiest_layout, L);
       p.fast_bytes = levels.node;
       p.slow_bytes = levels.network;
       p.slow_level = "network";
@@ -503,11 +517,11 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
              calls * (m.latency_s + m.inter_latency_s);
     }
   } else if (hsdp) {
-    p.fast_bytes = whole.group_bytes();
+    p.fast_bytes = busiest.group_bytes();
     const bool group_crosses_nodes = n > L;
     comm = seconds(p.fast_bytes, group_crosses_nodes ? m.inter_node_gbps : bw_inside(n)) +
            calls * (m.latency_s + (group_crosses_nodes ? m.inter_latency_s : 0));
-    p.slow_bytes = whole.replica_bytes();
+    p.slow_bytes = busiest.replica_bytes();
     const bool replicas_cross_nodes = world > L;
     p.slow_level = replicas_cross_nodes ? "network" : slower_in_node;
     replica_comm = seconds(p.slow_bytes, replicas_cross_nodes ? m.inter_node_gbps : m.node_gbps) + m.latency_s +
@@ -515,8 +529,8 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   }
   // The tensor group's sums sit between the layers' computations: all of it is exposed.
   if (tensor > 1) {
-    p.tensor_bytes = whole.tensor_bytes();
-    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(whole.tensor_calls()) * m.latency_s;
+    p.tensor_bytes = busiest.tensor_bytes();
+    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(busiest.tensor_calls()) * m.latency_s;
   }
   p.comm_s = comm + replica_comm + p.tensor_s;
 
@@ -532,13 +546,13 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   const double embeddings = static_cast<double>(shards.padded(0)) / static_cast<double>(shards.padded_total());
   if (!config.parallel.overlap) {
     p.exposed_s = p.comm_s;
-  } else if (!whole.optimizer_sharded()) {
+  } else if (!busiest.optimizer_sharded()) {
     // ddp's buckets start in the order backward finishes them: the last holds the embeddings.
     double total = 0;
-    for (const GradientBucket& b : whole.buckets()) total += static_cast<double>(b.end - b.begin);
-    const double last = comm * static_cast<double>(whole.buckets().back().end - whole.buckets().back().begin) / total;
+    for (const GradientBucket& b : busiest.buckets()) total += static_cast<double>(b.end - b.begin);
+    const double last = comm * static_cast<double>(busiest.buckets().back().end - busiest.buckets().back().begin) / total;
     p.exposed_s = last + std::max(0.0, comm - last - last_backward);
-  } else if (!whole.params_sharded()) {
+  } else if (!busiest.params_sharded()) {
     const double reduce = comm / 2, last = reduce * embeddings;
     p.exposed_s = last + std::max(0.0, reduce - last - last_backward) + comm / 2;
   } else {
@@ -581,7 +595,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   }
 
   if (m.memory_gbps > 0) {
-    const double updated = static_cast<double>(whole.optimizer().elements);
+    const double updated = static_cast<double>(busiest.optimizer().elements);
     p.optimizer_s = updated * kOptimizerBytesPerElement / (m.memory_gbps * 1e9);
   }
   p.step_s = p.compute_s + p.exposed_s + p.optimizer_s;
@@ -994,8 +1008,8 @@ std::string format_plan(const PlanResult& r, const Machine& m) {
   if (std::any_of(r.rows.begin(), r.rows.end(), [](const StrategyPrediction& p) { return p.pipeline > 1; }))
     out << "pipe: stages of consecutive blocks (parallel.pipeline), the strategy within each stage (P x V: "
            "interleaved 1F1B, V chunks a stage; m: cut by memory, where cut by FLOPs a stage would not fit); a "
-           "pipelined row's figures are its fullest stage's, compute with the bubble, comm with the activations "
-           "between stages\n";
+           "pipelined row's memory is its fullest stage's, its traffic its stage's with the most parameters, compute "
+           "with the bubble, comm with the activations between stages\n";
   for (const auto& n : r.notes) out << "note: " << n << "\n";
   out << (r.chosen >= 0 ? "recommendation: " : "no recommendation: ") << r.reason << "\n";
   return out.str();
