@@ -11,7 +11,8 @@ the GEMM rate the run measured, as medians over the steps after the first
 two, every step's time, and the most device memory in use at the run's memory lines; beside it,
 `check`'s prediction of a rank's memory (model state, activations, workspace and the kernels'
 scratch) against what the run held at most in those (its buffers' peak plus its kernels'
-scratch peak, metrics.jsonl's device_buffers_peak + device_scratch_peak), and their ratio.
+scratch peak, metrics.jsonl's device_buffers_peak + device_scratch_peak, plus cuBLAS's fixed
+workspace), and their ratio.
 --rounds N runs the list N times in turn (A B A B ...: a drift of the
 card touches every setting alike) and takes the medians over all rounds' steps. Writes the table
 to gpu_bench.md and every figure to gpu_bench.json in --out (gpu_bench_smollm2-135m.* for that
@@ -181,8 +182,12 @@ for round_index in range(args.rounds):
             if found and float(found.group(1)) * UNITS[found.group(2)] > most:
                 most = float(found.group(1)) * UNITS[found.group(2)]
                 peak = f"{found.group(1)} {found.group(2)}"
-        # What the rank held at most of what check predicts: its buffers' peak and its kernels' scratch.
-        held = max((m.get("device_buffers_peak", 0) + m.get("device_scratch_peak", 0) for m in memory), default=None)
+        # What the rank held at most of what check predicts: its buffers' peak, its kernels' scratch,
+        # and what the backend allocates at its start outside both (cuBLAS's 32 MiB workspace and the
+        # gradient norm's 1025 partial sums: lib/exec/kernel_scratch.hpp, KernelScratch::total).
+        fixed = (32 << 20) + 1025 * 8
+        held = max((m.get("device_buffers_peak", 0) + m.get("device_scratch_peak", 0) + fixed for m in memory),
+                   default=None)
         entry["rounds"].append({"train": train, "memory": memory[-1] if memory else None, "peak": peak, "held": held,
                                 "mfu_against": log_row(log, "MFU against"), "attention": log_row(log, "attention"),
                                 "classifier": log_row(log, "classifier"),

@@ -241,7 +241,8 @@ std::vector<ModelPart> pipeline_parts(const ModelShape& shape, int chunks, const
 std::vector<std::int64_t> capped_balanced_blocks(const ModelShape& shape, const std::vector<std::int64_t>& most,
                                                  std::int64_t least) {
   const auto chunks = static_cast<int>(most.size());
-  ST_REQUIRE(chunks >= 1 && least >= 1, "a pipeline of no parts");
+  ST_REQUIRE(chunks >= 1, "a pipeline of no parts");
+  ST_REQUIRE(least >= 1, "a pipeline part of no blocks");
   return balanced_blocks(shape, chunks, most, least);
 }
 

@@ -391,6 +391,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   std::vector<std::int64_t> memory_cut;
   std::uint64_t scratch = 0;  // the GPU kernels' (kernel_scratch_bytes)
   std::optional<ParallelPlan> traffic_held;  // under a pipeline: the stage with the most parameters
+  std::optional<ParallelPlan> tensor_held;   // ... and the stage with the most FLOPs
   ParamLayout traffic_layout;
   if (stages > 1) {
     // The stage that holds the most. Cut by FLOPs, one of the first stage (the embeddings, the
@@ -399,19 +400,31 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     // pipeline) and the last (the head) holds the most; cut by hand or by memory, any stage may.
     // Beside it, the stage with the most parameters (the first of those, cut by FLOPs): its
     // strategy's traffic and its optimizer's sweep are the step's, which under a cut by memory
-    // need not be the fullest stage's.
-    Stage widest;
+    // need not be the fullest stage's; and the stage with the most FLOPs, whose tensor-group sums
+    // (those of its blocks, head and embedding) sit between the computations that pace the step.
+    Stage widest, paced;
     const auto fullest = [&](bool every_stage) {
       Stage most;
       widest = Stage{};
+      paced = Stage{};
+      double most_flops = -1;
       std::vector<int> candidates = {0, 1, stages - 1};
       if (every_stage) {
         candidates.clear();
         for (int s = 0; s < stages; ++s) candidates.push_back(s);
       }
       for (const int s : candidates) {
-        Stage stage = stage_holds(s, pipeline_stage_parts(all_parts, pipeline, s));
+        const std::vector<ModelPart> parts = pipeline_stage_parts(all_parts, pipeline, s);
+        Stage stage = stage_holds(s, parts);
         if (!widest.plan || stage.layout.total() > widest.layout.total()) widest = stage;
+        double flops = 0;
+        for (const ModelPart& part : parts)
+          flops += static_cast<double>(part.blocks(shape)) * block_train_flops_per_token(shape) +
+                   (part.heads(shape) ? head_train_flops_per_token(shape) : 0.0);
+        if (flops > most_flops) {
+          most_flops = flops;
+          paced = stage;
+        }
         if (stage.total > most.total) most = std::move(stage);
       }
       return most;
@@ -435,6 +448,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     scratch = most.scratch;
     traffic_held = std::move(widest.plan);
     traffic_layout = std::move(widest.layout);
+    tensor_held = std::move(paced.plan);
   } else {
     layout = make_layout(shape, TensorSplit{tensor, 0});
     held.emplace(choice_plan(config, choice, layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
@@ -445,6 +459,8 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   // without a pipeline).
   const ParallelPlan& busiest = traffic_held ? *traffic_held : whole;
   const ParamLayout& busiest_layout = traffic_held ? traffic_layout : layout;
+  // Whose tensor-group sums: the stage that paces the pipeline (the whole model's without one).
+  const ParallelPlan& paced = tensor_held ? *tensor_held : whole;
   const bool hsdp = busiest.grouped();
   const int n = busiest.mesh().shards;
   const ShardLayout& shards = busiest.shards();
@@ -529,8 +545,8 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   }
   // The tensor group's sums sit between the layers' computations: all of it is exposed.
   if (tensor > 1) {
-    p.tensor_bytes = busiest.tensor_bytes();
-    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(busiest.tensor_calls()) * m.latency_s;
+    p.tensor_bytes = paced.tensor_bytes();
+    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(paced.tensor_calls()) * m.latency_s;
   }
   p.comm_s = comm + replica_comm + p.tensor_s;
 

@@ -52,9 +52,14 @@ class DeviceScratch {
   T* get(std::size_t count, cudaStream_t stream) {
     return static_cast<T*>(get(count * sizeof(T), stream));
   }
-  // Holds at least `bytes` from now on (before the first step: nothing then grows inside one).
+  // Holds at least `bytes` from now on (before the first step: nothing then grows inside one). A
+  // second reservation (another model on the same kernels, a pipeline stage's next chunk) may
+  // grow the block without counting as growth.
   void reserve(std::size_t bytes, cudaStream_t stream) {
-    if (bytes > 0) get(bytes, stream);
+    if (bytes > capacity_) {
+      reserved_ = false;
+      get(bytes, stream);
+    }
     reserved_ = true;
   }
   std::size_t capacity() const { return capacity_; }
