@@ -78,12 +78,10 @@ void check_memory_fits(const Config& config, const Machine& m) {
   if (const StrategyPrediction q =
           predict_strategy(config, m, strategy, group, std::nullopt, tensor, PipelineCut::memory_where_needed);
       q.fits && !q.stage_blocks.empty()) {
-    std::string blocks;
-    for (const std::int64_t n : q.stage_blocks) blocks += (blocks.empty() ? "" : ", ") + std::to_string(n);
     char steps[96];
     std::snprintf(steps, sizeof steps, "predicted step %.4g ms against %.4g ms cut by FLOPs", q.step_s * 1e3,
                   p.step_s * 1e3);
-    by_memory = "Cut by memory it fits: parallel.stage_blocks = [" + blocks + "] gives the fuller stages fewer blocks (" +
+    by_memory = "Cut by memory it fits: parallel.stage_blocks = " + stage_blocks_text(q.stage_blocks) + " gives the fuller stages fewer blocks (" +
                 b(q.total_bytes()) + " per rank on the fullest stage, " + steps + "). ";
   }
   std::string with_recompute;

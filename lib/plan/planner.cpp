@@ -67,13 +67,6 @@ std::string percent(double fraction) { return std::to_string(std::lround(100 * f
 // What a rank sends per step over the data-parallel ranks (the tensor group's sums aside).
 std::uint64_t sent(const StrategyPrediction& p) { return p.fast_bytes + p.slow_bytes; }
 
-// "[11, 13, 13, 11]", as the deck writes an array.
-std::string blocks_list(const std::vector<std::int64_t>& blocks) {
-  std::string list = "[";
-  for (std::size_t i = 0; i < blocks.size(); ++i) list += (i ? ", " : "") + std::to_string(blocks[i]);
-  return list + "]";
-}
-
 // A row's pipeline and tensor split as the deck sets them, after `lead`: " with parallel.pipeline
 // = 4, parallel.tensor = 8"; "" for whole layers on every rank.
 std::string split_words(const StrategyPrediction& p, const std::string& lead) {
@@ -82,7 +75,7 @@ std::string split_words(const StrategyPrediction& p, const std::string& lead) {
   if (p.virtual_stages > 1)
     words += ", parallel.pipeline_schedule = \"interleaved\", parallel.virtual_stages = " +
              std::to_string(p.virtual_stages);
-  if (!p.stage_blocks.empty()) words += ", parallel.stage_blocks = " + blocks_list(p.stage_blocks);
+  if (!p.stage_blocks.empty()) words += ", parallel.stage_blocks = " + stage_blocks_text(p.stage_blocks);
   if (p.tensor > 1) words += (words.empty() ? "" : ", ") + std::string("parallel.tensor = ") + std::to_string(p.tensor);
   return words.empty() ? words : lead + words;
 }
@@ -153,6 +146,12 @@ std::string pipeline_reason(const PlanResult& r, int chosen, const Machine& m) {
 }
 
 }  // namespace
+
+std::string stage_blocks_text(const std::vector<std::int64_t>& blocks) {
+  std::string list = "[";
+  for (std::size_t i = 0; i < blocks.size(); ++i) list += (i ? ", " : "") + std::to_string(blocks[i]);
+  return list + "]";
+}
 
 int hsdp_group_for(const Machine& m) {
   if (m.fast_group > 1 && m.fast_group < m.ranks_per_node) return m.fast_group;
@@ -255,6 +254,16 @@ std::uint64_t kernel_scratch_bytes(const Config& config, const Machine& m, std::
   choices.fused_classifier = plans_bf16_logits(config, m);
   choices.sort_temp_bytes = estimated_sort_temp_bytes(all.rows);
   return kernel_scratch(all, choices).total();
+}
+
+// Training FLOPs per token of a stage's parts: their blocks', and the LM head's where one ends
+// the model (the embeddings' lookups are not counted).
+double parts_train_flops_per_token(const ModelShape& shape, const std::vector<ModelPart>& parts) {
+  double flops = 0;
+  for (const ModelPart& part : parts)
+    flops += static_cast<double>(part.blocks(shape)) * block_train_flops_per_token(shape) +
+             (part.heads(shape) ? head_train_flops_per_token(shape) : 0.0);
+  return flops;
 }
 
 // The parts stage s of the pipeline holds with `total` blocks among its chunks, shared as
@@ -365,15 +374,13 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   // The plan the run would make: its mesh, buffers, buckets and collectives. Under a pipeline,
   // the stage that holds the most (its part's parameters, and its part's activations for each
   // micro-batch the schedule keeps in flight through it): the rank that must fit.
-  ParamLayout layout;
-  std::uint64_t activations = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
-  std::optional<ParallelPlan> held;
   const PipelineShape pipeline = deck_pipeline_shape(config, mb);
   // What a rank of stage s holds with `parts`: its parts' state, workspace and activations.
   struct Stage {
     ParamLayout layout;
     std::optional<ParallelPlan> plan;
     std::uint64_t kept = 0, scratch = 0, total = 0;
+    double flops = 0;  // training FLOPs per token of its parts
   };
   const auto stage_holds = [&](int s, const std::vector<ModelPart>& parts) {
     Stage stage;
@@ -383,84 +390,69 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     stage.kept = stage_kept_bytes(config, m, batches.micro_batch, chosen_recompute, tensor, pipeline, s, parts);
     stage.scratch = kernel_scratch_bytes(config, m, batches.micro_batch, tensor, parts);
     stage.total = stage.plan->model_state().total() + workspace_estimate(*stage.plan) + stage.scratch + stage.kept;
+    stage.flops = parts_train_flops_per_token(shape, parts);
     return stage;
   };
+  // The stages evaluated (without a pipeline, the whole model as one), and which of them holds
+  // the most memory (the rank that must fit), the most parameters (its strategy's traffic and
+  // optimizer sweep are the step's) and the most FLOPs (its tensor-group sums sit between the
+  // computations that pace the step). Under a cut by memory these need not be one stage.
+  std::vector<Stage> evaluated;
+  std::size_t fullest = 0, widest = 0, paced = 0;
   // The pipeline's parts, cut once (by FLOPs, or as parallel.stage_blocks says).
   std::vector<ModelPart> all_parts =
       stages > 1 ? pipeline_parts(shape, pipeline.chunks(), pipeline.blocks) : std::vector<ModelPart>{};
   std::vector<std::int64_t> memory_cut;
-  std::uint64_t scratch = 0;  // the GPU kernels' (kernel_scratch_bytes)
-  std::optional<ParallelPlan> traffic_held;  // under a pipeline: the stage with the most parameters
-  std::optional<ParallelPlan> tensor_held;   // ... and the stage with the most FLOPs
-  ParamLayout traffic_layout;
   if (stages > 1) {
-    // The stage that holds the most. Cut by FLOPs, one of the first stage (the embeddings, the
-    // most micro-batches in flight), the second (of the middle stages the one with the most
-    // blocks and the most in flight: parts do not grow and in-flight counts fall along the
-    // pipeline) and the last (the head) holds the most; cut by hand or by memory, any stage may.
-    // Beside it, the stage with the most parameters (the first of those, cut by FLOPs): its
-    // strategy's traffic and its optimizer's sweep are the step's, which under a cut by memory
-    // need not be the fullest stage's; and the stage with the most FLOPs, whose tensor-group sums
-    // (those of its blocks, head and embedding) sit between the computations that pace the step.
-    Stage widest, paced;
-    const auto fullest = [&](bool every_stage) {
-      Stage most;
-      widest = Stage{};
-      paced = Stage{};
-      double most_flops = -1;
+    // Cut by FLOPs, one of the first stage (the embeddings, the most micro-batches in flight),
+    // the second (of the middle stages the one with the most blocks and the most in flight:
+    // parts do not grow and in-flight counts fall along the pipeline) and the last (the head)
+    // holds the most, has the most parameters and the most FLOPs; cut by hand or by memory, any
+    // stage may.
+    const auto evaluate = [&](bool every_stage) {
       std::vector<int> candidates = {0, 1, stages - 1};
       if (every_stage) {
         candidates.clear();
         for (int s = 0; s < stages; ++s) candidates.push_back(s);
       }
+      evaluated.clear();
+      fullest = widest = paced = 0;
       for (const int s : candidates) {
-        const std::vector<ModelPart> parts = pipeline_stage_parts(all_parts, pipeline, s);
-        Stage stage = stage_holds(s, parts);
-        if (!widest.plan || stage.layout.total() > widest.layout.total()) widest = stage;
-        double flops = 0;
-        for (const ModelPart& part : parts)
-          flops += static_cast<double>(part.blocks(shape)) * block_train_flops_per_token(shape) +
-                   (part.heads(shape) ? head_train_flops_per_token(shape) : 0.0);
-        if (flops > most_flops) {
-          most_flops = flops;
-          paced = stage;
-        }
-        if (stage.total > most.total) most = std::move(stage);
+        evaluated.push_back(stage_holds(s, pipeline_stage_parts(all_parts, pipeline, s)));
+        const Stage& stage = evaluated.back();
+        const std::size_t i = evaluated.size() - 1;
+        if (stage.total > evaluated[fullest].total) fullest = i;
+        if (stage.layout.total() > evaluated[widest].layout.total()) widest = i;
+        if (stage.flops > evaluated[paced].flops) paced = i;
       }
-      return most;
     };
-    Stage most = fullest(!pipeline.blocks.empty());
+    evaluate(!pipeline.blocks.empty());
     // Where the FLOPs' cut overfills a stage, the cut by memory: each stage as many blocks as its
     // ranks hold at most, the FLOPs as even as those caps allow.
     if (cut == PipelineCut::memory_where_needed && pipeline.blocks.empty() && m.memory_per_rank > 0 &&
-        static_cast<double>(most.total) > m.memory_per_rank) {
+        static_cast<double>(evaluated[fullest].total) > m.memory_per_rank) {
       memory_cut = memory_balanced_blocks(shape, pipeline, m.memory_per_rank, [&](int s, std::int64_t total) {
         return static_cast<double>(stage_holds(s, stage_parts(shape, pipeline, s, total)).total);
       });
       if (!memory_cut.empty()) {
         all_parts = pipeline_parts(shape, pipeline.chunks(), memory_cut);
-        most = fullest(true);
+        evaluate(true);
       }
     }
-    held = std::move(most.plan);
-    layout = std::move(most.layout);
-    activations = most.kept;
-    scratch = most.scratch;
-    traffic_held = std::move(widest.plan);
-    traffic_layout = std::move(widest.layout);
-    tensor_held = std::move(paced.plan);
   } else {
-    layout = make_layout(shape, TensorSplit{tensor, 0});
-    held.emplace(choice_plan(config, choice, layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
-    scratch = kernel_scratch_bytes(config, m, batches.micro_batch, tensor, {});
+    Stage whole_model;
+    whole_model.layout = make_layout(shape, TensorSplit{tensor, 0});
+    whole_model.plan.emplace(
+        choice_plan(config, choice, whole_model.layout, m.world(), m.ranks_per_node, mb, batches.micro_batch));
+    whole_model.kept = predicted_activation_bytes(config, m, batches.micro_batch, chosen_recompute, tensor);
+    whole_model.scratch = kernel_scratch_bytes(config, m, batches.micro_batch, tensor, {});
+    evaluated.push_back(std::move(whole_model));
   }
-  const ParallelPlan& whole = *held;  // the rank that must fit
-  // Whose traffic and optimizer sweep: the stage with the most parameters (the whole model's
-  // without a pipeline).
-  const ParallelPlan& busiest = traffic_held ? *traffic_held : whole;
-  const ParamLayout& busiest_layout = traffic_held ? traffic_layout : layout;
-  // Whose tensor-group sums: the stage that paces the pipeline (the whole model's without one).
-  const ParallelPlan& paced = tensor_held ? *tensor_held : whole;
+  const ParallelPlan& whole = *evaluated[fullest].plan;    // the rank that must fit
+  const ParallelPlan& busiest = *evaluated[widest].plan;   // whose traffic and optimizer sweep
+  const ParamLayout& busiest_layout = evaluated[widest].layout;
+  const ParallelPlan& pacing = *evaluated[paced].plan;     // whose tensor-group sums
+  const std::uint64_t scratch = evaluated[fullest].scratch;  // the GPU kernels' (kernel_scratch_bytes)
   const bool hsdp = busiest.grouped();
   const int n = busiest.mesh().shards;
   const ShardLayout& shards = busiest.shards();
@@ -473,7 +465,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   p.grad_reduction = reduction;
   p.reduces_each_micro_batch = whole.reduces_each_micro_batch();
   p.state_bytes = whole.model_state().total();
-  p.activation_bytes = activations;
+  p.activation_bytes = evaluated[fullest].kept;
   p.workspace_bytes = workspace_estimate(whole) + scratch;
   p.kernel_scratch_bytes = scratch;
   p.fits = m.memory_per_rank <= 0 || static_cast<double>(p.total_bytes()) <= m.memory_per_rank;
@@ -487,13 +479,9 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     // A stage computes its share of the FLOPs, and idles the pipeline's bubble besides. The
     // busiest stage paces the pipeline: its blocks' FLOPs, and the LM head's where it holds it.
     double share = 0;
-    for (int s = 0; s < stages; ++s) {
-      double flops = 0;
-      for (const ModelPart& part : pipeline_stage_parts(all_parts, pipeline, s))
-        flops += static_cast<double>(part.blocks(shape)) * block_train_flops_per_token(shape) +
-                 (part.heads(shape) ? head_train_flops_per_token(shape) : 0.0);
-      share = std::max(share, flops / train_flops_per_token(shape, shape.seq_len));
-    }
+    for (int s = 0; s < stages; ++s)
+      share = std::max(share, parts_train_flops_per_token(shape, pipeline_stage_parts(all_parts, pipeline, s)) /
+                                  train_flops_per_token(shape, shape.seq_len));
     const double bubble = pipeline_bubble(pipeline);
     p.pipeline = stages;
     p.virtual_stages = pipeline.virtual_stages;
@@ -545,8 +533,8 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   }
   // The tensor group's sums sit between the layers' computations: all of it is exposed.
   if (tensor > 1) {
-    p.tensor_bytes = paced.tensor_bytes();
-    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(paced.tensor_calls()) * m.latency_s;
+    p.tensor_bytes = pacing.tensor_bytes();
+    p.tensor_s = seconds(p.tensor_bytes, bw_inside(1)) + static_cast<double>(pacing.tensor_calls()) * m.latency_s;
   }
   p.comm_s = comm + replica_comm + p.tensor_s;
 

@@ -76,6 +76,8 @@ struct PlanResult {
 // overfills a stage and the deck leaves the cut to the run, by memory (the planner's rows, with
 // the cut in stage_blocks for the deck).
 enum class PipelineCut { deck, memory_where_needed };
+// "[11, 13, 13, 11]": a pipeline's cut as the deck writes parallel.stage_blocks.
+std::string stage_blocks_text(const std::vector<std::int64_t>& blocks);
 StrategyPrediction predict_strategy(const Config& config, const Machine& machine, StrategyKind strategy,
                                     int group, std::optional<Recompute> recompute = std::nullopt, int tensor = 1,
                                     PipelineCut cut = PipelineCut::deck);

@@ -62,7 +62,6 @@ class DeviceScratch {
     }
     reserved_ = true;
   }
-  std::size_t capacity() const { return capacity_; }
 
   // Bytes all of this process's scratch blocks hold now, and at most since it started.
   static std::size_t held_bytes() { return held_.load(); }
