@@ -155,7 +155,8 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   predicted_settings.recompute = recompute;
   predicted_settings.attention = describe_attention(machine.gpu, p.precision, p.attention,
                                                     static_cast<int>(shape.head_dim()));
-  predicted_settings.classifier = describe_classifier(machine.gpu, p.precision, p.classifier);
+  predicted_settings.classifier = describe_classifier(machine.gpu, p);
+  predicted_settings.bf16_activations = p.stores_bf16_activations();
   predicted_settings.data = describe_data(data);
   predicted_settings.sequential_data = config.data.order == DataOrder::sequential;
   predicted_settings.tokenizer = data.tokenizer->description();

@@ -30,6 +30,10 @@ enum class AttentionChoice { automatic, exact };
 // parallel.classifier: automatic ("auto") is the fused classifier where it runs (a GPU in bf16:
 // LayerKernels::fused_classifier), unfused the fp32 logits and separate kernels everywhere.
 enum class ClassifierChoice { automatic, unfused };
+// parallel.activations: what activations (and their gradients) are stored in. automatic ("auto")
+// is fp32 (no device kernel stores bf16 yet), fp32 fp32, bf16 bf16 beside bf16 parameters and fp32
+// gradients (Model<float, Bf16>; on the CPU the host's reference kernels, exec/host_bf16_kernels.hpp).
+enum class ActivationStorage { automatic, fp32, bf16 };
 // parallel.grad_reduction, for the strategies that shard gradients (zero2, zero3, hsdp) when a
 // step accumulates several micro-batches: micro_batch ("every_micro_batch") reduce-scatters each
 // micro-batch's gradients into the sharded gradient as its backward finishes them, so no rank
@@ -85,6 +89,11 @@ template <>
 struct ChoiceNames<ClassifierChoice> {
   static constexpr std::array<std::pair<ClassifierChoice, const char*>, 2> table{
       {{ClassifierChoice::automatic, "auto"}, {ClassifierChoice::unfused, "unfused"}}};
+};
+template <>
+struct ChoiceNames<ActivationStorage> {
+  static constexpr std::array<std::pair<ActivationStorage, const char*>, 3> table{
+      {{ActivationStorage::automatic, "auto"}, {ActivationStorage::fp32, "fp32"}, {ActivationStorage::bf16, "bf16"}}};
 };
 
 // parallel.pipeline_schedule: the order of the micro-batches' passes through the pipeline's

@@ -83,6 +83,10 @@ struct ParallelConfig {
   Precision precision = Precision::fp32;
   AttentionChoice attention = AttentionChoice::automatic;
   ClassifierChoice classifier = ClassifierChoice::automatic;
+  ActivationStorage activations = ActivationStorage::automatic;
+  // Whether the model stores bf16 activations (Model<float, Bf16>, model/bf16_storage_model.hpp):
+  // where the deck asks; "auto" is fp32 until a device has kernels that store bf16.
+  bool stores_bf16_activations() const { return activations == ActivationStorage::bf16; }
   bool sync_every_launch = false;  // GPUs: wait for and check every kernel where it is launched
   bool gelu_fusion = false;        // GPUs in bf16: GPT-2's GELU in cuBLASLt's epilogues
   std::int64_t ranks_per_node = 0;

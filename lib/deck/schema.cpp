@@ -296,6 +296,14 @@ std::vector<KeySpec> build_schema() {
              "logits; docs/gpu.md), fp32 logits in fp32. unfused: fp32 logits, the softmax and its backward as "
              "separate kernels, as fp32 runs and the CPU always compute them.",
              store_choice(&C::parallel, &ParallelConfig::classifier)),
+      choice("parallel", "activations", "\"auto\"", choice_names<ActivationStorage>(),
+             "What activations and their gradients are stored in. bf16 (needs precision bf16): bf16 activations "
+             "beside bf16 parameters, read by the model straight from the strategy's bf16 buffers; each kernel "
+             "computes in fp32 and rounds what it stores once; weight gradients accumulate in fp32 across "
+             "micro-batches; the classifier is fused (bf16 logits). On the CPU this runs the host's reference "
+             "kernels, several times slower than fp32 (for comparisons with a GPU). Not with pipeline "
+             "parallelism. fp32: fp32 activations. auto: fp32 (no GPU kernel stores bf16 yet).",
+             store_choice(&C::parallel, &ParallelConfig::activations)),
       boolean("parallel", "gelu_fusion", "false",
               "GPUs with precision bf16: GPT-2's GELU applied by cuBLASLt in the MLP's two products (its forward "
               "in the input layer's write, keeping its argument; its derivative in the output projection's input "

@@ -10,7 +10,9 @@
 
 namespace st {
 
-template <class R>
+// R: the probabilities and per-row statistics; S: the activations' storage (the attention's
+// output and the grouped-query gradient), as LayerKernels<R, S>.
+template <class R, class S = R>
 struct AttentionProbs {
   // B*NH blocks: forward writes every head's probabilities here and backward reads them.
   // nullptr: not kept; forward uses `working`, backward recomputes them into it.
@@ -21,14 +23,14 @@ struct AttentionProbs {
   // Grouped-query attention's backward on a backend that computes a gradient per query head and
   // then sums each group's (the host): that gradient, B T x 3C (grouped_gradient_elements).
   // nullptr where the backend needs none.
-  R* grouped_gradient = nullptr;
+  S* grouped_gradient = nullptr;
   // Flash attention (attention_uses_flash): instead of probabilities, each row's log-sum-exp of
   // its scaled scores, lse[b, h, t] at (b NH + h) T + t, written by forward, read by backward;
   // backward's scratch for each row's <dO, O> (as many); and the forward's output, which
   // backward reads for it (the model's attention output, kept anyway). Null on the exact path.
   R* lse = nullptr;
   R* row_dots = nullptr;
-  const R* out = nullptr;
+  const S* out = nullptr;
 };
 
 // Head widths the flash attention kernels are built for: the shipped decks' 32, GPT-2's and

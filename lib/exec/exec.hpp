@@ -75,6 +75,9 @@ class Exec {
   // The model's kernels in this space (fp32 activations; a device computes its matmuls with the
   // precision it was made with).
   virtual LayerKernels<float>& layer_kernels() = 0;
+  // The model's kernels with bf16 storage (bf16 parameters and activations, fp32 gradients and
+  // statistics: LayerKernels<float, Bf16>), or null where this backend has none.
+  virtual LayerKernels<float, Bf16>* bf16_layer_kernels() { return nullptr; }
 };
 
 // The host backend, shared by every caller in the process (it holds no state of its own).

@@ -23,6 +23,9 @@ class HostExec final : public Exec {
   void set_clip_factor(StepScalars* scalars, double clip) override;
   void synchronize() override {}
   LayerKernels<float>& layer_kernels() override { return kernels_; }
+  // The bf16-storage reference (exec/host_bf16_kernels.hpp): one per thread, as it keeps
+  // scratch between calls.
+  LayerKernels<float, Bf16>* bf16_layer_kernels() override;
 
   // The sum of squares in double precision, in fixed blocks (exec/ordered_sum.hpp): its bits do
   // not depend on the thread count.

@@ -34,8 +34,8 @@ std::size_t split_rows(std::size_t rows, int tensor, bool sequence_parallel) {
   return rows / static_cast<std::size_t>(tensor);
 }
 
-std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits) {
-  return bf16_logits ? (rows * columns + 1) / 2 : rows * columns;
+ActivationCount logit_count(std::size_t rows, std::size_t columns, bool bf16_logits) {
+  return bf16_logits ? ActivationCount{0, 0, rows * columns} : ActivationCount{rows * columns, 0, 0};
 }
 
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,

@@ -25,30 +25,63 @@ namespace st {
 // Recompute is one of the deck's choices (core/choices.hpp); its word, for messages.
 const char* recompute_name(Recompute recompute);
 
-// Elements, for micro-batches of up to max_batch sequences with `heads_at_once` attention
-// heads in flight, on a device or the host (what their attention needs differs:
-// exec/attention_probs.hpp); `flash`: the attention is flash attention (attention_uses_flash),
-// which keeps no T x T blocks, and `heads_at_once` does not count.
+// Elements of one part of the activations by what they are stored in: values (activations and
+// their gradients: the model's storage type, bf16 or fp32, double in gradient checks), statistics
+// (a norm's mean and reciprocal deviation, attention's probabilities or log-sum-exps, losses, the
+// vocabulary-parallel cross-entropy's and the norms' gradients under sequence parallelism: fp32,
+// or double), and bf16 logits (a fused classifier's, whatever the storage).
+struct ActivationCount {
+  std::size_t values = 0, stats = 0, bf16 = 0;
+  ActivationCount& operator+=(const ActivationCount& o) {
+    values += o.values;
+    stats += o.stats;
+    bf16 += o.bf16;
+    return *this;
+  }
+  std::size_t bytes(std::size_t value_bytes, std::size_t stat_bytes) const {
+    return values * value_bytes + stats * stat_bytes + bf16 * 2;
+  }
+};
+
+// For micro-batches of up to max_batch sequences with `heads_at_once` attention heads in flight,
+// on a device or the host (what their attention needs differs: exec/attention_probs.hpp);
+// `flash`: the attention is flash attention (attention_uses_flash), which keeps no T x T blocks,
+// and `heads_at_once` does not count.
 struct ActivationSizes {
-  std::size_t per_block = 0;  // kept by each block until its backward
-  std::size_t working = 0;    // one block's working set, shared by all blocks (recomputation)
-  std::size_t shared = 0;     // the embeddings' output (a part's input) and the backward scratch
-  std::size_t head = 0;       // the final norm, logits, losses: the part that ends the model's
+  ActivationCount per_block;  // kept by each block until its backward
+  ActivationCount working;    // one block's working set, shared by all blocks (recomputation)
+  ActivationCount shared;     // the embeddings' output (a part's input) and the backward scratch
+  ActivationCount head;       // the final norm, logits, losses: the part that ends the model's
   std::int64_t blocks = 0;
-  std::size_t total() const { return per_block * static_cast<std::size_t>(blocks) + working + shared + head; }
+  ActivationCount all() const {
+    ActivationCount a;
+    for (std::int64_t b = 0; b < blocks; ++b) a += per_block;
+    a += working;
+    a += shared;
+    a += head;
+    return a;
+  }
+  // Bytes with values of value_bytes and statistics of stat_bytes each: what a model allocates
+  // (model/model.hpp carves them in that order: statistics, values, bf16 logits).
+  std::size_t bytes(std::size_t value_bytes, std::size_t stat_bytes) const { return all().bytes(value_bytes, stat_bytes); }
+  // In 4-byte elements where values and statistics are fp32 (bf16 logits two to an element).
+  std::size_t total() const {
+    const ActivationCount a = all();
+    return a.values + a.stats + (a.bf16 + 1) / 2;
+  }
   // The sizes of a pipeline stage's part of the model (model/layout.hpp ModelPart): its blocks,
   // and the head's only where it ends the model.
   ActivationSizes of_part(const ModelPart& part, const ModelShape& shape) const {
     ActivationSizes s = *this;
     s.blocks = part.blocks(shape);
-    if (!part.heads(shape)) s.head = 0;
+    if (!part.heads(shape)) s.head = {};
     return s;
   }
 };
 // `tensor`: ranks of a tensor-parallel group splitting each layer (the sizes of one of them);
 // `sequence_parallel`: the rows between split layers split over them too (split_rows);
 // `bf16_logits`: the logits are stored in bf16 (a fused classifier, LayerKernels::fused_classifier:
-// a GPU in bf16), half the 4-byte elements of fp32 ones (logit_elements).
+// a GPU in bf16), counted as ActivationCount::bf16.
 ActivationSizes activation_sizes(const ModelShape& shape, int max_batch, Recompute recompute, int heads_at_once,
                                  bool device, int tensor = 1, bool sequence_parallel = false, bool flash = false,
                                  bool bf16_logits = false);
@@ -69,8 +102,8 @@ struct AttentionSizes {
 };
 AttentionSizes attention_sizes(std::size_t max_batch, std::size_t T, int heads_here, int heads_at_once, Recompute recompute,
                                bool flash);
-// The 4-byte elements of `rows` rows of `columns` logits: fp32, or bf16 two to an element.
-std::size_t logit_elements(std::size_t rows, std::size_t columns, bool bf16_logits);
+// `rows` rows of `columns` logits: values, or bf16 where the classifier is fused.
+ActivationCount logit_count(std::size_t rows, std::size_t columns, bool bf16_logits);
 // The rows a rank keeps of what lies between split layers (norm outputs, the residual stream):
 // all `rows` without sequence parallelism; with it its share, rows / tensor, which may cut a
 // sequence (a micro-batch of one long sequence splits too). Decoding feeds whole rows at most

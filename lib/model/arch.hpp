@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "exec/kernel_scratch.hpp"
 #include "model/activations.hpp"
 #include "model/layout.hpp"
@@ -25,14 +26,14 @@ namespace st {
 class Exec;
 struct ModelConfig;
 struct TensorGroup;
-template <class Real>
+template <class Real, class S>
 class Model;
 
 // Builds a family's model in one precision (model/model.hpp make_model; a row's are
 // make_family_model's).
-template <class Real>
-using ModelFactory = std::unique_ptr<Model<Real>> (*)(const ModelShape& shape, int max_batch, Exec& exec,
-                                                      Recompute recompute, TensorGroup tensor, ModelPart part);
+template <class Real, class S = Real>
+using ModelFactory = std::unique_ptr<Model<Real, S>> (*)(const ModelShape& shape, int max_batch, Exec& exec,
+                                                         Recompute recompute, TensorGroup tensor, ModelPart part);
 
 struct ArchSpec {
   Arch arch;  // its word (model.arch's value, a checkpoint's /model/arch) is arch_name's
@@ -80,6 +81,7 @@ struct ArchSpec {
   // The model.
   ModelFactory<float> make_float;
   ModelFactory<double> make_double;
+  ModelFactory<float, Bf16> make_bf16;  // bf16 storage (Model<float, Bf16>)
 };
 
 // The rows, each defined in its family's file.

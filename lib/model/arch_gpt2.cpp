@@ -68,27 +68,28 @@ ActivationSizes gpt2_activation_sizes(const ModelShape& shape, int max_batch, Re
   s.blocks = shape.n_layer;
   switch (recompute) {
     case Recompute::none:
-      s.per_block = 4 * R * C + 4 * N * A + 2 * N * H + 4 * R + att.kept;
+      s.per_block = {4 * R * C + 4 * N * A + 2 * N * H, 4 * R + att.kept};
       break;
     case Recompute::selective:  // no probabilities (flash: its lse stays), no GELU output
-      s.per_block = 4 * R * C + 4 * N * A + N * H + 4 * R + att.kept;
-      s.working = att.working;
+      s.per_block = {4 * R * C + 4 * N * A + N * H, 4 * R + att.kept};
+      s.working = {0, att.working};
       break;
     case Recompute::full:  // the output only; one block's worth, less its output and GELU, to recompute into
-      s.per_block = R * C;
-      s.working = 3 * R * C + 4 * N * A + N * H + 4 * R + att.working + (flash ? att.kept : 0);
+      s.per_block = {R * C, 0};
+      s.working = {3 * R * C + 4 * N * A + N * H, 4 * R + att.working + (flash ? att.kept : 0)};
       break;
   }
-  // The embedding output (x0), final norm (R C, 2 R), logits (N V, half that in bf16), losses (N), the projection
+  // The embedding output (x0), final norm (R C, 2 R), logits (N V, bf16 where fused), losses (N), the projection
   // output (tmp, N C: whole rows, summed), then the backward scratch every block reuses: dres
   // (R C), dtmp (N C), datty (N A), dqkv (3 N A), attention's backward scratch (the
   // probabilities' gradient, one block per head in flight; flash: the row dots), and two of the
   // MLP's width (N H each; the recomputed GELU output goes to the second). With rows split: the
   // gathered rows a split layer reads (N C), the rows' shares of the two sums (R C each), and the
   // norms' gradients on their way through the group (4 C).
-  s.shared = R * C + N * C + R * C + N * C + N * A + 3 * N * A + att.backward + 2 * N * H +
-             (sequence_parallel ? N * C + 2 * R * C + 4 * C : 0);
-  s.head = R * C + 2 * R + logit_elements(N, V, bf16_logits) + N + logit_slice_scratch(N, tensor);
+  s.shared = {R * C + N * C + R * C + N * C + N * A + 3 * N * A + 2 * N * H + (sequence_parallel ? N * C + 2 * R * C : 0),
+              att.backward + (sequence_parallel ? 4 * C : 0)};
+  s.head = {R * C, 2 * R + N + logit_slice_scratch(N, tensor)};
+  s.head += logit_count(N, V, bf16_logits);
   return s;
 }
 
@@ -115,7 +116,8 @@ const ArchSpec& gpt2_arch() {
       .layout = gpt2_layout, .activation_sizes = gpt2_activation_sizes, .matmul_params = gpt2_matmul_params,
       .recomputed_matmul_flops = gpt2_recomputed_matmul_flops, .linear_products = gpt2_linear_products,
       .norm_parameter_vectors = 2,
-      .make_float = make_family_model<Gpt2, float>, .make_double = make_family_model<Gpt2, double>};
+      .make_float = make_family_model<Gpt2, float>, .make_double = make_family_model<Gpt2, double>,
+      .make_bf16 = make_family_model<Gpt2, float, Bf16>};
   return row;
 }
 

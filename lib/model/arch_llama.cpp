@@ -98,27 +98,29 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
   s.blocks = shape.n_layer;
   switch (recompute) {
     case Recompute::none:
-      s.per_block = 4 * R * C + N * A + N * W + 3 * N * F + 2 * R + att.kept;
+      s.per_block = {4 * R * C + N * A + N * W + 3 * N * F, 2 * R + att.kept};
       break;
     case Recompute::selective:  // no probabilities (flash: its lse stays), no SwiGLU product
-      s.per_block = 4 * R * C + N * A + N * W + 2 * N * F + 2 * R + att.kept;
-      s.working = att.working;
+      s.per_block = {4 * R * C + N * A + N * W + 2 * N * F, 2 * R + att.kept};
+      s.working = {0, att.working};
       break;
     case Recompute::full:  // the output only; one block's worth, less its output and product
-      s.per_block = R * C;
-      s.working = 3 * R * C + N * A + N * W + 2 * N * F + 2 * R + att.working + (flash ? att.kept : 0);
+      s.per_block = {R * C, 0};
+      s.working = {3 * R * C + N * A + N * W + 2 * N * F, 2 * R + att.working + (flash ? att.kept : 0)};
       break;
   }
-  // x0, the final norm (R C, R), logits (N V, half that in bf16), losses (N), tmp (N C), then the backward scratch:
+  // x0, the final norm (R C, R), logits (N V, bf16 where fused), losses (N), tmp (N C), then the backward scratch:
   // dres (R C), dtmp (N C), datty (N A), dqkv (N W), attention's backward scratch, two of the
   // MLP's width (2 N F each; the recomputed product goes to the second), and where the backend
   // folds grouped-query gradients (the host), the per-query-head gradient it folds from (3 N A).
   // With rows split: the gathered rows a split layer reads (N C), the rows' shares of the two
   // sums (R C each), and the norms' gradients on their way through the group (2 C).
-  s.shared = R * C + N * C + R * C + N * C + N * A + N * W + att.backward + 2 * 2 * N * F +
-             grouped_gradient_elements(device || flash, N, static_cast<int>(A), heads_here, kv_here) +
-             (sequence_parallel ? N * C + 2 * R * C + 2 * C : 0);
-  s.head = R * C + R + logit_elements(N, V, bf16_logits) + N + logit_slice_scratch(N, tensor);
+  s.shared = {R * C + N * C + R * C + N * C + N * A + N * W + 2 * 2 * N * F +
+                  grouped_gradient_elements(device || flash, N, static_cast<int>(A), heads_here, kv_here) +
+                  (sequence_parallel ? N * C + 2 * R * C : 0),
+              att.backward + (sequence_parallel ? 2 * C : 0)};
+  s.head = {R * C, R + N + logit_slice_scratch(N, tensor)};
+  s.head += logit_count(N, V, bf16_logits);
   return s;
 }
 
@@ -146,7 +148,8 @@ const ArchSpec& llama_arch() {
       .layout = llama_layout, .activation_sizes = llama_activation_sizes, .matmul_params = llama_matmul_params,
       .recomputed_matmul_flops = llama_recomputed_matmul_flops, .linear_products = llama_linear_products,
       .norm_parameter_vectors = 1,
-      .make_float = make_family_model<Llama, float>, .make_double = make_family_model<Llama, double>};
+      .make_float = make_family_model<Llama, float>, .make_double = make_family_model<Llama, double>,
+      .make_bf16 = make_family_model<Llama, float, Bf16>};
   return row;
 }
 

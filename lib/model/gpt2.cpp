@@ -10,11 +10,11 @@
 namespace st {
 
 
-template <class Real>
-Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
+template <class Real, class S>
+Gpt2<Real, S>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
                  ModelPart part)
-    : Model<Real>(shape, exec, recompute, tensor, part),
-      k_(layer_kernels_of<Real>(exec)),
+    : Model<Real, S>(shape, exec, recompute, tensor, part),
+      k_(layer_kernels_of<Real, S>(exec)),
       max_batch_(max_batch),
       heads_(static_cast<int>(shape.n_head) / tensor.split.degree),
       attn_width_(static_cast<int>(shape.d_model) / tensor.split.degree),
@@ -57,78 +57,73 @@ Gpt2<Real>::Gpt2(const ModelShape& shape, int max_batch, Exec& exec, Recompute r
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(heads_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
   const std::size_t lse_rows = flash_rows(static_cast<std::size_t>(max_batch), T, heads_);  // flash attention's
-  acts_ = exec.allocate(sizes.total() * sizeof(Real));
-  Real* cursor = acts_.as<Real>().data();
-  auto take = [&cursor](std::size_t n) {
-    Real* p = cursor;
-    cursor += n;
-    return p;
-  };
+  acts_ = exec.allocate(sizes.bytes(sizeof(S), sizeof(Real)));
+  ActivationCarver<Real, S> take(acts_, sizes.all());
   // Everything a block computes, in one place.
   auto whole_block = [&](BlockActs& a, bool keep_probs) {
-    a.ln1 = take(R * C);
-    a.ln1_mean = take(R);
-    a.ln1_rstd = take(R);
-    a.qkv = take(3 * N * A);
-    a.att = keep_probs && !flash_ ? take(kept_probs) : nullptr;
-    a.lse = flash_ ? take(lse_rows) : nullptr;  // whatever the recomputation: flash's backward needs it
-    a.atty = take(N * A);
-    a.res2 = take(R * C);
-    a.ln2 = take(R * C);
-    a.ln2_mean = take(R);
-    a.ln2_rstd = take(R);
-    a.fch = take(N * H);
+    a.ln1 = take.values(R * C);
+    a.ln1_mean = take.stats(R);
+    a.ln1_rstd = take.stats(R);
+    a.qkv = take.values(3 * N * A);
+    a.att = keep_probs && !flash_ ? take.stats(kept_probs) : nullptr;
+    a.lse = flash_ ? take.stats(lse_rows) : nullptr;  // whatever the recomputation: flash's backward needs it
+    a.atty = take.values(N * A);
+    a.res2 = take.values(R * C);
+    a.ln2 = take.values(R * C);
+    a.ln2_mean = take.stats(R);
+    a.ln2_rstd = take.stats(R);
+    a.fch = take.values(N * H);
   };
   block_acts_.resize(static_cast<std::size_t>(part.blocks(shape)));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
-    a.fch_gelu = recompute == Recompute::none ? take(N * H) : nullptr;
-    a.res3 = take(R * C);
+    a.fch_gelu = recompute == Recompute::none ? take.values(N * H) : nullptr;
+    a.res3 = take.values(R * C);
   }
   if (recompute == Recompute::full) {
     BlockActs working{};
     whole_block(working, false);
     for (BlockActs& a : block_acts_) {
-      Real* output = a.res3;
+      S* output = a.res3;
       a = working;
       a.res3 = output;
     }
   }
-  if (recompute != Recompute::none && !flash_) probs_ = take(heads);
-  x0_ = take(R * C);
+  if (recompute != Recompute::none && !flash_) probs_ = take.stats(heads);
+  x0_ = take.values(R * C);
   if (ends_model) {  // the head's (ActivationSizes::head)
-    lnf_ = take(R * C);
-    lnf_mean_ = take(R);
-    lnf_rstd_ = take(R);
-    logits_ = take(this->logit_elements(N));
-    losses_ = take(N);
+    lnf_ = take.values(R * C);
+    lnf_mean_ = take.stats(R);
+    lnf_rstd_ = take.stats(R);
+    logits_ = this->carve_logits(take, N);
+    losses_ = take.stats(N);
     const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
-    cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
+    cross_entropy_scratch_ = scratch ? take.stats(scratch) : nullptr;
   }
-  tmp_ = take(N * C);
-  dres_ = take(R * C);
-  dtmp_ = take(N * C);
-  datty_ = take(N * A);
-  dqkv_ = take(3 * N * A);
-  if (flash_) row_dots_ = take(lse_rows);
-  else dprobs_ = take(heads);
-  d4c_a_ = take(N * H);
-  d4c_b_ = take(N * H);
+  tmp_ = take.values(N * C);
+  dres_ = take.values(R * C);
+  dtmp_ = take.values(N * C);
+  datty_ = take.values(N * A);
+  dqkv_ = take.values(3 * N * A);
+  if (flash_) row_dots_ = take.stats(lse_rows);
+  else dprobs_ = take.stats(heads);
+  d4c_a_ = take.values(N * H);
+  d4c_b_ = take.values(N * H);
   if (split_rows_ever) rows_.carve(take, N, R, C, 4 * C);
   // Not kept, the GELU output goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.fch_gelu) a.fch_gelu = d4c_b_;
-  ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
+  ST_REQUIRE(take.exact(), "activation buffer accounting is off");
   decode_rows_ = static_cast<int>(R);  // whole rows go where the split ones are kept
   this->allocate_batch(N);
   this->reserve_kernel_scratch(k_, max_batch);
 }
 
-template <class Real>
-Gpt2<Real>::~Gpt2() = default;
+template <class Real, class S>
+Gpt2<Real, S>::~Gpt2() = default;
 
-template <class Real>
-void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
+template <class Real, class S>
+void Gpt2<Real, S>::init_params(std::span<Real> params, std::uint64_t seed) const {
   const ParamLayout& layout = this->whole_layout();
   ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(shape_.n_layer));
@@ -158,8 +153,8 @@ void Gpt2<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
   std::fill(wte + shape_.vocab_size * shape_.d_model, wte + shape_.padded_vocab * shape_.d_model, Real(0));
 }
 
-template <class Real>
-void Gpt2<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+template <class Real, class S>
+void Gpt2<Real, S>::forward_into(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T,
                              double* loss_sum) {
   forward_to_logits(buffers, tokens, targets, B, T);
   if (!part_.heads(shape_)) return;
@@ -167,28 +162,28 @@ void Gpt2<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens, 
   this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_, {loss_sum, double(N)});
 }
 
-template <class Real>
-std::vector<Real> Gpt2<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
+template <class Real, class S>
+std::vector<Real> Gpt2<Real, S>::logits(std::span<const S> params, const int* tokens, int B, int T) {
   ST_REQUIRE(part_.whole(shape_), "logits() needs the whole model");
-  FlatBuffers<Real> flat(layout_, params);
+  FlatBuffers<Real, S> flat(layout_, params);
   forward_to_logits(flat, tokens, nullptr, B, T);
   return this->whole_logits_on_host(logits_, static_cast<std::size_t>(B) * T);
 }
 
-template <class Real>
-void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B,
+template <class Real, class S>
+void Gpt2<Real, S>::forward_to_logits(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B,
                                    int T) {
   ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
   B_ = B;
   T_ = T;
   const int N = B * T, C = static_cast<int>(shape_.d_model);
-  const Real* E = this->begin_pass(buffers, tokens, targets, N);
+  const S* E = this->begin_pass(buffers, tokens, targets, N);
   const int Nr = this->local_rows(N);
   const bool embeds = part_.embeds(), heads = part_.heads(shape_);
   if (embeds) {
     // A vocabulary slice looks up the tokens it holds; the group sums the slices' rows, the
     // positions added once (with rows split, each rank keeps its share of the sum).
-    Real* looked_up = rows_split_ ? tmp_ : x0_;
+    S* looked_up = rows_split_ ? tmp_ : x0_;
     k_.encoder_forward(looked_up, tokens_at_, E + wte_, row_parallel_bias(E + wpe_), B, T, C);
     this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
     if (!heads) buffers.after_forward(0);
@@ -202,18 +197,18 @@ void Gpt2<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tok
   if (!heads) return;
   const std::size_t last = this->final_norm_segment();
   buffers.before_forward(last);
-  const Real* F = buffers.params(last);
-  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+  const S* F = buffers.params(last);
+  const S* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, Nr, C);
   buffers.after_forward(last);
   // LM head tied to the token embedding (this rank's slice of the vocabulary), on every row.
-  const Real* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
+  const S* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C));
   this->lm_head(logits_, normed, E + wte_, N, C);
   buffers.after_forward(0);
 }
 
-template <class Real>
-void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
+template <class Real, class S>
+void Gpt2<Real, S>::backward(SegmentBuffers<Real, S>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
   const int B = B_, T = T_, N = B * T, C = static_cast<int>(shape_.d_model), NH = heads_;
   const int A = attn_width_, H = mlp_width_, Nr = this->local_rows(N);
@@ -224,9 +219,9 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
 
   // The embeddings: the LM head now, the encoder at the very end. A part that does not end the
   // model finds d(loss)/d(its output) in dres_ (part_grad()) instead.
-  const Real* E = nullptr;
+  const S* E = nullptr;
   Real* GE = nullptr;
-  const Real* d = nullptr;
+  const S* d = nullptr;
   if (heads) {
     buffers.before_backward(0);
     E = buffers.params(0);
@@ -240,10 +235,10 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
     const std::size_t last = this->final_norm_segment();
     buffers.before_backward(last);
-    const Real* F = buffers.params(last);
+    const S* F = buffers.params(last);
     Real* GF = buffers.grads(last);
-    exec_.zero(dres_, static_cast<std::size_t>(Nr) * C * sizeof(Real));
-    const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+    exec_.zero(dres_, static_cast<std::size_t>(Nr) * C * sizeof(S));
+    const S* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
     // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
     Real* dlnf = split ? rows_.norm_grads : GF + lnfw_;
     if (split) exec_.zero(rows_.norm_grads, 2 * width * sizeof(Real));
@@ -256,11 +251,11 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     const std::size_t segment = this->block_segment(l);
     buffers.before_backward(segment);
-    const Real* P = buffers.params(segment);
+    const S* P = buffers.params(segment);
     Real* G = buffers.grads(segment);
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
-    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    const S* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
     // What the block did not keep, recomputed by the same kernels from what it kept (the
     // parameters are those before_backward gathered anyway): its whole forward but the output,
     // or only the GELU output. The attention probabilities come back inside attention_backward.
@@ -306,8 +301,8 @@ void Gpt2<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
 
-template <class Real>
-void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B,
+template <class Real, class S>
+void Gpt2<Real, S>::block_forward(std::size_t l, const S* P, const S* in, const BlockActs& a, bool output, int B,
                                int T) {
   const int N = B * T, C = static_cast<int>(shape_.d_model), A = attn_width_;
   const BlockOffsets& o = blocks_[l];
@@ -318,8 +313,8 @@ void Gpt2<Real>::block_forward(std::size_t l, const Real* P, const Real* in, con
   block_after_attention(l, P, in, a, output, N);
 }
 
-template <class Real>
-void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
+template <class Real, class S>
+void Gpt2<Real, S>::block_after_attention(std::size_t l, const S* P, const S* in, const BlockActs& a, bool output,
                                        int N) {
   const int C = static_cast<int>(shape_.d_model), A = attn_width_, H = mlp_width_, Nr = this->local_rows(N);
   const std::size_t kept = static_cast<std::size_t>(Nr) * C, rows = static_cast<std::size_t>(N);
@@ -330,7 +325,7 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
   k_.linear_forward(tmp_, a.atty, P + o.projw, row_parallel_bias(P + o.projb), N, A, C);
   k_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, in,
                                 this->sum_rows(tmp_, rows_.tmp_rows, rows, width), P + o.ln2w, P + o.ln2b, Nr, C);
-  const Real* ln2 = this->gather_rows(a.ln2, rows_.gathered, rows, width);
+  const S* ln2 = this->gather_rows(a.ln2, rows_.gathered, rows, width);
   if (recompute_ == Recompute::selective) {
     // Backward recomputes the GELU output with gelu_forward: the forward makes it the same way,
     // so the weight gradient reads the same values (a fused GELU may round differently).
@@ -344,8 +339,8 @@ void Gpt2<Real>::block_after_attention(std::size_t l, const Real* P, const Real*
   k_.add(a.res3, a.res2, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
 }
 
-template <class Real>
-std::span<const Real> Gpt2<Real>::decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+template <class Real, class S>
+std::span<const Real> Gpt2<Real, S>::decode_piece(SegmentBuffers<Real, S>& buffers, const int* tokens, int count) {
   const int first = decoded_, C = static_cast<int>(shape_.d_model);
   ST_REQUIRE(part_.whole(shape_), "decode needs the whole model");
   ST_REQUIRE(count >= 1, "decode: no tokens to feed");
@@ -353,7 +348,7 @@ std::span<const Real> Gpt2<Real>::decode_piece(SegmentBuffers<Real>& buffers, co
              "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +
                  " new exceed the model's " + std::to_string(shape_.seq_len));
   const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * 3 * attn_width_;
-  if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(Real));
+  if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(S));
   // Not a training pass: a backward after this would read activations of other positions.
   targets_.clear();
   B_ = 0;
@@ -362,7 +357,7 @@ std::span<const Real> Gpt2<Real>::decode_piece(SegmentBuffers<Real>& buffers, co
   this->upload_slice_tokens(tokens_at_, tokens, count);
 
   buffers.before_forward(0);
-  const Real* E = buffers.params(0);
+  const S* E = buffers.params(0);
   // Positions first.. : the position table from row `first` on.
   k_.encoder_forward(x0_, tokens_at_, E + wte_, row_parallel_bias(E + wpe_ + static_cast<std::size_t>(first) * C), 1,
                      count, C);
@@ -375,8 +370,8 @@ std::span<const Real> Gpt2<Real>::decode_piece(SegmentBuffers<Real>& buffers, co
   // Only the last position's next token is wanted: the final norm and the LM head on one row.
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_forward(last);
-  const Real* F = buffers.params(last);
-  const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C;
+  const S* F = buffers.params(last);
+  const S* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C;
   k_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, F + lnfw_, F + lnfb_, 1, C);
   buffers.after_forward(last);
   this->lm_head(logits_, lnf_, E + wte_, 1, C);
@@ -386,12 +381,12 @@ std::span<const Real> Gpt2<Real>::decode_piece(SegmentBuffers<Real>& buffers, co
   return this->whole_row_on_host(logits_, 0);
 }
 
-template <class Real>
-void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, const BlockActs& a, int count) {
+template <class Real, class S>
+void Gpt2<Real, S>::block_decode(std::size_t l, const S* P, const S* in, const BlockActs& a, int count) {
   const int C = static_cast<int>(shape_.d_model), A = attn_width_, NH = heads_;
   const BlockOffsets& o = blocks_[l];
   const std::size_t row = 3 * static_cast<std::size_t>(A);
-  Real* cache = decode_cache_.template as<Real>().data() + l * static_cast<std::size_t>(shape_.seq_len) * row;
+  S* cache = decode_cache_.template as<S>().data() + l * static_cast<std::size_t>(shape_.seq_len) * row;
   k_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, in, P + o.ln1w, P + o.ln1b, count, C);
   k_.linear_forward(cache + static_cast<std::size_t>(decoded_) * row, a.ln1, P + o.qkvw, P + o.qkvb, count, C,
                     3 * A);
@@ -404,13 +399,14 @@ void Gpt2<Real>::block_decode(std::size_t l, const Real* P, const Real* in, cons
   block_after_attention(l, P, in, a, true, count);
 }
 
-template <class Real>
-std::span<const Real> Gpt2<Real>::probs(int b, int t) const {
+template <class Real, class S>
+std::span<const Real> Gpt2<Real, S>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
   return this->whole_row_on_host(logits_, static_cast<std::size_t>(b) * T_ + t);
 }
 
 template class Gpt2<float>;
 template class Gpt2<double>;
+template class Gpt2<float, Bf16>;
 
 }  // namespace st

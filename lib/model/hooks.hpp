@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <span>
 
+#include "core/bf16.hpp"
 #include "model/layout.hpp"
 
 namespace st {
@@ -23,23 +24,28 @@ class SegmentHooks {
 // gathers a segment into a buffer of its own, so the model asks per segment, and only between
 // the hooks: params(s) from before_forward(s) to after_forward(s) and from before_backward(s)
 // to grad_ready(s); grads(s) from before_backward(s) to grad_ready(s). Both point at the
-// segment's first element, laid out as in the flat layout.
-template <class Real>
+// segment's first element, laid out as in the flat layout. Parameters are S, the model's storage
+// (bf16 for bf16 storage), gradients Real (LayerKernels<Real, S>).
+template <class Real, class S = Real>
 class SegmentBuffers : public SegmentHooks {
  public:
-  virtual const Real* params(std::size_t segment) = 0;
+  virtual const S* params(std::size_t segment) = 0;
   virtual Real* grads(std::size_t segment) = 0;
+  // The segment's parameters in bf16, where these buffers keep them so and were asked to lend
+  // them (a strategy in mixed precision for a model with bf16 storage, ShardingSettings::
+  // bf16_params): the model reads them without an fp32 copy. Null otherwise: params() it is.
+  virtual const Bf16* bf16_params(std::size_t /*segment*/) { return nullptr; }
 };
 
 // The whole model in two flat buffers (one process, tests, sampling): every segment is always
 // there. Hooks, if given, are passed on.
-template <class Real>
-class FlatBuffers final : public SegmentBuffers<Real> {
+template <class Real, class S = Real>
+class FlatBuffers final : public SegmentBuffers<Real, S> {
  public:
-  FlatBuffers(const ParamLayout& layout, std::span<const Real> params, std::span<Real> grads = {},
+  FlatBuffers(const ParamLayout& layout, std::span<const S> params, std::span<Real> grads = {},
               SegmentHooks* hooks = nullptr)
       : layout_(layout), params_(params), grads_(grads), hooks_(hooks) {}
-  const Real* params(std::size_t s) override { return params_.data() + layout_.segments()[s].offset; }
+  const S* params(std::size_t s) override { return params_.data() + layout_.segments()[s].offset; }
   Real* grads(std::size_t s) override { return grads_.data() + layout_.segments()[s].offset; }
   void before_forward(std::size_t s) override { if (hooks_) hooks_->before_forward(s); }
   void after_forward(std::size_t s) override { if (hooks_) hooks_->after_forward(s); }
@@ -48,7 +54,7 @@ class FlatBuffers final : public SegmentBuffers<Real> {
 
  private:
   const ParamLayout& layout_;
-  std::span<const Real> params_;
+  std::span<const S> params_;
   std::span<Real> grads_;
   SegmentHooks* hooks_;
 };

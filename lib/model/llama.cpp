@@ -9,11 +9,11 @@
 
 namespace st {
 
-template <class Real>
-Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
+template <class Real, class S>
+Llama<Real, S>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
                    ModelPart part)
-    : Model<Real>(shape, exec, recompute, tensor, part),
-      k_(layer_kernels_of<Real>(exec)),
+    : Model<Real, S>(shape, exec, recompute, tensor, part),
+      k_(layer_kernels_of<Real, S>(exec)),
       max_batch_(max_batch),
       C_(static_cast<int>(shape.d_model)),
       NH_(static_cast<int>(shape.n_head) / tensor.split.degree),
@@ -74,76 +74,72 @@ Llama<Real>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recompute
   const std::size_t kept_probs = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(NH_) * T * T;
   const std::size_t heads = static_cast<std::size_t>(heads_at_once_) * T * T;
   const std::size_t lse_rows = flash_rows(static_cast<std::size_t>(max_batch), T, NH_);  // flash attention's
-  acts_ = exec.allocate(sizes.total() * sizeof(Real));
-  Real* cursor = acts_.as<Real>().data();
-  auto take = [&cursor](std::size_t n) {
-    Real* p = cursor;
-    cursor += n;
-    return p;
-  };
+  acts_ = exec.allocate(sizes.bytes(sizeof(S), sizeof(Real)));
+  ActivationCarver<Real, S> take(acts_, sizes.all());
   auto whole_block = [&](BlockActs& a, bool keep_probs) {
-    a.ln1 = take(R * C);
-    a.ln1_rstd = take(R);
-    a.qkv = take(N * W);
-    a.att = keep_probs && !flash_ ? take(kept_probs) : nullptr;
-    a.lse = flash_ ? take(lse_rows) : nullptr;  // whatever the recomputation: flash's backward needs it
-    a.atty = take(N * A);
-    a.res2 = take(R * C);
-    a.ln2 = take(R * C);
-    a.ln2_rstd = take(R);
-    a.gate_up = take(2 * N * F);
+    a.ln1 = take.values(R * C);
+    a.ln1_rstd = take.stats(R);
+    a.qkv = take.values(N * W);
+    a.att = keep_probs && !flash_ ? take.stats(kept_probs) : nullptr;
+    a.lse = flash_ ? take.stats(lse_rows) : nullptr;  // whatever the recomputation: flash's backward needs it
+    a.atty = take.values(N * A);
+    a.res2 = take.values(R * C);
+    a.ln2 = take.values(R * C);
+    a.ln2_rstd = take.stats(R);
+    a.gate_up = take.values(2 * N * F);
   };
   block_acts_.resize(static_cast<std::size_t>(part.blocks(shape)));
   for (BlockActs& a : block_acts_) {
     if (recompute != Recompute::full) whole_block(a, recompute == Recompute::none);
-    a.act = recompute == Recompute::none ? take(N * F) : nullptr;
-    a.res3 = take(R * C);
+    a.act = recompute == Recompute::none ? take.values(N * F) : nullptr;
+    a.res3 = take.values(R * C);
   }
   if (recompute == Recompute::full) {
     BlockActs working{};
     whole_block(working, false);
     for (BlockActs& a : block_acts_) {
-      Real* output = a.res3;
+      S* output = a.res3;
       a = working;
       a.res3 = output;
     }
   }
-  if (recompute != Recompute::none && !flash_) probs_ = take(heads);
-  x0_ = take(R * C);
+  if (recompute != Recompute::none && !flash_) probs_ = take.stats(heads);
+  x0_ = take.values(R * C);
   if (ends_model) {  // the head's (ActivationSizes::head)
-    lnf_ = take(R * C);
-    lnf_rstd_ = take(R);
-    logits_ = take(this->logit_elements(N));
-    losses_ = take(N);
+    lnf_ = take.values(R * C);
+    lnf_rstd_ = take.stats(R);
+    logits_ = this->carve_logits(take, N);
+    losses_ = take.stats(N);
     const std::size_t scratch = logit_slice_scratch(N, tensor.split.degree);
-    cross_entropy_scratch_ = scratch ? take(scratch) : nullptr;
+    cross_entropy_scratch_ = scratch ? take.stats(scratch) : nullptr;
   }
-  tmp_ = take(N * C);
-  dres_ = take(R * C);
-  dtmp_ = take(N * C);
-  datty_ = take(N * A);
-  dqkv_ = take(N * W);
-  if (flash_) row_dots_ = take(lse_rows);
-  else dprobs_ = take(heads);
-  dff_a_ = take(2 * N * F);
-  dff_b_ = take(2 * N * F);
+  tmp_ = take.values(N * C);
+  dres_ = take.values(R * C);
+  dtmp_ = take.values(N * C);
+  datty_ = take.values(N * A);
+  dqkv_ = take.values(N * W);
+  if (flash_) row_dots_ = take.stats(lse_rows);
+  else dprobs_ = take.stats(heads);
+  dff_a_ = take.values(2 * N * F);
+  dff_b_ = take.values(2 * N * F);
   // Flash attention sums each group in its kernels: nothing to fold.
-  if (const std::size_t n = grouped_gradient_elements(device || flash_, N, A, NH_, NKV_); n > 0) grouped_gradient_ = take(n);
+  if (const std::size_t n = grouped_gradient_elements(device || flash_, N, A, NH_, NKV_); n > 0)
+    grouped_gradient_ = take.values(n);
   if (split_rows_ever) rows_.carve(take, N, R, C, 2 * C);
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)
     if (!a.act) a.act = dff_b_;
-  ST_REQUIRE(cursor == acts_.as<Real>().data() + sizes.total(), "activation buffer accounting is off");
+  ST_REQUIRE(take.exact(), "activation buffer accounting is off");
   decode_rows_ = static_cast<int>(R);  // whole rows go where the split ones are kept
   this->allocate_batch(N);
   this->reserve_kernel_scratch(k_, max_batch);
 }
 
-template <class Real>
-Llama<Real>::~Llama() = default;
+template <class Real, class S>
+Llama<Real, S>::~Llama() = default;
 
-template <class Real>
-void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const {
+template <class Real, class S>
+void Llama<Real, S>::init_params(std::span<Real> params, std::uint64_t seed) const {
   const ParamLayout& layout = this->whole_layout();
   ST_REQUIRE(params.size() == layout.total(), "parameter buffer does not match the layout");
   for (const TensorSlot* t : layout.all_tensors()) {
@@ -163,8 +159,8 @@ void Llama<Real>::init_params(std::span<Real> params, std::uint64_t seed) const 
   for (std::size_t offset : tables) std::fill(params.data() + offset + used, params.data() + offset + rows, Real(0));
 }
 
-template <class Real>
-void Llama<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+template <class Real, class S>
+void Llama<Real, S>::forward_into(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T,
                              double* loss_sum) {
   forward_to_logits(buffers, tokens, targets, B, T);
   if (!part_.heads(shape_)) return;
@@ -172,27 +168,27 @@ void Llama<Real>::forward_into(SegmentBuffers<Real>& buffers, const int* tokens,
   this->cross_entropy(logits_, losses_, targets ? targets_at_ : nullptr, N, cross_entropy_scratch_, {loss_sum, double(N)});
 }
 
-template <class Real>
-std::vector<Real> Llama<Real>::logits(std::span<const Real> params, const int* tokens, int B, int T) {
+template <class Real, class S>
+std::vector<Real> Llama<Real, S>::logits(std::span<const S> params, const int* tokens, int B, int T) {
   ST_REQUIRE(part_.whole(shape_), "logits() needs the whole model");
-  FlatBuffers<Real> flat(layout_, params);
+  FlatBuffers<Real, S> flat(layout_, params);
   forward_to_logits(flat, tokens, nullptr, B, T);
   return this->whole_logits_on_host(logits_, static_cast<std::size_t>(B) * T);
 }
 
-template <class Real>
-void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B,
+template <class Real, class S>
+void Llama<Real, S>::forward_to_logits(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B,
                                     int T) {
   ST_REQUIRE(B >= 1 && B <= max_batch_ && T >= 1 && T <= shape_.seq_len, "batch shape exceeds the model's buffers");
   B_ = B;
   T_ = T;
   const int N = B * T;
-  const Real* E = this->begin_pass(buffers, tokens, targets, N);
+  const S* E = this->begin_pass(buffers, tokens, targets, N);
   const bool embeds = part_.embeds(), heads = part_.heads(shape_);
   if (embeds) {
     // A vocabulary slice looks up the tokens it holds (zeros for the others); the group sums
     // them (with rows split, each rank keeps its share of the sum).
-    Real* looked_up = rows_split_ ? tmp_ : x0_;
+    S* looked_up = rows_split_ ? tmp_ : x0_;
     k_.encoder_forward(looked_up, tokens_at_, E + wte_, nullptr, B, T, C_);
     this->sum_rows(looked_up, x0_, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
     if (!heads) buffers.after_forward(0);
@@ -206,37 +202,37 @@ void Llama<Real>::forward_to_logits(SegmentBuffers<Real>& buffers, const int* to
   if (!heads) return;
   const std::size_t last = this->final_norm_segment();
   buffers.before_forward(last);
-  const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+  const S* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, this->local_rows(N), C_, shape_.norm_eps);
   buffers.after_forward(last);
   // This rank's slice of the vocabulary, on every row.
-  const Real* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
+  const S* normed = this->gather_rows(lnf_, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C_));
   this->lm_head(logits_, normed, E + head_, N, C_);
   buffers.after_forward(0);
 }
 
-template <class Real>
-void Llama<Real>::block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B,
+template <class Real, class S>
+void Llama<Real, S>::block_forward(std::size_t l, const S* P, const S* in, const BlockActs& a, bool output, int B,
                                 int T) {
   const int N = B * T;
   const BlockOffsets& o = blocks_[l];
   k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, this->local_rows(N), C_, shape_.norm_eps);
   k_.linear_forward(a.qkv, this->gather_rows(a.ln1, rows_.gathered, static_cast<std::size_t>(N), static_cast<std::size_t>(C_)),
-                    P + o.qkv, static_cast<const Real*>(nullptr), N, C_, W_);
+                    P + o.qkv, static_cast<const S*>(nullptr), N, C_, W_);
   // q's and k's heads lead each row: rotated in place, attention and its backward read them so.
   k_.rope(a.qkv, rope_cos_, rope_sin_, B, T, 0, W_, NH_ + NKV_, hs_, false);
   k_.attention_forward(a.atty, attention_probs(a), a.qkv, B, T, A_, NH_, NKV_);
   block_after_attention(l, P, in, a, output, N);
 }
 
-template <class Real>
-void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output,
+template <class Real, class S>
+void Llama<Real, S>::block_after_attention(std::size_t l, const S* P, const S* in, const BlockActs& a, bool output,
                                         int N) {
   const int Nr = this->local_rows(N);
   const std::size_t kept = static_cast<std::size_t>(Nr) * C_, rows = static_cast<std::size_t>(N);
   const auto width = static_cast<std::size_t>(C_);
   const BlockOffsets& o = blocks_[l];
-  const Real* none = nullptr;
+  const S* none = nullptr;
   // The row-parallel projections' partial products are summed over the group (with rows split,
   // each rank keeping its rows of the sum); the column-parallel ones read every row.
   k_.linear_forward(tmp_, a.atty, P + o.proj, none, N, A_, C_);
@@ -249,8 +245,8 @@ void Llama<Real>::block_after_attention(std::size_t l, const Real* P, const Real
   k_.add(a.res3, a.res2, this->sum_rows(tmp_, rows_.tmp_rows, rows, width), kept);
 }
 
-template <class Real>
-void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
+template <class Real, class S>
+void Llama<Real, S>::backward(SegmentBuffers<Real, S>& buffers, Real loss_scale) {
   ST_REQUIRE(!targets_.empty(), "backward needs a forward pass with targets");
   const int B = B_, T = T_, N = B * T, C = C_, Nr = this->local_rows(N);
   const std::size_t rows = static_cast<std::size_t>(N), width = static_cast<std::size_t>(C);
@@ -261,10 +257,10 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   // The embedding (and LM head): the head now, the lookup at the very end. A part that does not
   // end the model finds d(loss)/d(its output) in dres_ (part_grad()) instead.
   Real* GE = nullptr;
-  const Real* d = nullptr;
+  const S* d = nullptr;
   if (heads) {
     buffers.before_backward(0);
-    const Real* E = buffers.params(0);
+    const S* E = buffers.params(0);
     GE = buffers.grads(0);
     // Under tensor parallelism every input gradient of a split layer is a partial sum over the
     // group's slices: summed before the replicated layer below it uses it (with rows split, each
@@ -275,8 +271,8 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
     d = this->sum_rows(dtmp_, rows_.dtmp_rows, rows, width);
     const std::size_t last = this->final_norm_segment();
     buffers.before_backward(last);
-    exec_.zero(dres_, static_cast<std::size_t>(Nr) * width * sizeof(Real));
-    const Real* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
+    exec_.zero(dres_, static_cast<std::size_t>(Nr) * width * sizeof(S));
+    const S* top = blocks_.empty() ? x0_ : block_acts_.back().res3;
     // With rows split, a norm's gradient is this rank's rows' share: summed over the group.
     Real* GF = buffers.grads(last);
     if (split) exec_.zero(rows_.norm_grads, width * sizeof(Real));
@@ -289,11 +285,11 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   for (std::size_t l = blocks_.size(); l-- > 0;) {
     const std::size_t segment = this->block_segment(l);
     buffers.before_backward(segment);
-    const Real* P = buffers.params(segment);
+    const S* P = buffers.params(segment);
     Real* G = buffers.grads(segment);
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
-    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    const S* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
     // What the block did not keep, recomputed by the same kernels from what it kept.
     if (recompute_ == Recompute::full) block_forward(l, P, in, a, false, B, T);
     else if (recompute_ == Recompute::selective) k_.swiglu_forward(a.act, a.gate_up, N, F_);
@@ -334,8 +330,8 @@ void Llama<Real>::backward(SegmentBuffers<Real>& buffers, Real loss_scale) {
   targets_.clear();  // logits now hold gradients: a second backward would be wrong
 }
 
-template <class Real>
-std::span<const Real> Llama<Real>::decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+template <class Real, class S>
+std::span<const Real> Llama<Real, S>::decode_piece(SegmentBuffers<Real, S>& buffers, const int* tokens, int count) {
   const int first = decoded_;
   ST_REQUIRE(part_.whole(shape_), "decode needs the whole model");
   ST_REQUIRE(count >= 1, "decode: no tokens to feed");
@@ -343,7 +339,7 @@ std::span<const Real> Llama<Real>::decode_piece(SegmentBuffers<Real>& buffers, c
              "decode: " + std::to_string(first) + " positions cached + " + std::to_string(count) +
                  " new exceed the model's " + std::to_string(shape_.seq_len));
   const std::size_t layer_rows = static_cast<std::size_t>(shape_.seq_len) * W_;
-  if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(Real));
+  if (decode_cache_.bytes() == 0) decode_cache_ = exec_.allocate(blocks_.size() * layer_rows * sizeof(S));
   targets_.clear();  // not a training pass
   B_ = 0;
   T_ = 0;
@@ -351,19 +347,19 @@ std::span<const Real> Llama<Real>::decode_piece(SegmentBuffers<Real>& buffers, c
   this->upload_slice_tokens(tokens_at_, tokens, count);
 
   buffers.before_forward(0);
-  const Real* E = buffers.params(0);
+  const S* E = buffers.params(0);
   k_.encoder_forward(x0_, tokens_at_, E + wte_, nullptr, 1, count, C_);
   this->sum_over_tensor_group(x0_, static_cast<std::size_t>(count) * C_);
   for (std::size_t l = 0; l < blocks_.size(); ++l) {
     buffers.before_forward(l + 1);
-    const Real* P = buffers.params(l + 1);
+    const S* P = buffers.params(l + 1);
     const BlockOffsets& o = blocks_[l];
     const BlockActs& a = block_acts_[l];
-    const Real* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
-    Real* cache = decode_cache_.template as<Real>().data() + l * layer_rows;
-    Real* rows = cache + static_cast<std::size_t>(first) * W_;
+    const S* in = l == 0 ? x0_ : block_acts_[l - 1].res3;
+    S* cache = decode_cache_.template as<S>().data() + l * layer_rows;
+    S* rows = cache + static_cast<std::size_t>(first) * W_;
     k_.rmsnorm_forward(a.ln1, a.ln1_rstd, in, P + o.attn_norm, count, C_, shape_.norm_eps);
-    k_.linear_forward(rows, a.ln1, P + o.qkv, static_cast<const Real*>(nullptr), count, C_, W_);
+    k_.linear_forward(rows, a.ln1, P + o.qkv, static_cast<const S*>(nullptr), count, C_, W_);
     k_.rope(rows, rope_cos_, rope_sin_, 1, count, first, W_, NH_ + NKV_, hs_, false);
     if (first == 0) k_.attention_forward(a.atty, attention_probs(a), cache, 1, count, A_, NH_, NKV_);
     else k_.attention_rows(a.atty, cache, first, count, A_, NH_, NKV_);
@@ -373,7 +369,7 @@ std::span<const Real> Llama<Real>::decode_piece(SegmentBuffers<Real>& buffers, c
   // Only the last position's next token is wanted: the final norm and the LM head on one row.
   const std::size_t last = layout_.segments().size() - 1;
   buffers.before_forward(last);
-  const Real* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C_;
+  const S* top = (blocks_.empty() ? x0_ : block_acts_.back().res3) + static_cast<std::size_t>(count - 1) * C_;
   k_.rmsnorm_forward(lnf_, lnf_rstd_, top, buffers.params(last) + lnf_w_, 1, C_, shape_.norm_eps);
   buffers.after_forward(last);
   this->lm_head(logits_, lnf_, E + head_, 1, C_);
@@ -383,13 +379,14 @@ std::span<const Real> Llama<Real>::decode_piece(SegmentBuffers<Real>& buffers, c
   return this->whole_row_on_host(logits_, 0);
 }
 
-template <class Real>
-std::span<const Real> Llama<Real>::probs(int b, int t) const {
+template <class Real, class S>
+std::span<const Real> Llama<Real, S>::probs(int b, int t) const {
   ST_REQUIRE(b < B_ && t < T_, "probs() outside the last forward's batch");
   return this->whole_row_on_host(logits_, static_cast<std::size_t>(b) * T_ + t);
 }
 
 template class Llama<float>;
 template class Llama<double>;
+template class Llama<float, Bf16>;
 
 }  // namespace st

@@ -17,8 +17,8 @@
 
 namespace st {
 
-template <class Real>
-class Llama final : public Model<Real> {
+template <class Real, class S = Real>
+class Llama final : public Model<Real, S> {
  public:
   // With an active tensor group, this rank's slice (model/model.hpp TensorGroup): its query heads
   // and the key/value heads they read, its share of the MLP width and of the vocabulary (of the
@@ -29,20 +29,20 @@ class Llama final : public Model<Real> {
         TensorGroup tensor = {}, ModelPart part = {});
   ~Llama() override;
 
-  using Model<Real>::forward;
-  using Model<Real>::backward;
+  using Model<Real, S>::forward;
+  using Model<Real, S>::backward;
   std::size_t activation_bytes() const override { return acts_.bytes(); }
-  Real* part_input() override { return x0_; }
-  const Real* part_output() const override { return block_acts_.back().res3; }
-  Real* part_grad() override { return dres_; }
+  S* part_input() override { return x0_; }
+  const S* part_output() const override { return block_acts_.back().res3; }
+  S* part_grad() override { return dres_; }
 
   // As transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding,
   // RMSNorm weights 1; padded vocabulary rows 0.
   void init_params(std::span<Real> params, std::uint64_t seed) const override;
-  void forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+  void forward_into(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T,
                     double* loss_sum) override;
-  void backward(SegmentBuffers<Real>& buffers, Real loss_scale) override;
-  std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) override;
+  void backward(SegmentBuffers<Real, S>& buffers, Real loss_scale) override;
+  std::vector<Real> logits(std::span<const S> params, const int* tokens, int B, int T) override;
   std::span<const Real> probs(int b, int t) const override;
 
  private:
@@ -52,19 +52,21 @@ class Llama final : public Model<Real> {
   // A block's activations: its own (kept until its backward) or a working set all blocks share
   // (recomputed). att is null when the probabilities are not kept, lse unless attention is
   // flash attention (which keeps it instead, exec/attention_probs.hpp).
+  // Values are S, statistics and probabilities Real.
   struct BlockActs {
-    Real *ln1, *ln1_rstd, *qkv, *att, *lse, *atty, *res2, *ln2, *ln2_rstd, *gate_up, *act, *res3;
+    S *ln1, *qkv, *atty, *res2, *ln2, *gate_up, *act, *res3;
+    Real *ln1_rstd, *att, *lse, *ln2_rstd;
   };
-  void forward_to_logits(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
+  void forward_to_logits(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T);
   // Block l's forward from its input; without `output` it stops before the MLP's down
   // projection (what backward needs, recomputed).
-  void block_forward(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int B, int T);
-  void block_after_attention(std::size_t l, const Real* P, const Real* in, const BlockActs& a, bool output, int N);
-  AttentionProbs<Real> attention_probs(const BlockActs& a) const {
+  void block_forward(std::size_t l, const S* P, const S* in, const BlockActs& a, bool output, int B, int T);
+  void block_after_attention(std::size_t l, const S* P, const S* in, const BlockActs& a, bool output, int N);
+  AttentionProbs<Real, S> attention_probs(const BlockActs& a) const {
     return {a.att, probs_, dprobs_, heads_at_once_, grouped_gradient_, a.lse, row_dots_, a.atty};
   }
 
-  LayerKernels<Real>& k_;
+  LayerKernels<Real, S>& k_;
   int max_batch_;
   // The residual stream's width (whole on every rank), then this rank's share of the layers (all
   // of them without tensor parallelism): query heads, key/value heads, q's width, the width of
@@ -79,13 +81,14 @@ class Llama final : public Model<Real> {
 
   Memory acts_;
   std::vector<BlockActs> block_acts_;
-  Real *x0_, *lnf_, *lnf_rstd_, *logits_, *losses_, *tmp_;
+  S *x0_, *lnf_, *logits_, *tmp_;
+  Real *lnf_rstd_, *losses_;
   Real* cross_entropy_scratch_ = nullptr;  // the vocabulary-parallel cross-entropy's (tensor parallelism)
-  RowSplitScratch<Real> rows_;  // sequence parallelism's
-  Real *dres_, *dtmp_, *datty_, *dqkv_, *dff_a_, *dff_b_;
+  RowSplitScratch<Real, S> rows_;  // sequence parallelism's
+  S *dres_, *dtmp_, *datty_, *dqkv_, *dff_a_, *dff_b_;
   Real* probs_ = nullptr;
   Real* dprobs_ = nullptr;
-  Real* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
+  S* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
   Real* row_dots_ = nullptr;          // flash attention's backward scratch (AttentionProbs::row_dots)
 
   int B_ = 0, T_ = 0;
@@ -93,24 +96,25 @@ class Llama final : public Model<Real> {
   // Decoding: the cache holds n_layer x seq_len rows of q, k, v (d_model + 2 n_kv_head head_dim
   // values: with grouped-query attention n_kv_head / n_head of multi-head attention's keys and values;
   // under tensor parallelism this rank's heads' share of them).
-  std::span<const Real> decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) override;
-  using Model<Real>::shape_;
-  using Model<Real>::tensor_;
-  using Model<Real>::part_;
-  using Model<Real>::tokens_;
-  using Model<Real>::targets_;
-  using Model<Real>::tokens_at_;
-  using Model<Real>::targets_at_;
-  using Model<Real>::rows_split_;
-  using Model<Real>::layout_;
-  using Model<Real>::exec_;
-  using Model<Real>::recompute_;
-  using Model<Real>::decode_cache_;
-  using Model<Real>::decoded_;
-  using Model<Real>::decode_rows_;
+  std::span<const Real> decode_piece(SegmentBuffers<Real, S>& buffers, const int* tokens, int count) override;
+  using Model<Real, S>::shape_;
+  using Model<Real, S>::tensor_;
+  using Model<Real, S>::part_;
+  using Model<Real, S>::tokens_;
+  using Model<Real, S>::targets_;
+  using Model<Real, S>::tokens_at_;
+  using Model<Real, S>::targets_at_;
+  using Model<Real, S>::rows_split_;
+  using Model<Real, S>::layout_;
+  using Model<Real, S>::exec_;
+  using Model<Real, S>::recompute_;
+  using Model<Real, S>::decode_cache_;
+  using Model<Real, S>::decoded_;
+  using Model<Real, S>::decode_rows_;
 };
 
 extern template class Llama<float>;
 extern template class Llama<double>;
+extern template class Llama<float, Bf16>;
 
 }  // namespace st

@@ -25,8 +25,8 @@ void require_in_vocabulary(const int* ids, int count, std::int64_t vocabulary, c
 
 }  // namespace
 
-template <class Real>
-Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor, ModelPart part)
+template <class Real, class S>
+Model<Real, S>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, TensorGroup tensor, ModelPart part)
     : shape_(shape),
       tensor_(tensor),
       part_(part),
@@ -34,15 +34,15 @@ Model<Real>::Model(const ModelShape& shape, Exec& exec, Recompute recompute, Ten
       whole_layout_(make_layout(shape)),
       exec_(exec),
       recompute_(recompute),
-      bf16_logits_(layer_kernels_of<Real>(exec).fused_classifier()),
-      kernels_(layer_kernels_of<Real>(exec)) {
+      bf16_logits_(layer_kernels_of<Real, S>(exec).fused_classifier()),
+      kernels_(layer_kernels_of<Real, S>(exec)) {
   ST_REQUIRE(!tensor.active() || (tensor.comm && tensor.comm->size() == tensor.split.degree &&
                                   tensor.comm->rank() == tensor.split.rank),
              "a tensor-parallel model needs its group's communicator");
 }
 
-template <class Real>
-std::vector<Real> Model<Real>::slice_of(std::span<const Real> whole) const {
+template <class Real, class S>
+std::vector<Real> Model<Real, S>::slice_of(std::span<const Real> whole) const {
   ST_REQUIRE(whole.size() == whole_layout_.total(), "whole parameters do not match the model's layout");
   // This rank's slice of every layer, then (for a part of the model) the part's tensors of it.
   const bool whole_part = part_.whole(shape_);
@@ -61,8 +61,8 @@ std::vector<Real> Model<Real>::slice_of(std::span<const Real> whole) const {
   return part;
 }
 
-template <class Real>
-std::vector<Real> Model<Real>::whole_from_slices(std::span<const Real> slice) const {
+template <class Real, class S>
+std::vector<Real> Model<Real, S>::whole_from_slices(std::span<const Real> slice) const {
   ST_REQUIRE(slice.size() == layout_.total(), "a slice does not match the model's layout");
   if (!tensor_.active()) return {slice.begin(), slice.end()};
   // Through the backend's memory: a device communicator gathers device buffers only.
@@ -88,14 +88,14 @@ std::vector<Real> Model<Real>::whole_from_slices(std::span<const Real> slice) co
   return whole;
 }
 
-template <class Real>
-int Model<Real>::vocab_real() const {
+template <class Real, class S>
+int Model<Real, S>::vocab_real() const {
   const int real = static_cast<int>(shape_.vocab_size) - vocab_first();
   return std::clamp(real, 0, vocab_rows());
 }
 
-template <class Real>
-void Model<Real>::upload_slice_tokens(int* to, const int* tokens, int count) {
+template <class Real, class S>
+void Model<Real, S>::upload_slice_tokens(int* to, const int* tokens, int count) {
   require_in_vocabulary(tokens, count, shape_.vocab_size, "token");
   const auto n = static_cast<std::size_t>(count);
   if (!tensor_.active()) {
@@ -109,27 +109,27 @@ void Model<Real>::upload_slice_tokens(int* to, const int* tokens, int count) {
   exec_.upload(to, slice_tokens_.data(), n * sizeof(int));
 }
 
-template <class Real>
-void Model<Real>::upload_targets(int* to, const int* targets, int count) {
+template <class Real, class S>
+void Model<Real, S>::upload_targets(int* to, const int* targets, int count) {
   require_in_vocabulary(targets, count, shape_.vocab_size, "target");
   exec_.upload(to, targets, static_cast<std::size_t>(count) * sizeof(int));
 }
 
-template <class Real>
-void Model<Real>::allocate_batch(std::size_t rows) {
+template <class Real, class S>
+void Model<Real, S>::allocate_batch(std::size_t rows) {
   batch_memory_ = exec_.allocate(2 * rows * sizeof(int));
   tokens_at_ = batch_memory_.template as<int>().data();
   targets_at_ = tokens_at_ + rows;
 }
 
-template <class Real>
-void Model<Real>::reserve_kernel_scratch(LayerKernels<Real>& kernels, int max_batch) const {
+template <class Real, class S>
+void Model<Real, S>::reserve_kernel_scratch(LayerKernels<Real, S>& kernels, int max_batch) const {
   kernels.reserve_scratch(
       kernel_workload(shape_, max_batch, tensor_.split.degree, tensor_.active() && tensor_.sequence_parallel, part_));
 }
 
-template <class Real>
-void Model<Real>::take_batch(const int* tokens, const int* targets, int N) {
+template <class Real, class S>
+void Model<Real, S>::take_batch(const int* tokens, const int* targets, int N) {
   if (part_.embeds()) {
     tokens_.assign(tokens, tokens + N);
     upload_slice_tokens(tokens_at_, tokens, N);
@@ -139,8 +139,8 @@ void Model<Real>::take_batch(const int* tokens, const int* targets, int N) {
   if (targets && part_.heads(shape_)) upload_targets(targets_at_, targets, N);
 }
 
-template <class Real>
-const Real* Model<Real>::begin_pass(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int N) {
+template <class Real, class S>
+const S* Model<Real, S>::begin_pass(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int N) {
   // Sequence parallelism splits the pass's rows between the split layers over the group.
   rows_split_ = tensor_.active() && tensor_.sequence_parallel;
   ST_REQUIRE(!rows_split_ || N % tensor_.split.degree == 0,
@@ -151,72 +151,77 @@ const Real* Model<Real>::begin_pass(SegmentBuffers<Real>& buffers, const int* to
   return buffers.params(0);
 }
 
-template <class Real>
-void Model<Real>::sum_over_tensor_group(Real* data, std::size_t count) {
-  if (!tensor_.active()) return;
-  tensor_.comm->all_reduce(Buffer::of(std::span<Real>(data, count), exec_.before_communication()), ReduceOp::sum);
-}
-
-template <class Real>
-const Real* Model<Real>::gather_rows(const Real* local, Real* whole, std::size_t rows, std::size_t width) {
+template <class Real, class S>
+const S* Model<Real, S>::gather_rows(const S* local, S* whole, std::size_t rows, std::size_t width) {
   if (!rows_split_) return local;
   const std::size_t mine = rows / static_cast<std::size_t>(tensor_.split.degree) * width;
-  tensor_.comm->all_gather(
-      Buffer::of(std::span<Real>(const_cast<Real*>(local), mine), exec_.before_communication()),
-      Buffer::of(std::span<Real>(whole, rows * width)));
+  tensor_.comm->all_gather(Buffer::of(std::span<S>(const_cast<S*>(local), mine), exec_.before_communication()),
+                           Buffer::of(std::span<S>(whole, rows * width)));
   return whole;
 }
 
-template <class Real>
-Real* Model<Real>::sum_rows(Real* whole, Real* local, std::size_t rows, std::size_t width) {
+template <class Real, class S>
+S* Model<Real, S>::sum_rows(S* whole, S* local, std::size_t rows, std::size_t width) {
   if (!rows_split_) {
     sum_over_tensor_group(whole, rows * width);
     return whole;
   }
   const std::size_t mine = rows / static_cast<std::size_t>(tensor_.split.degree) * width;
-  tensor_.comm->reduce_scatter(Buffer::of(std::span<Real>(whole, rows * width), exec_.before_communication()),
-                               Buffer::of(std::span<Real>(local, mine)), ReduceOp::sum);
+  tensor_.comm->reduce_scatter(Buffer::of(std::span<S>(whole, rows * width), exec_.before_communication()),
+                               Buffer::of(std::span<S>(local, mine)), ReduceOp::sum);
   return local;
 }
 
-template <class Real>
-void Model<Real>::add_split_row_gradients(Real* G, std::initializer_list<std::size_t> offsets, Real* scratch,
-                                          std::size_t width) {
+template <class Real, class S>
+void Model<Real, S>::add_split_row_gradients(Real* G, std::initializer_list<std::size_t> offsets, Real* scratch,
+                                             std::size_t width) {
   if (!rows_split_) return;
   sum_over_tensor_group(scratch, offsets.size() * width);
   std::size_t i = 0;
-  for (const std::size_t at : offsets) kernels_.add(G + at, G + at, scratch + width * i++, width);
+  for (const std::size_t at : offsets) {
+    // Gradients are Real: added by the kernels where they are what S is, else by the backend's
+    // fp32 accumulation (bf16 storage keeps fp32 gradients).
+    if constexpr (std::is_same_v<Real, S>) kernels_.add(G + at, G + at, scratch + width * i, width);
+    else exec_.accumulate(Buffer::of(std::span<Real>(G + at, width)), scratch + width * i);
+    ++i;
+  }
 }
 
 namespace {
 
-// Logits stored as bf16 in a model's Real activations.
-template <class Real>
-Bf16* as_bf16(Real* logits) {
+// Logits stored as bf16 behind a model's S pointer (Model::carve_logits).
+template <class S>
+Bf16* as_bf16(S* logits) {
   return reinterpret_cast<Bf16*>(logits);
 }
-template <class Real>
-const Bf16* as_bf16(const Real* logits) {
+template <class S>
+const Bf16* as_bf16(const S* logits) {
   return reinterpret_cast<const Bf16*>(logits);
+}
+// A stored value widened to what the host reads.
+template <class Real, class S>
+Real to_real(S x) {
+  if constexpr (std::is_same_v<S, Bf16>) return static_cast<Real>(to_float(x));
+  else return static_cast<Real>(x);
 }
 
 }  // namespace
 
-template <class Real>
-std::size_t Model<Real>::logit_elements(std::size_t rows) const {
+template <class Real, class S>
+S* Model<Real, S>::carve_logits(ActivationCarver<Real, S>& take, std::size_t rows) const {
   const std::size_t count = rows * static_cast<std::size_t>(vocab_rows());
-  if (!bf16_logits_) return count;
-  return (count * sizeof(Bf16) + sizeof(Real) - 1) / sizeof(Real);
+  if (bf16_logits_) return reinterpret_cast<S*>(take.bf16(count));
+  return take.values(count);
 }
 
-template <class Real>
-void Model<Real>::lm_head(Real* logits, const Real* in, const Real* weight, int rows, int C) {
+template <class Real, class S>
+void Model<Real, S>::lm_head(S* logits, const S* in, const S* weight, int rows, int C) {
   if (bf16_logits_) return kernels_.classifier_logits(as_bf16(logits), in, weight, rows, C, vocab_rows());
-  kernels_.linear_forward(logits, in, weight, static_cast<const Real*>(nullptr), rows, C, vocab_rows());
+  kernels_.linear_forward(logits, in, weight, static_cast<const S*>(nullptr), rows, C, vocab_rows());
 }
 
-template <class Real>
-double Model<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T) {
+template <class Real, class S>
+double Model<Real, S>::forward(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T) {
   if (loss_memory_.bytes() == 0) loss_memory_ = exec_.allocate(sizeof(double));
   double* sum = loss_memory_.template as<double>().data();
   exec_.zero(sum, sizeof(double));
@@ -226,8 +231,8 @@ double Model<Real>::forward(SegmentBuffers<Real>& buffers, const int* tokens, co
   return mean;
 }
 
-template <class Real>
-void Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch, LossSum loss) {
+template <class Real, class S>
+void Model<Real, S>::cross_entropy(S* logits, Real* losses, const int* targets, int rows, Real* scratch, LossSum loss) {
   const int V = static_cast<int>(shape_.vocab_size), Vp = static_cast<int>(shape_.padded_vocab);
   if (!tensor_.active()) {
     if (!bf16_logits_) return kernels_.softmax_cross_entropy_forward(logits, losses, targets, rows, V, Vp, loss);
@@ -252,9 +257,9 @@ void Model<Real>::cross_entropy(Real* logits, Real* losses, const int* targets, 
   else kernels_.classifier_slice_softmax(as_bf16(logits), row_stats, rows, vocab_real(), vocab_rows());
 }
 
-template <class Real>
-void Model<Real>::lm_head_backward(Real* din, Real* dweight, Real* logits, const Real* in, const Real* weight,
-                                   const int* targets, int rows, int C, Real scale) {
+template <class Real, class S>
+void Model<Real, S>::lm_head_backward(S* din, Real* dweight, S* logits, const S* in, const S* weight,
+                                      const int* targets, int rows, int C, Real scale) {
   if (bf16_logits_)
     return kernels_.classifier_backward(din, dweight, as_bf16(logits), in, weight, rows, C, vocab_rows(), scale);
   if (!tensor_.active())
@@ -264,8 +269,8 @@ void Model<Real>::lm_head_backward(Real* din, Real* dweight, Real* logits, const
   kernels_.linear_backward(din, dweight, static_cast<Real*>(nullptr), logits, in, weight, rows, C, vocab_rows(), false);
 }
 
-template <class Real>
-std::vector<Real> Model<Real>::whole_logits_on_host(const Real* logits, std::size_t rows, std::size_t first_row) const {
+template <class Real, class S>
+std::vector<Real> Model<Real, S>::whole_logits_on_host(const S* logits, std::size_t rows, std::size_t first_row) const {
   const auto V = static_cast<std::size_t>(shape_.vocab_size);
   const auto slice = static_cast<std::size_t>(vocab_rows()), degree = static_cast<std::size_t>(tensor_.split.degree);
   // Every rank's slice of every row, one rank after another (without tensor parallelism, the
@@ -274,16 +279,17 @@ std::vector<Real> Model<Real>::whole_logits_on_host(const Real* logits, std::siz
   std::vector<Real> parts(count);
   if (!bf16_logits_) {
     logits += skip;
+    std::vector<S> stored(count);
     if (!tensor_.active()) {
-      exec_.download(parts.data(), logits, count * sizeof(Real));
+      exec_.download(stored.data(), logits, count * sizeof(S));
     } else {
-      if (gather_memory_.bytes() < count * sizeof(Real)) gather_memory_ = exec_.allocate(count * sizeof(Real));
-      Real* at = gather_memory_.as<Real>().data();
-      tensor_.comm->all_gather(
-          Buffer::of(std::span<Real>(const_cast<Real*>(logits), rows * slice), exec_.before_communication()),
-          Buffer::of(std::span<Real>(at, count)));
-      exec_.download(parts.data(), at, count * sizeof(Real));
+      if (gather_memory_.bytes() < count * sizeof(S)) gather_memory_ = exec_.allocate(count * sizeof(S));
+      S* at = gather_memory_.as<S>().data();
+      tensor_.comm->all_gather(Buffer::of(std::span<S>(const_cast<S*>(logits), rows * slice), exec_.before_communication()),
+                               Buffer::of(std::span<S>(at, count)));
+      exec_.download(stored.data(), at, count * sizeof(S));
     }
+    for (std::size_t i = 0; i < count; ++i) parts[i] = to_real<Real>(stored[i]);
   } else {
     std::vector<Bf16> narrow(count);
     const Bf16* mine = as_bf16(logits) + skip;
@@ -309,31 +315,33 @@ std::vector<Real> Model<Real>::whole_logits_on_host(const Real* logits, std::siz
   return out;
 }
 
-template <class Real>
-std::span<const Real> Model<Real>::whole_row_on_host(const Real* logits, std::size_t row) const {
-  const auto V = static_cast<std::size_t>(shape_.vocab_size);
-  if (!bf16_logits_ && !tensor_.active() && exec_.space() == MemorySpace::host)
-    return {logits + row * static_cast<std::size_t>(vocab_rows()), V};
+template <class Real, class S>
+std::span<const Real> Model<Real, S>::whole_row_on_host(const S* logits, std::size_t row) const {
+  if constexpr (std::is_same_v<Real, S>) {
+    const auto V = static_cast<std::size_t>(shape_.vocab_size);
+    if (!bf16_logits_ && !tensor_.active() && exec_.space() == MemorySpace::host)
+      return {logits + row * static_cast<std::size_t>(vocab_rows()), V};
+  }
   whole_row_ = whole_logits_on_host(logits, 1, row);
   return whole_row_;
 }
 
-template <class Real>
-std::size_t Model<Real>::part_boundary_elements(int B, int T) const {
+template <class Real, class S>
+std::size_t Model<Real, S>::part_boundary_elements(int B, int T) const {
   const auto rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
   const bool split = tensor_.active() && tensor_.sequence_parallel;
   return (split ? rows / static_cast<std::size_t>(tensor_.split.degree) : rows) * static_cast<std::size_t>(shape_.d_model);
 }
 
-template <class Real>
-std::vector<std::size_t> Model<Real>::forward_order() const {
+template <class Real, class S>
+std::vector<std::size_t> Model<Real, S>::forward_order() const {
   std::vector<std::size_t> order;
   for (std::size_t s = 0; s < layout_.segments().size(); ++s) order.push_back(s);
   return order;
 }
 
-template <class Real>
-std::vector<std::size_t> Model<Real>::backward_order() const {
+template <class Real, class S>
+std::vector<std::size_t> Model<Real, S>::backward_order() const {
   // The head's segments first (the embeddings' holds the LM head, used again at the very end
   // by the lookup where the part embeds), then the blocks from the last; a part that embeds
   // but does not end the model comes back to the embeddings last.
@@ -345,17 +353,22 @@ std::vector<std::size_t> Model<Real>::backward_order() const {
   return order;
 }
 
-template <class Real>
-std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
-                                        TensorGroup tensor, ModelPart part) {
+template <class Real, class S>
+std::unique_ptr<Model<Real, S>> make_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
+                                           TensorGroup tensor, ModelPart part) {
   const ArchSpec& arch = arch_spec(shape.arch);
-  if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor, part);
+  if constexpr (std::is_same_v<S, Bf16>) return arch.make_bf16(shape, max_batch, exec, recompute, tensor, part);
+  else if constexpr (std::is_same_v<Real, float>) return arch.make_float(shape, max_batch, exec, recompute, tensor, part);
   else return arch.make_double(shape, max_batch, exec, recompute, tensor, part);
 }
 
-template <class Real>
-LayerKernels<Real>& layer_kernels_of(Exec& exec) {
-  if constexpr (std::is_same_v<Real, float>) {
+template <class Real, class S>
+LayerKernels<Real, S>& layer_kernels_of(Exec& exec) {
+  if constexpr (std::is_same_v<S, Bf16>) {
+    LayerKernels<float, Bf16>* kernels = exec.bf16_layer_kernels();
+    if (!kernels) throw Error("this backend (" + exec.description() + ") has no kernels with bf16 storage");
+    return *kernels;
+  } else if constexpr (std::is_same_v<Real, float>) {
     return exec.layer_kernels();
   } else {
     ST_REQUIRE(exec.space() == MemorySpace::host, "the double-precision model runs on the host only");
@@ -366,11 +379,15 @@ LayerKernels<Real>& layer_kernels_of(Exec& exec) {
 
 template class Model<float>;
 template class Model<double>;
+template class Model<float, Bf16>;
 template std::unique_ptr<Model<float>> make_model<float>(const ModelShape&, int, Exec&, Recompute, TensorGroup,
                                                          ModelPart);
 template std::unique_ptr<Model<double>> make_model<double>(const ModelShape&, int, Exec&, Recompute, TensorGroup,
                                                            ModelPart);
+template std::unique_ptr<Model<float, Bf16>> make_model<float, Bf16>(const ModelShape&, int, Exec&, Recompute,
+                                                                     TensorGroup, ModelPart);
 template LayerKernels<float>& layer_kernels_of<float>(Exec&);
 template LayerKernels<double>& layer_kernels_of<double>(Exec&);
+template LayerKernels<float, Bf16>& layer_kernels_of<float, Bf16>(Exec&);
 
 }  // namespace st

@@ -40,19 +40,54 @@ struct TensorGroup {
 // rows a split layer reads, gathered (N x C); this rank's rows of the forward's and the
 // backward's sums (R x C each); the norms' gradients on their way through the group (`norms`
 // elements: a block's norm tensors).
-template <class Real>
+template <class Real, class S = Real>
 struct RowSplitScratch {
-  Real *gathered = nullptr, *tmp_rows = nullptr, *dtmp_rows = nullptr, *norm_grads = nullptr;
-  template <class Take>
-  void carve(Take&& take, std::size_t N, std::size_t R, std::size_t C, std::size_t norms) {
-    gathered = take(N * C);
-    tmp_rows = take(R * C);
-    dtmp_rows = take(R * C);
-    norm_grads = take(norms);
+  S *gathered = nullptr, *tmp_rows = nullptr, *dtmp_rows = nullptr;
+  Real* norm_grads = nullptr;
+  template <class Carver>
+  void carve(Carver& take, std::size_t N, std::size_t R, std::size_t C, std::size_t norms) {
+    gathered = take.values(N * C);
+    tmp_rows = take.values(R * C);
+    dtmp_rows = take.values(R * C);
+    norm_grads = take.stats(norms);
   }
 };
 
-template <class Real>
+// Carves a model's activations out of one allocation of ActivationCount::bytes(sizeof(S),
+// sizeof(Real)): the statistics (Real) first, then the values (S), then the bf16 logits, each a
+// run of its own, so every pointer is aligned to its type. exact() says whether the carve used
+// each run up, as the count said.
+template <class Real, class S>
+class ActivationCarver {
+ public:
+  ActivationCarver(const Memory& memory, const ActivationCount& count)
+      : stats_(static_cast<Real*>(memory.data())),
+        stats_end_(stats_ + count.stats),
+        values_(reinterpret_cast<S*>(stats_end_)),
+        values_end_(values_ + count.values),
+        bf16_(reinterpret_cast<Bf16*>(values_end_)),
+        bf16_end_(bf16_ + count.bf16) {}
+  Real* stats(std::size_t n) { return advance(stats_, n); }
+  S* values(std::size_t n) { return advance(values_, n); }
+  Bf16* bf16(std::size_t n) { return advance(bf16_, n); }
+  bool exact() const { return stats_ == stats_end_ && values_ == values_end_ && bf16_ == bf16_end_; }
+
+ private:
+  template <class T>
+  static T* advance(T*& cursor, std::size_t n) {
+    T* p = cursor;
+    cursor += n;
+    return p;
+  }
+  Real *stats_, *stats_end_;
+  S *values_, *values_end_;
+  Bf16 *bf16_, *bf16_end_;
+};
+
+// Real: parameters' gradients, per-row statistics and what comes back to the host (logits,
+// probabilities); S: what parameters and activations are stored in (LayerKernels<Real, S>):
+// Real itself, or bf16 (Model<float, Bf16>: bf16 parameters and activations, fp32 gradients).
+template <class Real, class S = Real>
 class Model {
  public:
   virtual ~Model() = default;
@@ -81,13 +116,13 @@ class Model {
   std::size_t part_boundary_elements(int B, int T) const;
   // A part that does not embed reads its input here, written before forward_into: the previous
   // part's part_output().
-  virtual Real* part_input() = 0;
+  virtual S* part_input() = 0;
   // After forward_into, a part that does not end the model has its last block's output here.
-  virtual const Real* part_output() const = 0;
+  virtual const S* part_output() const = 0;
   // The gradient of the residual stream: before backward, a part that does not end the model
   // has d(loss)/d(part_output()) written here (the next part's, after its backward); after
   // backward, a part that does not embed holds d(loss)/d(part_input()) here.
-  virtual Real* part_grad() = 0;
+  virtual S* part_grad() = 0;
   // This rank's slice of whole parameters (or gradients) laid out as whole_layout(), laid out as
   // layout(): the part's tensors, each the rank's slice of it (a copy of them without tensor
   // parallelism, of the whole model).
@@ -114,20 +149,20 @@ class Model {
   // nothing waits for it. Keeps activations for backward and probabilities for probs().
   // A part of the model (part()) embeds `tokens` only where it starts the model (otherwise it
   // reads part_input()) and computes the loss only where it ends it.
-  virtual void forward_into(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T,
+  virtual void forward_into(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T,
                             double* loss_sum) = 0;
   // The same, returning the mean loss on the host (0 without targets): the host waits for it.
-  double forward(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int B, int T);
+  double forward(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int B, int T);
   // After forward with targets: grads += loss_scale x d(mean loss)/d(params).
-  virtual void backward(SegmentBuffers<Real>& buffers, Real loss_scale) = 0;
+  virtual void backward(SegmentBuffers<Real, S>& buffers, Real loss_scale) = 0;
 
   // The same over the rank's flat buffers (layout()).
-  double forward(std::span<const Real> params, const int* tokens, const int* targets, int B, int T) {
-    FlatBuffers<Real> flat(layout_, params);
+  double forward(std::span<const S> params, const int* tokens, const int* targets, int B, int T) {
+    FlatBuffers<Real, S> flat(layout_, params);
     return forward(flat, tokens, targets, B, T);
   }
-  void backward(std::span<const Real> params, std::span<Real> grads, Real loss_scale) {
-    FlatBuffers<Real> flat(layout_, params, grads);
+  void backward(std::span<const S> params, std::span<Real> grads, Real loss_scale) {
+    FlatBuffers<Real, S> flat(layout_, params, grads);
     backward(flat, loss_scale);
   }
 
@@ -140,7 +175,7 @@ class Model {
   // The logits of a forward pass without targets over whole flat parameters: B x T rows of
   // vocab_size values (the padded columns left out), on the host. For comparisons with other
   // implementations; training never needs them after the softmax.
-  virtual std::vector<Real> logits(std::span<const Real> params, const int* tokens, int B, int T) = 0;
+  virtual std::vector<Real> logits(std::span<const S> params, const int* tokens, int B, int T) = 0;
 
   // Next-token probabilities at (b, t) of the last forward (vocab_size entries), on the host.
   virtual std::span<const Real> probs(int b, int t) const = 0;
@@ -155,15 +190,15 @@ class Model {
   // counted in activation_bytes(). The rows go through in pieces of at most decode_rows_ (the
   // rows a rank keeps between split layers, fewer than seq_len under sequence parallelism with
   // short micro-batches); the cache makes the pieces one pass.
-  std::span<const Real> decode(SegmentBuffers<Real>& buffers, const int* tokens, int count) {
+  std::span<const Real> decode(SegmentBuffers<Real, S>& buffers, const int* tokens, int count) {
     for (; count > decode_rows_; tokens += decode_rows_, count -= decode_rows_) decode_piece(buffers, tokens, decode_rows_);
     return decode_piece(buffers, tokens, count);
   }
   int decoded_length() const { return decoded_; }
   // Forget the cached positions: the next decode starts a sequence at position 0.
-  void reset_decoding() { decoded_ = 0; }
+  virtual void reset_decoding() { decoded_ = 0; }
   // Free the cache too (a training run that samples now and then holds it only while sampling).
-  void release_decoding() {
+  virtual void release_decoding() {
     decoded_ = 0;
     decode_cache_ = Memory();
   }
@@ -192,19 +227,23 @@ class Model {
   void allocate_batch(std::size_t rows);
   // Takes the kernels' scratch for micro-batches of up to max_batch sequences now
   // (LayerKernels::reserve_scratch, sized by kernel_workload): nothing is allocated inside a step.
-  void reserve_kernel_scratch(LayerKernels<Real>& kernels, int max_batch) const;
+  void reserve_kernel_scratch(LayerKernels<Real, S>& kernels, int max_batch) const;
   void take_batch(const int* tokens, const int* targets, int N);
   // The start of a training or evaluation pass of N rows, alike for every family: the rows
   // split as the tensor group says (checked), the batch taken, and the embeddings' segment
   // acquired where the part holds it (for the whole pass: the LM head uses it again). Returns
   // that segment's parameters, or null.
-  const Real* begin_pass(SegmentBuffers<Real>& buffers, const int* tokens, const int* targets, int N);
+  const S* begin_pass(SegmentBuffers<Real, S>& buffers, const int* tokens, const int* targets, int N);
   std::vector<int> tokens_, targets_;
   Memory batch_memory_;
   int *tokens_at_ = nullptr, *targets_at_ = nullptr;
   // Sums the group's partial results in place (the row-parallel projections' outputs, the
-  // input gradients of the column-parallel ones).
-  void sum_over_tensor_group(Real* data, std::size_t count);
+  // input gradients of the column-parallel ones: S; the norms' gradients of split rows: Real).
+  template <class T>
+  void sum_over_tensor_group(T* data, std::size_t count) {
+    if (!tensor_.active()) return;
+    tensor_.comm->all_reduce(Buffer::of(std::span<T>(data, count), exec_.before_communication()), ReduceOp::sum);
+  }
   // Sequence parallelism (TensorGroup::sequence_parallel), for the pass under way: whether the
   // rows between split layers are split (set by the pass: a training or evaluation forward
   // splits them, decoding does not), and this rank's share of `rows` rows.
@@ -212,11 +251,11 @@ class Model {
   int local_rows(int rows) const { return rows_split_ ? rows / tensor_.split.degree : rows; }
   // Into a split layer: this rank's rows `local` (rows / degree of `width`) gathered into
   // `whole` when rows are split; else `local` itself (it is whole).
-  const Real* gather_rows(const Real* local, Real* whole, std::size_t rows, std::size_t width);
+  const S* gather_rows(const S* local, S* whole, std::size_t rows, std::size_t width);
   // Out of a split layer: the group's partial results `whole` (rows x width) summed, this rank's
   // rows into `local` when rows are split (a reduce-scatter); else summed in place (an
   // all-reduce). Returns where the summed rows are.
-  Real* sum_rows(Real* whole, Real* local, std::size_t rows, std::size_t width);
+  S* sum_rows(S* whole, S* local, std::size_t rows, std::size_t width);
   // With rows split, the norms' gradients come from the rank's own rows: `scratch` holds that
   // share for the norm tensors at `offsets` of the segment's gradients G (width each, in that
   // order); summed over the group, it is added to them (micro-batches accumulate).
@@ -224,29 +263,29 @@ class Model {
                                std::size_t width);
   // ---- the classifier: the LM head and the cross-entropy (both architectures alike) ----
   // Logits are `rows` rows of vocab_rows() columns (this rank's slice of the vocabulary), stored
-  // as Real, or as bf16 where the kernels fuse the classifier (LayerKernels::fused_classifier):
-  // the architectures carve logit_elements(rows) of their activations for them and hand the
-  // same pointer to every call below, which reads it as the kernels store it.
-  std::size_t logit_elements(std::size_t rows) const;
+  // as S, or as bf16 where the kernels fuse the classifier (LayerKernels::fused_classifier):
+  // the architectures carve them with carve_logits and hand the same pointer to every call
+  // below, which reads it as the kernels store it.
+  S* carve_logits(ActivationCarver<Real, S>& take, std::size_t rows) const;
   // logits = in[rows, C] head^T, the head being the vocab_rows() x C rows of `weight`.
-  void lm_head(Real* logits, const Real* in, const Real* weight, int rows, int C);
+  void lm_head(S* logits, const S* in, const S* weight, int rows, int C);
   // The cross-entropy over `rows` rows of logits; losses per row, their sum added to `loss`
   // (exec/layer_kernels.hpp) with targets. Unfused: the logits become probabilities in place. Fused, with targets: they
   // become d(loss)/d(logits) unscaled at once (lm_head_backward applies the scale); without
   // targets, probabilities in bf16. `scratch`: logit_slice_scratch(rows, degree) elements
   // (model/activations.hpp), carved by the architecture with its activations.
-  void cross_entropy(Real* logits, Real* losses, const int* targets, int rows, Real* scratch, LossSum loss = {});
+  void cross_entropy(S* logits, Real* losses, const int* targets, int rows, Real* scratch, LossSum loss = {});
   // After cross_entropy with targets: the head's backward, din = d(loss)/d(in) x scale
   // (overwritten), dweight += d(loss)/d(head) x scale. Unfused, the probabilities become
   // d(loss)/d(logits) x scale in place first, as the host has always computed them.
-  void lm_head_backward(Real* din, Real* dweight, Real* logits, const Real* in, const Real* weight,
-                        const int* targets, int rows, int C, Real scale);
+  void lm_head_backward(S* din, Real* dweight, S* logits, const S* in, const S* weight, const int* targets, int rows,
+                        int C, Real scale);
   // Row `row` of probabilities (vocab_rows() of them) as vocab_size entries of the whole
   // vocabulary on the host: the group's slices gathered.
-  std::span<const Real> whole_row_on_host(const Real* logits, std::size_t row) const;
+  std::span<const Real> whole_row_on_host(const S* logits, std::size_t row) const;
   // Rows [first_row, first_row + rows) of logits of this rank's slice as whole rows of
   // vocab_size entries on the host.
-  std::vector<Real> whole_logits_on_host(const Real* logits, std::size_t rows, std::size_t first_row = 0) const;
+  std::vector<Real> whole_logits_on_host(const S* logits, std::size_t rows, std::size_t first_row = 0) const;
 
   ModelShape shape_;
   TensorGroup tensor_;
@@ -262,10 +301,10 @@ class Model {
   int decoded_ = 0;
   int decode_rows_ = 1;  // the most rows one decode_piece takes (the architecture's carve says)
   // decode() for at most decode_rows_ rows.
-  virtual std::span<const Real> decode_piece(SegmentBuffers<Real>& buffers, const int* tokens, int count) = 0;
+  virtual std::span<const Real> decode_piece(SegmentBuffers<Real, S>& buffers, const int* tokens, int count) = 0;
 
  private:
-  LayerKernels<Real>& kernels_;
+  LayerKernels<Real, S>& kernels_;
   std::vector<int> slice_tokens_;
   mutable Memory gather_memory_;  // whole rows gathered from the group's slices
   mutable std::vector<Real> whole_row_;
@@ -274,25 +313,27 @@ class Model {
 // The model of shape.arch, its activations for micro-batches of up to max_batch sequences in
 // exec's memory space. Throws Error for an architecture the backend has no kernels for.
 // With an active tensor group: this rank's slice of the model (Model::layout()).
-template <class Real>
-std::unique_ptr<Model<Real>> make_model(const ModelShape& shape, int max_batch, Exec& exec = host_exec(),
-                                        Recompute recompute = Recompute::none, TensorGroup tensor = {},
-                                        ModelPart part = {});
+template <class Real, class S = Real>
+std::unique_ptr<Model<Real, S>> make_model(const ModelShape& shape, int max_batch, Exec& exec = host_exec(),
+                                           Recompute recompute = Recompute::none, TensorGroup tensor = {},
+                                           ModelPart part = {});
 
 // make_model for one family's class (Gpt2, Llama): what its row in the architecture table
 // (model/arch.hpp) builds with.
-template <template <class> class Family, class Real>
-std::unique_ptr<Model<Real>> make_family_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
-                                               TensorGroup tensor, ModelPart part) {
-  return std::make_unique<Family<Real>>(shape, max_batch, exec, recompute, tensor, part);
+template <template <class, class> class Family, class Real, class S = Real>
+std::unique_ptr<Model<Real, S>> make_family_model(const ModelShape& shape, int max_batch, Exec& exec,
+                                                  Recompute recompute, TensorGroup tensor, ModelPart part) {
+  return std::make_unique<Family<Real, S>>(shape, max_batch, exec, recompute, tensor, part);
 }
 
-// The backend's layer kernels for Real: exec's for float; the host's for double (gradient checks,
-// which run on the host only).
-template <class Real>
-LayerKernels<Real>& layer_kernels_of(Exec& exec);
+// The backend's layer kernels for Real and S: exec's for float; its bf16 storage's for (float,
+// Bf16) (Exec::bf16_layer_kernels: the host's reference; throws where the backend has none); the
+// host's for double (gradient checks, which run on the host only).
+template <class Real, class S = Real>
+LayerKernels<Real, S>& layer_kernels_of(Exec& exec);
 
 extern template class Model<float>;
 extern template class Model<double>;
+extern template class Model<float, Bf16>;
 
 }  // namespace st

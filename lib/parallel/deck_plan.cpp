@@ -177,7 +177,8 @@ ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, con
                                       choice.recompute == Recompute::full,
                                       tensor > 1 && config.parallel.sequence_parallel,
                                       embeds,
-                                      heads};
+                                      heads,
+                                      config.parallel.stores_bf16_activations() ? 2 : 4};
   return ParallelPlan(layout, choice.strategy, config.parallel.precision, mesh, micro_batches,
                       config.parallel.bucket_mb, activations, choice.grad_reduction);
 }

@@ -115,10 +115,12 @@ ParallelPlan::ParallelPlan(const ParamLayout& layout, StrategyKind strategy, Pre
   if (mesh.tensor > 1) {
     // Per micro-batch, as the model issues them (model/gpt2.cpp, model/llama.cpp): the
     // embedding's sum, two per block forward (and again in a full recomputation), two per block
-    // backward and the LM head's input gradient; the cross-entropy's gather of 3 fp32 per token.
+    // backward and the LM head's input gradient, in the model's storage (fp32 or bf16); the
+    // cross-entropy's gather of 3 fp32 per token; the norms' gradients (fp32) of split rows.
     const ActivationTraffic& a = activations;
     const auto T = mesh.tensor;
-    const std::uint64_t tokens = static_cast<std::uint64_t>(a.rows) * static_cast<std::uint64_t>(a.d_model) * 4;
+    const std::uint64_t tokens = static_cast<std::uint64_t>(a.rows) * static_cast<std::uint64_t>(a.d_model) *
+                                 static_cast<std::uint64_t>(a.value_bytes);
     // A full recomputation reruns a block's forward up to its MLP: the attention's sum again.
     const std::int64_t per_block = a.recompute_full ? 5 : 4;
     const std::int64_t embeds = a.embeds ? 1 : 0, heads = a.heads ? 1 : 0;

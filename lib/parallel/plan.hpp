@@ -77,6 +77,7 @@ struct ActivationTraffic {
   bool recompute_full = false;
   bool sequence_parallel = false;
   bool embeds = true, heads = true;
+  int value_bytes = 4;  // an activation's: 2 where the model stores bf16 (parallel.activations)
 };
 
 struct CollectivePlan {
@@ -112,6 +113,10 @@ class ParallelPlan {
   const Mesh& mesh() const { return mesh_; }
   std::int64_t micro_batches() const { return micro_batches_; }
   bool mixed() const { return precision_ == Precision::bf16; }
+  // The model stores bf16 activations and reads the strategy's bf16 parameters as they are
+  // (ShardingSettings::bf16_params): no fp32 copies of segments in use, fp32 gradients held
+  // across micro-batches.
+  bool stores_bf16() const { return mixed() && activations_.value_bytes == 2; }
   std::size_t element_bytes() const { return mixed() ? 2 : 4; }  // a parameter or gradient
 
   // What is sharded over the shard group (ddp: nothing; zero1: the optimizer state; zero2: and

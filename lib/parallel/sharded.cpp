@@ -80,7 +80,8 @@ static_assert(kReductionsInFlight == 2 && kPrefetchDepth == 2, "workspace_estima
 // the smallest). bf16 adds fp32 copies of the segments in use with their fp32 gradients, zero2's
 // bf16 inputs of the reductions (AdamW reads the bf16 gradients as they are).
 // Reducing every micro-batch adds the reduced chunks on their way into the shard (as zero1's),
-// and in bf16 the shard's fp32 sum with a chunk widened to be added to it.
+// and in bf16 the shard's fp32 sum with a chunk widened to be added to it. A model with bf16
+// activations (ParallelPlan::stores_bf16) makes no fp32 copies: its fp32 gradients alone.
 std::uint64_t workspace_estimate(const ParallelPlan& plan) {
   const ShardLayout& shards = plan.shards();
   const bool mixed = plan.mixed();
@@ -123,7 +124,15 @@ std::uint64_t workspace_estimate(const ParallelPlan& plan) {
   const std::uint64_t unpadded_embedding = shards.segment(0).size;
   const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
   std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
-  if (whole_gradient) fp32 += shards.padded_total();
+  if (plan.stores_bf16()) {
+    // No fp32 copies of the segments in use: the model reads bf16. Its fp32 gradients: the
+    // embedding's (held for the whole backward), a block's and the norm's; all of them while
+    // micro-batches accumulate to be reduced once (ddp and zero1 always do).
+    const bool held = plan.micro_batches() > 1 && !plan.reduces_each_micro_batch();
+    fp32 = held ? shards.padded_total() : embedding + largest_block + norm;
+  } else if (whole_gradient) {
+    fp32 += shards.padded_total();
+  }
   // Reducing every micro-batch: the fp32 sum of the shard, and a chunk widened to be added to it.
   if (plan.reduces_each_micro_batch()) fp32 += shards.shard_total() + largest_chunk;
   bytes += fp32 * 4;
@@ -186,6 +195,7 @@ ShardedStrategy<T>::ShardedStrategy(const ParallelPlan& plan, const ParamLayout&
   const std::size_t n = shards_.segments().size();
   param_view_.assign(n, nullptr);
   param_copy_.assign(n, nullptr);
+  lent_.assign(n, nullptr);
   gathered_.assign(n, nullptr);
   gather_request_.resize(n);
   grad_buffer_.assign(n, nullptr);
@@ -318,8 +328,20 @@ std::span<T> ShardedStrategy<T>::grad_slice(std::size_t s) {
 
 template <class T>
 const float* ShardedStrategy<T>::params(std::size_t s) {
+  ST_REQUIRE(!settings_.bf16_params, "fp32 parameters asked of a strategy that lends bf16 ones (bf16_params)");
   ST_REQUIRE(param_view_[s] != nullptr, "segment parameters used outside their hooks");
   return param_view_[s];
+}
+
+template <class T>
+const Bf16* ShardedStrategy<T>::bf16_params(std::size_t s) {
+  if constexpr (!kMixed) {
+    return nullptr;
+  } else {
+    if (!settings_.bf16_params) return nullptr;
+    ST_REQUIRE(lent_[s] != nullptr, "segment parameters used outside their hooks");
+    return lent_[s];
+  }
 }
 
 template <class T>
@@ -366,7 +388,7 @@ void ShardedStrategy<T>::prefetch(bool forward, std::size_t s) {
   };
   int started = 0;
   for (std::size_t n = step(s); n != kNone && started < kPrefetchDepth; n = step(n)) {
-    if (param_view_[n]) continue;
+    if (in_use(n)) continue;
     if (!gathered_[n]) start_gather(n);
     ++started;
   }
@@ -375,7 +397,7 @@ void ShardedStrategy<T>::prefetch(bool forward, std::size_t s) {
 template <class T>
 void ShardedStrategy<T>::drop_prefetched() {
   for (std::size_t s = 0; s < gathered_.size(); ++s)
-    if (gathered_[s] && !param_view_[s]) {
+    if (gathered_[s] && !in_use(s)) {
       gather_request_[s].wait();
       pool_.release(gathered_[s]);
       gathered_[s] = nullptr;
@@ -384,7 +406,7 @@ void ShardedStrategy<T>::drop_prefetched() {
 
 template <class T>
 void ShardedStrategy<T>::acquire_params(std::size_t s) {
-  ST_REQUIRE(param_view_[s] == nullptr, "segment acquired twice");
+  ST_REQUIRE(!in_use(s), "segment acquired twice");
   if (timeline_) compute_started_us_[s] = timeline_->now_us();
   const std::size_t n = shards_.segment(s).size;
   const T* source = nullptr;
@@ -396,7 +418,11 @@ void ShardedStrategy<T>::acquire_params(std::size_t s) {
     source = full_params_.data() + shards_.segment(s).padded_offset;
   }
   if constexpr (kMixed) {
-    // The CPU kernels compute in fp32: an fp32 copy of the bf16 segment for as long as it is used.
+    if (settings_.bf16_params) {  // the model reads bf16: the segment itself (a gathered one kept until release)
+      lent_[s] = source;
+      return;
+    }
+    // The fp32 kernels: an fp32 copy of the bf16 segment for as long as it is used.
     float* copy = float_pool_.acquire(n);
     exec_.convert(view(copy, n), view(source, n));
     param_copy_[s] = copy;
@@ -413,6 +439,7 @@ void ShardedStrategy<T>::acquire_params(std::size_t s) {
 template <class T>
 void ShardedStrategy<T>::release_params(std::size_t s) {
   param_view_[s] = nullptr;
+  lent_[s] = nullptr;
   if (param_copy_[s]) {
     float_pool_.release(param_copy_[s]);
     param_copy_[s] = nullptr;
@@ -454,7 +481,9 @@ template <class T>
 void ShardedStrategy<T>::grad_ready(std::size_t s) {
   end_of_use(s, "backward ");
   if constexpr (kMixed) {
-    if (!parallel_plan_.grads_sharded()) {
+    // A model that stores bf16 keeps its fp32 gradients until the last micro-batch.
+    const bool hold = settings_.bf16_params && !last_micro_batch_;
+    if (!parallel_plan_.grads_sharded() && !hold) {
       // Accumulate this micro-batch's fp32 gradients into the bf16 gradient buffer.
       T* into = full_grads_.data() + shards_.segment(s).padded_offset;
       exec_.accumulate(view(into, shards_.segment(s).size), grad_buffer_[s]);
@@ -669,7 +698,7 @@ void ShardedStrategy<T>::optimizer_step(double lr, const float* grad_scale, std:
 template <class T>
 void ShardedStrategy<T>::settle() {
   for (std::size_t s = 0; s < gathered_.size(); ++s)
-    if (gathered_[s] && !param_view_[s]) wait(gather_request_[s], "gather");
+    if (gathered_[s] && !in_use(s)) wait(gather_request_[s], "gather");
 }
 
 // ---- whole-model views ----

@@ -61,6 +61,12 @@ struct ShardingSettings {
   // copy of another stage's (the last stage's embeddings, for the tied LM head): that stage's
   // copy counts them in the gradient norm and writes them to checkpoints.
   std::vector<std::size_t> mirrored_segments;
+  // Mixed precision with a model that stores bf16 (parallel.activations = "bf16",
+  // model/bf16_storage_model.hpp): each segment's bf16 parameters are lent as they are
+  // (bf16_params; params() is refused), with no fp32 copy, and where gradients are not sharded
+  // (ddp, zero1) the model's fp32 gradients accumulate in fp32 across micro-batches, rounded to
+  // bf16 once, at the last, for the reduction.
+  bool bf16_params = false;
 };
 
 // Bytes of workspace a ShardedStrategy following `plan` keeps at its high-water mark (the pools
@@ -81,6 +87,7 @@ class ShardedStrategy final : public Strategy {
   ~ShardedStrategy() override;
 
   const float* params(std::size_t s) override;
+  const Bf16* bf16_params(std::size_t s) override;
   float* grads(std::size_t s) override;
   void before_forward(std::size_t s) override;
   void after_forward(std::size_t s) override;
@@ -196,6 +203,8 @@ class ShardedStrategy final : public Strategy {
 
   std::vector<const float*> param_view_;  // per segment, while in use
   std::vector<float*> param_copy_;        // mixed precision: the fp32 copy behind param_view_
+  std::vector<const T*> lent_;            // ShardingSettings::bf16_params: the bf16 segment, while in use
+  bool in_use(std::size_t s) const { return param_view_[s] != nullptr || lent_[s] != nullptr; }
   std::vector<T*> gathered_;              // stage 3: gathered (or being gathered) segment
   std::vector<Request> gather_request_;
   std::vector<float*> grad_buffer_;       // per segment: gradients not yet reduced (pool)

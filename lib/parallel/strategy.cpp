@@ -17,6 +17,7 @@ std::unique_ptr<Strategy> make_strategy(const ParallelPlan& plan, bool overlap, 
   settings.tensor = comms.tensor;
   settings.whole_layout = comms.whole_layout;
   settings.mirrored_segments = comms.mirrored_segments;
+  settings.bf16_params = plan.stores_bf16();
   const bool groups = plan.grouped();
   ST_REQUIRE(!groups || (comms.group && comms.replicas), "a plan sharding within groups needs its group communicators");
   Communicator& group = groups ? *comms.group : comms.world;

@@ -166,6 +166,7 @@ bool plans_flash_attention(const Config& config, const Machine& m) {
 }
 
 bool plans_bf16_logits(const Config& config, const Machine& m) {
+  if (config.parallel.stores_bf16_activations()) return true;  // its classifier is the fused one
   return m.gpu && config.parallel.precision == Precision::bf16 &&
          config.parallel.classifier == ClassifierChoice::automatic;
 }
@@ -175,11 +176,11 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
-  return sizeof(float) * activation_sizes(shape, B, recompute, heads, m.gpu, tensor,
-                                          tensor > 1 && config.parallel.sequence_parallel,
-                                          plans_flash_attention(config, m), plans_bf16_logits(config, m))
-                             .of_part(part, shape)
-                             .total();
+  const std::size_t value_bytes = config.parallel.stores_bf16_activations() ? 2 : 4;
+  return activation_sizes(shape, B, recompute, heads, m.gpu, tensor, tensor > 1 && config.parallel.sequence_parallel,
+                          plans_flash_attention(config, m), plans_bf16_logits(config, m))
+      .of_part(part, shape)
+      .bytes(value_bytes, 4);
 }
 
 namespace {

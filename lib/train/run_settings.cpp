@@ -19,7 +19,8 @@ SettingsRows derived_rows(const DerivedSettings& s) {
       {"model state per rank", b(m.model_state()) + " (params " + b(m.params) + ", grads " + b(m.grads) +
                                    ", optimizer " + b(m.optimizer) +
                                    (s.model_state_note.empty() ? "" : "; " + s.model_state_note) + ")"},
-      {"activations per rank", b(s.activations) + " (model.recompute = " + recompute_name(s.recompute) + ")"},
+      {"activations per rank", b(s.activations) + " (" + (s.bf16_activations ? "bf16; " : "") +
+                                   "model.recompute = " + recompute_name(s.recompute) + ")"},
       {"attention", s.attention},
       {"classifier", s.classifier},
       {"data", s.data + (s.sequential_data ? " (sequential)" : "")},
@@ -39,9 +40,10 @@ std::string describe_attention(bool gpu, Precision precision, AttentionChoice at
   return exact + " (flash attention has no kernel for head width " + std::to_string(head_dim) + ": 32, 64, 128)";
 }
 
-std::string describe_classifier(bool gpu, Precision precision, ClassifierChoice classifier) {
-  const bool bf16 = precision == Precision::bf16, automatic = classifier == ClassifierChoice::automatic;
-  if (gpu && bf16 && automatic) return "fused (bf16 logits; loss and d(logits) in one kernel per row)";
+std::string describe_classifier(bool gpu, const ParallelConfig& parallel) {
+  const bool bf16 = parallel.precision == Precision::bf16, automatic = parallel.classifier == ClassifierChoice::automatic;
+  if (parallel.stores_bf16_activations() || (gpu && bf16 && automatic))
+    return "fused (bf16 logits; loss and d(logits) in one kernel per row)";
   const std::string unfused = "unfused, fp32 logits";
   if (!gpu) return unfused + " (the CPU's)";
   if (!bf16) return unfused + " (fp32 keeps them; the fused classifier is bf16's)";

@@ -11,6 +11,7 @@
 
 #include "core/choices.hpp"
 #include "data/batches.hpp"
+#include "deck/config.hpp"
 #include "model/activations.hpp"
 #include "parallel/strategy.hpp"
 
@@ -27,6 +28,7 @@ struct DerivedSettings {
   std::string model_state_note;  // e.g. "largest rank"
   std::uint64_t activations = 0;  // per rank
   Recompute recompute = Recompute::none;
+  bool bf16_activations = false;  // the model stores bf16 activations (parallel.activations)
   std::string attention;  // describe_attention
   std::string classifier;  // describe_classifier
 
@@ -40,7 +42,8 @@ SettingsRows derived_rows(const DerivedSettings& s);
 // Which attention training runs and why (exec/attention_probs.hpp decides): flash attention, or
 // the exact path and what keeps it there. `gpu`: the ranks compute on GPUs.
 std::string describe_attention(bool gpu, Precision precision, AttentionChoice attention, int head_dim);
-// Which classifier training runs and why: fused (bf16 logits) or unfused (fp32 logits).
-std::string describe_classifier(bool gpu, Precision precision, ClassifierChoice classifier);
+// Which classifier training runs and why: fused (bf16 logits) or unfused (fp32 logits). A model
+// with bf16 activations always fuses it.
+std::string describe_classifier(bool gpu, const ParallelConfig& parallel);
 
 }  // namespace st

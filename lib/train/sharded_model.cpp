@@ -8,6 +8,7 @@
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
 #include "data/batches.hpp"
+#include "model/bf16_storage_model.hpp"
 
 namespace st {
 namespace {
@@ -105,7 +106,18 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
       pipeline_->stage_through_host(execution_->exec(),
                                     [this](Communicator& host) { return execution_->device_staging(host); });
   }
-  else model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(), recompute, group);
+  else if (config.parallel.stores_bf16_activations()) {
+    if (!execution_->exec().bf16_layer_kernels())
+      throw Error(config.deck_path + ": parallel.activations = \"bf16\": this rank's device (" +
+                      execution_->exec().description() +
+                      ") has no kernels that store bf16 activations yet; set parallel.activations = \"auto\" or "
+                      "\"fp32\" (or parallel.device = \"cpu\" for the host's reference kernels)",
+                  ErrorScope::all_ranks);
+    model_ = std::make_unique<Bf16StorageModel>(model_shape(config.model), max_batch, execution_->exec(), recompute,
+                                                group);
+  } else {
+    model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(), recompute, group);
+  }
   scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};
   comms.tensor = group.comm;

@@ -115,8 +115,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::derived_settings() con
   built.recompute = net_->model().recompute();
   built.attention = describe_attention(net_->execution().choice().cuda, config_.parallel.precision,
                                        config_.parallel.attention, static_cast<int>(shape_.head_dim()));
-  built.classifier = describe_classifier(net_->execution().choice().cuda, config_.parallel.precision,
-                                         config_.parallel.classifier);
+  built.classifier = describe_classifier(net_->execution().choice().cuda, config_.parallel);
+  built.bf16_activations = config_.parallel.stores_bf16_activations();
   built.data = describe_data(data_);
   built.sequential_data = config_.data.order == DataOrder::sequential;
   built.tokenizer = data_.tokenizer->description();

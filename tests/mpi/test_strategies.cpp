@@ -23,6 +23,7 @@
 #include "core/error.hpp"
 #include "comm/world.hpp"
 #include "deck/config.hpp"
+#include "model/bf16_storage_model.hpp"
 #include "model/model.hpp"
 #include "parallel/plan.hpp"
 #include "parallel/strategy.hpp"
@@ -127,7 +128,7 @@ struct TensorLayout {
 Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Precision precision, double bucket_mb,
               int tensor = 1,
               bool sequence_parallel = false, Recompute recompute = Recompute::none,
-              GradReduction reduction = GradReduction::step) {
+              GradReduction reduction = GradReduction::step, bool bf16_activations = false) {
   ParallelConfig parallel;
   parallel.strategy = strategy;
   parallel.precision = precision;
@@ -144,13 +145,16 @@ Trained train(World& world, const ModelShape& shape, StrategyKind strategy, Prec
   const int micro = per_rank / kMicroBatches;
   const TensorGroup group =
       split ? TensorGroup{{tensor, world.rank() % tensor}, &split->tensor, sequence_parallel} : TensorGroup{};
-  const std::unique_ptr<Model<float>> owned = make_model<float>(shape, micro, host_exec(), recompute, group);
+  const std::unique_ptr<Model<float>> owned =
+      bf16_activations ? std::make_unique<Bf16StorageModel>(shape, micro, host_exec(), recompute, group)
+                       : make_model<float>(shape, micro, host_exec(), recompute, group);
   Model<float>& model = *owned;
   Mesh mesh = make_mesh(strategy, 0, ranks, data.local_size(), "test");
   mesh.tensor = tensor;
   auto plan_holder = std::make_unique<ParallelPlan>(model.layout(), strategy, precision, mesh, kMicroBatches, bucket_mb,
                                                     ActivationTraffic{micro * shape.seq_len, shape.d_model, shape.n_layer,
-                                                                      recompute == Recompute::full, sequence_parallel},
+                                                                      recompute == Recompute::full, sequence_parallel,
+                                                                      true, true, bf16_activations ? 2 : 4},
                                                     reduction);
   const ParallelPlan& plan = *plan_holder;
   StrategyComms strategy_comms{comms.collectives()};
@@ -293,6 +297,21 @@ TEST_P(Strategies, MixedPrecisionSendsWhatThePlanSays) {
   EXPECT_LT(worst, 0.1);
 }
 
+// bf16 activations (the model reads the strategy's bf16 parameters as they are, its fp32 gradients
+// held across micro-batches where they are not sharded): the same collectives as bf16 with fp32
+// activations, and close to the fp32 reference.
+TEST_P(Strategies, Bf16ActivationsSendWhatThePlanSays) {
+  World world(MPI_COMM_WORLD, emulated_ranks_per_node());
+  const Trained t = train(world, shape_of(arch()), strategy(), Precision::bf16, 0.001, 1, false, Recompute::none,
+                          GradReduction::step, true);
+  ASSERT_TRUE(t.plan->stores_bf16());
+  expect_matches_plan(t, *t.plan, "bf16 activations");
+  double worst = 0;
+  for (std::size_t i = 0; i < t.params.size(); ++i)
+    worst = std::max(worst, std::fabs(double(t.params[i]) - reference(arch()).params[i]));
+  EXPECT_LT(worst, 0.1);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, Strategies,
                          ::testing::Combine(::testing::Values(StrategyKind::ddp, StrategyKind::zero1,
                                                               StrategyKind::zero2, StrategyKind::zero3,
@@ -422,4 +441,54 @@ INSTANTIATE_TEST_SUITE_P(EveryStrategy, TensorParallel,
                          });
 
 }  // namespace
+// Where gradients are not sharded (ddp, zero1), a model with bf16 activations sums its
+// micro-batches' fp32 gradients in fp32 and rounds them to bf16 once, for the reduction: on a rank
+// of its own, the reduced gradient is exactly the model's fp32 gradient of both micro-batches
+// (accumulated in one fp32 buffer, as FlatBuffers gives it) rounded once. Rounded after each
+// micro-batch, as the fp32-activation path does, it differs.
+TEST(Bf16Activations, GradientsSumInFp32BeforeTheirOneRounding) {
+  for (const StrategyKind kind : {StrategyKind::ddp, StrategyKind::zero1}) {
+    World self(MPI_COMM_SELF);
+    CommStack::Settings settings;
+    settings.mode = Collectives::flat;
+    CommStack comms(self, settings);
+    const int micro = 3;
+    Bf16StorageModel model(kShape, micro, host_exec(), Recompute::none);
+    const ParallelPlan plan(model.layout(), kind, Precision::bf16, make_mesh(kind, 0, 1, 1, "test"), 2, 0,
+                            ActivationTraffic{micro * kShape.seq_len, kShape.d_model, kShape.n_layer, false, false,
+                                              true, true, 2});
+    ASSERT_TRUE(plan.stores_bf16());
+    std::unique_ptr<Strategy> s = make_strategy(plan, true, model.layout(), {model.forward_order(), model.backward_order()},
+                                                AdamWSettings{}, StrategyComms{comms.collectives()}, nullptr);
+    std::vector<float> init(model.whole_layout().total());
+    model.init_params(init, 1234);
+    s->load_params(init);
+    std::vector<float> rounded(init.size()), want(init.size(), 0.0f);
+    for (std::size_t i = 0; i < init.size(); ++i) rounded[i] = to_float(to_bf16(init[i]));
+    std::vector<int> tokens(static_cast<std::size_t>(micro * kShape.seq_len)), targets(tokens.size());
+    s->zero_grads();
+    for (int m = 0; m < 2; ++m) {
+      s->begin_micro_batch(m == 1);
+      for (int b = 0; b < micro; ++b)
+        fill_sequence(0, m * micro + b, tokens.data() + b * kShape.seq_len, targets.data() + b * kShape.seq_len);
+      model.forward(*s, tokens.data(), targets.data(), micro, static_cast<int>(kShape.seq_len));
+      model.backward(*s, 0.5f);
+      model.forward(std::span<const float>(rounded), tokens.data(), targets.data(), micro,
+                    static_cast<int>(kShape.seq_len));
+      model.backward(std::span<const float>(rounded), want, 0.5f);
+    }
+    s->finish_grads();
+    for (std::size_t seg = 0; seg < model.layout().segments().size(); ++seg) {
+      const Segment& segment = model.layout().segments()[seg];
+      const Buffer got = s->reduced_grads(seg);
+      ASSERT_EQ(got.count, segment.size);
+      const Bf16* g = static_cast<const Bf16*>(got.data);
+      for (std::size_t i = 0; i < segment.size; ++i) {
+        const float w = want[segment.offset + i];
+        ASSERT_EQ(g[i].bits, to_bf16(w).bits) << name_of(kind) << ": " << segment.name << "[" << i << "]";
+      }
+    }
+  }
+}
+
 }  // namespace st

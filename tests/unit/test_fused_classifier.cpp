@@ -15,39 +15,19 @@
 
 #include "core/random.hpp"
 #include "fused_classifier_exec.hpp"
+#include "small_models.hpp"
 #include "model/activations.hpp"
 #include "model/model.hpp"
 
 namespace st {
 namespace {
 
-enum class Variant { gpt2, llama, llama_tied };
-const char* variant_name(Variant v) {
-  switch (v) {
-    case Variant::gpt2: return "gpt2";
-    case Variant::llama: return "llama";
-    case Variant::llama_tied: return "llama_tied";
-  }
-  return "?";
-}
-
-// Small shapes: vocabulary 40 padded to 48; Llama with 4 query heads over 2 key/value heads.
-ModelShape shape_of(Variant v) {
-  if (v == Variant::gpt2) return {3, 24, 3, 9, 40, 48};
-  ModelShape s{3, 24, 4, 9, 40, 48};
-  s.arch = Arch::llama;
-  s.n_kv_head = 2;
-  s.ffn_dim = 40;
-  s.tie_embeddings = v == Variant::llama_tied;
-  return s;
-}
-
-std::vector<int> tokens_for(int count, int V, int salt) {
-  std::vector<int> t(static_cast<std::size_t>(count));
-  for (std::size_t i = 0; i < t.size(); ++i)
-    t[i] = static_cast<int>((i * 7 + static_cast<std::size_t>(salt) * 3 + 1) % static_cast<std::size_t>(V));
-  return t;
-}
+using testing_support::small_shape;
+using testing_support::tokens_for;
+using testing_support::train_passes;
+using testing_support::Variant;
+using testing_support::variant_name;
+using Result = testing_support::TrainedPasses;
 
 // The architecture's initialisation, perturbed so that logits spread and no gradient is trivial.
 std::vector<float> params_for(const Model<float>& model) {
@@ -56,27 +36,6 @@ std::vector<float> params_for(const Model<float>& model) {
   NormalStream noise(23, 5);
   for (float& p : params) p += static_cast<float>(0.2 * noise.next());
   return params;
-}
-
-struct Result {
-  std::vector<double> losses;
-  std::vector<float> grads;
-};
-
-// Two micro-batches accumulated with the scale a step of two gives them, then a shorter one.
-Result train(Model<float>& model, const std::vector<float>& params, int B, int T) {
-  Result r;
-  r.grads.assign(params.size(), 0.0f);
-  const int V = static_cast<int>(model.shape().vocab_size);
-  for (int micro = 0; micro < 2; ++micro) {
-    const auto tokens = tokens_for(B * T, V, 2 * micro), targets = tokens_for(B * T, V, 2 * micro + 1);
-    r.losses.push_back(model.forward(params, tokens.data(), targets.data(), B, T));
-    model.backward(params, r.grads, 0.5f);
-  }
-  const auto tokens = tokens_for(2 * 5, V, 9), targets = tokens_for(2 * 5, V, 10);
-  r.losses.push_back(model.forward(params, tokens.data(), targets.data(), 2, 5));
-  model.backward(params, r.grads, 0.25f);
-  return r;
 }
 
 class FusedClassifier : public ::testing::TestWithParam<Variant> {};
@@ -88,7 +47,7 @@ class FusedClassifier : public ::testing::TestWithParam<Variant> {};
 // wiring (a scale applied twice or not at all, a transposed product, a slice out of place) moves
 // them by their own size.
 TEST_P(FusedClassifier, TrainingMatchesTheUnfusedModel) {
-  const ModelShape shape = shape_of(GetParam());
+  const ModelShape shape = small_shape(GetParam());
   const int B = 3, T = 9;
   testing_support::FusedClassifierExec exec;
   const auto unfused = make_model<float>(shape, B);
@@ -96,21 +55,11 @@ TEST_P(FusedClassifier, TrainingMatchesTheUnfusedModel) {
   EXPECT_FALSE(unfused->bf16_logits());
   EXPECT_TRUE(fused->bf16_logits());
   const std::vector<float> params = params_for(*unfused);
-  const Result want = train(*unfused, params, B, T);
-  const Result got = train(*fused, params, B, T);
+  const Result want = train_passes(*unfused, params, B, T);
+  const Result got = train_passes(*fused, params, B, T);
   for (std::size_t i = 0; i < want.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], want.losses[i], 1e-3 * want.losses[i]) << "micro-batch " << i;
-  double worst_share = 0;
-  for (const TensorSlot* t : unfused->layout().all_tensors()) {
-    double scale = 0, worst = 0;
-    for (std::size_t i = t->offset; i < t->offset + t->size; ++i) {
-      scale = std::max(scale, static_cast<double>(std::abs(want.grads[i])));
-      worst = std::max(worst, static_cast<double>(std::abs(got.grads[i] - want.grads[i])));
-    }
-    ASSERT_GT(scale, 1e-6) << t->name << " receives no gradient";
-    EXPECT_LE(worst / scale, 2e-2) << t->name << ": largest difference " << worst << " against " << scale;
-    worst_share = std::max(worst_share, worst / scale);
-  }
+  const double worst_share = testing_support::expect_gradients_within(unfused->layout(), got.grads, want.grads, 2e-2);
   // The bf16 roundings are there: the fused path is not the unfused one under another name.
   EXPECT_GT(worst_share, 1e-6);
 }
@@ -118,15 +67,15 @@ TEST_P(FusedClassifier, TrainingMatchesTheUnfusedModel) {
 // Recomputation on the fused path, as on the unfused one: the same kernels on the same inputs,
 // so the same losses and gradients, bit for bit.
 TEST_P(FusedClassifier, RecomputationGivesTheSameBits) {
-  const ModelShape shape = shape_of(GetParam());
+  const ModelShape shape = small_shape(GetParam());
   const int B = 3, T = 9;
   testing_support::FusedClassifierExec exec;
   const auto keep_all = make_model<float>(shape, B, exec);
   const std::vector<float> params = params_for(*keep_all);
-  const Result want = train(*keep_all, params, B, T);
+  const Result want = train_passes(*keep_all, params, B, T);
   for (const Recompute r : {Recompute::selective, Recompute::full}) {
     const auto model = make_model<float>(shape, B, exec, r);
-    const Result got = train(*model, params, B, T);
+    const Result got = train_passes(*model, params, B, T);
     EXPECT_EQ(got.losses, want.losses) << recompute_name(r);
     EXPECT_TRUE(got.grads == want.grads) << recompute_name(r) << ": gradients differ";
     EXPECT_LT(model->activation_bytes(), keep_all->activation_bytes()) << recompute_name(r);
@@ -142,7 +91,7 @@ TEST_P(FusedClassifier, RecomputationGivesTheSameBits) {
 // tests, is 2^-7 sqrt(C) of the largest (measured: 4e-3 for logits, 8e-3 for probabilities,
 // against 3.8e-2).
 TEST_P(FusedClassifier, DecodingProbsAndLogitsFromBf16Logits) {
-  const ModelShape shape = shape_of(GetParam());
+  const ModelShape shape = small_shape(GetParam());
   const int V = static_cast<int>(shape.vocab_size), T = static_cast<int>(shape.seq_len);
   const double bound = std::ldexp(1.0, -7) * std::sqrt(static_cast<double>(shape.d_model));
   testing_support::FusedClassifierExec exec;
@@ -193,27 +142,27 @@ INSTANTIATE_TEST_SUITE_P(EveryArchitecture, FusedClassifier,
 TEST(FusedClassifierMemory, LogitsTakeHalfTheBytes) {
   testing_support::FusedClassifierExec exec;
   for (const Variant v : {Variant::gpt2, Variant::llama}) {
-    const ModelShape shape = shape_of(v);
+    const ModelShape shape = small_shape(v);
     const int B = 3;
     const std::size_t logits = static_cast<std::size_t>(B) * shape.seq_len * shape.padded_vocab;
     for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
       const int heads = exec.layer_kernels().attention_heads_at_once(B, static_cast<int>(shape.n_head));
-      const std::size_t fp32 = activation_sizes(shape, B, r, heads, false).total();
-      const std::size_t bf16 = activation_sizes(shape, B, r, heads, false, 1, false, false, true).total();
-      EXPECT_EQ(fp32 - bf16, logits - (logits + 1) / 2) << variant_name(v) << ", " << recompute_name(r);
+      const std::size_t fp32 = activation_sizes(shape, B, r, heads, false).bytes(4, 4);
+      const std::size_t bf16 = activation_sizes(shape, B, r, heads, false, 1, false, false, true).bytes(4, 4);
+      EXPECT_EQ(fp32 - bf16, 2 * logits) << variant_name(v) << ", " << recompute_name(r);
       const auto model = make_model<float>(shape, B, exec, r);
-      EXPECT_EQ(model->activation_bytes(), sizeof(float) * bf16) << variant_name(v) << ", " << recompute_name(r);
+      EXPECT_EQ(model->activation_bytes(), bf16) << variant_name(v) << ", " << recompute_name(r);
       const auto host = make_model<float>(shape, B, host_exec(), r);
-      EXPECT_EQ(host->activation_bytes(), sizeof(float) * fp32) << variant_name(v) << ", " << recompute_name(r);
+      EXPECT_EQ(host->activation_bytes(), fp32) << variant_name(v) << ", " << recompute_name(r);
     }
   }
-  EXPECT_EQ(logit_elements(3, 5, true), 8u);  // 15 bf16 values take 8 four-byte elements
-  EXPECT_EQ(logit_elements(3, 5, false), 15u);
+  EXPECT_EQ(logit_count(3, 5, true).bytes(4, 4), 30u);  // 15 bf16 values
+  EXPECT_EQ(logit_count(3, 5, false).bytes(4, 4), 60u);
   const ModelShape gpt2{12, 768, 12, 1024, 50257, 50304};
-  const std::size_t fp32 = activation_sizes(gpt2, 16, Recompute::none, 12, true, 1, false, true).total();
-  const std::size_t bf16 = activation_sizes(gpt2, 16, Recompute::none, 12, true, 1, false, true, true).total();
-  EXPECT_EQ(sizeof(float) * (fp32 - bf16), std::size_t{2} * 16 * 1024 * 50304);
-  EXPECT_NEAR(static_cast<double>(sizeof(float) * (fp32 - bf16)) / (1 << 30), 1.535, 0.001);
+  const std::size_t fp32 = activation_sizes(gpt2, 16, Recompute::none, 12, true, 1, false, true).bytes(4, 4);
+  const std::size_t bf16 = activation_sizes(gpt2, 16, Recompute::none, 12, true, 1, false, true, true).bytes(4, 4);
+  EXPECT_EQ(fp32 - bf16, std::size_t{2} * 16 * 1024 * 50304);
+  EXPECT_NEAR(static_cast<double>(fp32 - bf16) / (1 << 30), 1.535, 0.001);
 }
 
 }  // namespace

@@ -1,0 +1,117 @@
+"""bf16 activations (parallel.activations = "bf16") end to end on the CPU, where the host's
+reference kernels store what a GPU in bf16 stores: bf16 parameters read from the strategy's bf16
+buffers, bf16 activations, fp32 gradients accumulated across micro-batches.
+
+- 20 steps of the small GPT on one rank learn, and stay within 2e-2 of the same deck with fp32
+  activations (both in bf16 precision: the activations' roundings are the only difference).
+- Every strategy on 2 ranks (hsdp on 2 x 2 emulated nodes), with 2 micro-batches a step, matches
+  one rank within 2e-3, as bf16 strategies do (the same roundings, another order of sums).
+- Tensor parallelism over 2 ranks, with and without sequence parallelism, matches one rank within
+  2e-3, and its group sends the activations in bf16: the bytes per step are the plan's, the
+  activations' half of fp32's.
+- Llama (grouped-query attention) trains and matches across strategies too.
+- `check` predicts the activations the run allocates, two bytes a value.
+- A run resumed from its own checkpoint ends exactly as the uninterrupted run.
+- Refused, naming the key: fp32 precision, an unfused classifier, pipeline stages.
+"""
+import os
+
+import harness as h
+
+args = h.parse_args()
+work = h.tmpdir()
+corpus = h.corpus(args)
+
+
+def run(ranks, label, activations="bf16", strategy="ddp", micro=0, extra=(), model=None, checkpoint=None, steps=20):
+    sections = {"run": {"steps": steps, "eval_every": 10, "eval_batches": 2},
+                "data": {"micro_batch": micro},
+                "parallel": {"strategy": strategy, "precision": "bf16", "activations": activations, "bucket_mb": 0.02}}
+    if model:
+        sections["model"] = model
+    if checkpoint:
+        sections["checkpoint"] = checkpoint
+    deck = h.small_deck(work, label, corpus, **sections)
+    return h.train(args, ranks, deck, os.path.join(work, label), label, extra)
+
+
+def compare(label, got, ref, rel):
+    h.check(h.close(got["loss"], ref["loss"], rel), f"{label}: losses within {rel} of the reference\n"
+                                                     f"{got['loss']}\n{ref['loss']}")
+    h.check(h.close(got["val"], ref["val"], rel), f"{label}: validation losses within {rel}")
+
+
+# One rank: it learns, and fp32 activations on the same bf16 parameters stay close.
+ref = run(1, "bf16_np1")
+h.check(ref["loss"][-1] < ref["loss"][0] - 0.5, f"bf16 activations learn: {ref['loss']}")
+h.check("activations per rank" in ref["stdout"] and "(bf16; model.recompute = none)" in ref["stdout"],
+        f"the settings table says the activations are bf16\n{ref['stdout'][:3000]}")
+fp32_activations = run(1, "fp32acts_np1", activations="fp32")
+compare("bf16 against fp32 activations", ref, fp32_activations, 2e-2)
+h.check(ref["loss"] != fp32_activations["loss"], "bf16 activations are not fp32's under another name")
+
+# check predicts what the run allocated: the activations row of both settings tables.
+def activations_row(text):
+    return next((line for line in text.splitlines() if "activations per rank" in line), "")
+
+
+deck = os.path.join(work, "bf16_np1.toml")
+out = h.mpirun(args, 1, ["check", deck])
+h.check(out.returncode == 0 and activations_row(out.stdout).split("|")[-1].strip() ==
+        activations_row(ref["stdout"]).split("|")[-1].strip() and activations_row(out.stdout) != "",
+        f"check predicts the activations the run allocates\n{activations_row(out.stdout)}\n{activations_row(ref['stdout'])}")
+fp32_row = activations_row(h.mpirun(args, 1, ["check", deck, "--set", 'parallel.activations="fp32"']).stdout)
+h.check(fp32_row != activations_row(out.stdout), f"bf16 activations take less than fp32's\n{fp32_row}")
+
+# Every strategy on 2 ranks, accumulating 2 micro-batches a step.
+nodes = ["--set", "parallel.ranks_per_node=2"]
+for strategy in ["ddp", "zero1", "zero2", "zero3"]:
+    got = run(2, f"bf16_{strategy}_np2_micro3", strategy=strategy, micro=3)
+    compare(f"{strategy} on 2 ranks, 2 micro-batches", got, ref, 2e-3)
+got = run(4, "bf16_hsdp_nodes2x2", strategy="hsdp", extra=nodes)
+compare("hsdp on 2 x 2 nodes", got, ref, 2e-3)
+
+# Tensor parallelism: the group's sums in bf16. Per step (one micro-batch of 12 x 32 rows): the
+# embedding's sum, 4 per block for 2 blocks and the head's input gradient, each an all-reduce of
+# 384 rows of 32 values (a ring of 2 sends all of it once); the cross-entropy's gather of 3 fp32
+# per row from each rank (half of it sent); the gradient norm's double.
+def tensor_bytes(value_bytes):
+    return 10 * 384 * 32 * value_bytes + 384 * 3 * 4 + 8
+
+
+for label, extra, sequence_parallel in [("tensor2", [], False), ("tensor2_sp", ["--set", "parallel.sequence_parallel=true"], True)]:
+    got = run(2, f"bf16_{label}", extra=["--set", "parallel.tensor=2"] + extra)
+    compare(f"bf16 {label}", got, ref, 2e-3)
+    if not sequence_parallel:
+        sent = [r["comm_tensor_bytes"] for r in got["rows"] if r["kind"] == "train"]
+        h.check(all(b == tensor_bytes(2) for b in sent),
+                f"{label}: the tensor group sends {tensor_bytes(2)} bytes a step, activations in bf16 ({sent[:3]}; "
+                f"fp32's would be {tensor_bytes(4)})")
+
+# Llama with grouped-query attention, untied.
+llama = {"arch": "llama", "n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "seq_len": 32,
+         "tie_embeddings": False}
+llama_ref = run(1, "bf16_llama_np1", model=llama)
+h.check(llama_ref["loss"][-1] < llama_ref["loss"][0] - 0.5, f"Llama with bf16 activations learns: {llama_ref['loss']}")
+compare("Llama zero3 on 2 ranks", run(2, "bf16_llama_zero3_np2", strategy="zero3", model=llama), llama_ref, 2e-3)
+
+# The run's own step-10 checkpoint resumes exactly: losses and final parameters bit for bit.
+whole = run(2, "bf16_resume_whole", strategy="zero1", checkpoint={"dir": f"{work}/ckpt_whole", "every": 10})
+second = run(2, "bf16_resume_second", strategy="zero1",
+             checkpoint={"dir": f"{work}/ckpt_second", "resume": f"{work}/ckpt_whole/ckpt_00000010.h5"})
+h.check(second["loss"] == whole["loss"][10:], f"the resumed run's losses are the uninterrupted run's\n"
+                                               f"{second['loss']}\n{whole['loss'][10:]}")
+h.check(second["params"] == whole["params"], "the resumed run ends with the uninterrupted run's parameters, bit for bit")
+
+# Refusals, each naming the key and what it needs.
+for label, sets, words in [
+        ("fp32 precision", ['parallel.precision="fp32"'], 'it needs parallel.precision = "bf16"'),
+        ("unfused classifier", ['parallel.classifier="unfused"'], 'parallel.classifier = "unfused" keeps fp32 logits'),
+        ("pipeline", ["parallel.pipeline=2"], "it needs parallel.pipeline = 1")]:
+    argv = ["check", deck]
+    for s in sets:
+        argv += ["--set", s]
+    out = h.mpirun(args, 1, argv)
+    h.check(out.returncode != 0 and "parallel." in out.stderr and words in out.stderr,
+            f"{label}: refused with the key named\n{out.stdout[-500:]}{out.stderr[-1500:]}")
+print("passed")
