@@ -38,7 +38,7 @@ std::string predicted_memory_line(const Config& config, const Machine& machine, 
                                                 static_cast<int>(config.parallel.tensor));
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
   const std::string scratch =
-      p.kernel_scratch_bytes > 0 ? ", " + b(p.kernel_scratch_bytes) + " of it the GPU kernels' scratch" : std::string();
+      p.kernel_scratch_bytes > 0 ? ", " + b(p.kernel_scratch_bytes) + " of it the kernels' scratch" : std::string();
   return b(p.total_bytes()) + " predicted (model state + activations + workspace " + b(p.workspace_bytes) + scratch +
          "); limit " + format_bytes(machine.memory_per_rank) + " (" + machine.memory_source + ")";
 }

@@ -46,7 +46,7 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized && bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
 }
 
-MPI_Datatype MpiCommunicator::mpi_type(DataType t) const {
+MPI_Datatype MpiCommunicator::mpi_type(DataType t) {
   switch (t) {
     case DataType::f32: return MPI_FLOAT;
     case DataType::f64: return MPI_DOUBLE;

@@ -24,6 +24,8 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   LevelTraffic traffic() const override;
+  // MPI's type for a buffer's elements (bf16 as 16-bit integers: MPI has no bf16).
+  static MPI_Datatype mpi_type(DataType t);
 
  protected:
   void run_all_reduce(Buffer buffer, ReduceOp op) override;
@@ -33,7 +35,6 @@ class MpiCommunicator final : public Communicator {
   void run_barrier() override;
 
  private:
-  MPI_Datatype mpi_type(DataType t) const;
   MPI_Op sum_op(DataType t) const { return t == DataType::bf16 ? bf16_sum_ : MPI_SUM; }
   MPI_Comm comm_;
   MpiWait wait_;

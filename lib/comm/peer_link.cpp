@@ -1,9 +1,11 @@
 #include "comm/peer_link.hpp"
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "comm/mpi_check.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -52,29 +54,28 @@ void PeerLink::reap() {
   }
 }
 
-void PeerLink::send(int peer, int tag, std::span<const float> data) {
+void PeerLink::send(int peer, int tag, Buffer data) {
   ST_REQUIRE(peer >= 0 && peer < size_ && peer != rank_, "a pipeline message to a stage that is not a neighbour");
   reap();
   Outgoing& out = outgoing_.emplace_back();
-  if (staging_.to_host) {
-    out.copy.resize(data.size());
-    staging_.to_host(out.copy.data(), data.data(), data.size_bytes());
-  } else {
-    out.copy.assign(data.begin(), data.end());
-  }
-  ST_CHECK_MPI(MPI_Isend(out.copy.data(), static_cast<int>(out.copy.size()), MPI_FLOAT, peer, tag, comm_, &out.request));
-  bytes_sent_ += data.size_bytes();
+  out.copy.resize(data.bytes());
+  if (staging_.to_host) staging_.to_host(out.copy.data(), data.data, data.bytes());
+  else std::memcpy(out.copy.data(), data.data, data.bytes());
+  ST_CHECK_MPI(MPI_Isend(out.copy.data(), static_cast<int>(data.count), MpiCommunicator::mpi_type(data.type), peer, tag,
+                         comm_, &out.request));
+  bytes_sent_ += data.bytes();
 }
 
-void PeerLink::receive(int peer, int tag, std::span<float> data) {
+void PeerLink::receive(int peer, int tag, Buffer data) {
   ST_REQUIRE(peer >= 0 && peer < size_ && peer != rank_, "a pipeline message from a stage that is not a neighbour");
   const bool staged = static_cast<bool>(staging_.from_host);
-  if (staged) incoming_.resize(data.size());
-  float* into = staged ? incoming_.data() : data.data();
+  if (staged) incoming_.resize(data.bytes());
+  void* into = staged ? static_cast<void*>(incoming_.data()) : data.data;
   MPI_Request request = MPI_REQUEST_NULL;
-  ST_CHECK_MPI(MPI_Irecv(into, static_cast<int>(data.size()), MPI_FLOAT, peer, tag, comm_, &request));
+  ST_CHECK_MPI(MPI_Irecv(into, static_cast<int>(data.count), MpiCommunicator::mpi_type(data.type), peer, tag, comm_,
+                         &request));
   complete(request, "message " + std::to_string(tag) + " from stage " + std::to_string(peer));
-  if (staged) staging_.from_host(data.data(), incoming_.data(), data.size_bytes());
+  if (staged) staging_.from_host(data.data, incoming_.data(), data.bytes());
 }
 
 void PeerLink::drain() {

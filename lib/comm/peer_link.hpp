@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.hpp"
+
 namespace st {
 
 class PeerLink {
@@ -41,8 +43,9 @@ class PeerLink {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  void send(int peer, int tag, std::span<const float> data);
-  void receive(int peer, int tag, std::span<float> data);
+  // `data`: a Buffer of any element type in its memory space (fp32 or bf16 activations).
+  void send(int peer, int tag, Buffer data);
+  void receive(int peer, int tag, Buffer data);
   // Waits for every send in flight (their peers have received them).
   void drain();
   // Bytes this rank sent, and seconds it waited in receive() and drain(), so far.
@@ -51,7 +54,7 @@ class PeerLink {
 
  private:
   struct Outgoing {
-    std::vector<float> copy;
+    std::vector<std::byte> copy;
     MPI_Request request = MPI_REQUEST_NULL;
   };
   // Waits for `request`, naming what it waits for if the timeout passes.
@@ -63,7 +66,7 @@ class PeerLink {
   int rank_ = 0, size_ = 1;
   std::list<Outgoing> outgoing_;
   Staging staging_;             // unset: the data are host memory
-  std::vector<float> incoming_;  // a received message on its way to device memory
+  std::vector<std::byte> incoming_;  // a received message on its way to device memory
   std::uint64_t bytes_sent_ = 0;
   double waited_seconds_ = 0;
 };

@@ -87,6 +87,8 @@ struct ParallelConfig {
   // Whether the model stores bf16 activations (Model<float, Bf16>, model/bf16_storage_model.hpp):
   // where the deck asks; "auto" is fp32 until a device has kernels that store bf16.
   bool stores_bf16_activations() const { return activations == ActivationStorage::bf16; }
+  // The bytes of one activation value: 2 with bf16 activations, else 4.
+  std::size_t activation_value_bytes() const { return stores_bf16_activations() ? 2 : 4; }
   bool sync_every_launch = false;  // GPUs: wait for and check every kernel where it is launched
   bool gelu_fusion = false;        // GPUs in bf16: GPT-2's GELU in cuBLASLt's epilogues
   std::int64_t ranks_per_node = 0;

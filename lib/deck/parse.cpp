@@ -402,11 +402,6 @@ class DeckParser {
       problems_.add(0, origin("parallel.classifier") + ": parallel.classifier = \"unfused\" keeps fp32 logits, which "
                                                          "parallel.activations = \"bf16\" does not: its classifier is "
                                                          "the fused one (leave parallel.classifier at \"auto\")");
-    if (p.activations == ActivationStorage::bf16 && p.pipeline > 1)
-      problems_.add(0, origin("parallel.activations") + ": parallel.activations = \"bf16\" does not run with "
-                                                          "pipeline parallelism yet (its stages pass fp32 activations): "
-                                                          "it needs parallel.pipeline = 1 (this deck has " +
-                           std::to_string(p.pipeline) + ")");
     if (p.shard_group != 0 && p.strategy != StrategyKind::hsdp)
       problems_.add(0, origin("parallel.shard_group") + ": parallel.shard_group applies to parallel.strategy = "
                                                         "\"hsdp\" only (this deck has \"" + name_of(p.strategy) + "\")");

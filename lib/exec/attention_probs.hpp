@@ -10,8 +10,9 @@
 
 namespace st {
 
-// R: the probabilities and per-row statistics; S: the activations' storage (the attention's
-// output and the grouped-query gradient), as LayerKernels<R, S>.
+// R: the probabilities, per-row statistics and the grouped-query gradient the host folds from
+// (a working sum, never stored as an activation); S: the activations' storage (the attention's
+// output), as LayerKernels<R, S>.
 template <class R, class S = R>
 struct AttentionProbs {
   // B*NH blocks: forward writes every head's probabilities here and backward reads them.
@@ -23,7 +24,7 @@ struct AttentionProbs {
   // Grouped-query attention's backward on a backend that computes a gradient per query head and
   // then sums each group's (the host): that gradient, B T x 3C (grouped_gradient_elements).
   // nullptr where the backend needs none.
-  S* grouped_gradient = nullptr;
+  R* grouped_gradient = nullptr;
   // Flash attention (attention_uses_flash): instead of probabilities, each row's log-sum-exp of
   // its scaled scores, lse[b, h, t] at (b NH + h) T + t, written by forward, read by backward;
   // backward's scratch for each row's <dO, O> (as many); and the forward's output, which

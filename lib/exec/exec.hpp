@@ -80,7 +80,8 @@ class Exec {
   virtual LayerKernels<float, Bf16>* bf16_layer_kernels() { return nullptr; }
 };
 
-// The host backend, shared by every caller in the process (it holds no state of its own).
+// The host backend, shared by every caller in the process (its only state: the bf16 reference
+// kernels' widening scratch).
 Exec& host_exec();
 
 // Typed helpers.

@@ -2,6 +2,7 @@
 
 
 #include "exec/host_kernels.hpp"
+#include "exec/kernel_scratch.hpp"
 
 namespace st {
 
@@ -15,7 +16,7 @@ std::size_t qkv_width(int C, int NH, int NKV) {
 // The fp32 kernels' view of bf16 storage's attention buffers: the probabilities and statistics
 // as they are (fp32); `out` and the grouped gradient are the caller's to supply.
 AttentionProbs<float> fp32_probs(const AttentionProbs<float, Bf16>& p) {
-  return {p.kept, p.working, p.dworking, p.heads, nullptr, p.lse, p.row_dots, nullptr};
+  return {p.kept, p.working, p.dworking, p.heads, p.grouped_gradient, p.lse, p.row_dots, nullptr};
 }
 
 }  // namespace
@@ -23,6 +24,11 @@ AttentionProbs<float> fp32_probs(const AttentionProbs<float, Bf16>& p) {
 void store_bf16(Bf16* to, const float* from, std::size_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (std::size_t i = 0; i < n; ++i) to[i] = to_bf16(from[i]);
+}
+
+void HostBf16LayerKernels::reserve_scratch(const KernelWorkload& workload) {
+  const HostBf16Slots sizes = host_bf16_slots(workload);
+  for (std::size_t i = 0; i < slots_.size(); ++i) slot(i, static_cast<std::size_t>(sizes.elements[i]));
 }
 
 std::vector<float>& HostBf16LayerKernels::slot(std::size_t i, std::size_t n) {
@@ -106,10 +112,8 @@ void HostBf16LayerKernels::attention_forward(Bf16* out, const AttentionProbs<flo
 void HostBf16LayerKernels::attention_backward(Bf16* dqkv, const AttentionProbs<float, Bf16>& probs, const Bf16* dout,
                                               const Bf16* qkv, int B, int T, int C, int NH, int NKV) {
   const std::size_t rows = rows_of(B, T), width = qkv_width(C, NH, NKV);
-  AttentionProbs<float> p = fp32_probs(probs);
-  p.grouped_gradient = result(3, grouped_gradient_elements(false, rows, static_cast<std::size_t>(C), NH, NKV));
   float* d = result(0, rows * width);
-  f32_.attention_backward(d, p, widened(1, dout, rows * static_cast<std::size_t>(C)), widened(2, qkv, rows * width),
+  f32_.attention_backward(d, fp32_probs(probs), widened(1, dout, rows * static_cast<std::size_t>(C)), widened(2, qkv, rows * width),
                           B, T, C, NH, NKV);
   store_bf16(dqkv, d, rows * width);
 }

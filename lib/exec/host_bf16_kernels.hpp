@@ -9,15 +9,21 @@
 // accumulate_din) reads it, adds in fp32 and rounds the sum once. Parameters' gradients are fp32
 // and accumulate in fp32 across micro-batches, as the device's. The fp32 arithmetic in between
 // is the host's fp32 kernels' (exec/host_kernels.hpp), so the only difference from an fp32 run
-// on the same bf16 inputs is where the results are stored.
+// on the same bf16 inputs is where the results are stored. The seam's compositions
+// (residual_layernorm_forward, linear_gelu_forward, linear_backward_gelu) store their
+// intermediate (the sum, the product, the input's gradient) as their two kernels do: a device that
+// fuses them may round the intermediate differently (cuBLASLt's GELU epilogues do).
 //
 // Like the device in bf16 it fuses the classifier (bf16 logits, exec/classifier_reference.hpp).
 // Its attention is the host's exact attention on the widened q, k and v, the probabilities in
 // fp32; the device's flash attention rounds them to bf16 inside its products, which its own
 // reference (exec/flash_reference.hpp) covers.
 //
-// It is a reference: each call widens its operands into scratch vectors it keeps, so it is
-// several times slower than the fp32 kernels. Not for concurrent calls.
+// It is a reference: each call widens its operands into four fp32 slots it keeps (sized for the
+// largest model by reserve_scratch, counted by `check` as the kernels' scratch), so it is several
+// times slower than the fp32 kernels and holds about four fp32 activations' or weights' worth
+// more. Not for concurrent calls (the host backend's one instance serves its models in turn, as
+// a device's kernels do).
 #include <array>
 #include <vector>
 
@@ -27,6 +33,9 @@ namespace st {
 
 class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
  public:
+  // The widening slots at their largest for the workload (exec/kernel_scratch.hpp
+  // host_bf16_slots), so that nothing grows inside a step; `check` counts them.
+  void reserve_scratch(const KernelWorkload& workload) override;
   void encoder_forward(Bf16* out, const int* tokens, const Bf16* wte, const Bf16* wpe, int B, int T, int C) override;
   void encoder_backward(float* dwte, float* dwpe, const Bf16* dout, const int* tokens, int B, int T, int C) override;
   void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* in, const Bf16* weight, const Bf16* bias,
@@ -40,8 +49,7 @@ class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
   bool attention_uses_flash(int) const override { return false; }
   void attention_forward(Bf16* out, const AttentionProbs<float, Bf16>& probs, const Bf16* qkv, int B, int T, int C,
                          int NH, int NKV) override;
-  // Grouped-query attention folds through a gradient per query head in scratch of its own
-  // (probs.grouped_gradient is not used).
+  // Grouped-query attention folds through probs.grouped_gradient (fp32), as the host's does.
   void attention_backward(Bf16* dqkv, const AttentionProbs<float, Bf16>& probs, const Bf16* dout, const Bf16* qkv,
                           int B, int T, int C, int NH, int NKV) override;
   void attention_rows(Bf16* out, const Bf16* qkv, int first, int n, int C, int NH, int NKV) override;
@@ -88,7 +96,7 @@ class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
   float* result(std::size_t i, std::size_t n) { return slot(i, n).data(); }
 
   HostLayerKernels<float> f32_;
-  std::array<std::vector<float>, 6> slots_;
+  std::array<std::vector<float>, 4> slots_;
 };
 
 // Each of `n` values rounded to bf16 (to nearest even) into `to`.

@@ -7,7 +7,6 @@
 
 #include "core/error.hpp"
 #include "exec/adamw_element.hpp"
-#include "exec/host_bf16_kernels.hpp"
 #include "exec/ordered_sum.hpp"
 
 namespace st {
@@ -121,11 +120,6 @@ void HostExec::adamw(const AdamWStepConstants& c, const AdamWTile* tiles, std::s
     case DataType::f64: break;
   }
   throw Error("adamw: gradients are f32 or bf16");
-}
-
-LayerKernels<float, Bf16>* HostExec::bf16_layer_kernels() {
-  thread_local HostBf16LayerKernels kernels;
-  return &kernels;
 }
 
 Exec& host_exec() {

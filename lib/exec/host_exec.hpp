@@ -2,6 +2,7 @@
 // The host backend: buffers in process memory, element-wise loops with OpenMP, the model's
 // kernels with OpenMP and OpenBLAS. Calls complete before they return.
 #include "exec/exec.hpp"
+#include "exec/host_bf16_kernels.hpp"
 
 namespace st {
 
@@ -23,9 +24,9 @@ class HostExec final : public Exec {
   void set_clip_factor(StepScalars* scalars, double clip) override;
   void synchronize() override {}
   LayerKernels<float>& layer_kernels() override { return kernels_; }
-  // The bf16-storage reference (exec/host_bf16_kernels.hpp): one per thread, as it keeps
-  // scratch between calls.
-  LayerKernels<float, Bf16>* bf16_layer_kernels() override;
+  // The bf16-storage reference (exec/host_bf16_kernels.hpp), which keeps its widening scratch
+  // between calls.
+  LayerKernels<float, Bf16>* bf16_layer_kernels() override { return &bf16_kernels_; }
 
   // The sum of squares in double precision, in fixed blocks (exec/ordered_sum.hpp): its bits do
   // not depend on the thread count.
@@ -33,6 +34,7 @@ class HostExec final : public Exec {
 
  private:
   HostLayerKernels<float> kernels_;
+  HostBf16LayerKernels bf16_kernels_;
 };
 
 }  // namespace st

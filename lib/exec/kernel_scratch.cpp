@@ -66,6 +66,30 @@ KernelScratch kernel_scratch(const KernelWorkload& w, const KernelScratchChoices
   return s;
 }
 
+HostBf16Slots host_bf16_slots(const KernelWorkload& w) {
+  // Each call widens its outputs (slot 0), then its inputs by position: rows of an activation (a
+  // product's input or output, qkv, the MLP's width, d_model), or a weight: a block's product's in
+  // slot 2 (forward) or 3 (backward), the head's in slot 1 (its logits) or 2 (its backward).
+  std::uint64_t widest = static_cast<std::uint64_t>(w.norm_width), weight = 0, head = 0;
+  for (const LinearProduct& p : w.products) {
+    const auto in = static_cast<std::uint64_t>(p.in), out = static_cast<std::uint64_t>(p.out);
+    if (p.lm_head) {
+      head = std::max(head, in * out);
+      widest = std::max(widest, in);
+      continue;
+    }
+    widest = std::max({widest, in, out});
+    weight = std::max(weight, in * out);
+  }
+  const std::uint64_t rows = static_cast<std::uint64_t>(w.rows) * widest;
+  HostBf16Slots s;
+  s.elements[0] = rows;
+  s.elements[1] = std::max(rows, head);
+  s.elements[2] = std::max({rows, weight, head});
+  s.elements[3] = weight;
+  return s;
+}
+
 std::uint64_t estimated_sort_temp_bytes(std::int64_t rows) {
   // The keys' and values' alternate buffers, and a few KiB of digit counts.
   return static_cast<std::uint64_t>(rows) * 2 * sizeof(int) + (std::uint64_t{16} << 10);

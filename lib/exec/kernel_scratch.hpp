@@ -80,6 +80,16 @@ struct KernelScratch {
 
 KernelScratch kernel_scratch(const KernelWorkload& workload, const KernelScratchChoices& choices);
 
+// The host's bf16-storage reference (exec/host_bf16_kernels.hpp) widens each call's operands into
+// four fp32 slots it keeps, by argument position: at most, for `workload`, rows of the widest
+// activation in each, or a whole weight (the head's too: the fused classifier's product and its
+// backward read it widened). Elements of each slot.
+struct HostBf16Slots {
+  std::uint64_t elements[4] = {0, 0, 0, 0};
+  std::uint64_t bytes() const { return 4 * (elements[0] + elements[1] + elements[2] + elements[3]); }
+};
+HostBf16Slots host_bf16_slots(const KernelWorkload& workload);
+
 // cub's radix sort of `rows` int keys with int values, estimated (its own temporary storage: the
 // sort's alternate buffers and its digit counts): within a few KiB of what it asks for.
 std::uint64_t estimated_sort_temp_bytes(std::int64_t rows);

@@ -38,8 +38,14 @@ struct ActivationCount {
     bf16 += o.bf16;
     return *this;
   }
+  // Each kind a run of its own, statistics, values, then bf16 logits, each run starting on a
+  // kActivationRunAlignment boundary (as a device's matmuls and vectorised kernels want them).
   std::size_t bytes(std::size_t value_bytes, std::size_t stat_bytes) const {
-    return values * value_bytes + stats * stat_bytes + bf16 * 2;
+    return aligned_run(stats * stat_bytes) + aligned_run(values * value_bytes) + bf16 * 2;
+  }
+  static constexpr std::size_t kActivationRunAlignment = 256;
+  static std::size_t aligned_run(std::size_t bytes) {
+    return (bytes + kActivationRunAlignment - 1) / kActivationRunAlignment * kActivationRunAlignment;
   }
 };
 

@@ -115,10 +115,9 @@ ActivationSizes llama_activation_sizes(const ModelShape& shape, int max_batch, R
   // folds grouped-query gradients (the host), the per-query-head gradient it folds from (3 N A).
   // With rows split: the gathered rows a split layer reads (N C), the rows' shares of the two
   // sums (R C each), and the norms' gradients on their way through the group (2 C).
-  s.shared = {R * C + N * C + R * C + N * C + N * A + N * W + 2 * 2 * N * F +
-                  grouped_gradient_elements(device || flash, N, static_cast<int>(A), heads_here, kv_here) +
-                  (sequence_parallel ? N * C + 2 * R * C : 0),
-              att.backward + (sequence_parallel ? 2 * C : 0)};
+  s.shared = {R * C + N * C + R * C + N * C + N * A + N * W + 2 * 2 * N * F + (sequence_parallel ? N * C + 2 * R * C : 0),
+              att.backward + grouped_gradient_elements(device || flash, N, static_cast<int>(A), heads_here, kv_here) +
+                  (sequence_parallel ? 2 * C : 0)};
   s.head = {R * C, R + N + logit_slice_scratch(N, tensor)};
   s.head += logit_count(N, V, bf16_logits);
   return s;

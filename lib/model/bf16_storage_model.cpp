@@ -1,7 +1,5 @@
 #include "model/bf16_storage_model.hpp"
 
-#include "core/error.hpp"
-
 namespace st {
 
 class Bf16StorageModel::Bf16Params final : public SegmentBuffers<float, Bf16> {
@@ -38,30 +36,22 @@ class Bf16StorageModel::Bf16Params final : public SegmentBuffers<float, Bf16> {
   Exec& exec_;
   const ParamLayout& layout_;
   SegmentBuffers<float>* outer_ = nullptr;
-  std::vector<Memory> copies_;  // rounded copies of fp32 segments, kept for the next use
+  // Rounded copies of fp32 segments, kept for the next use: only for buffers that lend no bf16
+  // (tests, tools); a strategy in mixed precision always lends, so a run holds none.
+  std::vector<Memory> copies_;
   std::vector<bool> fresh_;     // the copy is of this use's parameters
 };
 
 Bf16StorageModel::Bf16StorageModel(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
-                                   TensorGroup tensor)
-    : Model<float>(shape, exec, recompute, tensor, ModelPart{}),
-      stored_(make_model<float, Bf16>(shape, max_batch, exec, recompute, tensor)),
+                                   TensorGroup tensor, ModelPart part)
+    : Model<float>(shape, exec, recompute, tensor, part),
+      stored_(make_model<float, Bf16>(shape, max_batch, exec, recompute, tensor, part)),
       view_(std::make_unique<Bf16Params>(exec, stored_->layout())) {
   bf16_logits_ = stored_->bf16_logits();
   decode_rows_ = static_cast<int>(shape.seq_len);  // the stored model splits a decode into its own pieces
 }
 
 Bf16StorageModel::~Bf16StorageModel() = default;
-
-namespace {
-[[noreturn]] void no_pipeline() {
-  throw Error("a model with bf16 activations (parallel.activations = \"bf16\") does not run as a pipeline stage");
-}
-}  // namespace
-
-float* Bf16StorageModel::part_input() { no_pipeline(); }
-const float* Bf16StorageModel::part_output() const { no_pipeline(); }
-float* Bf16StorageModel::part_grad() { no_pipeline(); }
 
 void Bf16StorageModel::forward_into(SegmentBuffers<float>& buffers, const int* tokens, const int* targets, int B,
                                     int T, double* loss_sum) {

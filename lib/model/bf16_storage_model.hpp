@@ -6,8 +6,8 @@
 // Its parameters come from the segment buffers' bf16_params() where they lend them (a strategy in
 // mixed precision asked to: the model reads its bf16 buffers, no fp32 copy is made); otherwise
 // (fp32 buffers: tests, tools) each segment's fp32 parameters are rounded into a bf16 copy for as
-// long as the segment is in use. Gradients are the buffers' fp32 ones. Not for pipeline stages:
-// their boundary activations are fp32 (part_input() and the others throw).
+// long as the segment is in use. Gradients are the buffers' fp32 ones. As a pipeline stage's part
+// its boundary rows are bf16 (part_input and the others).
 #include <memory>
 #include <vector>
 
@@ -17,15 +17,16 @@ namespace st {
 
 class Bf16StorageModel final : public Model<float> {
  public:
-  Bf16StorageModel(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor = {});
+  Bf16StorageModel(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor = {},
+                   ModelPart part = {});
   ~Bf16StorageModel() override;
 
   using Model<float>::forward;
   using Model<float>::backward;
   std::size_t activation_bytes() const override { return stored_->activation_bytes(); }
-  float* part_input() override;
-  const float* part_output() const override;
-  float* part_grad() override;
+  Buffer part_input(std::size_t count) override { return stored_->part_input(count); }
+  Buffer part_output(std::size_t count) override { return stored_->part_output(count); }
+  Buffer part_grad(std::size_t count) override { return stored_->part_grad(count); }
   void init_params(std::span<float> params, std::uint64_t seed) const override { stored_->init_params(params, seed); }
   void forward_into(SegmentBuffers<float>& buffers, const int* tokens, const int* targets, int B, int T,
                     double* loss_sum) override;

@@ -35,9 +35,9 @@ class Gpt2 final : public Model<Real, S> {
   using Model<Real, S>::forward;
   using Model<Real, S>::backward;
   std::size_t activation_bytes() const override { return acts_.bytes(); }
-  S* part_input() override { return x0_; }
-  const S* part_output() const override { return block_acts_.back().res3; }
-  S* part_grad() override { return dres_; }
+  Buffer part_input(std::size_t count) override { return Buffer::of(std::span<S>(x0_, count)); }
+  Buffer part_output(std::size_t count) override { return Buffer::of(std::span<S>(block_acts_.back().res3, count)); }
+  Buffer part_grad(std::size_t count) override { return Buffer::of(std::span<S>(dres_, count)); }
 
   // GPT-2 initialisation: N(0, 0.02) for matrices and embeddings, residual projections scaled by
   // 1/sqrt(2 n_layer), biases 0, LayerNorm weights 1; padded vocabulary rows 0.

@@ -124,7 +124,7 @@ Llama<Real, S>::Llama(const ModelShape& shape, int max_batch, Exec& exec, Recomp
   dff_b_ = take.values(2 * N * F);
   // Flash attention sums each group in its kernels: nothing to fold.
   if (const std::size_t n = grouped_gradient_elements(device || flash_, N, A, NH_, NKV_); n > 0)
-    grouped_gradient_ = take.values(n);
+    grouped_gradient_ = take.stats(n);
   if (split_rows_ever) rows_.carve(take, N, R, C, 2 * C);
   // Not kept, the SwiGLU product goes where backward needs it next, the MLP's second scratch.
   for (BlockActs& a : block_acts_)

@@ -32,9 +32,9 @@ class Llama final : public Model<Real, S> {
   using Model<Real, S>::forward;
   using Model<Real, S>::backward;
   std::size_t activation_bytes() const override { return acts_.bytes(); }
-  S* part_input() override { return x0_; }
-  const S* part_output() const override { return block_acts_.back().res3; }
-  S* part_grad() override { return dres_; }
+  Buffer part_input(std::size_t count) override { return Buffer::of(std::span<S>(x0_, count)); }
+  Buffer part_output(std::size_t count) override { return Buffer::of(std::span<S>(block_acts_.back().res3, count)); }
+  Buffer part_grad(std::size_t count) override { return Buffer::of(std::span<S>(dres_, count)); }
 
   // As transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding,
   // RMSNorm weights 1; padded vocabulary rows 0.
@@ -88,7 +88,7 @@ class Llama final : public Model<Real, S> {
   S *dres_, *dtmp_, *datty_, *dqkv_, *dff_a_, *dff_b_;
   Real* probs_ = nullptr;
   Real* dprobs_ = nullptr;
-  S* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
+  Real* grouped_gradient_ = nullptr;  // the host's per-query-head attention gradient (AttentionProbs)
   Real* row_dots_ = nullptr;          // flash attention's backward scratch (AttentionProbs::row_dots)
 
   int B_ = 0, T_ = 0;

@@ -55,17 +55,18 @@ struct RowSplitScratch {
 
 // Carves a model's activations out of one allocation of ActivationCount::bytes(sizeof(S),
 // sizeof(Real)): the statistics (Real) first, then the values (S), then the bf16 logits, each a
-// run of its own, so every pointer is aligned to its type. exact() says whether the carve used
-// each run up, as the count said.
+// run of its own starting on an aligned boundary, as bytes() counts them. exact() says whether the
+// carve used each run up, as the count said.
 template <class Real, class S>
 class ActivationCarver {
  public:
   ActivationCarver(const Memory& memory, const ActivationCount& count)
       : stats_(static_cast<Real*>(memory.data())),
         stats_end_(stats_ + count.stats),
-        values_(reinterpret_cast<S*>(stats_end_)),
+        values_(reinterpret_cast<S*>(at(memory, ActivationCount::aligned_run(count.stats * sizeof(Real))))),
         values_end_(values_ + count.values),
-        bf16_(reinterpret_cast<Bf16*>(values_end_)),
+        bf16_(reinterpret_cast<Bf16*>(at(memory, ActivationCount::aligned_run(count.stats * sizeof(Real)) +
+                                                     ActivationCount::aligned_run(count.values * sizeof(S))))),
         bf16_end_(bf16_ + count.bf16) {}
   Real* stats(std::size_t n) { return advance(stats_, n); }
   S* values(std::size_t n) { return advance(values_, n); }
@@ -73,6 +74,7 @@ class ActivationCarver {
   bool exact() const { return stats_ == stats_end_ && values_ == values_end_ && bf16_ == bf16_end_; }
 
  private:
+  static std::byte* at(const Memory& memory, std::size_t offset) { return static_cast<std::byte*>(memory.data()) + offset; }
   template <class T>
   static T* advance(T*& cursor, std::size_t n) {
     T* p = cursor;
@@ -114,15 +116,16 @@ class Model {
   // Elements of the rows that pass between two parts in a training or evaluation pass of B
   // sequences of T: the residual stream, this rank's rows of it under sequence parallelism.
   std::size_t part_boundary_elements(int B, int T) const;
-  // A part that does not embed reads its input here, written before forward_into: the previous
-  // part's part_output().
-  virtual S* part_input() = 0;
+  // The boundary rows, `count` values (part_boundary_elements) in the model's storage (S: fp32, or
+  // bf16 for bf16 storage), as a Buffer the stages send as it is. A part that does not embed reads
+  // its input from part_input, written before forward_into: the previous part's part_output.
+  virtual Buffer part_input(std::size_t count) = 0;
   // After forward_into, a part that does not end the model has its last block's output here.
-  virtual const S* part_output() const = 0;
+  virtual Buffer part_output(std::size_t count) = 0;
   // The gradient of the residual stream: before backward, a part that does not end the model
-  // has d(loss)/d(part_output()) written here (the next part's, after its backward); after
-  // backward, a part that does not embed holds d(loss)/d(part_input()) here.
-  virtual S* part_grad() = 0;
+  // has d(loss)/d(part_output) written here (the next part's, after its backward); after
+  // backward, a part that does not embed holds d(loss)/d(part_input) here.
+  virtual Buffer part_grad(std::size_t count) = 0;
   // This rank's slice of whole parameters (or gradients) laid out as whole_layout(), laid out as
   // layout(): the part's tensors, each the rank's slice of it (a copy of them without tensor
   // parallelism, of the whole model).

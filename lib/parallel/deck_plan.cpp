@@ -97,7 +97,8 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
   // each micro-batch's activations on, and with V chunks its later chunks' gradients back too.
   const double bytes =
       static_cast<double>(micro_batches * (2 * V - 1)) *
-      static_cast<double>(pipeline_message_bytes(shape, micro_batch, static_cast<int>(p.tensor), p.sequence_parallel));
+      static_cast<double>(pipeline_message_bytes(shape, micro_batch, static_cast<int>(p.tensor), p.sequence_parallel,
+                                                 p.activation_value_bytes()));
   note += "), ";
   note += name_of(p.pipeline_schedule);
   note += ", up to ";
@@ -112,12 +113,12 @@ std::string pipeline_note(const Config& config, std::int64_t micro_batches, std:
 }
 
 std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro_batch, int tensor,
-                                     bool sequence_parallel) {
-  // B x T rows of d_model fp32 values; a tensor group's ranks each send their share of the rows
-  // under sequence parallelism (Model::part_boundary_elements).
+                                     bool sequence_parallel, std::size_t value_bytes) {
+  // B x T rows of d_model values (fp32, or bf16 activations); a tensor group's ranks each send
+  // their share of the rows under sequence parallelism (Model::part_boundary_elements).
   const auto rows = static_cast<std::uint64_t>(micro_batch * shape.seq_len) /
                     static_cast<std::uint64_t>(sequence_parallel && tensor > 1 ? tensor : 1);
-  return rows * static_cast<std::uint64_t>(shape.d_model) * sizeof(float);
+  return rows * static_cast<std::uint64_t>(shape.d_model) * value_bytes;
 }
 
 PipelineShape deck_pipeline_shape(const Config& config, std::int64_t micro_batches) {
@@ -178,7 +179,7 @@ ParallelPlan choice_plan(const Config& config, const ParallelChoice& choice, con
                                       tensor > 1 && config.parallel.sequence_parallel,
                                       embeds,
                                       heads,
-                                      config.parallel.stores_bf16_activations() ? 2 : 4};
+                                      static_cast<int>(config.parallel.activation_value_bytes())};
   return ParallelPlan(layout, choice.strategy, config.parallel.precision, mesh, micro_batches,
                       config.parallel.bucket_mb, activations, choice.grad_reduction);
 }

@@ -36,10 +36,11 @@ PipelineShape deck_pipeline_shape(const Config& config, std::int64_t micro_batch
 // pipeline.
 std::string pipeline_note(const Config& config, std::int64_t micro_batches, std::int64_t micro_batch);
 // The bytes of one message between neighbouring stages: a micro-batch of `micro_batch` sequences'
-// residual stream (or its gradient), fp32, as one rank of a tensor group of `tensor` sends it
-// (its share of the rows under sequence parallelism, all of them otherwise).
+// residual stream (or its gradient), value_bytes a value (4, or 2 with bf16 activations:
+// activation_value_bytes), as one rank of a tensor group of `tensor` sends it (its share of the
+// rows under sequence parallelism, all of them otherwise).
 std::uint64_t pipeline_message_bytes(const ModelShape& shape, std::int64_t micro_batch, int tensor,
-                                     bool sequence_parallel);
+                                     bool sequence_parallel, std::size_t value_bytes);
 
 // Its first checks, which need no batch: the stages (times parallel.tensor) divide the world, the
 // model has a block for each chunk, parallel.stage_blocks (if set) cuts the model into the chunks,

@@ -125,11 +125,11 @@ std::uint64_t workspace_estimate(const ParallelPlan& plan) {
   const std::uint64_t unpadded_norm = count > 1 ? shards.segment(count - 1).size : 0;
   std::uint64_t fp32 = unpadded_embedding + 2 * largest_block + std::max(largest_block, unpadded_embedding) + 2 * unpadded_norm;
   if (plan.stores_bf16()) {
-    // No fp32 copies of the segments in use: the model reads bf16. Its fp32 gradients: the
-    // embedding's (held for the whole backward), a block's and the norm's; all of them while
-    // micro-batches accumulate to be reduced once (ddp and zero1 always do).
+    // No fp32 copies of the segments in use: the model reads bf16. Its fp32 gradient buffers
+    // (padded): the embedding's (held for the whole backward), a block's and the norm's; all of
+    // them while micro-batches accumulate to be reduced once (ddp and zero1 always do).
     const bool held = plan.micro_batches() > 1 && !plan.reduces_each_micro_batch();
-    fp32 = held ? shards.padded_total() : embedding + largest_block + norm;
+    fp32 = held ? shards.padded_total() : embedding + sum_largest(blocks, 1) + norm;  // padded, as the pool's
   } else if (whole_gradient) {
     fp32 += shards.padded_total();
   }

@@ -176,7 +176,7 @@ std::uint64_t predicted_activation_bytes(const Config& config, const Machine& m,
   const ModelShape shape = model_shape(config.model);
   const int B = static_cast<int>(micro_batch);
   const int heads = attention_heads_at_once(m.gpu, B, static_cast<int>(shape.n_head) / tensor, m.threads_per_rank);
-  const std::size_t value_bytes = config.parallel.stores_bf16_activations() ? 2 : 4;
+  const std::size_t value_bytes = config.parallel.activation_value_bytes();
   return activation_sizes(shape, B, recompute, heads, m.gpu, tensor, tensor > 1 && config.parallel.sequence_parallel,
                           plans_flash_attention(config, m), plans_bf16_logits(config, m))
       .of_part(part, shape)
@@ -231,11 +231,12 @@ std::vector<int> tensor_degrees_for(const Config& config, const Machine& m) { re
 
 namespace {
 
-// What the GPU kernels of a rank holding `parts` of the model (none: all of it) hold beside the
-// accounted buffers (exec/kernel_scratch.hpp), cub's sort estimated; nothing on CPU ranks.
+// What the kernels of a rank holding `parts` of the model (none: all of it) hold beside the
+// accounted buffers (exec/kernel_scratch.hpp): a GPU's, cub's sort estimated; on a CPU rank
+// nothing, but for bf16 activations the host reference's widening slots.
 std::uint64_t kernel_scratch_bytes(const Config& config, const Machine& m, std::int64_t micro_batch, int tensor,
                                    const std::vector<ModelPart>& parts) {
-  if (!m.gpu) return 0;
+  if (!m.gpu && !config.parallel.stores_bf16_activations()) return 0;
   const ModelShape shape = model_shape(config.model);
   const bool sequence_parallel = tensor > 1 && config.parallel.sequence_parallel;
   // A stage's chunks share its kernels: each block of scratch as large as any of them asks.
@@ -250,6 +251,7 @@ std::uint64_t kernel_scratch_bytes(const Config& config, const Machine& m, std::
     all.embeds = all.embeds || w.embeds;
     all.heads = all.heads || w.heads;
   }
+  if (!m.gpu) return host_bf16_slots(all).bytes();
   KernelScratchChoices choices;
   choices.bf16_matmuls = config.parallel.precision == Precision::bf16;
   choices.fused_classifier = plans_bf16_logits(config, m);
@@ -453,7 +455,7 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
   const ParallelPlan& busiest = *evaluated[widest].plan;   // whose traffic and optimizer sweep
   const ParamLayout& busiest_layout = evaluated[widest].layout;
   const ParallelPlan& pacing = *evaluated[paced].plan;     // whose tensor-group sums
-  const std::uint64_t scratch = evaluated[fullest].scratch;  // the GPU kernels' (kernel_scratch_bytes)
+  const std::uint64_t scratch = evaluated[fullest].scratch;  // the kernels' (kernel_scratch_bytes)
   const bool hsdp = busiest.grouped();
   const int n = busiest.mesh().shards;
   const ShardLayout& shards = busiest.shards();
@@ -573,7 +575,8 @@ StrategyPrediction predict_reduced(const Config& config, const Machine& machine,
     // The slowest hop paces the pipeline: the network where the stages span nodes, else the
     // links between the node's fast groups.
     const std::uint64_t message = pipeline_message_bytes(shape, batches.micro_batch, tensor,
-                                                         tensor > 1 && config.parallel.sequence_parallel);
+                                                         tensor > 1 && config.parallel.sequence_parallel,
+                                                         config.parallel.activation_value_bytes());
     const int V = pipeline.virtual_stages;
     const int directions = stages > 2 ? 2 * V : 2 * V - 1;
     p.pipeline_bytes = message * static_cast<std::uint64_t>(directions * mb);

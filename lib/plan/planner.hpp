@@ -38,7 +38,8 @@ struct StrategyPrediction {
   std::uint64_t state_bytes = 0, activation_bytes = 0, workspace_bytes = 0;
   // Of workspace_bytes, on a GPU rank: what its kernels hold beside the accounted buffers
   // (cuBLAS's and cuBLASLt's workspaces, bf16 operand copies, gradient chunk sums, the token
-  // sort; exec/kernel_scratch.hpp). 0 on CPU ranks.
+  // sort; exec/kernel_scratch.hpp). On CPU ranks 0, but with bf16 activations the host
+  // reference's widening slots (host_bf16_slots).
   std::uint64_t kernel_scratch_bytes = 0;
   std::uint64_t total_bytes() const { return state_bytes + activation_bytes + workspace_bytes; }
   bool fits = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/bf16_storage_model.hpp"
 
 namespace st {
 
@@ -39,6 +40,7 @@ class PipelineStage::ChunkBuffers final : public SegmentBuffers<float> {
  public:
   ChunkBuffers(Strategy& strategy, std::size_t first) : strategy_(strategy), first_(first) {}
   const float* params(std::size_t s) override { return strategy_.params(first_ + s); }
+  const Bf16* bf16_params(std::size_t s) override { return strategy_.bf16_params(first_ + s); }
   float* grads(std::size_t s) override { return strategy_.grads(first_ + s); }
   void before_forward(std::size_t s) override { strategy_.before_forward(first_ + s); }
   void after_forward(std::size_t s) override { strategy_.after_forward(first_ + s); }
@@ -73,7 +75,7 @@ PipelineStage::PipelineStage(const World& world, const PipelineShape& shape, Pip
 PipelineStage::~PipelineStage() = default;
 
 void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& exec, Recompute recompute,
-                                 TensorGroup tensor, bool training) {
+                                 TensorGroup tensor, bool training, bool bf16_activations) {
   model_shape_ = model;
   const std::vector<ModelPart> parts = pipeline_stage_parts(model, shape_, stage_);
   for (int c = 0; c < shape_.virtual_stages; ++c) {
@@ -84,8 +86,12 @@ void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& e
     // The micro-batches the schedule keeps in flight through this chunk: a model (its
     // activations) for each.
     const int slots = training ? std::max(1, pipeline_chunk_in_flight(schedule_, shape_, stage_, c)) : 1;
-    for (int k = 0; k < slots; ++k)
-      chunk.slots.push_back(make_model<float>(model, max_batch, exec, recompute, tensor, chunk.part));
+    for (int k = 0; k < slots; ++k) {
+      if (bf16_activations)
+        chunk.slots.push_back(std::make_unique<Bf16StorageModel>(model, max_batch, exec, recompute, tensor, chunk.part));
+      else
+        chunk.slots.push_back(make_model<float>(model, max_batch, exec, recompute, tensor, chunk.part));
+    }
     for (const Segment& segment : chunk.slots.front()->layout().segments()) {
       std::vector<TensorSpec> tensors;
       for (const TensorSlot& t : segment.tensors) tensors.push_back({t.name, t.shape, t.role, t.split, t.parts});
@@ -202,14 +208,14 @@ double PipelineStage::forward_chunk(Chunk& chunk, int slot, std::int64_t micro, 
   const std::size_t n = model.part_boundary_elements(B, T);
   if (v > 0) {
     Timeline::Span wait(timeline_, "pipeline wait", "input of " + pass_name("forward", micro, chunk.virtual_stage / shape_.stages));
-    link_->receive(stage_of(v - 1), tag(kind, micro, v), {model.part_input(), n});
+    link_->receive(stage_of(v - 1), tag(kind, micro, v), model.part_input(n));
   }
   Timeline::Span span(timeline_, "pipeline", pass_name(kind == kEvaluation ? "evaluation" : "forward", micro,
                                                        chunk.virtual_stage / shape_.stages));
   double mean = 0;
   if (loss_sum) model.forward_into(*chunk.buffers, tokens, targets, B, T, loss_sum);
   else mean = model.forward(*chunk.buffers, tokens, targets, B, T);
-  if (v + 1 < shape_.chunks()) link_->send(stage_of(v + 1), tag(kind, micro, v + 1), {model.part_output(), n});
+  if (v + 1 < shape_.chunks()) link_->send(stage_of(v + 1), tag(kind, micro, v + 1), model.part_output(n));
   return mean;
 }
 
@@ -232,11 +238,11 @@ void PipelineStage::run_passes(std::int64_t micro_batches, int micro_batch, int 
     strategy_->begin_micro_batch(a.micro + 1 == micro_batches);
     if (v + 1 < shape_.chunks()) {
       Timeline::Span wait(timeline_, "pipeline wait", "gradient of " + pass_name("backward", a.micro, a.chunk));
-      link_->receive(stage_of(v + 1), tag(kBackward, a.micro, v), {model.part_grad(), n});
+      link_->receive(stage_of(v + 1), tag(kBackward, a.micro, v), model.part_grad(n));
     }
     Timeline::Span span(timeline_, "pipeline", pass_name("backward", a.micro, a.chunk));
     model.backward(*chunk.buffers, loss_scale);
-    if (v > 0) link_->send(stage_of(v - 1), tag(kBackward, a.micro, v - 1), {model.part_grad(), n});
+    if (v > 0) link_->send(stage_of(v - 1), tag(kBackward, a.micro, v - 1), model.part_grad(n));
   }
   link_->drain();
 }

@@ -51,9 +51,11 @@ class PipelineStage {
   PipelineSchedule schedule() const { return schedule_; }
 
   // Builds the chunks' models (in exec's memory, of up to max_batch sequences) and the stage's
-  // layout; `training`: one model per micro-batch the schedule keeps in flight, else one.
+  // layout; `training`: one model per micro-batch the schedule keeps in flight, else one;
+  // `bf16_activations`: models with bf16 storage (model/bf16_storage_model.hpp), whose boundary
+  // rows pass between the stages in bf16.
   void build_models(const ModelShape& model, int max_batch, Exec& exec, Recompute recompute, TensorGroup tensor,
-                    bool training);
+                    bool training, bool bf16_activations = false);
   // The parts of the model the stage's chunks hold, in chunk order.
   std::vector<ModelPart> parts() const;
   // The chunks' segments one after another: what the strategy holds.

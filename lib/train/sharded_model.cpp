@@ -98,21 +98,22 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   }
   const World& data_world = tensor_ ? *tensor_->data_world : ranks;
   const Recompute recompute = inference ? Recompute::full : config.model.recompute;
+  const bool bf16_activations = config.parallel.stores_bf16_activations();
+  if (bf16_activations && !execution_->exec().bf16_layer_kernels())
+    throw Error(config.deck_path + ": parallel.activations = \"bf16\": this rank's device (" +
+                    execution_->exec().description() +
+                    ") has no kernels that store bf16 activations yet; set parallel.activations = \"auto\" or "
+                    "\"fp32\" (or parallel.device = \"cpu\" for the host's reference kernels)",
+                ErrorScope::all_ranks);
   if (pipeline_) {
-    pipeline_->build_models(model_shape(config.model), max_batch, execution_->exec(), recompute, group, true);
+    pipeline_->build_models(model_shape(config.model), max_batch, execution_->exec(), recompute, group, true,
+                            bf16_activations);
     // On GPUs the stages' messages go through host memory (MPI between them), not NCCL's
     // send/recv: the host waits for each activation before it is sent.
     if (execution_->has_device_communicators())
       pipeline_->stage_through_host(execution_->exec(),
                                     [this](Communicator& host) { return execution_->device_staging(host); });
-  }
-  else if (config.parallel.stores_bf16_activations()) {
-    if (!execution_->exec().bf16_layer_kernels())
-      throw Error(config.deck_path + ": parallel.activations = \"bf16\": this rank's device (" +
-                      execution_->exec().description() +
-                      ") has no kernels that store bf16 activations yet; set parallel.activations = \"auto\" or "
-                      "\"fp32\" (or parallel.device = \"cpu\" for the host's reference kernels)",
-                  ErrorScope::all_ranks);
+  } else if (bf16_activations) {
     model_ = std::make_unique<Bf16StorageModel>(model_shape(config.model), max_batch, execution_->exec(), recompute,
                                                 group);
   } else {

@@ -9,12 +9,16 @@ buffers, bf16 activations, fp32 gradients accumulated across micro-batches.
 - Tensor parallelism over 2 ranks, with and without sequence parallelism, matches one rank within
   2e-3, and its group sends the activations in bf16: the bytes per step are the plan's, the
   activations' half of fp32's.
+- A pipeline of 2 stages matches one rank within 2e-3, its stages passing bf16 rows: half the
+  bytes of fp32's.
 - Llama (grouped-query attention) trains and matches across strategies too.
-- `check` predicts the activations the run allocates, two bytes a value.
+- `check` predicts the activations the run allocates, two bytes a value, and the strategy's
+  workspace to the byte on 3 ranks (padded shards), beside the reference kernels' own scratch.
 - A run resumed from its own checkpoint ends exactly as the uninterrupted run.
-- Refused, naming the key: fp32 precision, an unfused classifier, pipeline stages.
+- Refused, naming the key: fp32 precision, an unfused classifier.
 """
 import os
+import re
 
 import harness as h
 
@@ -63,6 +67,23 @@ h.check(out.returncode == 0 and activations_row(out.stdout).split("|")[-1].strip
 fp32_row = activations_row(h.mpirun(args, 1, ["check", deck, "--set", 'parallel.activations="fp32"']).stdout)
 h.check(fp32_row != activations_row(out.stdout), f"bf16 activations take less than fp32's\n{fp32_row}")
 
+# check predicts the strategy's workspace to the byte (its pools: fp32 gradients, padded, and no
+# fp32 copies of segments) beside the host reference's widening scratch, on 3 ranks, where the
+# shards' padding shows.
+def predicted_pools(text):
+    m = re.search(r"workspace ([0-9.]+) (B|KiB|MiB), ([0-9.]+) (B|KiB|MiB) of it the kernels' scratch", text)
+    scale = {"B": 1, "KiB": 2**10, "MiB": 2**20}
+    return None if not m else float(m.group(1)) * scale[m.group(2)] - float(m.group(3)) * scale[m.group(4)]
+
+
+for strategy in ["ddp", "zero1", "zero2", "zero3"]:
+    got = run(3, f"bf16_{strategy}_np3", strategy=strategy, steps=2)
+    measured = [r for r in got["rows"] if r["kind"] == "memory"][-1]["workspace"]
+    out = h.mpirun(args, 1, ["check", os.path.join(work, f"bf16_{strategy}_np3.toml"), "--ranks", "3"])
+    pools = predicted_pools(out.stdout)
+    h.check(pools is not None and abs(pools - measured) <= 11,  # each printed to 0.01 KiB
+            f"{strategy} on 3 ranks: check predicts the workspace's pools ({pools}) = measured ({measured} B)")
+
 # Every strategy on 2 ranks, accumulating 2 micro-batches a step.
 nodes = ["--set", "parallel.ranks_per_node=2"]
 for strategy in ["ddp", "zero1", "zero2", "zero3"]:
@@ -88,6 +109,15 @@ for label, extra, sequence_parallel in [("tensor2", [], False), ("tensor2_sp", [
                 f"{label}: the tensor group sends {tensor_bytes(2)} bytes a step, activations in bf16 ({sent[:3]}; "
                 f"fp32's would be {tensor_bytes(4)})")
 
+# A pipeline of 2 stages (1F1B, 4 micro-batches of 3; GPT-2's tied embeddings summed between the
+# end stages): the stages pass bf16 rows, the first sending each micro-batch's 3 x 32 rows of 32
+# values on, 2 bytes each.
+got = run(2, "bf16_pipeline2", micro=3, extra=["--set", "parallel.pipeline=2", "--set", 'parallel.pipeline_schedule="1f1b"'])
+compare("bf16 pipeline of 2 stages", got, ref, 2e-3)
+sent = [r["comm_pipeline_bytes"] for r in got["rows"] if r["kind"] == "train"]
+h.check(all(b == 4 * 3 * 32 * 32 * 2 for b in sent),
+        f"pipeline: rank 0 sends 24576 bytes a step, half of fp32's ({sent[:3]})")
+
 # Llama with grouped-query attention, untied.
 llama = {"arch": "llama", "n_layer": 2, "d_model": 32, "n_head": 4, "n_kv_head": 2, "seq_len": 32,
          "tie_embeddings": False}
@@ -106,8 +136,7 @@ h.check(second["params"] == whole["params"], "the resumed run ends with the unin
 # Refusals, each naming the key and what it needs.
 for label, sets, words in [
         ("fp32 precision", ['parallel.precision="fp32"'], 'it needs parallel.precision = "bf16"'),
-        ("unfused classifier", ['parallel.classifier="unfused"'], 'parallel.classifier = "unfused" keeps fp32 logits'),
-        ("pipeline", ["parallel.pipeline=2"], "it needs parallel.pipeline = 1")]:
+        ("unfused classifier", ['parallel.classifier="unfused"'], 'parallel.classifier = "unfused" keeps fp32 logits')]:
     argv = ["check", deck]
     for s in sets:
         argv += ["--set", s]

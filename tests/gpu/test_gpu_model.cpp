@@ -106,10 +106,10 @@ void compare_model(const ModelShape& shape, bool bf16_matmuls, double bound, boo
   EXPECT_EQ(uses_flash, flash) << name_of(shape);
   EXPECT_EQ(device->bf16_logits(), bf16_matmuls) << name_of(shape);
   EXPECT_EQ(device->activation_bytes(),
-            sizeof(float) * activation_sizes(shape, B, Recompute::none,
-                                             exec.layer_kernels().attention_heads_at_once(B, static_cast<int>(shape.n_head)),
-                                             true, 1, false, uses_flash, bf16_matmuls)
-                                .total())
+            activation_sizes(shape, B, Recompute::none,
+                             exec.layer_kernels().attention_heads_at_once(B, static_cast<int>(shape.n_head)), true, 1,
+                             false, uses_flash, bf16_matmuls)
+                .bytes(4, 4))
       << name_of(shape);
   std::vector<float> params(host->layout().total());
   host->init_params(params, 7);

@@ -16,6 +16,7 @@
 #include "comm/group.hpp"
 #include "comm/peer_link.hpp"
 #include "comm/values.hpp"
+#include "core/bf16.hpp"
 #include "core/error.hpp"
 
 namespace st {
@@ -116,14 +117,21 @@ TEST(PeerLink, StagedMessagesGoThroughTheCopiesBothWays) {
     const int peer = 1 - rank;
     std::vector<float> mine(n), theirs(n, std::nanf(""));
     for (int i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>(rank * 10000 + i);
-    link.send(peer, 7, mine);
+    link.send(peer, 7, Buffer::of(std::span<float>(mine)));
     std::fill(mine.begin(), mine.end(), -1.0f);  // the send took its copy: the buffer is free
-    link.receive(peer, 7, theirs);
+    link.receive(peer, 7, Buffer::of(std::span<float>(theirs)));
+    // bf16 activations travel as two bytes each.
+    std::vector<Bf16> narrow(n), narrow_theirs(n);
+    for (int i = 0; i < n; ++i) narrow[static_cast<std::size_t>(i)] = to_bf16(static_cast<float>(rank * 100 + i % 100));
+    link.send(peer, 8, Buffer::of(std::span<Bf16>(narrow)));
+    link.receive(peer, 8, Buffer::of(std::span<Bf16>(narrow_theirs)));
     link.drain();
     for (int i = 0; i < n; ++i) ASSERT_EQ(theirs[static_cast<std::size_t>(i)], static_cast<float>(peer * 10000 + i)) << i;
-    EXPECT_EQ(down, n * sizeof(float));
-    EXPECT_EQ(up, n * sizeof(float));
-    EXPECT_EQ(link.bytes_sent(), n * sizeof(float));
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(to_float(narrow_theirs[static_cast<std::size_t>(i)]), static_cast<float>(peer * 100 + i % 100)) << i;
+    EXPECT_EQ(down, n * (sizeof(float) + sizeof(Bf16)));
+    EXPECT_EQ(up, n * (sizeof(float) + sizeof(Bf16)));
+    EXPECT_EQ(link.bytes_sent(), n * (sizeof(float) + sizeof(Bf16)));
   }
   quiet_barrier(comm);
 }

@@ -182,8 +182,7 @@ TEST(Gpt2Recompute, ActivationBytesFollowTheFormula) {
   for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     Gpt2<float> model(shape, B, host_exec(), r);
     const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
-    EXPECT_EQ(model.activation_bytes(), sizeof(float) * activation_sizes(shape, B, r, heads, false).total())
-        << recompute_name(r);
+    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads, false).bytes(4, 4)) << recompute_name(r);
   }
 }
 
@@ -208,16 +207,15 @@ TEST(Gpt2Recompute, FlashAttentionKeepsALogSumExpPerRowInstead) {
   testing_support::FlashCarvingExec exec;
   for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     Gpt2<float> model(shape, B, exec, r);
-    const std::size_t want = r == Recompute::none ? none : r == Recompute::selective ? selective : full;
-    EXPECT_EQ(model.activation_bytes(), sizeof(float) * want) << recompute_name(r);
+    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, 1, true, 1, false, true).bytes(4, 4))
+        << recompute_name(r);
   }
   // A head width without a kernel (8) keeps the exact path's sizes on the same backend.
   const ModelShape narrow{4, 32, 4, 16, 50, 64};
   Gpt2<float> exact_model(narrow, B, exec);
   EXPECT_EQ(exact_model.activation_bytes(),
-            sizeof(float) *
-                activation_sizes(narrow, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), true)
-                    .total());
+            activation_sizes(narrow, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), true)
+                .bytes(4, 4));
   // GPT-2 124M, 16 sequences of 1024 on a GPU in bf16: the probabilities (12 layers x 16 x 12 x
   // 1024^2 floats) and the 12 heads' blocks of their gradient give way to 2 x 12 x 16 x 12 x 1024
   // floats of log-sum-exp and one block of row dots.

@@ -160,6 +160,23 @@ TEST(HostBf16Kernels, LinearLayersRoundTheirProductsOnceAndKeepWeightGradientsIn
   k.gelu_backward(dpre.data(), pre.data(), dout.data(), dpre.size());
   kernels::gelu_backward(ref_dpre.data(), stored_pre.data(), xd.data(), ref_dpre.size());
   expect_rounded_once(dpre, ref_dpre, "gelu din");
+
+  // Through a projection and the GELU before it in one call (the MLP's backward, composed): the
+  // input's gradient stored (rounded) on the way, then the GELU's derivative of the stored product.
+  const auto w2 = random_bf16(C * OC, 16, 0.05), dout2 = random_bf16(N * C, 17);
+  std::vector<Bf16> dpre2(N * OC), scratch(N * OC);
+  std::vector<float> dw2(C * OC), db2(C);
+  k.linear_backward_gelu(dpre2.data(), scratch.data(), dw2.data(), db2.data(), dout2.data(), act.data(), pre.data(),
+                         w2.data(), N, OC, C);
+  std::vector<double> ref_scratch(N * OC), ref_dw2(C * OC), ref_db2(C), ref_dpre2(N * OC);
+  const auto xw2 = exact(w2), xd2 = exact(dout2), stored_act = exact(act);
+  kernels::linear_backward(ref_scratch.data(), ref_dw2.data(), ref_db2.data(), xd2.data(), stored_act.data(), xw2.data(),
+                           N, OC, C, false);
+  expect_rounded_once(scratch, ref_scratch, "linear_backward_gelu's input gradient on the way");
+  const auto stored_scratch = exact(scratch);
+  kernels::gelu_backward(ref_dpre2.data(), stored_pre.data(), stored_scratch.data(), ref_dpre2.size());
+  expect_rounded_once(dpre2, ref_dpre2, "linear_backward_gelu's dpre");
+  for (std::size_t i = 0; i < dw2.size(); ++i) ASSERT_NEAR(dw2[i], ref_dw2[i], 1e-5 * (1 + std::abs(ref_dw2[i])));
 }
 
 TEST(HostBf16Kernels, AttentionRoundsItsOutputAndGradientOnce) {
@@ -170,8 +187,8 @@ TEST(HostBf16Kernels, AttentionRoundsItsOutputAndGradientOnce) {
     const auto qkv = random_bf16(N * W, 21, 0.5), dout = random_bf16(N * C, 22);
     HostBf16LayerKernels k;
     const std::size_t block = std::size_t{T} * T;
-    std::vector<float> kept(block * B * NH), dworking(block * B * NH);
-    const AttentionProbs<float, Bf16> probs{kept.data(), nullptr, dworking.data(), B * NH};
+    std::vector<float> kept(block * B * NH), dworking(block * B * NH), per_query_head(N * 3 * C);
+    const AttentionProbs<float, Bf16> probs{kept.data(), nullptr, dworking.data(), B * NH, per_query_head.data()};
     std::vector<Bf16> out(N * C), dqkv(N * W);
     k.attention_forward(out.data(), probs, qkv.data(), B, T, C, NH, NKV);
     k.attention_backward(dqkv.data(), probs, dout.data(), qkv.data(), B, T, C, NH, NKV);
@@ -233,6 +250,30 @@ TEST(HostBf16Kernels, EmbeddingAndClassifier) {
   std::vector<double> ref(N * C);
   kernels::encoder_forward(ref.data(), tokens.data(), xwte.data(), xwpe.data(), B, T, C);
   expect_rounded_once(x0, ref, "encoder out");
+  // Its backward adds fp32 gradients of the table's rows and of the positions.
+  const auto dx = random_bf16(N * C, 43);
+  std::vector<float> dwte(Vp * C), dwpe(T * C);
+  k.encoder_backward(dwte.data(), dwpe.data(), dx.data(), tokens.data(), B, T, C);
+  std::vector<double> ref_dwte(Vp * C), ref_dwpe(T * C);
+  const auto xdx = exact(dx);
+  kernels::encoder_backward(ref_dwte.data(), ref_dwpe.data(), xdx.data(), tokens.data(), B, T, C);
+  for (std::size_t i = 0; i < dwte.size(); ++i) ASSERT_NEAR(dwte[i], ref_dwte[i], 1e-6) << "dwte " << i;
+  for (std::size_t i = 0; i < dwpe.size(); ++i) ASSERT_NEAR(dwpe[i], ref_dwpe[i], 1e-6) << "dwpe " << i;
+
+  // A vocabulary slice's statistics from bf16 logits (fp32), and its probabilities rounded once.
+  const auto slice = random_bf16(N * Vp, 44, 2.0);
+  std::vector<float> stats(3 * N), row_stats(2 * N), losses_slice(N);
+  k.logit_slice_stats(slice.data(), tokens.data(), stats.data(), N, vocab, Vp, 0);
+  const auto xslice = exact(slice);
+  std::vector<double> ref_stats(3 * N), ref_row_stats(2 * N), ref_losses(N), ref_probs = xslice;
+  kernels::logit_slice_stats(xslice.data(), tokens.data(), ref_stats.data(), N, vocab, Vp, 0);
+  for (std::size_t i = 0; i < stats.size(); ++i) ASSERT_NEAR(stats[i], ref_stats[i], 1e-5 * (1 + std::abs(ref_stats[i])));
+  k.logit_slices_combine(stats.data(), row_stats.data(), losses_slice.data(), nullptr, N, 1, {});
+  kernels::logit_slices_combine(ref_stats.data(), ref_row_stats.data(), ref_losses.data(), nullptr, N, 1);
+  std::vector<Bf16> probs = slice;
+  k.logit_slice_softmax(probs.data(), row_stats.data(), N, vocab, Vp);
+  kernels::logit_slice_softmax(ref_probs.data(), ref_row_stats.data(), N, vocab, Vp);
+  expect_rounded_once(probs, ref_probs, "slice probabilities", 2e-6);
 
   // The fused classifier on bf16 storage: its logits and the head's backward are the fp32
   // reference's on the widened operands (the head's input gradient rounded once more, to bf16).

@@ -358,7 +358,7 @@ TEST(LlamaRecompute, ActivationBytesFollowTheFormula) {
   for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     Llama<float> model(shape, B, host_exec(), r);
     const int heads = host_exec().layer_kernels().attention_heads_at_once(B, 4);
-    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads, false).total() * sizeof(float));
+    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, heads, false).bytes(4, 4));
   }
 }
 
@@ -379,16 +379,15 @@ TEST(LlamaRecompute, FlashAttentionKeepsALogSumExpPerRowInstead) {
   testing_support::FlashCarvingExec exec;
   for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
     Llama<float> model(shape, B, exec, r);
-    const std::size_t want = r == Recompute::none ? none : r == Recompute::selective ? selective : full;
-    EXPECT_EQ(model.activation_bytes(), sizeof(float) * want) << recompute_name(r);
+    EXPECT_EQ(model.activation_bytes(), activation_sizes(shape, B, r, 2, true, 1, false, true).bytes(4, 4))
+        << recompute_name(r);
   }
   // Head widths without a kernel keep the exact path's sizes (the host's, with the per-query-head
   // gradient to fold: the stand-in backend's memory is the host's).
   const ModelShape odd = llama_shape(4, 48, 4, 2, 48, 16, 50, 64);  // head width 12
   Llama<float> model(odd, B, exec);
   EXPECT_EQ(model.activation_bytes(),
-            sizeof(float) *
-                activation_sizes(odd, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), false).total());
+            activation_sizes(odd, B, Recompute::none, exec.layer_kernels().attention_heads_at_once(B, 4), false).bytes(4, 4));
 }
 
 // MFU's count (llm.c's 6 N + 6 L C T) for SmolLM2-135M's shape at its 2048 positions: 1019.4

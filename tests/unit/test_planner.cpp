@@ -736,6 +736,11 @@ TEST(PlannerPipeline, InterleavedChunksHalveTheBubbleAndSendAMessagePerChunk) {
   const std::uint64_t message = 1024ull * 1600 * 4;
   EXPECT_EQ(a.pipeline_bytes, 4 * message);
   EXPECT_EQ(b.pipeline_bytes, 3 * 4 * message);
+  // With bf16 activations the stages pass 2 bytes a value.
+  Config bf16_rows = one_chunk;
+  bf16_rows.parallel.precision = Precision::bf16;
+  bf16_rows.parallel.activations = ActivationStorage::bf16;
+  EXPECT_EQ(predict_strategy(bf16_rows, m, StrategyKind::zero1, 0).pipeline_bytes, 4 * message / 2);
   // In flight on the first stage (Megatron's warm-up of 4 chunk passes): chunk 0 takes all 4
   // micro-batches before its first backward, chunk 1 two; 1f1b keeps 2 of the whole stage.
   const PipelineShape interleaved{2, 4, 2};
@@ -772,6 +777,17 @@ TEST(Planner, AGpuRanksWorkspaceCountsItsKernelsScratch) {
   const StrategyPrediction host = predict_strategy(bf16, cpus, StrategyKind::zero1, 0);
   EXPECT_EQ(host.kernel_scratch_bytes, 0u);
   EXPECT_EQ(host.workspace_bytes, workspace_estimate(plan));
+  // With bf16 activations a CPU rank's kernels are the host's reference, which widens operands
+  // into four fp32 slots: three of a layer's widest activation rows (the MLP's 4 C, 1024 rows) or
+  // the LM head's weight (the deck's padded vocabulary x C), whichever is larger, and a block's
+  // widest weight (4 C x C).
+  const Config bf16_activations =
+      parse_deck(kXl, "xl.toml", {"parallel.precision=\"bf16\"", "parallel.activations=\"bf16\"",
+                                  "parallel.strategy=\"zero1\""});
+  const StrategyPrediction reference = predict_strategy(bf16_activations, cpus, StrategyKind::zero1, 0);
+  const std::uint64_t rows = N * 4 * C, weight = 4 * C * C;
+  const std::uint64_t head = static_cast<std::uint64_t>(model_shape(bf16_activations.model).padded_vocab) * C;
+  EXPECT_EQ(reference.kernel_scratch_bytes, 4 * (rows + std::max(rows, head) + std::max({rows, weight, head}) + weight));
 }
 
 // Where a pipeline cut by FLOPs overfills a stage (the first keeps the most micro-batches in
