@@ -13,8 +13,8 @@ std::size_t rows_of(int N, int C) { return static_cast<std::size_t>(N) * static_
 std::size_t qkv_width(int C, int NH, int NKV) {
   return static_cast<std::size_t>(C) + 2 * static_cast<std::size_t>(NKV) * static_cast<std::size_t>(C / NH);
 }
-// The fp32 kernels' view of bf16 storage's attention buffers: the probabilities and statistics
-// as they are (fp32); `out` and the grouped gradient are the caller's to supply.
+// The fp32 kernels' view of bf16 storage's attention buffers: the probabilities, statistics and
+// the grouped-query gradient as they are (fp32); `out` (flash attention's) is not the host's.
 AttentionProbs<float> fp32_probs(const AttentionProbs<float, Bf16>& p) {
   return {p.kept, p.working, p.dworking, p.heads, p.grouped_gradient, p.lse, p.row_dots, nullptr};
 }
@@ -210,7 +210,8 @@ void HostBf16LayerKernels::classifier_slice_softmax(Bf16* logits_to_probs, const
 void HostBf16LayerKernels::classifier_backward(Bf16* din, float* dweight, const Bf16* dlogits, const Bf16* in,
                                                const Bf16* weight, int N, int C, int OC, float scale) {
   float* d = result(0, rows_of(N, C));
-  f32_.classifier_backward(d, dweight, dlogits, widened(1, in, rows_of(N, C)), widened(2, weight, rows_of(OC, C)), N,
+  // The head's weight in slot 1, where classifier_logits widens it too: one slot holds it.
+  f32_.classifier_backward(d, dweight, dlogits, widened(2, in, rows_of(N, C)), widened(1, weight, rows_of(OC, C)), N,
                            C, OC, scale);
   store_bf16(din, d, rows_of(N, C));
 }

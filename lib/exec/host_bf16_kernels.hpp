@@ -36,6 +36,10 @@ class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
   // The widening slots at their largest for the workload (exec/kernel_scratch.hpp
   // host_bf16_slots), so that nothing grows inside a step; `check` counts them.
   void reserve_scratch(const KernelWorkload& workload) override;
+  // The slots' elements now, slot by slot (tests: nothing grows past the reservation in a step).
+  std::array<std::size_t, 4> slot_elements() const {
+    return {slots_[0].size(), slots_[1].size(), slots_[2].size(), slots_[3].size()};
+  }
   void encoder_forward(Bf16* out, const int* tokens, const Bf16* wte, const Bf16* wpe, int B, int T, int C) override;
   void encoder_backward(float* dwte, float* dwpe, const Bf16* dout, const int* tokens, int B, int T, int C) override;
   void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* in, const Bf16* weight, const Bf16* bias,
@@ -67,6 +71,9 @@ class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
   void logit_slice_softmax(Bf16* logits_to_probs, const float* row_stats, int N, int V, int Vp) override;
   void logit_slice_backward(Bf16* probs_to_dlogits, const int* targets, int N, int V, int Vp, int first,
                             float scale) override;
+  // The unfused cross-entropy above (softmax_cross_entropy_*, logit_slice_*) works on bf16 logits
+  // too, but the models never call it (bf16 storage fuses the classifier): its rows x vocabulary
+  // of widened logits are not in reserve_scratch's slots.
   bool fused_classifier() const override { return true; }
   void classifier_logits(Bf16* logits, const Bf16* in, const Bf16* weight, int N, int C, int OC) override;
   void classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N, int V, int Vp,

@@ -69,7 +69,9 @@ KernelScratch kernel_scratch(const KernelWorkload& w, const KernelScratchChoices
 HostBf16Slots host_bf16_slots(const KernelWorkload& w) {
   // Each call widens its outputs (slot 0), then its inputs by position: rows of an activation (a
   // product's input or output, qkv, the MLP's width, d_model), or a weight: a block's product's in
-  // slot 2 (forward) or 3 (backward), the head's in slot 1 (its logits) or 2 (its backward).
+  // slot 2 (forward) or 3 (backward), the head's in slot 1 (its logits and its backward). The
+  // unfused cross-entropy's logits (rows x the vocabulary) are not counted: bf16 storage fuses the
+  // classifier, so the models never call it.
   std::uint64_t widest = static_cast<std::uint64_t>(w.norm_width), weight = 0, head = 0;
   for (const LinearProduct& p : w.products) {
     const auto in = static_cast<std::uint64_t>(p.in), out = static_cast<std::uint64_t>(p.out);
@@ -85,7 +87,7 @@ HostBf16Slots host_bf16_slots(const KernelWorkload& w) {
   HostBf16Slots s;
   s.elements[0] = rows;
   s.elements[1] = std::max(rows, head);
-  s.elements[2] = std::max({rows, weight, head});
+  s.elements[2] = std::max(rows, weight);
   s.elements[3] = weight;
   return s;
 }

@@ -82,8 +82,8 @@ KernelScratch kernel_scratch(const KernelWorkload& workload, const KernelScratch
 
 // The host's bf16-storage reference (exec/host_bf16_kernels.hpp) widens each call's operands into
 // four fp32 slots it keeps, by argument position: at most, for `workload`, rows of the widest
-// activation in each, or a whole weight (the head's too: the fused classifier's product and its
-// backward read it widened). Elements of each slot.
+// activation in each, or a whole weight (the head's in one of them: the fused classifier's product
+// and its backward read it widened). Elements of each slot.
 struct HostBf16Slots {
   std::uint64_t elements[4] = {0, 0, 0, 0};
   std::uint64_t bytes() const { return 4 * (elements[0] + elements[1] + elements[2] + elements[3]); }

@@ -38,8 +38,9 @@ struct ActivationCount {
     bf16 += o.bf16;
     return *this;
   }
-  // Each kind a run of its own, statistics, values, then bf16 logits, each run starting on a
-  // kActivationRunAlignment boundary (as a device's matmuls and vectorised kernels want them).
+  // Each kind a run of its own, statistics, values, then bf16 logits, each run starting
+  // kActivationRunAlignment bytes after an aligned one from the allocation's start (which a
+  // device aligns to 256 bytes: its matmuls and vectorised kernels get aligned runs).
   std::size_t bytes(std::size_t value_bytes, std::size_t stat_bytes) const {
     return aligned_run(stats * stat_bytes) + aligned_run(values * value_bytes) + bf16 * 2;
   }

@@ -82,10 +82,12 @@ for recompute in SETTINGS:
 threads = int(re.search(r"threads per rank\s*\|\s*(\d+)", got["stdout"]).group(1))
 B, T, C, NH, L = 2, 512, 256, 8, 2
 N, heads = B * T, min(threads, B * NH)
-h.check(activations["none"] - activations["selective"] == 4 * (L * (B * NH * T * T + 4 * N * C) - heads * T * T),
+# Each run of the allocation (statistics, values) is padded to 256 bytes: the differences hold to
+# within two runs' padding.
+h.check(abs(activations["none"] - activations["selective"] - 4 * (L * (B * NH * T * T + 4 * N * C) - heads * T * T)) < 512,
         f"selective keeps {activations['none'] - activations['selective']} B less than none: the probabilities and "
         f"GELU outputs of {L} blocks, less {heads} block(s) in flight")
-h.check(activations["selective"] - activations["full"] == 4 * (L - 1) * (11 * N * C + 4 * N),
+h.check(abs(activations["selective"] - activations["full"] - 4 * (L - 1) * (11 * N * C + 4 * N)) < 512,
         f"full keeps {activations['selective'] - activations['full']} B less than selective: all but each block's "
         f"input, once for {L} blocks less one working set")
 print("passed")

@@ -15,6 +15,9 @@
 #include "core/random.hpp"
 #include "fused_classifier_exec.hpp"
 #include "small_models.hpp"
+#include "exec/host_bf16_kernels.hpp"
+#include "exec/host_exec.hpp"
+#include "exec/kernel_scratch.hpp"
 #include "model/activations.hpp"
 #include "model/model.hpp"
 
@@ -171,6 +174,36 @@ TEST(Bf16StorageMemory, ValuesTakeTwoBytes) {
       EXPECT_NEAR(saved, 2.0 * static_cast<double>(all.values), 2.0 * ActivationCount::kActivationRunAlignment)
           << variant_name(v) << ", " << recompute_name(r);
       EXPECT_GT(all.values, all.stats + all.bf16) << "values are most of the activations";
+    }
+  }
+}
+
+// The reference reserves its widening slots before the first step, at what host_bf16_slots counts
+// (what check adds to a CPU rank's workspace), and nothing grows past them in training passes,
+// under recomputation, or decoding.
+TEST(Bf16StorageMemory, TheReferencesSlotsAreReservedAndDoNotGrow) {
+  for (const Variant v : {Variant::gpt2, Variant::llama}) {
+    for (const Recompute r : {Recompute::none, Recompute::full}) {
+      HostExec exec;  // a backend of its own: its kernels' slots start empty
+      auto& kernels = dynamic_cast<HostBf16LayerKernels&>(*exec.bf16_layer_kernels());
+      // A vocabulary whose head weight (512 x 24) outgrows every activation's rows, as real ones do.
+      ModelShape shape = small_shape(v);
+      shape.vocab_size = 500;
+      shape.padded_vocab = 512;
+      const int B = 3, T = 9;
+      const auto model = make_model<float, Bf16>(shape, B, exec, r);
+      const HostBf16Slots want = host_bf16_slots(kernel_workload(shape, B, 1, false, ModelPart{}));
+      const auto reserved = kernels.slot_elements();
+      for (std::size_t i = 0; i < reserved.size(); ++i)
+        EXPECT_EQ(reserved[i], want.elements[i]) << variant_name(v) << ", slot " << i;
+      testing_support::FusedClassifierExec fused_fp32;
+      const Params params = params_for(*make_model<float>(shape, B, fused_fp32));
+      train_passes(*model, params.bf16, B, T);
+      FlatBuffers<float, Bf16> buffers(model->layout(), params.bf16);
+      const auto tokens = tokens_for(T, static_cast<int>(shape.vocab_size), 3);
+      model->decode(buffers, tokens.data(), 4);
+      model->decode(buffers, tokens.data() + 4, 1);
+      EXPECT_EQ(kernels.slot_elements(), reserved) << variant_name(v) << ", " << recompute_name(r) << ": a slot grew";
     }
   }
 }

@@ -778,16 +778,16 @@ TEST(Planner, AGpuRanksWorkspaceCountsItsKernelsScratch) {
   EXPECT_EQ(host.kernel_scratch_bytes, 0u);
   EXPECT_EQ(host.workspace_bytes, workspace_estimate(plan));
   // With bf16 activations a CPU rank's kernels are the host's reference, which widens operands
-  // into four fp32 slots: three of a layer's widest activation rows (the MLP's 4 C, 1024 rows) or
-  // the LM head's weight (the deck's padded vocabulary x C), whichever is larger, and a block's
-  // widest weight (4 C x C).
+  // into four fp32 slots: a layer's widest activation rows (the MLP's 4 C, 1024 rows) in three,
+  // the LM head's weight (the deck's padded vocabulary x C) in one of them, and a block's widest
+  // weight (4 C x C) in two.
   const Config bf16_activations =
       parse_deck(kXl, "xl.toml", {"parallel.precision=\"bf16\"", "parallel.activations=\"bf16\"",
                                   "parallel.strategy=\"zero1\""});
   const StrategyPrediction reference = predict_strategy(bf16_activations, cpus, StrategyKind::zero1, 0);
   const std::uint64_t rows = N * 4 * C, weight = 4 * C * C;
   const std::uint64_t head = static_cast<std::uint64_t>(model_shape(bf16_activations.model).padded_vocab) * C;
-  EXPECT_EQ(reference.kernel_scratch_bytes, 4 * (rows + std::max(rows, head) + std::max({rows, weight, head}) + weight));
+  EXPECT_EQ(reference.kernel_scratch_bytes, 4 * (rows + std::max(rows, head) + std::max(rows, weight) + weight));
 }
 
 // Where a pipeline cut by FLOPs overfills a stage (the first keeps the most micro-batches in
