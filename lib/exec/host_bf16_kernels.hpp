@@ -40,6 +40,12 @@ class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
   std::array<std::size_t, 4> slot_elements() const {
     return {slots_[0].size(), slots_[1].size(), slots_[2].size(), slots_[3].size()};
   }
+  // What the slots hold now, in bytes (the memory line's "kernels' scratch" on a CPU rank).
+  std::uint64_t held_bytes() const {
+    std::uint64_t elements = 0;
+    for (const std::vector<float>& s : slots_) elements += s.size();
+    return elements * sizeof(float);
+  }
   void encoder_forward(Bf16* out, const int* tokens, const Bf16* wte, const Bf16* wpe, int B, int T, int C) override;
   void encoder_backward(float* dwte, float* dwpe, const Bf16* dout, const int* tokens, int B, int T, int C) override;
   void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* in, const Bf16* weight, const Bf16* bias,

@@ -6,6 +6,7 @@
 
 #include "core/process_memory.hpp"
 #include "core/text.hpp"
+#include "exec/host_bf16_kernels.hpp"
 
 namespace st {
 
@@ -17,6 +18,12 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
                               RunDirectory* metrics) const {
   const MemoryReport m = net.strategy().memory();
   const std::uint64_t activations = net.activation_bytes();
+  // A CPU rank with bf16 activations: the host reference kernels' widening slots, which `check`
+  // counts as the kernels' scratch (a GPU's is reported below, from the device).
+  std::uint64_t reference_scratch = 0;
+  if (net.parallel_plan().stores_bf16() && !net.execution().choice().cuda)
+    if (const auto* k = dynamic_cast<const HostBf16LayerKernels*>(net.execution().exec().bf16_layer_kernels()))
+      reference_scratch = k->held_bytes();
   const std::uint64_t total = m.model_state() + m.workspace + activations + checkpoint_copy;
   const std::uint64_t largest = net.agreements().max_over_ranks(total, "world (memory)");
   auto b = [](std::uint64_t x) { return format_bytes(static_cast<double>(x)); };
@@ -31,6 +38,7 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
                                      {"checkpoint_copy", checkpoint_copy},
                                      {"total", total},
                                      {"largest_rank_total", largest}};
+    if (reference_scratch > 0) fields["kernels_scratch"] = reference_scratch;
     if (net.execution().choice().cuda) {
       fields["device_buffers_peak"] = net.execution().device_peak_bytes();
       fields["device_scratch_peak"] = net.execution().device_scratch_peak_bytes();
@@ -53,6 +61,7 @@ std::string MemoryMeter::line(const std::string& when, ShardedModel& net, std::u
   text += ", activations " + b(activations);
   if (checkpoint_copy > 0) text += ", checkpoint copy " + b(checkpoint_copy);
   text += " = " + b(total) + " (largest rank " + b(largest) + ")";
+  if (reference_scratch > 0) text += "; the bf16 reference kernels' scratch " + b(reference_scratch);
   const Execution& e = net.execution();
   if (e.choice().cuda) {
     const int sharing = e.choice().ranks_on_device;

@@ -12,8 +12,8 @@ buffers, bf16 activations, fp32 gradients accumulated across micro-batches.
 - A pipeline of 2 stages matches one rank within 2e-3, its stages passing bf16 rows: half the
   bytes of fp32's.
 - Llama (grouped-query attention) trains and matches across strategies too.
-- `check` predicts the activations the run allocates, two bytes a value, and the strategy's
-  workspace to the byte on 3 ranks (padded shards), beside the reference kernels' own scratch.
+- `check` predicts the activations the run allocates, two bytes a value, the strategy's workspace
+  to the byte on 3 ranks (padded shards), and the reference kernels' own scratch the run reports.
 - A run resumed from its own checkpoint ends exactly as the uninterrupted run.
 - Refused, naming the key: fp32 precision, an unfused classifier.
 """
@@ -70,19 +70,27 @@ h.check(fp32_row != activations_row(out.stdout), f"bf16 activations take less th
 # check predicts the strategy's workspace to the byte (its pools: fp32 gradients, padded, and no
 # fp32 copies of segments) beside the host reference's widening scratch, on 3 ranks, where the
 # shards' padding shows.
-def predicted_pools(text):
+def predicted_workspace(text):
+    """check's workspace: the strategy's pools and the kernels' scratch, in bytes."""
     m = re.search(r"workspace ([0-9.]+) (B|KiB|MiB), ([0-9.]+) (B|KiB|MiB) of it the kernels' scratch", text)
     scale = {"B": 1, "KiB": 2**10, "MiB": 2**20}
-    return None if not m else float(m.group(1)) * scale[m.group(2)] - float(m.group(3)) * scale[m.group(4)]
+    if not m:
+        return None, None
+    scratch = float(m.group(3)) * scale[m.group(4)]
+    return float(m.group(1)) * scale[m.group(2)] - scratch, scratch
 
 
 for strategy in ["ddp", "zero1", "zero2", "zero3"]:
     got = run(3, f"bf16_{strategy}_np3", strategy=strategy, steps=2)
-    measured = [r for r in got["rows"] if r["kind"] == "memory"][-1]["workspace"]
+    memory = [r for r in got["rows"] if r["kind"] == "memory"][-1]
     out = h.mpirun(args, 1, ["check", os.path.join(work, f"bf16_{strategy}_np3.toml"), "--ranks", "3"])
-    pools = predicted_pools(out.stdout)
-    h.check(pools is not None and abs(pools - measured) <= 11,  # each printed to 0.01 KiB
-            f"{strategy} on 3 ranks: check predicts the workspace's pools ({pools}) = measured ({measured} B)")
+    pools, scratch = predicted_workspace(out.stdout)
+    h.check(pools is not None and abs(pools - memory["workspace"]) <= 11,  # each printed to 0.01 KiB
+            f"{strategy} on 3 ranks: check predicts the workspace's pools ({pools}) = measured ({memory['workspace']} B)")
+    # ... and the reference kernels' widening slots, which the run reports beside them.
+    h.check(scratch is not None and abs(scratch - memory.get("kernels_scratch", -1)) <= 0.005 * scratch,
+            f"{strategy} on 3 ranks: check predicts the kernels' scratch ({scratch}) = the run's "
+            f"({memory.get('kernels_scratch')} B)")
 
 # Every strategy on 2 ranks, accumulating 2 micro-batches a step.
 nodes = ["--set", "parallel.ranks_per_node=2"]
