@@ -26,6 +26,11 @@ void store_bf16(Bf16* to, const float* from, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) to[i] = to_bf16(from[i]);
 }
 
+void widen_bf16(float* to, const Bf16* from, std::size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (std::size_t i = 0; i < n; ++i) to[i] = to_float(from[i]);
+}
+
 void HostBf16LayerKernels::reserve_scratch(const KernelWorkload& workload) {
   const HostBf16Slots sizes = host_bf16_slots(workload);
   for (std::size_t i = 0; i < slots_.size(); ++i) slot(i, static_cast<std::size_t>(sizes.elements[i]));
@@ -40,8 +45,7 @@ std::vector<float>& HostBf16LayerKernels::slot(std::size_t i, std::size_t n) {
 const float* HostBf16LayerKernels::widened(std::size_t i, const Bf16* from, std::size_t n) {
   if (!from) return nullptr;
   float* to = slot(i, n).data();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (std::size_t j = 0; j < n; ++j) to[j] = to_float(from[j]);
+  widen_bf16(to, from, n);
   return to;
 }
 

@@ -112,7 +112,9 @@ class HostBf16LayerKernels final : public LayerKernels<float, Bf16> {
   std::array<std::vector<float>, 4> slots_;
 };
 
-// Each of `n` values rounded to bf16 (to nearest even) into `to`.
+// Each of `n` values rounded to bf16 (to nearest even) into `to`, and the reverse, widened
+// exactly: the host's conversions (HostExec::convert and these kernels').
 void store_bf16(Bf16* to, const float* from, std::size_t n);
+void widen_bf16(float* to, const Bf16* from, std::size_t n);
 
 }  // namespace st

@@ -35,16 +35,8 @@ void HostExec::convert(Buffer to, Buffer from) {
   ST_REQUIRE(to.count == from.count, "convert: buffers differ in length");
   if (to.type == from.type) return copy(to.data, from.data, to.bytes());
   ST_REQUIRE(to.type != DataType::f64 && from.type != DataType::f64, "convert: f32 and bf16 only");
-  const std::size_t n = to.count;
-  if (to.type == DataType::bf16) {
-    Bf16* out = static_cast<Bf16*>(to.data);
-    const float* in = static_cast<const float*>(from.data);
-    for (std::size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
-  } else {
-    float* out = static_cast<float*>(to.data);
-    const Bf16* in = static_cast<const Bf16*>(from.data);
-    for (std::size_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
-  }
+  if (to.type == DataType::bf16) store_bf16(static_cast<Bf16*>(to.data), static_cast<const float*>(from.data), to.count);
+  else widen_bf16(static_cast<float*>(to.data), static_cast<const Bf16*>(from.data), to.count);
 }
 
 void HostExec::accumulate(Buffer into, const float* from) {

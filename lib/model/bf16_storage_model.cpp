@@ -77,6 +77,12 @@ std::span<const float> Bf16StorageModel::decode_piece(SegmentBuffers<float>& buf
   return probs;
 }
 
+std::unique_ptr<Model<float>> make_stored_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
+                                                TensorGroup tensor, ModelPart part, bool bf16_activations) {
+  if (bf16_activations) return std::make_unique<Bf16StorageModel>(shape, max_batch, exec, recompute, tensor, part);
+  return make_model<float>(shape, max_batch, exec, recompute, tensor, part);
+}
+
 void Bf16StorageModel::reset_decoding() {
   Model<float>::reset_decoding();
   stored_->reset_decoding();

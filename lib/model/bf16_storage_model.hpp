@@ -48,4 +48,9 @@ class Bf16StorageModel final : public Model<float> {
   std::unique_ptr<Bf16Params> view_;
 };
 
+// The fp32 model's interface over a model that stores bf16 (`bf16_activations`:
+// parallel.activations = "bf16") or fp32: what training, evaluation and a pipeline's stages build.
+std::unique_ptr<Model<float>> make_stored_model(const ModelShape& shape, int max_batch, Exec& exec, Recompute recompute,
+                                                TensorGroup tensor, ModelPart part, bool bf16_activations);
+
 }  // namespace st

@@ -86,12 +86,8 @@ void PipelineStage::build_models(const ModelShape& model, int max_batch, Exec& e
     // The micro-batches the schedule keeps in flight through this chunk: a model (its
     // activations) for each.
     const int slots = training ? std::max(1, pipeline_chunk_in_flight(schedule_, shape_, stage_, c)) : 1;
-    for (int k = 0; k < slots; ++k) {
-      if (bf16_activations)
-        chunk.slots.push_back(std::make_unique<Bf16StorageModel>(model, max_batch, exec, recompute, tensor, chunk.part));
-      else
-        chunk.slots.push_back(make_model<float>(model, max_batch, exec, recompute, tensor, chunk.part));
-    }
+    for (int k = 0; k < slots; ++k)
+      chunk.slots.push_back(make_stored_model(model, max_batch, exec, recompute, tensor, chunk.part, bf16_activations));
     for (const Segment& segment : chunk.slots.front()->layout().segments()) {
       std::vector<TensorSpec> tensors;
       for (const TensorSlot& t : segment.tensors) tensors.push_back({t.name, t.shape, t.role, t.split, t.parts});

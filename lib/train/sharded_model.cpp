@@ -113,11 +113,9 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
     if (execution_->has_device_communicators())
       pipeline_->stage_through_host(execution_->exec(),
                                     [this](Communicator& host) { return execution_->device_staging(host); });
-  } else if (bf16_activations) {
-    model_ = std::make_unique<Bf16StorageModel>(model_shape(config.model), max_batch, execution_->exec(), recompute,
-                                                group);
   } else {
-    model_ = make_model<float>(model_shape(config.model), max_batch, execution_->exec(), recompute, group);
+    model_ = make_stored_model(model_shape(config.model), max_batch, execution_->exec(), recompute, group, ModelPart{},
+                               bf16_activations);
   }
   scalar_memory_ = execution_->exec().allocate(sizeof(StepScalars));
   StrategyComms comms{data_comms().collectives()};
