@@ -109,6 +109,7 @@ int check_deck(const DeckRequest& request, World& world, int ranks) {
   const DeviceChoice device = choose_device(config.parallel.device, world.comm(), request.deck_path,
                                             ranks > 0 ? 0 : deck_ranks_per_node(config, world.size()));
   const Machine machine = deck_machine(config, world, device, request.machine, ranks);
+  if (machine.gpu) refuse_gpu_bf16_activations(config);
   std::string auto_table;
   if (automatic) auto_table = resolve_auto_strategy(config, machine);
   resolve_grad_reduction(config, machine);

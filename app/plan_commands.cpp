@@ -8,6 +8,7 @@
 #include "deck/read.hpp"
 #include "plan/planner.hpp"
 #include "topology/detect.hpp"
+#include "train/run_settings.hpp"
 
 namespace st::app {
 
@@ -39,6 +40,7 @@ int plan_command(const DeckRequest& request, const MachineOptions& options, int 
   Machine machine;
   if (topology.gpu_count() > 0) machine = gpu_plan_machine(topology, gpu_memory, options);
   else machine = job_machine(config, world, ranks > 0 ? ranks : world.size(), options, ranks == 0, true);
+  if (machine.gpu) refuse_gpu_bf16_activations(config);
   const PlanResult plan = plan_strategies(config, machine);
   if (world.is_root()) {
     std::cout << "deck: " << request.deck_path << " (parallel.strategy = \"" << config.parallel.strategy << "\", "

@@ -301,8 +301,10 @@ std::vector<KeySpec> build_schema() {
              "beside bf16 parameters, read by the model straight from the strategy's bf16 buffers; each kernel "
              "computes in fp32 and rounds what it stores once; weight gradients accumulate in fp32 across "
              "micro-batches; the classifier is fused (bf16 logits). On the CPU this runs the host's reference "
-             "kernels, several times slower than fp32 (for comparisons with a GPU). Pipeline stages pass "
-             "bf16 activations. fp32: fp32 activations. auto: fp32 (no GPU kernel stores bf16 yet).",
+             "kernels, several times slower than fp32 (for comparisons with a GPU); on a GPU, the CUDA kernels "
+             "with bf16 storage, with flash attention (parallel.attention \"auto\", heads 32, 64 or 128 wide; "
+             "docs/gpu.md). Pipeline stages pass bf16 activations. fp32: fp32 activations. auto: fp32 until "
+             "the GPU kernels with bf16 storage have been measured on a GPU.",
              store_choice(&C::parallel, &ParallelConfig::activations)),
       boolean("parallel", "gelu_fusion", "false",
               "GPUs with precision bf16: GPT-2's GELU applied by cuBLASLt in the MLP's two products (its forward "

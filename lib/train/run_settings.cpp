@@ -1,7 +1,9 @@
 #include "train/run_settings.hpp"
 
+#include "core/error.hpp"
 #include "core/text.hpp"
 #include "exec/attention_probs.hpp"
+#include "model/deck_shape.hpp"
 
 namespace st {
 
@@ -38,6 +40,22 @@ std::string describe_attention(bool gpu, Precision precision, AttentionChoice at
   if (!bf16) return exact + " (fp32 keeps the exact path; flash attention is bf16's)";
   if (!automatic) return exact + " (parallel.attention = \"exact\")";
   return exact + " (flash attention has no kernel for head width " + std::to_string(head_dim) + ": 32, 64, 128)";
+}
+
+void refuse_gpu_bf16_activations(const Config& config) {
+  if (!config.parallel.stores_bf16_activations()) return;
+  const std::string key = config.deck_path + ": parallel.activations = \"bf16\": on a GPU, attention with bf16 "
+                                             "activations is flash attention, ";
+  if (config.parallel.attention != AttentionChoice::automatic)
+    throw Error(key + "which parallel.attention = \"exact\" turns off; leave parallel.attention at \"auto\" (or "
+                      "set parallel.activations = \"fp32\")",
+                ErrorScope::all_ranks);
+  const auto head_dim = static_cast<int>(model_shape(config.model).head_dim());
+  if (!flash_attention_head_dim(head_dim))
+    throw Error(key + "which has no kernel for heads " + std::to_string(head_dim) +
+                    " wide (model.d_model / model.n_head; 32, 64 and 128 have one); set parallel.activations = "
+                    "\"fp32\"",
+                ErrorScope::all_ranks);
 }
 
 std::string describe_classifier(bool gpu, const ParallelConfig& parallel) {

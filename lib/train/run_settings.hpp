@@ -46,4 +46,10 @@ std::string describe_attention(bool gpu, Precision precision, AttentionChoice at
 // with bf16 activations always fuses it.
 std::string describe_classifier(bool gpu, const ParallelConfig& parallel);
 
+// Where the deck asks for bf16 activations on GPUs: throws Error (every rank decides alike)
+// naming the keys where a GPU cannot store them. Its kernels with bf16 storage run attention as
+// flash attention, so they need parallel.attention at "auto" and a head width flash attention has
+// a kernel for. `run`, `check` and `plan` refuse alike, before anything is allocated.
+void refuse_gpu_bf16_activations(const Config& config);
+
 }  // namespace st

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "data/batches.hpp"
 #include "model/bf16_storage_model.hpp"
+#include "train/run_settings.hpp"
 
 namespace st {
 namespace {
@@ -44,6 +45,15 @@ std::unique_ptr<PipelineStage> make_pipeline(const Config& config, const World& 
       plan_batches(config.data, config.model.seq_len, deck_data_ranks(config, world.size()), config.deck_path).accum_steps;
   const PipelineShape shape = deck_pipeline(config, world.size(), micro_batches);
   return std::make_unique<PipelineStage>(world, shape, p.pipeline_schedule, p.collective_timeout_s);
+}
+
+// parallel.activations = "bf16" needs this rank's backend to have kernels with bf16 storage: the
+// host always has its reference; a GPU's are built on flash attention (refuse_gpu_bf16_activations).
+// Throws Error (all ranks) naming the key, before anything is allocated.
+void require_bf16_storage_kernels(const Config& config, Exec& exec) {
+  if (exec.space() == MemorySpace::device) refuse_gpu_bf16_activations(config);
+  ST_REQUIRE(exec.bf16_layer_kernels(), "this rank's backend (" + exec.description() +
+                                            ") has no kernels with bf16 storage for parallel.activations = \"bf16\"");
 }
 
 }  // namespace
@@ -99,12 +109,7 @@ ShardedModel::ShardedModel(const Config& config, World& world, std::unique_ptr<E
   const World& data_world = tensor_ ? *tensor_->data_world : ranks;
   const Recompute recompute = inference ? Recompute::full : config.model.recompute;
   const bool bf16_activations = config.parallel.stores_bf16_activations();
-  if (bf16_activations && !execution_->exec().bf16_layer_kernels())
-    throw Error(config.deck_path + ": parallel.activations = \"bf16\": this rank's device (" +
-                    execution_->exec().description() +
-                    ") has no kernels that store bf16 activations yet; set parallel.activations = \"auto\" or "
-                    "\"fp32\" (or parallel.device = \"cpu\" for the host's reference kernels)",
-                ErrorScope::all_ranks);
+  if (bf16_activations) require_bf16_storage_kernels(config, execution_->exec());
   if (pipeline_) {
     pipeline_->build_models(model_shape(config.model), max_batch, execution_->exec(), recompute, group, true,
                             bf16_activations);

@@ -15,7 +15,9 @@ buffers, bf16 activations, fp32 gradients accumulated across micro-batches.
 - `check` predicts the activations the run allocates, two bytes a value, the strategy's workspace
   to the byte on 3 ranks (padded shards), and the reference kernels' own scratch the run reports.
 - A run resumed from its own checkpoint ends exactly as the uninterrupted run.
-- Refused, naming the key: fp32 precision, an unfused classifier.
+- Refused, naming the key: fp32 precision, an unfused classifier; and, by `plan` for a saved GPU
+  topology (the GPUs' kernels with bf16 storage run flash attention), parallel.attention =
+  "exact" and heads that flash attention has no kernel for.
 """
 import os
 import re
@@ -151,4 +153,21 @@ for label, sets, words in [
     out = h.mpirun(args, 1, argv)
     h.check(out.returncode != 0 and "parallel." in out.stderr and words in out.stderr,
             f"{label}: refused with the key named\n{out.stdout[-500:]}{out.stderr[-1500:]}")
+
+# For GPUs (`plan` on a saved topology): flash attention is what bf16 storage runs there.
+topo = os.path.join(args.source, "tests", "data", "topo", "01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt")
+for label, sets, words in [
+        ("exact attention on GPUs", ['parallel.attention="exact"'], 'which parallel.attention = "exact" turns off'),
+        ("heads 48 wide on GPUs", ["model.d_model=96", "model.n_head=2"], "no kernel for heads 48 wide"),
+        ("heads 32 wide on GPUs", ["model.d_model=64", "model.n_head=2"], None)]:
+    argv = ["plan", deck, "--topology", topo, "--gpu-mem", "80"]
+    for s in sets:
+        argv += ["--set", s]
+    out = h.mpirun(args, 1, argv)
+    if words is None:
+        h.check(out.returncode == 0 and "recommendation:" in out.stdout,
+                f"{label}: planned\n{out.stdout[-800:]}{out.stderr[-800:]}")
+    else:
+        h.check(out.returncode == 2 and "parallel.activations" in out.stderr and words in out.stderr,
+                f"{label}: refused with the keys named\n{out.stdout[-500:]}{out.stderr[-1500:]}")
 print("passed")

@@ -21,7 +21,12 @@
   operands (one rounding of 2^-9 more on attention's products), and on its own it is within
   1.4e-3 (output) and 3.3e-3 (gradients) of exact attention on the same bf16 inputs
   (gpu.cuda_kernels' FlashAttention.*), an order under the 2e-2 that bf16 runs already drift
-  apart by over 50 steps."""
+  apart by over 50 steps.
+- bf16 activations (parallel.activations = "bf16", the CUDA kernels with bf16 storage): 50 GPT-2
+  and 30 Llama steps within 2e-2 of the CPU's host reference with bf16 storage (the same bound and
+  reason as flash attention's), and of the GPU's fp32 activations; zero1 and zero3 on 2 ranks of
+  one GPU within 2e-3 of one rank; a checkpoint resumes on the CPU; heads 48 wide are refused,
+  naming the keys."""
 import array
 import os
 import re
@@ -147,6 +152,53 @@ h.check(attention_row("gpu_llama_bf16_flash").startswith("flash"), "llama bf16, 
 h.check(close(gpu_llama_flash, cpu_llama_hs32, 2e-2),
         f"llama flash: 30 GPU steps within 2e-2 of the CPU's bf16 run\n{gpu_llama_flash}\n{cpu_llama_hs32}")
 
+# ---- bf16 activations (the CUDA kernels with bf16 storage) against the CPU's host reference ----
+# parallel.activations = "bf16": activations, their gradients and the parameters the model reads
+# in bf16, weight gradients in fp32. The CPU runs the host's reference kernels, which round at the
+# same points; the GPU's flash attention rounds its probabilities inside its products where the
+# host keeps fp32, the same difference as the fp32-activation flash runs above: 2e-2 over 50 steps.
+BF16_ACT = {"precision": "bf16", "activations": "bf16"}
+
+
+def activations_row(label):
+    log = open(os.path.join(work, label, "train.log")).read()
+    row = re.search(r"^\|\s*activations per rank\s*\|\s*([^|\n]+)", log, re.M)
+    return row.group(1).strip() if row else ""
+
+
+_, cpu_act, _ = run("cpu_bf16_act", 1, "cpu", parallel=dict(BF16_ACT), model=dict(FLASH_GPT))
+_, gpu_act, gpu_act_params = run("gpu_bf16_act", 1, "cuda", parallel=dict(BF16_ACT), model=dict(FLASH_GPT))
+h.check("(bf16;" in activations_row("gpu_bf16_act") and attention_row("gpu_bf16_act").startswith("flash"),
+        f"bf16 activations on the GPU: the settings table says bf16 and flash attention "
+        f"({activations_row('gpu_bf16_act')}; {attention_row('gpu_bf16_act')})")
+h.check(gpu_act[-1] < gpu_act[0] - 0.5, f"bf16 activations on the GPU learn: {gpu_act}")
+h.check(close(gpu_act, cpu_act, 2e-2), f"bf16 activations: 50 GPU steps within 2e-2 of the CPU's host reference\n"
+                                       f"{gpu_act}\n{cpu_act}")
+h.check(close(gpu_act, gpu_flash, 2e-2), f"bf16 activations: within 2e-2 of the GPU's fp32 activations\n"
+                                         f"{gpu_act}\n{gpu_flash}")
+h.check(gpu_act != gpu_flash, "bf16 activations are not fp32's under another name")
+_, cpu_llama_act, _ = run("cpu_llama_bf16_act", 1, "cpu", steps=30, parallel=dict(BF16_ACT), model=dict(LLAMA_FLASH))
+_, gpu_llama_act, _ = run("gpu_llama_bf16_act", 1, "cuda", steps=30, parallel=dict(BF16_ACT),
+                          model=dict(LLAMA_FLASH))
+h.check(close(gpu_llama_act, cpu_llama_act, 2e-2),
+        f"llama, bf16 activations: 30 GPU steps within 2e-2 of the CPU's host reference\n{gpu_llama_act}\n"
+        f"{cpu_llama_act}")
+# A checkpoint of the GPU's bf16-activation run resumes on the CPU's reference and continues.
+_, act_full, act_full_params = run("gpu_bf16_act_full", 1, "cuda", steps=8, parallel=dict(BF16_ACT),
+                                   model=dict(FLASH_GPT),
+                                   checkpoint={"every": 4, "dir": os.path.join(work, "gpu_bf16_act_full", "ckpt")})
+_, act_resumed, act_resumed_params = run("gpu_bf16_act_resumed_on_cpu", 1, "cpu", steps=8, parallel=dict(BF16_ACT),
+                                         model=dict(FLASH_GPT),
+                                         sets=[f"checkpoint.resume={os.path.join(work, 'gpu_bf16_act_full', 'ckpt', 'ckpt_00000004.h5')}"])
+h.check(close(act_resumed, act_full[4:], 2e-2) and worst(act_resumed_params, act_full_params) <= 2e-2,
+        f"a bf16-activation GPU checkpoint resumes on the CPU: steps 5-8 within 2e-2\n{act_resumed}\n{act_full[4:]}")
+# Heads the flash kernels do not cover are refused before anything is allocated, naming the keys.
+proc, _, _ = run("gpu_bf16_act_hs48", 1, "cuda", steps=2, expect=2, parallel=dict(BF16_ACT),
+                 model={"d_model": 96, "n_head": 2})
+text = proc.stdout + proc.stderr
+h.check("parallel.activations" in text and "model.d_model / model.n_head" in text and "48 wide" in text,
+        f"bf16 activations, heads 48 wide: refused naming the keys\n{text[-1500:]}")
+
 # ---- every strategy on the GPUs against one GPU ----
 # A global batch that splits over every GPU count: 12 sequences per GPU.
 batch = {"global_batch": 12 * gpus}
@@ -180,6 +232,19 @@ try:
             h.check(close(losses, share_ref, 1e-5) and worst(params, share_ref_params) <= 1e-5,
                     f"{label}: {ranks} ranks on one GPU match one rank within 1e-5 (worst parameter "
                     f"{worst(params, share_ref_params):.2e})\n{losses}\n{share_ref}")
+    # bf16 activations shared the same way: zero1 (fp32 gradients held over the micro-batches,
+    # reduced once in bf16) and zero3 on 2 ranks against one rank. Each rank's rows are a
+    # different split of the batch, so the bf16 roundings of the sums differ a little: 2e-3, as
+    # on the CPU (tests/e2e/bf16_activations.py).
+    act_batch = {"global_batch": 12, "micro_batch": 3}
+    _, act_ref, _ = run("gpu_share_act_ref", 1, "cuda", steps=20, data=act_batch, parallel=dict(BF16_ACT),
+                        model=dict(FLASH_GPT))
+    for strategy in ("zero1", "zero3"):
+        label = f"gpu_share_act_{strategy}_np2"
+        _, losses, _ = run(label, 2, "cuda", steps=20, data=act_batch, parallel=dict(BF16_ACT, strategy=strategy),
+                           model=dict(FLASH_GPT))
+        h.check(close(losses, act_ref, 2e-3), f"{label}: bf16 activations on 2 ranks of one GPU within 2e-3 of one "
+                                              f"rank\n{losses}\n{act_ref}")
     # Pipelines on the GPU: stages pass activations and gradients through host memory. GPT-2
     # (tied: the embeddings' gradient summed between the first and last stage) and the Llama
     # (untied), 4 blocks in 2 stages, 1f1b and interleaved, micro-batches of 3 sequences (4 a step

@@ -4,6 +4,7 @@
 
 #include "exec/cuda/bf16_bits.cuh"
 #include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/cuda_gemm.hpp"
 #include "exec/cuda/device_reduce.cuh"
 #include "exec/cuda/row_ops.cuh"
 
@@ -18,8 +19,7 @@ using namespace cuda_detail;
 void gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                float alpha, const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, float beta, void* C,
                cudaDataType_t c_type, int ldc) {
-  ST_CHECK_CUBLAS(cublasGemmEx(handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
-                               &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  cuda_gemm_bf16(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, c_type, ldc);
 }
 void gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                const std::uint16_t* A, int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {

@@ -1,4 +1,4 @@
-// CudaLayerKernels' fused classifier (llm.c's fused_classifier): the LM head's logits in bf16,
+// CudaLayerKernels' and CudaBf16LayerKernels' fused classifier (llm.c's fused_classifier): the LM head's logits in bf16,
 // and training's cross-entropy as one kernel per row that gives the loss and overwrites the row
 // with d(loss)/d(logits), so the logits are never stored in fp32 and the probabilities never
 // kept. The contract, and the reference the GPU tests hold these kernels to, is
@@ -15,7 +15,9 @@
 #include <cstdint>
 
 #include "exec/cuda/bf16_bits.cuh"
+#include "exec/cuda/cuda_bf16_layer_kernels.hpp"
 #include "exec/cuda/cuda_checks.hpp"
+#include "exec/cuda/cuda_gemm.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
 #include "exec/cuda/device_reduce.cuh"
 
@@ -155,88 +157,151 @@ bool vectorised(const void* logits, int Vp) {
 std::uint16_t* bits(Bf16* p) { return reinterpret_cast<std::uint16_t*>(p); }
 const std::uint16_t* bits(const Bf16* p) { return reinterpret_cast<const std::uint16_t*>(p); }
 
-}  // namespace
-
-void CudaLayerKernels::classifier_logits(Bf16* logits, const float* in, const float* weight, int N, int C, int OC) {
-  use_device();
-  bf16_matmuls_.forward_to_bf16(bits(logits), in, weight, N, C, OC);
-}
-
-void CudaLayerKernels::classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N,
-                                                int V, int Vp, LossSum loss) {
-  use_device();
+// The row kernels, whole rows or 16 bytes at a time (vectorised()).
+void queue_cross_entropy(CudaKernelContext& k, Bf16* logits_to_dlogits, float* losses, const int* targets, int N,
+                         int V, int Vp, LossSum loss) {
+  k.use_device();
   ST_REQUIRE(targets, "classifier_cross_entropy needs targets (classifier_softmax normalises without)");
   if (N == 0) return;
-  double* row_losses = row_losses_.get<double>(static_cast<std::size_t>(N), stream_);
+  double* row_losses = k.row_losses.get<double>(static_cast<std::size_t>(N), k.stream);
   const auto blocks = static_cast<unsigned>(N);
   if (vectorised(logits_to_dlogits, Vp))
     classifier_rows_kernel<kVector>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_dlogits), losses, row_losses, targets, V, Vp);
+        <<<blocks, kRowThreads, 0, k.stream>>>(bits(logits_to_dlogits), losses, row_losses, targets, V, Vp);
   else
     classifier_rows_kernel<1>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_dlogits), losses, row_losses, targets, V, Vp);
+        <<<blocks, kRowThreads, 0, k.stream>>>(bits(logits_to_dlogits), losses, row_losses, targets, V, Vp);
   ST_CHECK_LAUNCH();
-  add_row_losses(row_losses, N, loss);
+  k.add_row_losses(row_losses, N, loss);
 }
 
-void CudaLayerKernels::classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) {
-  use_device();
+void queue_softmax(CudaKernelContext& k, Bf16* logits_to_probs, int N, int V, int Vp) {
+  k.use_device();
   if (N == 0) return;
   const auto blocks = static_cast<unsigned>(N);
   if (vectorised(logits_to_probs, Vp))
     classifier_rows_kernel<kVector>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_probs), nullptr, nullptr, nullptr, V, Vp);
+        <<<blocks, kRowThreads, 0, k.stream>>>(bits(logits_to_probs), nullptr, nullptr, nullptr, V, Vp);
   else
-    classifier_rows_kernel<1><<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_probs), nullptr, nullptr, nullptr, V,
-                                                                   Vp);
+    classifier_rows_kernel<1><<<blocks, kRowThreads, 0, k.stream>>>(bits(logits_to_probs), nullptr, nullptr, nullptr,
+                                                                    V, Vp);
   ST_CHECK_LAUNCH();
 }
 
-void CudaLayerKernels::classifier_slice_stats(const Bf16* logits, const int* targets, float* stats, int N, int V,
-                                              int Vp, int first) {
-  use_device();
+void queue_slice_stats(CudaKernelContext& k, const Bf16* logits, const int* targets, float* stats, int N, int V,
+                       int Vp, int first) {
+  k.use_device();
   if (N == 0) return;
   const auto blocks = static_cast<unsigned>(N);
   if (vectorised(logits, Vp))
     classifier_slice_stats_kernel<kVector>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits), targets, stats, V, Vp, first);
+        <<<blocks, kRowThreads, 0, k.stream>>>(bits(logits), targets, stats, V, Vp, first);
   else
-    classifier_slice_stats_kernel<1><<<blocks, kRowThreads, 0, stream_>>>(bits(logits), targets, stats, V, Vp, first);
+    classifier_slice_stats_kernel<1><<<blocks, kRowThreads, 0, k.stream>>>(bits(logits), targets, stats, V, Vp, first);
   ST_CHECK_LAUNCH();
 }
 
-void CudaLayerKernels::classifier_slice_dlogits(Bf16* logits_to_dlogits, const float* row_stats, const int* targets,
-                                                int N, int V, int Vp, int first) {
-  use_device();
+// The probabilities (targets null) or d(loss)/d(logits) of a slice from the combined statistics.
+void queue_slice_write(CudaKernelContext& k, Bf16* logits, const float* row_stats, const int* targets, int N, int V,
+                       int Vp, int first) {
+  k.use_device();
   if (N == 0 || Vp == 0) return;
   const auto blocks = static_cast<unsigned>(N);
-  if (vectorised(logits_to_dlogits, Vp))
+  if (vectorised(logits, Vp))
     classifier_slice_write_kernel<kVector>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_dlogits), row_stats, targets, V, Vp, first);
+        <<<blocks, kRowThreads, 0, k.stream>>>(bits(logits), row_stats, targets, V, Vp, first);
   else
     classifier_slice_write_kernel<1>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_dlogits), row_stats, targets, V, Vp, first);
+        <<<blocks, kRowThreads, 0, k.stream>>>(bits(logits), row_stats, targets, V, Vp, first);
   ST_CHECK_LAUNCH();
 }
 
-void CudaLayerKernels::classifier_slice_softmax(Bf16* logits_to_probs, const float* row_stats, int N, int V, int Vp) {
-  use_device();
-  if (N == 0 || Vp == 0) return;
-  const auto blocks = static_cast<unsigned>(N);
-  if (vectorised(logits_to_probs, Vp))
-    classifier_slice_write_kernel<kVector>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_probs), row_stats, nullptr, V, Vp, 0);
-  else
-    classifier_slice_write_kernel<1>
-        <<<blocks, kRowThreads, 0, stream_>>>(bits(logits_to_probs), row_stats, nullptr, V, Vp, 0);
-  ST_CHECK_LAUNCH();
+}  // namespace
+
+// ---- fp32 storage: the head's operands rounded by Bf16Matmuls ----
+
+void CudaLayerKernels::classifier_logits(Bf16* logits, const float* in, const float* weight, int N, int C, int OC) {
+  ctx_.use_device();
+  bf16_matmuls_.forward_to_bf16(bits(logits), in, weight, N, C, OC);
 }
 
 void CudaLayerKernels::classifier_backward(float* din, float* dweight, const Bf16* dlogits, const float* in,
                                            const float* weight, int N, int C, int OC, float scale) {
-  use_device();
+  ctx_.use_device();
   bf16_matmuls_.input_gradient_from_bf16(din, bits(dlogits), weight, N, C, OC, scale);
   bf16_matmuls_.weight_gradient_from_bf16(dweight, bits(dlogits), in, N, C, OC, scale);
+}
+
+// ---- bf16 storage: the head's operands as they are ----
+
+void CudaBf16LayerKernels::classifier_logits(Bf16* logits, const Bf16* in, const Bf16* weight, int N, int C, int OC) {
+  ctx_.use_device();
+  if (N == 0 || OC == 0) return;
+  // logits^T[OC, N] = W[OC, C] in^T[C, N], the fp32 sum rounded once
+  cuda_gemm_bf16(ctx_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, in, C, 0.0f, logits, CUDA_R_16BF,
+                 OC);
+}
+
+void CudaBf16LayerKernels::classifier_backward(Bf16* din, float* dweight, const Bf16* dlogits, const Bf16* in,
+                                               const Bf16* weight, int N, int C, int OC, float scale) {
+  ctx_.use_device();
+  if (N == 0 || C == 0) return;
+  // din^T[C, N] = scale W^T[C, OC] dlogits^T[OC, N], rounded once
+  cuda_gemm_bf16(ctx_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, scale, weight, C, dlogits, OC, 0.0f, din,
+                 CUDA_R_16BF, C);
+  // dW^T[C, OC] += scale in^T[C, N] dlogits[N, OC], in fp32
+  cuda_gemm_bf16(ctx_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, scale, in, C, dlogits, OC, 1.0f, dweight, CUDA_R_32F,
+                 C);
+}
+
+// ---- CudaLayerKernels: the cross-entropy on bf16 logits ----
+
+void CudaLayerKernels::classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N, int V, int Vp,
+                                     LossSum loss) {
+  queue_cross_entropy(ctx_, logits_to_dlogits, losses, targets, N, V, Vp, loss);
+}
+
+void CudaLayerKernels::classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) {
+  queue_softmax(ctx_, logits_to_probs, N, V, Vp);
+}
+
+void CudaLayerKernels::classifier_slice_stats(const Bf16* logits, const int* targets, float* stats, int N, int V, int Vp,
+                                   int first) {
+  queue_slice_stats(ctx_, logits, targets, stats, N, V, Vp, first);
+}
+
+void CudaLayerKernels::classifier_slice_dlogits(Bf16* logits_to_dlogits, const float* row_stats, const int* targets, int N,
+                                     int V, int Vp, int first) {
+  queue_slice_write(ctx_, logits_to_dlogits, row_stats, targets, N, V, Vp, first);
+}
+
+void CudaLayerKernels::classifier_slice_softmax(Bf16* logits_to_probs, const float* row_stats, int N, int V, int Vp) {
+  queue_slice_write(ctx_, logits_to_probs, row_stats, nullptr, N, V, Vp, 0);
+}
+
+// ---- CudaBf16LayerKernels: the cross-entropy on bf16 logits ----
+
+void CudaBf16LayerKernels::classifier_cross_entropy(Bf16* logits_to_dlogits, float* losses, const int* targets, int N, int V, int Vp,
+                                     LossSum loss) {
+  queue_cross_entropy(ctx_, logits_to_dlogits, losses, targets, N, V, Vp, loss);
+}
+
+void CudaBf16LayerKernels::classifier_softmax(Bf16* logits_to_probs, int N, int V, int Vp) {
+  queue_softmax(ctx_, logits_to_probs, N, V, Vp);
+}
+
+void CudaBf16LayerKernels::classifier_slice_stats(const Bf16* logits, const int* targets, float* stats, int N, int V, int Vp,
+                                   int first) {
+  queue_slice_stats(ctx_, logits, targets, stats, N, V, Vp, first);
+}
+
+void CudaBf16LayerKernels::classifier_slice_dlogits(Bf16* logits_to_dlogits, const float* row_stats, const int* targets, int N,
+                                     int V, int Vp, int first) {
+  queue_slice_write(ctx_, logits_to_dlogits, row_stats, targets, N, V, Vp, first);
+}
+
+void CudaBf16LayerKernels::classifier_slice_softmax(Bf16* logits_to_probs, const float* row_stats, int N, int V, int Vp) {
+  queue_slice_write(ctx_, logits_to_probs, row_stats, nullptr, N, V, Vp, 0);
 }
 
 }  // namespace st

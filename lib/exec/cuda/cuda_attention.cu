@@ -15,17 +15,21 @@
 // That is the exact path, which fp32 runs keep (and bf16 runs with parallel.attention =
 // "exact", or head widths flash attention has no kernel for). Where attention_uses_flash says
 // so, training's forward and backward are flash attention's instead (flash_attention.hpp):
-// nothing T x T in memory, the log-sum-exp of each row kept in AttentionProbs::lse.
+// nothing T x T in memory, the log-sum-exp of each row kept in AttentionProbs::lse. With bf16
+// storage (CudaBf16LayerKernels) training's attention is always flash attention, and decoding's
+// kernel (attention_rows) is a template on the storage type (storage.cuh).
 #include <cmath>
 #include <string>
 
 #include "core/error.hpp"
 
+#include "exec/cuda/cuda_bf16_layer_kernels.hpp"
 #include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/cuda_gemm.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
 #include "exec/cuda/device_reduce.cuh"
 #include "exec/cuda/flash_attention.hpp"
+#include "exec/cuda/storage.cuh"
 
 namespace st {
 namespace {
@@ -67,17 +71,18 @@ __global__ void causal_softmax_backward_kernel(float* d, const float* att, int r
 // each warp takes keys in turn, its lanes splitting the head's dot product; then the block's
 // max and sum; then the head's hs outputs, one per thread, each a sum over the keys in order.
 // The key/value head is h / (NH / NKV); cache rows are W = C + 2 NKV hs wide.
-__global__ void attention_rows_kernel(float* out, const float* qkv, int first, int C, int NH, int NKV, float scale) {
+template <class S>
+__global__ void attention_rows_kernel(S* out, const S* qkv, int first, int C, int NH, int NKV, float scale) {
   extern __shared__ float scores[];
   __shared__ float reduce_space[kWarp];
   const int i = blockIdx.x, h = blockIdx.y, t = first + i;
   const int hs = C / NH, W = C + 2 * NKV * hs, kv = (h / (NH / NKV)) * hs;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const float* q = qkv + static_cast<std::size_t>(t) * W + h * hs;
+  const S* q = qkv + static_cast<std::size_t>(t) * W + h * hs;
   for (int j = warp; j <= t; j += warps) {
-    const float* k = qkv + static_cast<std::size_t>(j) * W + C + kv;
+    const S* k = qkv + static_cast<std::size_t>(j) * W + C + kv;
     float dot = 0;
-    for (int d = lane; d < hs; d += kWarp) dot += q[d] * k[d];
+    for (int d = lane; d < hs; d += kWarp) dot += load(q[d]) * load(k[d]);
     dot = warp_reduce(dot, Sum{});
     if (lane == 0) scores[j] = dot * scale;
   }
@@ -94,12 +99,12 @@ __global__ void attention_rows_kernel(float* out, const float* qkv, int first, i
   // block_reduce synchronises the block, so every exponential is in shared memory after it.
   sum = block_reduce(sum, Sum{}, 0.0f, reduce_space);
   const float inv = 1.0f / sum;
-  float* o = out + static_cast<std::size_t>(i) * C + h * hs;
+  S* o = out + static_cast<std::size_t>(i) * C + h * hs;
   for (int d = threadIdx.x; d < hs; d += blockDim.x) {
-    const float* v = qkv + C + NKV * hs + kv + d;
+    const S* v = qkv + C + NKV * hs + kv + d;
     float acc = 0;
-    for (int j = 0; j <= t; ++j) acc += scores[j] * v[static_cast<std::size_t>(j) * W];
-    o[d] = acc * inv;
+    for (int j = 0; j <= t; ++j) acc += scores[j] * load(v[static_cast<std::size_t>(j) * W]);
+    o[d] = stored<S>(acc * inv);
   }
 }
 
@@ -151,29 +156,31 @@ void head_probabilities(cublasHandle_t cublas, bool bf16, cudaStream_t stream, f
 
 void CudaLayerKernels::attention_forward(float* out, const AttentionProbs<float>& probs, const float* qkv, int B, int T,
                                          int C, int NH, int NKV) {
-  use_device();
+  ctx_.use_device();
   if (B == 0 || T == 0) return;
   if (attention_uses_flash(C / NH)) {
     ST_REQUIRE(probs.lse, "flash attention's forward needs AttentionProbs::lse");
-    return flash_attention_forward(out, probs.lse, qkv, FlashShape{B, T, C, NH, NKV}, stream_);
+    return flash_attention_forward(out, probs.lse, qkv, FlashShape{B, T, C, NH, NKV}, ctx_.stream);
   }
   const HeadGeometry g = head_geometry(T, C, NH, NKV);
   const int G = g.group;
   for (int b = 0; b < B; ++b) {
     const float* q = qkv + static_cast<std::size_t>(b) * T * g.W;
     float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * g.tt : probs.working;
-    head_probabilities(cublas_, bf16_, stream_, a, q, T, g, NH, NKV);
+    head_probabilities(ctx_.cublas, bf16_, ctx_.stream, a, q, T, g, NH, NKV);
     // out^T = V^T P^T  (out = P V)
     float* o = out + static_cast<std::size_t>(b) * T * C;
     for (int j = 0; j < G; ++j)
-      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, q + g.v_at, g.W, g.hs,
+      cuda_gemm_strided_batched(ctx_.cublas, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, g.hs, T, T, 1.0f, q + g.v_at, g.W, g.hs,
                                 a + j * g.tt, T, G * g.tt, 0.0f, o + j * g.hs, C, static_cast<long long>(G) * g.hs,
                                 NKV);
   }
 }
 
-void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, int n, int C, int NH, int NKV) {
-  use_device();
+namespace {
+template <class S>
+void queue_attention_rows(CudaKernelContext& k, S* out, const S* qkv, int first, int n, int C, int NH, int NKV) {
+  k.use_device();
   if (n == 0) return;
   const std::size_t shared = static_cast<std::size_t>(first + n) * sizeof(float);
   // The scores and the kernel's static reduction space together above the default 48 KiB per
@@ -181,28 +188,33 @@ void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, i
   const std::size_t with_static = shared + kWarp * sizeof(float);
   if (with_static > 48 * 1024) {
     int device_limit = 0;
-    ST_CHECK_CUDA(cudaDeviceGetAttribute(&device_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    ST_CHECK_CUDA(cudaDeviceGetAttribute(&device_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, k.device));
     ST_REQUIRE(with_static <= static_cast<std::size_t>(device_limit),
                "decoding attention: " + std::to_string(first + n) + " positions need " + std::to_string(shared) +
                    " bytes of shared memory per block; this device allows " + std::to_string(device_limit));
-    ST_CHECK_CUDA(cudaFuncSetAttribute(attention_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    ST_CHECK_CUDA(cudaFuncSetAttribute(attention_rows_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(shared)));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(C / NH));
-  attention_rows_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(NH)), kBlock, shared, stream_>>>(
+  attention_rows_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(NH)), kBlock, shared, k.stream>>>(
       out, qkv, first, C, NH, NKV, scale);
   ST_CHECK_LAUNCH();
+}
+}  // namespace
+
+void CudaLayerKernels::attention_rows(float* out, const float* qkv, int first, int n, int C, int NH, int NKV) {
+  queue_attention_rows(ctx_, out, qkv, first, n, C, NH, NKV);
 }
 
 void CudaLayerKernels::attention_backward(float* dqkv, const AttentionProbs<float>& probs, const float* dout,
                                           const float* qkv, int B, int T, int C, int NH, int NKV) {
-  use_device();
+  ctx_.use_device();
   if (B == 0 || T == 0) return;
   if (attention_uses_flash(C / NH)) {
     ST_REQUIRE(probs.lse && probs.row_dots && probs.out,
                "flash attention's backward needs AttentionProbs::lse, row_dots and out");
     return flash_attention_backward(dqkv, probs.row_dots, dout, probs.out, probs.lse, qkv,
-                                    FlashShape{B, T, C, NH, NKV}, stream_);
+                                    FlashShape{B, T, C, NH, NKV}, ctx_.stream);
   }
   const HeadGeometry g = head_geometry(T, C, NH, NKV);
   const int G = g.group, hs = g.hs, W = g.W;
@@ -216,30 +228,70 @@ void CudaLayerKernels::attention_backward(float* dqkv, const AttentionProbs<floa
     float* dk = dq + g.k_at;
     float* dv = dq + g.v_at;
     const float* a = probs.kept ? probs.kept + static_cast<std::size_t>(b) * NH * g.tt : probs.working;
-    if (!probs.kept) head_probabilities(cublas_, bf16_, stream_, probs.working, q, T, g, NH, NKV);
+    if (!probs.kept) head_probabilities(ctx_.cublas, bf16_, ctx_.stream, probs.working, q, T, g, NH, NKV);
     float* dP = probs.dworking;
     for (int j = 0; j < G; ++j) {
       const float beta = j == 0 ? 0.0f : 1.0f;  // the group's first query head sets dV, the others add
       // dP = dO V^T
-      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, W, hs, dO + j * hs, C,
+      cuda_gemm_strided_batched(ctx_.cublas, bf16_, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, W, hs, dO + j * hs, C,
                                 q_stride, 0.0f, dP + j * g.tt, T, block_stride, NKV);
       // dV += P^T dO  (dV^T += dO^T P)
-      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + j * hs, C, q_stride,
+      cuda_gemm_strided_batched(ctx_.cublas, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dO + j * hs, C, q_stride,
                                 a + j * g.tt, T, block_stride, beta, dv, W, hs, NKV);
     }
     const int rows = NH * T;
-    causal_softmax_backward_kernel<<<warp_rows_grid(rows), kBlock, 0, stream_>>>(dP, a, rows, T);
+    causal_softmax_backward_kernel<<<warp_rows_grid(rows), kBlock, 0, ctx_.stream>>>(dP, a, rows, T);
     ST_CHECK_LAUNCH();
     for (int j = 0; j < G; ++j) {
       const float beta = j == 0 ? 0.0f : 1.0f;  // likewise for dK
       // dQ = dS K * scale  (dQ^T = K^T dS^T)
-      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, g.scale, k, W, hs, dP + j * g.tt,
+      cuda_gemm_strided_batched(ctx_.cublas, bf16_, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, g.scale, k, W, hs, dP + j * g.tt,
                                 T, block_stride, 0.0f, dq + j * hs, W, q_stride, NKV);
       // dK += dS^T Q * scale  (dK^T += Q^T dS)
-      cuda_gemm_strided_batched(cublas_, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, g.scale, q + j * hs, W, q_stride,
+      cuda_gemm_strided_batched(ctx_.cublas, bf16_, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, g.scale, q + j * hs, W, q_stride,
                                 dP + j * g.tt, T, block_stride, beta, dk, W, hs, NKV);
     }
   }
+}
+
+// ---- bf16 storage: flash attention, or nothing ----
+
+int CudaBf16LayerKernels::attention_heads_at_once(int B, int NH) const {
+  return st::attention_heads_at_once(true, B, NH, 0);
+}
+
+namespace {
+// bf16 storage has no exact path: the trainer refuses other head widths before it allocates
+// (sharded_model.cpp); a caller that gets here anyway is told why.
+void require_flash(const CudaBf16LayerKernels& kernels, int head_dim) {
+  ST_REQUIRE(kernels.attention_uses_flash(head_dim),
+             "bf16 activations on a GPU run attention as flash attention, which has no kernel for heads " +
+                 std::to_string(head_dim) + " wide (32, 64 and 128 do)");
+}
+}  // namespace
+
+void CudaBf16LayerKernels::attention_forward(Bf16* out, const AttentionProbs<float, Bf16>& probs, const Bf16* qkv,
+                                             int B, int T, int C, int NH, int NKV) {
+  ctx_.use_device();
+  if (B == 0 || T == 0) return;
+  require_flash(*this, C / NH);
+  ST_REQUIRE(probs.lse, "flash attention's forward needs AttentionProbs::lse");
+  flash_attention_forward(out, probs.lse, qkv, FlashShape{B, T, C, NH, NKV}, ctx_.stream);
+}
+
+void CudaBf16LayerKernels::attention_backward(Bf16* dqkv, const AttentionProbs<float, Bf16>& probs, const Bf16* dout,
+                                              const Bf16* qkv, int B, int T, int C, int NH, int NKV) {
+  ctx_.use_device();
+  if (B == 0 || T == 0) return;
+  require_flash(*this, C / NH);
+  ST_REQUIRE(probs.lse && probs.row_dots && probs.out,
+             "flash attention's backward needs AttentionProbs::lse, row_dots and out");
+  flash_attention_backward(dqkv, probs.row_dots, dout, probs.out, probs.lse, qkv, FlashShape{B, T, C, NH, NKV},
+                           ctx_.stream);
+}
+
+void CudaBf16LayerKernels::attention_rows(Bf16* out, const Bf16* qkv, int first, int n, int C, int NH, int NKV) {
+  queue_attention_rows(ctx_, out, qkv, first, n, C, NH, NKV);
 }
 
 }  // namespace st

@@ -73,6 +73,8 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     state_->kernels =
         std::make_unique<CudaLayerKernels>(settings.device, compute_, state_->cublas, settings.bf16_matmuls,
                                            settings.flash_attention, settings.fused_classifier, settings.gelu_fusion);
+    if (settings.bf16_matmuls && settings.flash_attention && settings.fused_classifier)
+      state_->bf16_kernels = std::make_unique<CudaBf16LayerKernels>(settings.device, compute_, state_->cublas);
   } catch (...) {
     release();
     throw;
@@ -205,6 +207,7 @@ void CudaExec::order_after_compute(cudaStream_t stream, const void* ready) {
 }
 
 LayerKernels<float>& CudaExec::layer_kernels() { return *state_->kernels; }
+LayerKernels<float, Bf16>* CudaExec::bf16_layer_kernels() { return state_->bf16_kernels.get(); }
 
 double CudaExec::measure_gemm_flops(int m, int n, int k) {
   const double flops = timed_gemm_flops(m, n, k);

@@ -59,6 +59,9 @@ class CudaExec final : public Exec {
   void synchronize() override;
   const void* before_communication() override;
   LayerKernels<float>& layer_kernels() override;
+  // With bf16 matmuls, flash attention and the fused classifier (what bf16 storage is built on);
+  // else null.
+  LayerKernels<float, Bf16>* bf16_layer_kernels() override;
 
   int device() const { return settings_.device; }
   cudaStream_t compute_stream() const { return compute_; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "exec/cuda/cuda_bf16_layer_kernels.hpp"
 #include "exec/cuda/cuda_exec.hpp"
 #include "exec/cuda/cuda_layer_kernels.hpp"
 #include "exec/kernel_scratch.hpp"  // kSumSquaresBlocks
@@ -29,6 +30,9 @@ struct CudaExec::State {
   double* reduce_scratch = nullptr;  // add_sum_squares: one partial per block, then the parts' sum
   std::shared_ptr<CudaAllocationCounters> counters = std::make_shared<CudaAllocationCounters>();
   std::unique_ptr<CudaLayerKernels> kernels;
+  // bf16 activations' kernels (parallel.activations = "bf16"): made with bf16 matmuls, flash
+  // attention and the fused classifier, which they are built on; null otherwise.
+  std::unique_ptr<CudaBf16LayerKernels> bf16_kernels;
 };
 
 

@@ -24,4 +24,12 @@ void cuda_gemm_strided_batched(cublasHandle_t handle, bool bf16, cublasOperation
                                              compute_type(bf16), CUBLAS_GEMM_DEFAULT));
 }
 
+void cuda_gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                    float alpha, const void* A, int lda, const void* B, int ldb, float beta, void* C,
+                    cudaDataType_t c_type, int ldc) {
+  if (m == 0 || n == 0) return;
+  ST_CHECK_CUBLAS(cublasGemmEx(handle, transa, transb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+                               &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace st

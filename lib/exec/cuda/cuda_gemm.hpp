@@ -18,4 +18,11 @@ void cuda_gemm_strided_batched(cublasHandle_t handle, bool bf16, cublasOperation
                                const float* B, int ldb, long long stride_b, float beta, float* C, int ldc,
                                long long stride_c, int batch);
 
+// C = alpha op(A) op(B) + beta C with A and B bf16 (as they are in memory), the sum in fp32, C
+// fp32 (CUDA_R_32F) or bf16 (CUDA_R_16BF: the fp32 sum, beta C included, rounded once by the
+// product's write).
+void cuda_gemm_bf16(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                    float alpha, const void* A, int lda, const void* B, int ldb, float beta, void* C,
+                    cudaDataType_t c_type, int ldc);
+
 }  // namespace st

@@ -13,7 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "exec/cuda/bf16_matmuls.hpp"
-#include "exec/cuda/device_scratch.hpp"
+#include "exec/cuda/cuda_kernel_context.hpp"
 #include "exec/layer_kernels.hpp"
 
 namespace st {
@@ -29,9 +29,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
   // algorithm (linear_gelu_forward, linear_backward_gelu); otherwise the separate kernels.
   CudaLayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool bf16_matmuls, bool flash_attention,
                    bool fused_classifier, bool gelu_fusion = false)
-      : device_(device),
-        stream_(stream),
-        cublas_(cublas),
+      : ctx_(device, stream, cublas),
         bf16_(bf16_matmuls),
         flash_(bf16_matmuls && flash_attention),
         fused_(bf16_matmuls && fused_classifier),
@@ -43,7 +41,7 @@ class CudaLayerKernels final : public LayerKernels<float> {
   void reserve_scratch(const KernelWorkload& workload) override;
   // What reserve_scratch took, block by block (the largest asked where several models share these
   // kernels), cub's sort figure included: tests compare it with kernel_scratch.
-  const KernelScratch& reserved_scratch() const { return reserved_; }
+  const KernelScratch& reserved_scratch() const { return ctx_.reserved; }
   void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                        int C) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) override;
@@ -118,28 +116,11 @@ class CudaLayerKernels final : public LayerKernels<float> {
   std::size_t epilogue_runs(LtEpilogue e) const { return bf16_matmuls_.epilogue_runs(e); }
 
  private:
-  // dst[c] += sum over the N rows of src[row, c] (row-major, C columns), in a fixed order.
-  void add_column_sums(float* dst, const float* src, int N, int C);
-  // Scratch for the chunk sums of a gradient over N rows of C columns (null without dbias or
-  // rows), and their sum added to dst in the fixed order (add_partials).
-  float* bias_partials(const float* dbias, int N, int C);
-  void add_bias_partials(float* dst, const float* partials, int N, int C);
-  // loss: adds the sum of row_losses[0..N), in a fixed order, divided, on the device.
-  void add_row_losses(const double* row_losses, int N, LossSum loss);
-
-  void use_device() const { ST_CHECK_CUDA(cudaSetDevice(device_)); }
-
-  int device_;
-  cudaStream_t stream_;
-  cublasHandle_t cublas_;
+  CudaKernelContext ctx_;  // device, stream, cuBLAS, the shared scratch blocks
   bool bf16_;
   bool flash_;  // flash attention where the head width allows (exec/cuda/flash_attention.hpp)
   bool fused_;  // bf16 logits and the fused cross-entropy (classifier.cu)
   bool gelu_fusion_;  // GPT-2's GELU in cuBLASLt's epilogues (Bf16Matmuls::forward_gelu, backward_dgelu)
-  // Temporaries: the encoder's sort (keys, values, CUB's own), column-sum partials, row losses
-  // (softmax_cross_entropy_forward's, classifier_cross_entropy's and logit_slices_combine's).
-  KernelScratch reserved_;
-  DeviceScratch sort_keys_, sort_values_, sort_temp_, partials_, row_losses_;
   // The linear layers' products when bf16_: operands rounded to bf16 in scratch of their own.
   // (Attention's batched products hand cuBLAS fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF.)
   Bf16Matmuls bf16_matmuls_;

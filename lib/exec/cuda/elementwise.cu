@@ -109,19 +109,28 @@ __global__ void round_rows_kernel(std::uint16_t* out, float* partials, const flo
   if (partials) partials[static_cast<std::size_t>(blockIdx.y) * cols + c] = sum;
 }
 
-__global__ void broadcast_rows_kernel(float* out, const float* row, int N, int C) {
+template <class T>
+__global__ void broadcast_rows_kernel(T* out, const T* row, int N, int C) {
   const std::size_t n = std::size_t{1} * N * C;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
     out[i] = row[i % C];
 }
 
-}  // namespace
-
-void cuda_detail::broadcast_rows(float* out, const float* row, int N, int C, cudaStream_t stream) {
+template <class T>
+void queue_broadcast_rows(T* out, const T* row, int N, int C, cudaStream_t stream) {
   const std::size_t n = std::size_t{1} * N * C;
   if (n == 0) return;
   broadcast_rows_kernel<<<grid_for(n), kBlock, 0, stream>>>(out, row, N, C);
   ST_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void cuda_detail::broadcast_rows(float* out, const float* row, int N, int C, cudaStream_t stream) {
+  queue_broadcast_rows(out, row, N, C, stream);
+}
+void cuda_detail::broadcast_rows(Bf16* out, const Bf16* row, int N, int C, cudaStream_t stream) {
+  queue_broadcast_rows(out, row, N, C, stream);
 }
 
 void cuda_detail::round_rows_to_bf16(std::uint16_t* out, float* partials, const float* in, int rows, int cols,

@@ -4,12 +4,14 @@
 // query heads of its group and the query tiles at and after the keys), then dQ per 64-row query
 // tile (looping over the key tiles up to its rows). Each pass recomputes the probabilities of
 // its tiles from q, k and the forward's log-sum-exp, so backward does 7 tile products where
-// FlashAttention-2's one pass with atomic dQ does 5: the price of a deterministic dQ.
+// FlashAttention-2's one pass with atomic dQ does 5: the price of a deterministic dQ. Every kernel
+// is a template on the storage of q, k, v, dO, O and dqkv (storage.cuh): fp32 (rounded to bf16 on
+// the way into shared memory), or bf16 (already the operands' values).
 //
 // A block is 4 warps; each warp owns 16 rows of the block's 64 (query rows, or keys in the dK/dV
 // pass) and computes their products with mma.sync (mma_bf16.cuh), so the softmax's row
 // statistics stay within the 4 lanes that hold a row. Tiles of q, k, v and dO are read from
-// global memory as fp32, rounded to bf16 and stored in shared memory, row-major or transposed
+// global memory, rounded to bf16 (where fp32) and stored in shared memory, row-major or transposed
 // as the products read them (mma_bf16.cuh's load_b reads B's columns from a tile's rows); rows
 // at or past T are zeros. A tile's rows are padded by 8 elements: the 8 rows a fragment load
 // touches then start in 8 different groups of 4 banks, so the loads are free of conflicts.
@@ -25,6 +27,7 @@
 #include "exec/cuda/cuda_checks.hpp"
 #include "exec/cuda/device_reduce.cuh"
 #include "exec/cuda/mma_bf16.cuh"
+#include "exec/cuda/storage.cuh"
 
 namespace st {
 namespace {
@@ -54,28 +57,28 @@ struct Geometry {
 
 // Rows row0..row0+Rows-1 of D columns starting at `src` (rows `stride` floats apart) into `tile`
 // [Rows][pitch(D)] as bf16; rows at or past T are zeros. Every thread of the block calls it.
-template <int D, int Rows>
-__device__ void load_rows(std::uint16_t* tile, const float* src, std::size_t stride, int row0, int T) {
+template <int D, int Rows, class S>
+__device__ void load_rows(std::uint16_t* tile, const S* src, std::size_t stride, int row0, int T) {
   constexpr int pairs = D / 2;
   for (int i = static_cast<int>(threadIdx.x); i < Rows * pairs; i += kThreads) {
     const int r = i / pairs, c = 2 * (i % pairs);
     float x = 0.0f, y = 0.0f;
     if (row0 + r < T) {
-      const float* p = src + static_cast<std::size_t>(row0 + r) * stride + c;
-      x = p[0];
-      y = p[1];
+      const S* p = src + static_cast<std::size_t>(row0 + r) * stride + c;
+      x = load(p[0]);
+      y = load(p[1]);
     }
     store_pair(tile + r * pitch(D) + c, pack_bf16(x, y));
   }
 }
 
 // The same rows transposed: tile [D][pitch(Rows)], tile[c][r] = row row0 + r, column c.
-template <int D, int Rows>
-__device__ void load_rows_transposed(std::uint16_t* tile, const float* src, std::size_t stride, int row0, int T) {
+template <int D, int Rows, class S>
+__device__ void load_rows_transposed(std::uint16_t* tile, const S* src, std::size_t stride, int row0, int T) {
   for (int i = static_cast<int>(threadIdx.x); i < (Rows / 2) * D; i += kThreads) {
     const int c = i % D, r = 2 * (i / D);  // neighbouring threads read neighbouring columns
-    const float x = row0 + r < T ? src[static_cast<std::size_t>(row0 + r) * stride + c] : 0.0f;
-    const float y = row0 + r + 1 < T ? src[static_cast<std::size_t>(row0 + r + 1) * stride + c] : 0.0f;
+    const float x = row0 + r < T ? load(src[static_cast<std::size_t>(row0 + r) * stride + c]) : 0.0f;
+    const float y = row0 + r + 1 < T ? load(src[static_cast<std::size_t>(row0 + r + 1) * stride + c]) : 0.0f;
     store_pair(tile + c * pitch(Rows) + r, pack_bf16(x, y));
   }
 }
@@ -114,8 +117,8 @@ constexpr std::size_t backward_q_shared_bytes() {
 // the running max m and sum l per row (each of a lane's two rows lives in the 4 lanes of its
 // quad: reduced with two shuffles), O scaled by e^(m_old - m_new) and O += P V with P rounded to
 // bf16. Last O / l, and lse = m + log l.
-template <int D>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, float* lse, const float* qkv, Geometry geo) {
+template <int D, class S>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(S* out, float* lse, const S* qkv, Geometry geo) {
   constexpr int kSteps = D / 16, kOutTiles = D / 8, kKeyTiles = kTile / 8, kKeySteps = kTile / 16;
   extern __shared__ __align__(16) unsigned char flash_shared[];
   std::uint16_t* qk = reinterpret_cast<std::uint16_t*>(flash_shared);  // [kTile][pitch(D)]: Q, then each K tile
@@ -126,9 +129,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, t = lane % 4;
   const std::size_t W = static_cast<std::size_t>(geo.W);
-  const float* sequence = qkv + static_cast<std::size_t>(b) * T * W;
-  const float* k_src = sequence + geo.C + kv * D;
-  const float* v_src = sequence + geo.C + (geo.NKV + kv) * D;
+  const S* sequence = qkv + static_cast<std::size_t>(b) * T * W;
+  const S* k_src = sequence + geo.C + kv * D;
+  const S* v_src = sequence + geo.C + (geo.NKV + kv) * D;
   const int row0 = qb * kTile;
   const int rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};  // a lane's two rows
 
@@ -221,11 +224,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
     const int row = rows[half];
     if (row >= T) continue;
     const float inv = 1.0f / sum;
-    float* o_row = out + (static_cast<std::size_t>(b) * T + row) * geo.C + h * D;
+    S* o_row = out + (static_cast<std::size_t>(b) * T + row) * geo.C + h * D;
 #pragma unroll
     for (int n = 0; n < kOutTiles; ++n) {
-      o_row[n * 8 + 2 * t] = o[n][2 * half] * inv;
-      o_row[n * 8 + 2 * t + 1] = o[n][2 * half + 1] * inv;
+      o_row[n * 8 + 2 * t] = stored<S>(o[n][2 * half] * inv);
+      o_row[n * 8 + 2 * t + 1] = stored<S>(o[n][2 * half + 1] * inv);
     }
     if (t == 0) lse[(static_cast<std::size_t>(b) * geo.NH + h) * T + row] = (m[half] + log2f(sum)) * kLn2;
   }
@@ -234,8 +237,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
 // ---- backward ----
 // row_dots[b, h, t] = <dO_t, O_t> over head h's D columns, dO rounded to bf16 as the products
 // see it: one warp per row of a head, its lanes over the columns, a fixed butterfly.
-__global__ void flash_row_dots_kernel(float* row_dots, const float* dout, const float* out, int B, int T, int C, int NH,
-                                      int D) {
+template <class S>
+__global__ void flash_row_dots_kernel(float* row_dots, const S* dout, const S* out, int B, int T, int C, int NH, int D) {
   const std::size_t r = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   if (r >= static_cast<std::size_t>(B) * NH * T) return;  // the whole warp leaves together
@@ -244,7 +247,7 @@ __global__ void flash_row_dots_kernel(float* row_dots, const float* dout, const 
   const int h = static_cast<int>(bh % static_cast<std::size_t>(NH)), b = static_cast<int>(bh / static_cast<std::size_t>(NH));
   const std::size_t at = (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * D;
   float sum = 0.0f;
-  for (int d = lane; d < D; d += kWarp) sum += __bfloat162float(__float2bfloat16_rn(dout[at + d])) * out[at + d];
+  for (int d = lane; d < D; d += kWarp) sum += __bfloat162float(__float2bfloat16_rn(load(dout[at + d]))) * load(out[at + d]);
   sum = warp_reduce(sum, Sum{});
   if (lane == 0) row_dots[r] = sum;
 }
@@ -255,9 +258,9 @@ __global__ void flash_row_dots_kernel(float* row_dots, const float* dout, const 
 // queries do not see these keys), Q rows at a time: S^T = K Q^T, P^T = exp2(S^T scale_log2 -
 // lse2) (zero where the query precedes the key), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T -
 // D), dK += dS^T Q. Last dK scale. The order of the sums is fixed by the shapes.
-template <int D>
+template <int D, class S>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_kv_kernel(float* dqkv, const float* dout, const float* lse, const float* row_dots, const float* qkv,
+    flash_backward_kv_kernel(S* dqkv, const S* dout, const float* lse, const float* row_dots, const S* qkv,
                              Geometry geo) {
   constexpr int Q = backward_step(D);
   constexpr int kSteps = D / 16, kOutTiles = D / 8, kQueryTiles = Q / 8, kQuerySteps = Q / 16;
@@ -276,7 +279,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, t = lane % 4;
   const std::size_t W = static_cast<std::size_t>(geo.W), C = static_cast<std::size_t>(geo.C);
-  const float* sequence = qkv + static_cast<std::size_t>(b) * T * W;
+  const S* sequence = qkv + static_cast<std::size_t>(b) * T * W;
   const int key0 = kb * kTile;
   const int keys[2] = {key0 + warp * 16 + g, key0 + warp * 16 + g + 8};  // a lane's two keys
 
@@ -291,8 +294,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int query_tiles = (T + Q - 1) / Q;
   for (int hq = kv * geo.group; hq < (kv + 1) * geo.group; ++hq) {
-    const float* q_src = sequence + hq * D;
-    const float* do_src = dout + static_cast<std::size_t>(b) * T * C + hq * D;
+    const S* q_src = sequence + hq * D;
+    const S* do_src = dout + static_cast<std::size_t>(b) * T * C + hq * D;
     const std::size_t stats = (static_cast<std::size_t>(b) * geo.NH + hq) * T;
     for (int qi = key0 / Q; qi < query_tiles; ++qi) {
       const int q0 = qi * Q;
@@ -357,15 +360,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int half = 0; half < 2; ++half) {
     const int key = keys[half];
     if (key >= T) continue;
-    float* row = dqkv + (static_cast<std::size_t>(b) * T + key) * W;
-    float* dk_row = row + geo.C + kv * D;
-    float* dv_row = row + geo.C + (geo.NKV + kv) * D;
+    S* row = dqkv + (static_cast<std::size_t>(b) * T + key) * W;
+    S* dk_row = row + geo.C + kv * D;
+    S* dv_row = row + geo.C + (geo.NKV + kv) * D;
 #pragma unroll
     for (int n = 0; n < kOutTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        dk_row[n * 8 + 2 * t + e] = dk[n][2 * half + e] * geo.scale;
-        dv_row[n * 8 + 2 * t + e] = dv[n][2 * half + e];
+        dk_row[n * 8 + 2 * t + e] = stored<S>(dk[n][2 * half + e] * geo.scale);
+        dv_row[n * 8 + 2 * t + e] = stored<S>(dv[n][2 * half + e]);
       }
   }
 }
@@ -373,9 +376,9 @@ __global__ void __launch_bounds__(kThreads)
 // dQ of 64 query rows (qb kTile.., qb = gridDim.x - 1 - x: the longest first) of head h of
 // sequence b (block y = b NH + h), K keys at a time up to the block's last row: S = Q K^T, P
 // from lse (zero above the diagonal), dP = dO V^T, dS = P (dP - D), dQ += dS K. Last dQ scale.
-template <int D>
+template <int D, class S>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_q_kernel(float* dqkv, const float* dout, const float* lse, const float* row_dots, const float* qkv,
+    flash_backward_q_kernel(S* dqkv, const S* dout, const float* lse, const float* row_dots, const S* qkv,
                             Geometry geo) {
   constexpr int K = backward_step(D);
   constexpr int kSteps = D / 16, kOutTiles = D / 8, kKeyTiles = K / 8, kKeySteps = K / 16;
@@ -393,9 +396,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int g = lane / 4, t = lane % 4;
   const std::size_t W = static_cast<std::size_t>(geo.W), C = static_cast<std::size_t>(geo.C);
-  const float* sequence = qkv + static_cast<std::size_t>(b) * T * W;
-  const float* k_src = sequence + geo.C + kv * D;
-  const float* v_src = sequence + geo.C + (geo.NKV + kv) * D;
+  const S* sequence = qkv + static_cast<std::size_t>(b) * T * W;
+  const S* k_src = sequence + geo.C + kv * D;
+  const S* v_src = sequence + geo.C + (geo.NKV + kv) * D;
   const int row0 = qb * kTile;
   const int rows[2] = {row0 + warp * 16 + g, row0 + warp * 16 + g + 8};
   const int row_at[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the block's statistics
@@ -463,11 +466,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     if (rows[half] >= T) continue;
-    float* dq_row = dqkv + (static_cast<std::size_t>(b) * T + rows[half]) * W + h * D;
+    S* dq_row = dqkv + (static_cast<std::size_t>(b) * T + rows[half]) * W + h * D;
 #pragma unroll
     for (int n = 0; n < kOutTiles; ++n) {
-      dq_row[n * 8 + 2 * t] = dq[n][2 * half] * geo.scale;
-      dq_row[n * 8 + 2 * t + 1] = dq[n][2 * half + 1] * geo.scale;
+      dq_row[n * 8 + 2 * t] = stored<S>(dq[n][2 * half] * geo.scale);
+      dq_row[n * 8 + 2 * t + 1] = stored<S>(dq[n][2 * half + 1] * geo.scale);
     }
   }
 }
@@ -507,33 +510,32 @@ void allow_shared(Kernel kernel, std::size_t bytes) {
 
 unsigned tiles_of(int T, int rows) { return static_cast<unsigned>((T + rows - 1) / rows); }
 
-template <int D>
-void forward_for(float* out, float* lse, const float* qkv, const FlashShape& s, cudaStream_t stream) {
+template <int D, class S>
+void forward_for(S* out, float* lse, const S* qkv, const FlashShape& s, cudaStream_t stream) {
   constexpr std::size_t bytes = forward_shared_bytes<D>();
-  allow_shared(flash_forward_kernel<D>, bytes);
+  allow_shared(flash_forward_kernel<D, S>, bytes);
   const dim3 grid(tiles_of(s.T, kTile), static_cast<unsigned>(s.B * s.NH));
-  flash_forward_kernel<D><<<grid, kThreads, bytes, stream>>>(out, lse, qkv, geometry_of(s));
+  flash_forward_kernel<D, S><<<grid, kThreads, bytes, stream>>>(out, lse, qkv, geometry_of(s));
   ST_CHECK_LAUNCH();
 }
 
-template <int D>
-void backward_for(float* dqkv, const float* dout, const float* lse, const float* row_dots, const float* qkv,
-                  const FlashShape& s, cudaStream_t stream) {
+template <int D, class S>
+void backward_for(S* dqkv, const S* dout, const float* lse, const float* row_dots, const S* qkv, const FlashShape& s,
+                  cudaStream_t stream) {
   const Geometry geo = geometry_of(s);
   constexpr std::size_t kv_bytes = backward_kv_shared_bytes<D>(), q_bytes = backward_q_shared_bytes<D>();
-  allow_shared(flash_backward_kv_kernel<D>, kv_bytes);
-  allow_shared(flash_backward_q_kernel<D>, q_bytes);
+  allow_shared(flash_backward_kv_kernel<D, S>, kv_bytes);
+  allow_shared(flash_backward_q_kernel<D, S>, q_bytes);
   const dim3 kv_grid(tiles_of(s.T, kTile), static_cast<unsigned>(s.B * s.NKV));
-  flash_backward_kv_kernel<D><<<kv_grid, kThreads, kv_bytes, stream>>>(dqkv, dout, lse, row_dots, qkv, geo);
+  flash_backward_kv_kernel<D, S><<<kv_grid, kThreads, kv_bytes, stream>>>(dqkv, dout, lse, row_dots, qkv, geo);
   ST_CHECK_LAUNCH();
   const dim3 q_grid(tiles_of(s.T, kTile), static_cast<unsigned>(s.B * s.NH));
-  flash_backward_q_kernel<D><<<q_grid, kThreads, q_bytes, stream>>>(dqkv, dout, lse, row_dots, qkv, geo);
+  flash_backward_q_kernel<D, S><<<q_grid, kThreads, q_bytes, stream>>>(dqkv, dout, lse, row_dots, qkv, geo);
   ST_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void flash_attention_forward(float* out, float* lse, const float* qkv, const FlashShape& s, cudaStream_t stream) {
+template <class S>
+void forward_any(S* out, float* lse, const S* qkv, const FlashShape& s, cudaStream_t stream) {
   if (s.B == 0 || s.T == 0) return;
   require_runnable(s);
   switch (s.C / s.NH) {
@@ -544,8 +546,9 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, const Fla
   }
 }
 
-void flash_attention_backward(float* dqkv, float* row_dots, const float* dout, const float* out, const float* lse,
-                              const float* qkv, const FlashShape& s, cudaStream_t stream) {
+template <class S>
+void backward_any(S* dqkv, float* row_dots, const S* dout, const S* out, const float* lse, const S* qkv,
+                  const FlashShape& s, cudaStream_t stream) {
   if (s.B == 0 || s.T == 0) return;
   require_runnable(s);
   const int hs = s.C / s.NH;
@@ -560,6 +563,24 @@ void flash_attention_backward(float* dqkv, float* row_dots, const float* dout, c
     case 128: return backward_for<128>(dqkv, dout, lse, row_dots, qkv, s, stream);
     default: break;
   }
+}
+
+}  // namespace
+
+void flash_attention_forward(float* out, float* lse, const float* qkv, const FlashShape& s, cudaStream_t stream) {
+  forward_any(out, lse, qkv, s, stream);
+}
+void flash_attention_forward(Bf16* out, float* lse, const Bf16* qkv, const FlashShape& s, cudaStream_t stream) {
+  forward_any(out, lse, qkv, s, stream);
+}
+
+void flash_attention_backward(float* dqkv, float* row_dots, const float* dout, const float* out, const float* lse,
+                              const float* qkv, const FlashShape& s, cudaStream_t stream) {
+  backward_any(dqkv, row_dots, dout, out, lse, qkv, s, stream);
+}
+void flash_attention_backward(Bf16* dqkv, float* row_dots, const Bf16* dout, const Bf16* out, const float* lse,
+                              const Bf16* qkv, const FlashShape& s, cudaStream_t stream) {
+  backward_any(dqkv, row_dots, dout, out, lse, qkv, s, stream);
 }
 
 }  // namespace st
