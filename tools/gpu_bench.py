@@ -43,8 +43,9 @@ p.add_argument("--batch", type=int, default=16, help="sequences of seq_len token
 p.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "smollm2-135m"])
 p.add_argument("--out", default=".")
 p.add_argument("--settings", default="bf16/none,fp32/none",
-               help="comma-separated precision/recompute[/strategy[/attention[/classifier]]] (strategy: ddp, "
-                    "attention: auto, classifier: auto unless given)")
+               help="comma-separated precision/recompute[/strategy[/attention[/classifier[/gelu[/activations]]]]] "
+                    "(strategy: ddp, attention: auto, classifier: auto, gelu: separate, activations: fp32 unless "
+                    "given)")
 p.add_argument("--rounds", type=int, default=1, help="run the settings this many times in turn")
 p.add_argument("--tag", default="", help="suffix of the output files (gpu_bench<suffix><tag>.md)")
 p.add_argument("--profile", action="store_true", help="profile the first setting's kernels with ncu")
@@ -80,22 +81,25 @@ suffix = ("" if args.model == "gpt2-124m" else "_" + args.model) + args.tag
 settings = []
 for item in args.settings.split(","):
     parts = item.strip().split("/")
-    if (len(parts) not in (2, 3, 4, 5, 6) or parts[0] not in ("bf16", "fp32")
+    if (len(parts) not in (2, 3, 4, 5, 6, 7) or parts[0] not in ("bf16", "fp32")
             or parts[1] not in ("none", "selective", "full")
             or (len(parts) >= 4 and parts[3] not in ("auto", "exact"))
             or (len(parts) >= 5 and parts[4] not in ("auto", "unfused"))
-            or (len(parts) == 6 and parts[5] not in ("separate", "fused"))):
-        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention[/classifier[/gelu]]]] "
-                "(bf16|fp32 / none|selective|full / ... / auto|exact / auto|unfused / separate|fused)")
+            or (len(parts) >= 6 and parts[5] not in ("separate", "fused"))
+            or (len(parts) == 7 and parts[6] not in ("fp32", "bf16"))):
+        p.error(f"--settings: '{item}' is not precision/recompute[/strategy[/attention[/classifier[/gelu"
+                "[/activations]]]]] (bf16|fp32 / none|selective|full / ... / auto|exact / auto|unfused / "
+                "separate|fused / fp32|bf16)")
     settings.append((parts[0], parts[1], parts[2] if len(parts) >= 3 else "ddp", parts[3] if len(parts) >= 4 else "auto",
-                     parts[4] if len(parts) >= 5 else "auto", parts[5] if len(parts) == 6 else "separate"))
+                     parts[4] if len(parts) >= 5 else "auto", parts[5] if len(parts) >= 6 else "separate",
+                     parts[6] if len(parts) == 7 else "fp32"))
 if args.rounds < 1:
     p.error("--rounds must be at least 1")
 rows = []
 
 
 def write_deck(label, precision, recompute, strategy, steps, run_keys="", attention="auto", classifier="auto",
-               gelu="separate"):
+               gelu="separate", activations="fp32"):
     deck = os.path.join(work, label + ".toml")
     with open(deck, "w") as f:
         f.write(f"""[run]
@@ -126,6 +130,9 @@ attention = "{attention}"
         # Likewise parallel.gelu_fusion, only when asked for.
         if gelu == "fused":
             f.write("gelu_fusion = true\n")
+        # And parallel.activations: bf16 storage only when asked for.
+        if activations == "bf16":
+            f.write('activations = "bf16"\n')
     return deck
 
 
@@ -153,12 +160,13 @@ def log_row(log, name):
 
 runs = {}  # setting label -> the train-step metrics of each round
 for round_index in range(args.rounds):
-    for precision, recompute, strategy, attention, classifier, gelu in settings:
+    for precision, recompute, strategy, attention, classifier, gelu, activations in settings:
         label = (f"{precision}_{recompute}_{strategy}" + ("" if attention == "auto" else f"_{attention}") +
-                 ("" if classifier == "auto" else f"_{classifier}") + ("" if gelu == "separate" else "_gelu_fused"))
+                 ("" if classifier == "auto" else f"_{classifier}") + ("" if gelu == "separate" else "_gelu_fused") +
+                 ("" if activations == "fp32" else "_bf16_activations"))
         run_label = f"{label}_r{round_index + 1}"
         deck = write_deck(run_label, precision, recompute, strategy, args.steps, attention=attention,
-                          classifier=classifier, gelu=gelu)
+                          classifier=classifier, gelu=gelu, activations=activations)
         proc = subprocess.run([args.mpiexec, "-n", "1", args.exe, "run", deck], capture_output=True, text=True,
                               timeout=300)
         entry = runs.setdefault(label, {"setting": label, "rounds": []})
@@ -258,9 +266,10 @@ def one_step(names):
     return None
 
 
-def profile(precision, recompute, strategy, attention, classifier, gelu):
+def profile(precision, recompute, strategy, attention, classifier, gelu, activations):
     label = f"profile_{precision}_{recompute}_{strategy}"
-    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention, classifier, gelu)
+    deck = write_deck(label, precision, recompute, strategy, 4, "eval_batches = 1\n", attention, classifier, gelu,
+                      activations)
     cmd = [args.mpiexec, "-n", "1", args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
            "--print-units", "base", "--print-kernel-base", "function", "--csv", "--page", "raw", args.exe, "run", deck]
     try:

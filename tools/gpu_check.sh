@@ -17,13 +17,16 @@
 # after tools/gpu_stage_llmc.sh here) builds llm.c's train_gpt2cu from the copy in .gpudeps/llm.c
 # and runs it beside shardtrain on the same shape and tokens, GPT-2 124M from random init in bf16
 # at each of --llmc-batches x 1024 (tools/llmc_bench.py: llm.c, shardtrain, llm.c, shardtrain ...).
+# Phase activations (not in the defaults: ask for it) measures bf16 activations (the CUDA kernels
+# with bf16 storage) against fp32 activations the same way, whole bf16 steps of both models at each
+# of --activations-batches, with check's predicted memory beside the measured.
 # Prints each phase's time; stops each phase at what is left of the budget, so the whole command
 # ends inside it with its results written.
 #
-#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier][,gelu][,llmc]] [--budget SECONDS]
-#                      [--nccl DIR] [--steps N] [--batch B] [--bench-settings LIST] [--llama-settings LIST]
-#                      [--attn-rounds R] [--attn-steps N] [--classifier-batches LIST]
-#                      [--llmc-batches LIST] [--profile] [--cmake-arg ARG]...
+#   tools/gpu_check.sh [--phases build,unit,gpu,bench,attn[,classifier][,gelu][,activations][,llmc]]
+#                      [--budget SECONDS] [--nccl DIR] [--steps N] [--batch B] [--bench-settings LIST]
+#                      [--llama-settings LIST] [--attn-rounds R] [--attn-steps N] [--classifier-batches LIST]
+#                      [--activations-batches LIST] [--llmc-batches LIST] [--profile] [--cmake-arg ARG]...
 #
 # --budget: seconds for the whole command (default 470: one device command of 8 minutes, with
 #   time to spare for the start and the transfers); 0: no limit.
@@ -36,6 +39,9 @@
 # --classifier-batches: phase classifier's GPT-2 batches (default 16; e.g. 16,64), each run
 #   fused, unfused, fused, unfused (the --attn-rounds and --attn-steps); the Llama at half as
 #   many sequences of 2048. A batch the unfused path cannot hold shows as failed in its table.
+# --activations-batches: phase activations' GPT-2 batches (default 16,64), each run fp32 activations,
+#   bf16 activations, fp32, bf16 (the --attn-rounds and --attn-steps); the Llama at half as many
+#   sequences of 2048.
 # --llmc-batches: phase llmc's batches (default 16,64), each run llm.c, shardtrain, llm.c, shardtrain
 #   (the --attn-rounds and --attn-steps); llm.c runs -e d12 -b B -t 1024 -r 0 (no recomputation, as
 #   shardtrain's bf16/none), shardtrain through gpu_bench.py --settings bf16/none, both on one token
@@ -48,7 +54,8 @@
 # The log (gpu_check.log), the test logs and the benchmark tables (gpu_bench.md, gpu_bench.json,
 # gpu_bench_smollm2-135m.md/.json; attn: attention_bench.txt, gpu_bench_attention.md/.json,
 # gpu_bench_smollm2-135m_attention.md/.json; classifier: gpu_bench_classifier_bB.md/.json,
-# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B; gelu: gpu_bench_gelu.md/.json; llmc: llmc_build.log,
+# gpu_bench_smollm2-135m_classifier_bB.md/.json for each batch B; gelu: gpu_bench_gelu.md/.json; activations:
+# gpu_bench_activations_bB.md/.json, gpu_bench_smollm2-135m_activations_bB.md/.json; llmc: llmc_build.log,
 # llmc_side_by_side_bB.md/.json for each batch B)
 # go to $OUT (else build-cuda/gpu_check). Exits non-zero when anything failed or ran out of time.
 set -uo pipefail
@@ -60,6 +67,7 @@ budget=470
 attn_rounds=2
 attn_steps=8
 classifier_batches=16
+activations_batches=16,64
 llmc_batches=16,64
 nccl_dir=""
 bench_settings="bf16/none,fp32/none"
@@ -78,6 +86,7 @@ while (($#)); do
     --attn-rounds) attn_rounds=$2; shift ;;
     --attn-steps) attn_steps=$2; shift ;;
     --classifier-batches) classifier_batches=$2; shift ;;
+    --activations-batches) activations_batches=$2; shift ;;
     --llmc-batches) llmc_batches=$2; shift ;;
     --cmake-arg) extra_cmake+=("$2"); shift ;;
     --profile) profile=(--profile) ;;
@@ -319,6 +328,26 @@ if has_phase gelu; then
     --out "$out" --mpiexec "$mpirun_path" || status=1
   summaries+=("$out/gpu_bench_gelu.md")
   phase_done gelu
+fi
+if has_phase activations; then
+  # bf16 activations (parallel.activations = "bf16": the CUDA kernels with bf16 storage, bf16
+  # parameters read from the strategy's buffers, no operand rounding) against fp32 activations
+  # (the fp32 kernels with bf16 matmuls), on one build: whole bf16 steps, the two in turn, with the
+  # tokens/s, MFU, check's predicted memory and the memory held and in use.
+  mpirun_path=$(command -v mpirun || echo mpirun)
+  for b in ${activations_batches//,/ }; do
+    say "whole steps: GPT-2 124M bf16/none at $b x 1024, fp32 and bf16 activations in turn, $attn_rounds rounds of $attn_steps steps"
+    run_phase activations python3 tools/gpu_bench.py --exe build-cuda/shardtrain --steps "$attn_steps" --batch "$b" \
+      --rounds "$attn_rounds" --settings bf16/none/ddp/auto/auto/separate/fp32,bf16/none/ddp/auto/auto/separate/bf16 \
+      --tag "_activations_b$b" --out "$out" --mpiexec "$mpirun_path" || status=1
+    say "whole steps: SmolLM2-135M-shaped Llama bf16/none at $((b / 2 > 0 ? b / 2 : 1)) x 2048, fp32 and bf16 activations in turn"
+    run_phase activations python3 tools/gpu_bench.py --exe build-cuda/shardtrain --model smollm2-135m \
+      --steps "$attn_steps" --batch "$((b / 2 > 0 ? b / 2 : 1))" --rounds "$attn_rounds" \
+      --settings bf16/none/ddp/auto/auto/separate/fp32,bf16/none/ddp/auto/auto/separate/bf16 \
+      --tag "_activations_b$b" --out "$out" --mpiexec "$mpirun_path" || status=1
+    summaries+=("$out/gpu_bench_activations_b$b.md" "$out/gpu_bench_smollm2-135m_activations_b$b.md")
+  done
+  phase_done activations
 fi
 if has_phase llmc; then
   # llm.c's train_gpt2cu beside shardtrain on the same shape: GPT-2 124M from random init, bf16,
