@@ -788,6 +788,43 @@ TEST(Planner, AGpuRanksWorkspaceCountsItsKernelsScratch) {
   const std::uint64_t rows = N * 4 * C, weight = 4 * C * C;
   const std::uint64_t head = static_cast<std::uint64_t>(model_shape(bf16_activations.model).padded_vocab) * C;
   EXPECT_EQ(reference.kernel_scratch_bytes, 4 * (rows + std::max(rows, head) + std::max(rows, weight) + weight));
+  // On a GPU rank bf16 activations are the CUDA kernels with bf16 storage, which multiply the
+  // operands as stored: no weight or dlogits in bf16 scratch and no cuBLASLt workspace; cuBLAS's
+  // own 32 MiB and the small pieces (chunk sums, the token sort, the rows' losses) remain.
+  const StrategyPrediction device_bf16 = predict_strategy(bf16_activations, gpus, StrategyKind::zero1, 0);
+  EXPECT_GE(device_bf16.kernel_scratch_bytes, std::uint64_t{32} << 20);
+  EXPECT_LT(device_bf16.kernel_scratch_bytes, (std::uint64_t{32} << 20) + (std::uint64_t{4} << 20));
+}
+
+// GPT-2 124M in bf16 on one GPU at 16 sequences of 1024: with bf16 activations (2 bytes a value,
+// flash attention's log-sum-exps, bf16 logits) the plan holds at most 8 GiB of activations; with
+// fp32 activations (and the same flash attention and bf16 logits) more than 11 GiB.
+TEST(Planner, Gpt2SmallWithBf16ActivationsOnAGpuPlansAtMost8GiBOfActivations) {
+  const char* gpt2_small = R"(
+[run]
+steps = 10
+[model]
+n_layer = 12
+d_model = 768
+n_head = 12
+seq_len = 1024
+vocab_size = 50257
+vocab_pad_to = 128
+[data]
+path = "unused.txt"
+global_batch = 16
+[parallel]
+precision = "bf16"
+)";
+  const Machine gpu = machine_of("01_h100-sxm-8gpu_aws-p5.48xlarge_nv18.txt", 80);
+  const Config fp32 = parse_deck(gpt2_small, "gpt2.toml", {});
+  const Config bf16 = parse_deck(gpt2_small, "gpt2.toml", {"parallel.activations=\"bf16\""});
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double with_bf16 = static_cast<double>(predicted_activation_bytes(bf16, gpu, 16, Recompute::none, 1)) / gib;
+  const double with_fp32 = static_cast<double>(predicted_activation_bytes(fp32, gpu, 16, Recompute::none, 1)) / gib;
+  EXPECT_LE(with_bf16, 8.0);
+  EXPECT_GT(with_fp32, 11.0);
+  EXPECT_LT(with_bf16, 0.6 * with_fp32) << "values take 2 bytes, statistics keep 4";
 }
 
 // Where a pipeline cut by FLOPs overfills a stage (the first keeps the most micro-batches in
