@@ -48,12 +48,16 @@ std::unique_ptr<PipelineStage> make_pipeline(const Config& config, const World& 
 }
 
 // parallel.activations = "bf16" needs this rank's backend to have kernels with bf16 storage: the
-// host always has its reference; a GPU's are built on flash attention (refuse_gpu_bf16_activations).
+// host always has its reference; a GPU's are built on flash attention (refuse_gpu_bf16_activations),
+// which needs an sm_80 or later device.
 // Throws Error (all ranks) naming the key, before anything is allocated.
 void require_bf16_storage_kernels(const Config& config, Exec& exec) {
   if (exec.space() == MemorySpace::device) refuse_gpu_bf16_activations(config);
-  ST_REQUIRE(exec.bf16_layer_kernels(), "this rank's backend (" + exec.description() +
-                                            ") has no kernels with bf16 storage for parallel.activations = \"bf16\"");
+  if (!exec.bf16_layer_kernels())
+    throw Error(config.deck_path + ": parallel.activations = \"bf16\": this rank's device (" + exec.description() +
+                    ") has no kernels with bf16 storage: their flash attention needs bf16 tensor cores (compute "
+                    "capability 8.0 or later); set parallel.activations = \"fp32\"",
+                ErrorScope::this_rank);  // a device of this rank's: the others may differ, so it aborts the job
 }
 
 }  // namespace

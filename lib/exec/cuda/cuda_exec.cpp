@@ -28,6 +28,7 @@ constexpr int kStagingSlots = 8;
 CudaExec::State::~State() {
   // Failures cannot be reported from a destructor; the pointers are valid or null.
   kernels.reset();
+  bf16_kernels.reset();
   if (cublas) cublasDestroy(cublas);
   if (cublas_workspace) cudaFree(cublas_workspace);
   if (reduce_scratch) cudaFree(reduce_scratch);
@@ -73,7 +74,10 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     state_->kernels =
         std::make_unique<CudaLayerKernels>(settings.device, compute_, state_->cublas, settings.bf16_matmuls,
                                            settings.flash_attention, settings.fused_classifier, settings.gelu_fusion);
-    if (settings.bf16_matmuls && settings.flash_attention && settings.fused_classifier)
+    // Their attention is flash attention, which needs bf16 tensor cores (sm_80 or later).
+    int major = 0;
+    ST_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, settings.device));
+    if (settings.bf16_matmuls && settings.flash_attention && settings.fused_classifier && major >= 8)
       state_->bf16_kernels = std::make_unique<CudaBf16LayerKernels>(settings.device, compute_, state_->cublas);
   } catch (...) {
     release();

@@ -59,8 +59,8 @@ class CudaExec final : public Exec {
   void synchronize() override;
   const void* before_communication() override;
   LayerKernels<float>& layer_kernels() override;
-  // With bf16 matmuls, flash attention and the fused classifier (what bf16 storage is built on);
-  // else null.
+  // With bf16 matmuls, flash attention and the fused classifier (what bf16 storage is built on)
+  // on a device with bf16 tensor cores (compute capability 8.0 or later); else null.
   LayerKernels<float, Bf16>* bf16_layer_kernels() override;
 
   int device() const { return settings_.device; }

@@ -31,7 +31,8 @@ struct CudaExec::State {
   std::shared_ptr<CudaAllocationCounters> counters = std::make_shared<CudaAllocationCounters>();
   std::unique_ptr<CudaLayerKernels> kernels;
   // bf16 activations' kernels (parallel.activations = "bf16"): made with bf16 matmuls, flash
-  // attention and the fused classifier, which they are built on; null otherwise.
+  // attention and the fused classifier, which they are built on, on an sm_80 or later device;
+  // null otherwise.
   std::unique_ptr<CudaBf16LayerKernels> bf16_kernels;
 };
 
