@@ -34,6 +34,7 @@ KernelScratch kernel_scratch(const KernelWorkload& w, const KernelScratchChoices
     if (rows == 0 || C == 0 || OC == 0) continue;
     // A biased product's gradient sums dout's columns per chunk of rows (fp32 and bf16 alike).
     if (p.bias) s.partials = std::max(s.partials, chunks(rows) * static_cast<std::uint64_t>(OC) * kFloat);
+    if (p.bias && choices.bf16_storage) s.lt_workspace = kLtWorkspaceBytes;
     if (!choices.bf16_matmuls) continue;
     // Bf16Matmuls: the weight whole; the forward's input rows in pieces; the backward's pieces of
     // dout and of the input, or, for the fused classifier's head, the input's rows alone.

@@ -57,6 +57,9 @@ struct KernelWorkload {
 struct KernelScratchChoices {
   bool bf16_matmuls = false;      // operands rounded to bf16 in scratch (parallel.precision = "bf16")
   bool fused_classifier = false;  // the LM head from bf16 logits (LayerKernels::fused_classifier)
+  // bf16 storage (CudaBf16LayerKernels): operands multiplied as stored, so none in scratch; a
+  // biased product adds its bias in cuBLASLt's epilogue (its workspace).
+  bool bf16_storage = false;
   // The token sort's own temporary storage: cub's, asked of it on the device; the planner's
   // estimate where no device is at hand (estimated_sort_temp_bytes).
   std::uint64_t sort_temp_bytes = 0;

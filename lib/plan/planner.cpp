@@ -254,7 +254,8 @@ std::uint64_t kernel_scratch_bytes(const Config& config, const Machine& m, std::
   if (!m.gpu) return host_bf16_slots(all).bytes();
   KernelScratchChoices choices;
   // bf16 activations' kernels multiply bf16 as stored: no operands rounded into scratch.
-  choices.bf16_matmuls = config.parallel.precision == Precision::bf16 && !config.parallel.stores_bf16_activations();
+  choices.bf16_storage = config.parallel.stores_bf16_activations();
+  choices.bf16_matmuls = config.parallel.precision == Precision::bf16 && !choices.bf16_storage;
   choices.fused_classifier = plans_bf16_logits(config, m);
   choices.sort_temp_bytes = estimated_sort_temp_bytes(all.rows);
   return kernel_scratch(all, choices).total();

@@ -204,6 +204,8 @@ TEST_F(Bf16StorageKernels, LinearLayersAndElementWise) {
     dev->linear_forward(out.d(), in.d(), weight.d(), with_bias ? bias.d() : nullptr, kN, kC, kOC);
     expect_same_rounding(out, what);
   }
+  // The bias rode cuBLASLt's epilogue (these widths and 256-byte aligned buffers have an algorithm).
+  EXPECT_GT(dynamic_cast<const CudaBf16LayerKernels&>(*dev).epilogue_runs(LtEpilogue::bias), 0u);
   auto dout = twin(random_bf16(kN * kOC, 24));
   auto din = twin(random_bf16(kN * kC, 25));
   auto dweight = twin(normal_floats(kOC * kC, 26, 0.5f)), dbias = twin(normal_floats(kOC, 27, 0.5f));
@@ -445,13 +447,17 @@ TEST_F(Bf16StorageKernels, ModelsMatchTheHostReference) {
     // and activations as the formula counts them at 2 bytes a value, flash attention's rows kept.
     const auto& kernels = dynamic_cast<const CudaBf16LayerKernels&>(*own.bf16_layer_kernels());
     KernelScratchChoices choices;
+    choices.bf16_storage = true;
     choices.fused_classifier = true;
     choices.sort_temp_bytes = kernels.reserved_scratch().sort_temp;
     EXPECT_EQ(kernels.reserved_scratch().reserved(),
               kernel_scratch(kernel_workload(shape, B, 1, false, ModelPart{}), choices).reserved())
         << what;
-    EXPECT_EQ(kernels.reserved_scratch().matmul_weight + kernels.reserved_scratch().lt_workspace, 0u)
-        << what << ": bf16 operands need no rounding scratch and no epilogue workspace";
+    const KernelScratch& held = kernels.reserved_scratch();
+    EXPECT_EQ(held.matmul_weight + held.matmul_rows_in + held.matmul_rows_out, 0u)
+        << what << ": bf16 operands need no rounding scratch";
+    EXPECT_EQ(held.lt_workspace, arch == Arch::gpt2 ? kLtWorkspaceBytes : 0u)
+        << what << ": cuBLASLt's workspace where products have biases (GPT-2's, not Llama's)";
     EXPECT_EQ(device->activation_bytes(),
               activation_sizes(shape, B, Recompute::none,
                                kernels.attention_heads_at_once(B, static_cast<int>(shape.n_head)), true, 1, false,

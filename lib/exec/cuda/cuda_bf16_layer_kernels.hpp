@@ -8,10 +8,11 @@
 //
 // - Linear layers: cuBLAS with bf16 operands as they are in memory (no rounding pass, no
 //   operand scratch) and fp32 accumulation; activations written in bf16, rounded once by the
-//   product's own write; weight gradients accumulated in fp32 (beta = 1). A bias is broadcast
-//   into the output before the product adds to it (beta = 1): the bias is bf16 already, so the
-//   sum is still rounded once. A gradient added into a bf16 buffer (accumulate_din) is read,
-//   added in fp32 and rounded once the same way.
+//   product's own write; weight gradients accumulated in fp32 (beta = 1). A bias is added in fp32
+//   by cuBLASLt's epilogue before the one rounding; where cuBLASLt has no algorithm for the
+//   shapes it is broadcast into the output and the product adds to it (beta = 1): the bias is
+//   bf16 already, so the sum is still rounded once. A gradient added into a bf16 buffer
+//   (accumulate_din) is read, added in fp32 and rounded once the same way.
 // - Attention is flash attention (flash_attention.hpp) reading bf16 q, k and v: only head widths
 //   it has kernels for (attention_uses_flash); the trainer refuses others before allocating.
 // - The classifier is the fused one (classifier.cu): bf16 logits from bf16 operands.
@@ -22,15 +23,18 @@
 #include <cuda_runtime.h>
 
 #include "exec/cuda/cuda_kernel_context.hpp"
+#include "exec/cuda/lt_matmul.hpp"
 #include "exec/layer_kernels.hpp"
 
 namespace st {
 
 class CudaBf16LayerKernels final : public LayerKernels<float, Bf16> {
  public:
-  CudaBf16LayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas) : ctx_(device, stream, cublas) {}
+  CudaBf16LayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas)
+      : ctx_(device, stream, cublas), lt_(stream) {}
 
-  // The shared blocks at kernel_scratch's size for bf16 storage (no operand scratch).
+  // The shared blocks at kernel_scratch's size for bf16 storage (no operand scratch; cuBLASLt's
+  // workspace where a product has a bias).
   void reserve_scratch(const KernelWorkload& workload) override;
   const KernelScratch& reserved_scratch() const { return ctx_.reserved; }
   void encoder_forward(Bf16* out, const int* tokens, const Bf16* wte, const Bf16* wpe, int B, int T, int C) override;
@@ -89,8 +93,12 @@ class CudaBf16LayerKernels final : public LayerKernels<float, Bf16> {
   void swiglu_forward(Bf16* out, const Bf16* in, int N, int F) override;
   void swiglu_backward(Bf16* din, const Bf16* in, const Bf16* dout, int N, int F) override;
 
+  // Products run so far through cuBLASLt with epilogue `e` (tests ask whether a path was taken).
+  std::size_t epilogue_runs(LtEpilogue e) const { return lt_.runs(e); }
+
  private:
   CudaKernelContext ctx_;
+  LtMatmul lt_;  // the biased products
 };
 
 }  // namespace st

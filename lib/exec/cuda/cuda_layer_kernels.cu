@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "exec/cuda/cuda_bf16_layer_kernels.hpp"
 #include "exec/cuda/cuda_checks.hpp"
@@ -647,10 +648,9 @@ void CudaLayerKernels::logit_slice_backward(float* probs_to_dlogits, const int* 
 
 void CudaBf16LayerKernels::reserve_scratch(const KernelWorkload& workload) {
   KernelScratchChoices choices;
-  // bf16_matmuls stays false: the operands are bf16 as they are, so no rounding scratch, and no
-  // product has an epilogue (no cuBLASLt workspace).
+  choices.bf16_storage = true;  // no operand rounding scratch; cuBLASLt's workspace for the biases
   choices.fused_classifier = true;
-  ctx_.reserve(workload, choices);
+  lt_.reserve_workspace(ctx_.reserve(workload, choices).lt_workspace);
 }
 
 void CudaBf16LayerKernels::encoder_forward(Bf16* out, const int* tokens, const Bf16* wte, const Bf16* wpe, int B, int T,
@@ -686,8 +686,15 @@ void CudaBf16LayerKernels::linear_forward(Bf16* out, const Bf16* in, const Bf16*
                                           int C, int OC) {
   ctx_.use_device();
   if (N == 0 || OC == 0) return;
-  // out = bias, then the product adds to it in fp32 and rounds the sum once (the bias is bf16:
-  // broadcasting it rounds nothing).
+  const auto* w = reinterpret_cast<const std::uint16_t*>(weight);
+  const auto* x = reinterpret_cast<const std::uint16_t*>(in);
+  // out^T[OC, N] = W[OC, C] in^T[C, N] + bias, the bias added in fp32 by cuBLASLt's epilogue and
+  // the sum rounded once, where it has an algorithm for the shapes.
+  const LtProduct with_bias{CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, LtEpilogue::bias, bias, nullptr,
+                            CUDA_R_16BF};
+  if (bias && lt_.supports(with_bias)) return lt_.run(with_bias);
+  // Else out = bias, then the product adds to it in fp32 and rounds the sum once (the bias is
+  // bf16: broadcasting it rounds nothing).
   if (bias) broadcast_rows(out, bias, N, OC, ctx_.stream);
   // out^T[OC, N] = W[OC, C] in^T[C, N] (+ out^T)
   cuda_gemm_bf16(ctx_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, weight, C, in, C, bias ? 1.0f : 0.0f, out,

@@ -63,7 +63,7 @@ LtMatmul::~LtMatmul() {
 LtMatmul::Key LtMatmul::key_of(const LtProduct& p) const {
   return {static_cast<int>(p.trans_a), static_cast<int>(p.trans_b), p.m, p.n, p.k, p.lda, p.ldb,
           static_cast<int>(p.epilogue), alignment_of(p.A), alignment_of(p.B), alignment_of(p.D), alignment_of(p.bias),
-          alignment_of(p.aux)};
+          alignment_of(p.aux), static_cast<int>(p.d_type)};
 }
 
 LtMatmul::Plan& LtMatmul::plan_for(const LtProduct& p) {
@@ -77,16 +77,16 @@ LtMatmul::Plan& LtMatmul::plan_for(const LtProduct& p) {
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, p.trans_b);
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(p.epilogue));
   // The heuristic reads the pointers' values (not what they point to) for their alignment.
-  if (p.bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(p.bias));
+  if (p.bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   if (p.aux) {
-    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.aux));
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(p.m));
   }
   // Column-major layouts of the stored matrices: op(A) is m x k, so A is k x m when transposed.
   const bool ta = p.trans_a != CUBLAS_OP_N, tb = p.trans_b != CUBLAS_OP_N;
   ST_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, ta ? p.k : p.m, ta ? p.m : p.k, p.lda));
   ST_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, tb ? p.n : p.k, tb ? p.k : p.n, p.ldb));
-  ST_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32F, p.m, p.n, p.m));
+  ST_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, p.d_type, p.m, p.n, p.m));
 
   cublasLtMatmulPreference_t preference = nullptr;
   ST_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&preference));
@@ -122,8 +122,7 @@ bool LtMatmul::supports(const LtProduct& p) {
   if (p.epilogue != LtEpilogue::dgelu && !p.bias) return false;
   if (p.epilogue != LtEpilogue::bias && (!p.aux || p.m % 8 != 0)) return false;  // aux's leading dimension
   for (const void* pointer : {static_cast<const void*>(p.A), static_cast<const void*>(p.B),
-                              static_cast<const void*>(p.D), static_cast<const void*>(p.bias),
-                              static_cast<const void*>(p.aux)})
+                              static_cast<const void*>(p.D), p.bias, static_cast<const void*>(p.aux)})
     if (alignment_of(pointer) < 16) return false;
   return plan_for(p).ok;
 }
@@ -131,8 +130,8 @@ bool LtMatmul::supports(const LtProduct& p) {
 void LtMatmul::run(const LtProduct& p) {
   Plan& plan = plan_for(p);
   ST_REQUIRE(plan.ok, "cuBLASLt product without an algorithm (ask supports() first)");
-  if (p.bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(p.bias));
-  if (p.aux) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.aux));
+  if (p.bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  if (p.aux) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
   void* workspace = workspace_.get(kWorkspaceBytes, stream_);
   const float alpha = 1.0f, beta = 0.0f;
   ST_CHECK_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, p.A, plan.a, p.B, plan.b, &beta, p.D, plan.d, p.D, plan.d,

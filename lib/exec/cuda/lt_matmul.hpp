@@ -31,8 +31,9 @@ enum class LtEpilogue {
 };
 
 // D[m, n] = op(A)[m, k] op(B)[k, n], then the epilogue, column-major as cuBLAS sees matrices. A
-// and B bf16, D fp32 (overwritten, leading dimension m); bias fp32 [m]; aux fp32 [m, n], leading
-// dimension m.
+// and B bf16; D of d_type, fp32 or bf16 (overwritten, leading dimension m; the epilogue computes
+// in fp32 and a bf16 D is rounded once); bias [m] and aux [m, n] (leading dimension m) of D's
+// type, as cuBLASLt takes them by default.
 struct LtProduct {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   int m = 0, n = 0, k = 0;
@@ -40,10 +41,11 @@ struct LtProduct {
   int lda = 0;
   const std::uint16_t* B = nullptr;
   int ldb = 0;
-  float* D = nullptr;
+  void* D = nullptr;
   LtEpilogue epilogue = LtEpilogue::bias;
-  const float* bias = nullptr;
-  float* aux = nullptr;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  cudaDataType_t d_type = CUDA_R_32F;
 };
 
 class LtMatmul {
@@ -68,7 +70,7 @@ class LtMatmul {
  private:
   struct Plan;
   // The shapes, the epilogue and each pointer's alignment (a power of two up to 256 bytes).
-  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int>;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
   Key key_of(const LtProduct& p) const;
   Plan& plan_for(const LtProduct& p);
 
