@@ -283,6 +283,14 @@ if gpus >= 2:
             h.check(close(losses, tp_ref, 1e-4) and worst(params, tp_ref_params) <= 1e-4,
                     f"{name}: tensor 2 on 2 GPUs matches one GPU within 1e-4 (worst parameter "
                     f"{worst(params, tp_ref_params):.2e})\n{losses}\n{tp_ref}")
+    # bf16 activations split the same way: the group sums bf16 activations, the vocabulary-parallel
+    # fused classifier's slices; within 2e-3 of one GPU, as on the CPU (tests/e2e/bf16_activations.py).
+    _, tp_act_ref, _ = run("gpu_tp_act_ref", 1, "cuda", steps=20, data=tp_batch, parallel=dict(BF16_ACT),
+                           model=dict(FLASH_GPT))
+    _, tp_act, _ = run("gpu_tp_act_tensor2", 2, "cuda", steps=20, data=tp_batch,
+                       parallel=dict(BF16_ACT, tensor=2, strategy="ddp"), model=dict(FLASH_GPT))
+    h.check(close(tp_act, tp_act_ref, 2e-3), f"bf16 activations, tensor 2 on 2 GPUs within 2e-3 of one GPU\n"
+                                             f"{tp_act}\n{tp_act_ref}")
 else:
     print(f"tensor parallelism on GPUs: not run, it needs two GPUs in the node ({gpus} here)")
 

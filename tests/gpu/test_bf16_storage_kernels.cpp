@@ -317,6 +317,58 @@ TEST_F(Bf16StorageKernels, ClassifierFromBf16Operands) {
   expect_close(dweight, "classifier_backward dweight");
 }
 
+// The unfused cross-entropy on bf16 logits (the models fuse it with bf16 storage; these are the
+// seam's for other callers), whole and over two slices of the vocabulary.
+TEST_F(Bf16StorageKernels, UnfusedCrossEntropyOnBf16Logits) {
+  constexpr int V = 53, Vp = 64, half = 32;
+  const std::vector<Bf16> values = random_bf16(kN * Vp, 55, 2.0f);
+  std::vector<int> targets_host(kN);
+  for (int i = 0; i < kN; ++i) targets_host[static_cast<std::size_t>(i)] = (i * 13) % V;
+  Memory targets = upload(targets_host);
+  const auto* target_ids = static_cast<const int*>(targets.data());
+
+  auto logits = twin(values);
+  auto losses = zeros(kN);
+  double host_total = 0;
+  host.softmax_cross_entropy_forward(logits.h(), losses.h(), targets_host.data(), kN, V, Vp,
+                                     LossSum{&host_total, 1.0});
+  const double device_total = testing_support::device_loss_sum(*exec, [&](LossSum sum) {
+    dev->softmax_cross_entropy_forward(logits.d(), losses.d(), target_ids, kN, V, Vp, sum);
+  });
+  expect_same_rounding(logits, "softmax_cross_entropy_forward's probabilities");
+  expect_close(losses, "softmax_cross_entropy_forward's losses");
+  EXPECT_NEAR(device_total, host_total, 1e-5 * std::abs(host_total));
+  same_inputs(logits);
+  host.softmax_cross_entropy_backward(logits.h(), targets_host.data(), kN, V, Vp, 0.25f);
+  dev->softmax_cross_entropy_backward(logits.d(), target_ids, kN, V, Vp, 0.25f);
+  expect_same_rounding(logits, "softmax_cross_entropy_backward");
+
+  // Two slices of 32 columns (the second with 21 real ones): statistics, combined, then each
+  // slice's probabilities and gradient.
+  for (const int first : {0, half}) {
+    const int real = first == 0 ? half : V - half;
+    std::vector<Bf16> slice_values(kN * half);
+    for (int r = 0; r < kN; ++r)
+      for (int j = 0; j < half; ++j)
+        slice_values[static_cast<std::size_t>(r * half + j)] = values[static_cast<std::size_t>(r * Vp + first + j)];
+    auto slice = twin(slice_values);
+    auto stats = zeros(3 * kN);
+    host.logit_slice_stats(slice.h(), targets_host.data(), stats.h(), kN, real, half, first);
+    dev->logit_slice_stats(slice.d(), target_ids, stats.d(), kN, real, half, first);
+    expect_close(stats, "logit_slice_stats from token " + std::to_string(first));
+    auto row_stats = twin(normal_floats(2 * kN, 56, 1.0f));
+    for (int r = 0; r < kN; ++r) row_stats.host[static_cast<std::size_t>(2 * r + 1)] = 3.0f + static_cast<float>(r % 5);
+    same_inputs(row_stats);
+    host.logit_slice_softmax(slice.h(), row_stats.h(), kN, real, half);
+    dev->logit_slice_softmax(slice.d(), row_stats.d(), kN, real, half);
+    expect_same_rounding(slice, "logit_slice_softmax from token " + std::to_string(first));
+    same_inputs(slice);
+    host.logit_slice_backward(slice.h(), targets_host.data(), kN, real, half, first, 0.5f);
+    dev->logit_slice_backward(slice.d(), target_ids, kN, real, half, first, 0.5f);
+    expect_same_rounding(slice, "logit_slice_backward from token " + std::to_string(first));
+  }
+}
+
 TEST_F(Bf16StorageKernels, DecodingAttentionRows) {
   constexpr int C = 64, NH = 4, NKV = 2, hs = C / NH, W = C + 2 * NKV * hs, first = 9, n = 5;
   auto qkv = twin(random_bf16((first + n) * W, 61));
