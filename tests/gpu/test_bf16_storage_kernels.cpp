@@ -258,6 +258,55 @@ TEST_F(Bf16StorageKernels, LinearLayersAndElementWise) {
   expect_same_rounding(sum, "gelu_backward");
 }
 
+// parallel.gelu_fusion with bf16 storage: GPT-2's GELU in cuBLASLt's epilogues with bf16
+// outputs. The argument is the host's (the product plus the bias, rounded once); the GELU and its
+// gradient differ from the host's composition by the roundings it makes in between (one unit
+// each) and cuBLASLt's tanh (within 1e-4): two bf16 units plus 2e-4 of the tensor's largest.
+TEST_F(Bf16StorageKernels, GeluInCublasLtsEpilogues) {
+  CudaExecSettings settings{0, true, true};
+  settings.gelu_fusion = true;
+  CudaExec fused_exec(settings);
+  auto& fused = dynamic_cast<CudaBf16LayerKernels&>(*fused_exec.bf16_layer_kernels());
+  auto in = twin(random_bf16(kN * kC, 81)), weight = twin(random_bf16(kOC * kC, 82, 0.2f));
+  auto bias = twin(random_bf16(kOC, 83));
+  auto pre = twin(std::vector<Bf16>(kN * kOC)), act = twin(std::vector<Bf16>(kN * kOC));
+  exec->synchronize();  // the uploads ran on the other backend's stream
+  auto within_two_units = [&](Twin<Bf16>& t, const std::string& what) {
+    const std::vector<Bf16> got = download<Bf16>(t.device, t.host.size());
+    double largest = 0;
+    for (Bf16 w : t.host) largest = std::max(largest, std::abs(static_cast<double>(to_float(w))));
+    std::size_t outside = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double g = to_float(got[i]), w = to_float(t.host[i]);
+      if (!(std::abs(g - w) <= 2 * bf16_unit(w) + 2e-4 * largest) && ++outside <= 3)
+        ADD_FAILURE() << what << "[" << i << "]: device " << g << ", host " << w;
+    }
+  };
+  host.linear_gelu_forward(act.h(), pre.h(), in.h(), weight.h(), bias.h(), kN, kC, kOC);
+  fused.linear_gelu_forward(act.d(), pre.d(), in.d(), weight.d(), bias.d(), kN, kC, kOC);
+  fused_exec.synchronize();
+  EXPECT_GT(fused.epilogue_runs(LtEpilogue::gelu_aux_bias), 0u) << "the forward rode GELU_AUX_BIAS";
+  expect_same_rounding(pre, "the fused forward's argument");
+  within_two_units(act, "the fused forward's GELU");
+
+  // The output projection (kOC -> kC) on through the GELU, from the same argument on both sides.
+  same_inputs(pre);
+  same_inputs(act);
+  auto dout = twin(random_bf16(kN * kC, 84)), weight2 = twin(random_bf16(kC * kOC, 85, 0.2f));
+  auto dpre = twin(std::vector<Bf16>(kN * kOC)), scratch = twin(std::vector<Bf16>(kN * kOC));
+  auto dweight = twin(normal_floats(kC * kOC, 86, 0.5f)), dbias = twin(normal_floats(kC, 87, 0.5f));
+  exec->synchronize();
+  host.linear_backward_gelu(dpre.h(), scratch.h(), dweight.h(), dbias.h(), dout.h(), act.h(), pre.h(), weight2.h(), kN,
+                            kOC, kC);
+  fused.linear_backward_gelu(dpre.d(), scratch.d(), dweight.d(), dbias.d(), dout.d(), act.d(), pre.d(), weight2.d(),
+                             kN, kOC, kC);
+  fused_exec.synchronize();
+  EXPECT_GT(fused.epilogue_runs(LtEpilogue::dgelu), 0u) << "the backward rode DGELU";
+  within_two_units(dpre, "the fused backward's dpre");
+  expect_close(dweight, "the fused backward's dweight");
+  expect_close(dbias, "the fused backward's dbias");
+}
+
 TEST_F(Bf16StorageKernels, LlamasGateAndRotation) {
   constexpr int F = 36, heads = 3, hs = 8, W = heads * hs + 8;  // rows wider than the rotated heads
   auto in = twin(random_bf16(kN * 2 * F, 41, 2.0f)), out = twin(std::vector<Bf16>(kN * F));

@@ -16,7 +16,11 @@
 // - Attention is flash attention (flash_attention.hpp) reading bf16 q, k and v: only head widths
 //   it has kernels for (attention_uses_flash); the trainer refuses others before allocating.
 // - The classifier is the fused one (classifier.cu): bf16 logits from bf16 operands.
-// - GELU, SwiGLU, RoPE, the norms and the residual adds are the fp32 kernels' templates.
+// - GELU, SwiGLU, RoPE, the norms and the residual adds are the fp32 kernels' templates. With
+//   gelu_fusion, GPT-2's GELU rides cuBLASLt's epilogues as in CudaLayerKernels (GELU_AUX_BIAS
+//   writes the output and keeps the argument, DGELU the argument's gradient), each with a bf16
+//   output rounded once: the seam's composition rounds the argument (and the input's gradient)
+//   before the GELU, so the two differ by such roundings and by cuBLASLt's tanh (within 1e-4).
 //
 // Deterministic as CudaLayerKernels: no floating-point atomics, every reduction in a fixed order.
 #include <cublas_v2.h>
@@ -30,8 +34,9 @@ namespace st {
 
 class CudaBf16LayerKernels final : public LayerKernels<float, Bf16> {
  public:
-  CudaBf16LayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas)
-      : ctx_(device, stream, cublas), lt_(stream) {}
+  // `gelu_fusion`: GPT-2's GELU in cuBLASLt's epilogues where it has an algorithm.
+  CudaBf16LayerKernels(int device, cudaStream_t stream, cublasHandle_t cublas, bool gelu_fusion = false)
+      : ctx_(device, stream, cublas), lt_(stream), gelu_fusion_(gelu_fusion) {}
 
   // The shared blocks at kernel_scratch's size for bf16 storage (no operand scratch; cuBLASLt's
   // workspace where a product has a bias).
@@ -48,6 +53,10 @@ class CudaBf16LayerKernels final : public LayerKernels<float, Bf16> {
   void linear_forward(Bf16* out, const Bf16* in, const Bf16* weight, const Bf16* bias, int N, int C, int OC) override;
   void linear_backward(Bf16* din, float* dweight, float* dbias, const Bf16* dout, const Bf16* in, const Bf16* weight,
                        int N, int C, int OC, bool accumulate_din) override;
+  void linear_gelu_forward(Bf16* out, Bf16* pre, const Bf16* in, const Bf16* weight, const Bf16* bias, int N, int C,
+                           int OC) override;
+  void linear_backward_gelu(Bf16* dpre, Bf16* scratch, float* dweight, float* dbias, const Bf16* dout, const Bf16* in,
+                            const Bf16* pre, const Bf16* weight, int N, int C, int OC) override;
   int attention_heads_at_once(int B, int NH) const override;
   bool attention_uses_flash(int head_dim) const override { return st::attention_uses_flash(true, head_dim); }
   void attention_forward(Bf16* out, const AttentionProbs<float, Bf16>& probs, const Bf16* qkv, int B, int T, int C,
@@ -98,7 +107,8 @@ class CudaBf16LayerKernels final : public LayerKernels<float, Bf16> {
 
  private:
   CudaKernelContext ctx_;
-  LtMatmul lt_;  // the biased products
+  LtMatmul lt_;  // the biased products, and GELU's where fused
+  bool gelu_fusion_;
 };
 
 }  // namespace st

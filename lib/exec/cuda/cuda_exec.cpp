@@ -78,7 +78,8 @@ CudaExec::CudaExec(const CudaExecSettings& settings) : settings_(settings) {
     int major = 0;
     ST_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, settings.device));
     if (settings.bf16_matmuls && settings.flash_attention && settings.fused_classifier && major >= 8)
-      state_->bf16_kernels = std::make_unique<CudaBf16LayerKernels>(settings.device, compute_, state_->cublas);
+      state_->bf16_kernels =
+          std::make_unique<CudaBf16LayerKernels>(settings.device, compute_, state_->cublas, settings.gelu_fusion);
   } catch (...) {
     release();
     throw;

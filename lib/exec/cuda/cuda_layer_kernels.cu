@@ -713,6 +713,42 @@ void CudaBf16LayerKernels::linear_backward(Bf16* din, float* dweight, float* dbi
   if (dbias) add_column_sums(ctx_, dbias, dout, N, OC);
 }
 
+namespace {
+const std::uint16_t* bf16_bits(const Bf16* p) { return reinterpret_cast<const std::uint16_t*>(p); }
+}  // namespace
+
+void CudaBf16LayerKernels::linear_gelu_forward(Bf16* out, Bf16* pre, const Bf16* in, const Bf16* weight,
+                                               const Bf16* bias, int N, int C, int OC) {
+  ctx_.use_device();
+  if (gelu_fusion_ && N > 0 && C > 0 && OC > 0 && bias) {
+    // out^T[OC, N] = gelu(W[OC, C] in^T[C, N] + bias), pre^T the argument, both rounded once
+    const LtProduct fused{CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, bf16_bits(weight), C, bf16_bits(in), C, out,
+                          LtEpilogue::gelu_aux_bias, bias, pre, CUDA_R_16BF};
+    if (lt_.supports(fused)) return lt_.run(fused);
+  }
+  LayerKernels<float, Bf16>::linear_gelu_forward(out, pre, in, weight, bias, N, C, OC);
+}
+
+void CudaBf16LayerKernels::linear_backward_gelu(Bf16* dpre, Bf16* scratch, float* dweight, float* dbias,
+                                                const Bf16* dout, const Bf16* in, const Bf16* pre, const Bf16* weight,
+                                                int N, int C, int OC) {
+  ctx_.use_device();
+  if (gelu_fusion_ && N > 0 && C > 0 && OC > 0) {
+    // dpre^T[C, N] = (W^T[C, OC] dout^T[OC, N]) * gelu'(pre^T), rounded once
+    const LtProduct fused{CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, bf16_bits(weight), C, bf16_bits(dout), OC, dpre,
+                          LtEpilogue::dgelu, nullptr, const_cast<Bf16*>(pre), CUDA_R_16BF};
+    if (lt_.supports(fused)) {
+      // The weight's gradient reads `in` (which may be dpre's memory) before dpre is written: both
+      // queued in this order on the stream.
+      cuda_gemm_bf16(ctx_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, CUDA_R_32F,
+                     C);
+      if (dbias) add_column_sums(ctx_, dbias, dout, N, OC);
+      return lt_.run(fused);
+    }
+  }
+  LayerKernels<float, Bf16>::linear_backward_gelu(dpre, scratch, dweight, dbias, dout, in, pre, weight, N, C, OC);
+}
+
 void CudaBf16LayerKernels::gelu_forward(Bf16* out, const Bf16* in, std::size_t n) {
   queue_gelu_forward(ctx_, out, in, n);
 }
