@@ -305,6 +305,46 @@ TEST_F(Bf16StorageKernels, GeluInCublasLtsEpilogues) {
   within_two_units(dpre, "the fused backward's dpre");
   expect_close(dweight, "the fused backward's dweight");
   expect_close(dbias, "the fused backward's dbias");
+
+  // As GPT-2 calls it: dpre in the memory of `in` (the GELU output), which the weight's gradient
+  // reads first. The same inputs on both sides, then dpre written over act.
+  same_inputs(act);
+  same_inputs(dweight);
+  same_inputs(dbias);
+  exec->synchronize();
+  host.linear_backward_gelu(act.h(), scratch.h(), dweight.h(), dbias.h(), dout.h(), act.h(), pre.h(), weight2.h(), kN,
+                            kOC, kC);
+  fused.linear_backward_gelu(act.d(), scratch.d(), dweight.d(), dbias.d(), dout.d(), act.d(), pre.d(), weight2.d(),
+                             kN, kOC, kC);
+  fused_exec.synchronize();
+  within_two_units(act, "the fused backward's dpre over its input");
+  expect_close(dweight, "the fused backward's dweight from the input it then overwrote");
+}
+
+// Products whose sums are long and whose outputs are few (4 rows): where cuBLAS or cuBLASLt split
+// such a sum, the parts must be added in fp32 and the result rounded once, as the host does; parts
+// rounded to bf16 would move most of the 256 outputs off the host's bits.
+TEST_F(Bf16StorageKernels, LongSumsIntoFewOutputsRoundOnce) {
+  constexpr int N = 4, K = 4096, M = 64;
+  auto in = twin(random_bf16(N * K, 91)), weight = twin(random_bf16(M * K, 92, 0.05f)), bias = twin(random_bf16(M, 93));
+  auto out = twin(std::vector<Bf16>(N * M));
+  for (const bool with_bias : {false, true}) {
+    host.linear_forward(out.h(), in.h(), weight.h(), with_bias ? bias.h() : nullptr, N, K, M);
+    dev->linear_forward(out.d(), in.d(), weight.d(), with_bias ? bias.d() : nullptr, N, K, M);
+    expect_same_rounding(out, with_bias ? "a long forward with a bias" : "a long forward");
+  }
+  // The input's gradient of a layer from M to K values: M outputs a row, each a sum over K.
+  auto dout = twin(random_bf16(N * K, 94)), weight_t = twin(random_bf16(K * M, 95, 0.05f));
+  auto din = twin(std::vector<Bf16>(N * M));
+  auto dweight = zeros(K * M);
+  host.linear_backward(din.h(), dweight.h(), nullptr, dout.h(), out.h(), weight_t.h(), N, M, K, false);
+  dev->linear_backward(din.d(), dweight.d(), nullptr, dout.d(), out.d(), weight_t.d(), N, M, K, false);
+  expect_same_rounding(din, "a long input gradient");
+  // The LM head's input gradient sums over the vocabulary.
+  auto dlogits = twin(random_bf16(N * K, 96));
+  host.classifier_backward(din.h(), dweight.h(), dlogits.h(), out.h(), weight_t.h(), N, M, K, 0.5f);
+  dev->classifier_backward(din.d(), dweight.d(), dlogits.d(), out.d(), weight_t.d(), N, M, K, 0.5f);
+  expect_same_rounding(din, "the head's long input gradient");
 }
 
 TEST_F(Bf16StorageKernels, LlamasGateAndRotation) {
@@ -535,12 +575,19 @@ ModelShape flash_shape(Arch arch) {
 // models' flash tests bound by 5e-2 of each tensor's largest gradient (GpuModel.*FlashAttention);
 // the same bound here, and 1e-2 relative on the loss.
 TEST_F(Bf16StorageKernels, ModelsMatchTheHostReference) {
-  for (const Arch arch : {Arch::gpt2, Arch::llama}) {
+  struct Variant {
+    Arch arch;
+    bool gelu_fusion;
+  };
+  for (const Variant v : {Variant{Arch::gpt2, false}, Variant{Arch::gpt2, true}, Variant{Arch::llama, false}}) {
+    const Arch arch = v.arch;
     const ModelShape shape = flash_shape(arch);
-    const std::string what = arch_name(arch);
+    const std::string what = std::string(arch_name(arch)) + (v.gelu_fusion ? " with its GELU fused" : "");
     const int B = 3, T = 40;
     // A backend of its own, so that its kernels' scratch is this model's alone.
-    CudaExec own(CudaExecSettings{0, true, true});
+    CudaExecSettings settings{0, true, true};
+    settings.gelu_fusion = v.gelu_fusion;
+    CudaExec own(settings);
     const std::size_t grown_before = DeviceScratch::grown_after_reserve();
     const auto device = make_model<float, Bf16>(shape, B, own);
     const auto reference = make_model<float, Bf16>(shape, B);
@@ -595,6 +642,11 @@ TEST_F(Bf16StorageKernels, ModelsMatchTheHostReference) {
     EXPECT_EQ(again.losses, got.losses) << what;
     EXPECT_EQ(again.grads, got.grads) << what;
     EXPECT_EQ(DeviceScratch::grown_after_reserve(), grown_before) << what << ": scratch grew inside a step";
+    // The GELU rode the epilogues in both passes of every block, or never: two calls of train(),
+    // two micro-batches each.
+    const auto passes = static_cast<std::size_t>(v.gelu_fusion ? 2 * 2 * shape.n_layer : 0);
+    EXPECT_EQ(kernels.epilogue_runs(LtEpilogue::gelu_aux_bias), passes) << what << ": forwards through GELU_AUX_BIAS";
+    EXPECT_EQ(kernels.epilogue_runs(LtEpilogue::dgelu), passes) << what << ": backwards through DGELU";
   }
 }
 

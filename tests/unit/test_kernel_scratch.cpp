@@ -77,6 +77,23 @@ TEST(KernelScratch, Gpt2At16SequencesInBf16) {
   EXPECT_EQ(f.matmul_rows_in, s.matmul_rows_in);
   EXPECT_LT(f.total(), s.total());
 
+  // bf16 storage multiplies the operands as stored (no pieces, no weight copy); its biased
+  // products add the bias in cuBLASLt's epilogue, so GPT-2 holds cuBLASLt's workspace.
+  KernelScratchChoices storage;
+  storage.bf16_storage = true;
+  storage.fused_classifier = true;
+  const KernelScratch b = kernel_scratch(w, storage);
+  EXPECT_EQ(b.matmul_weight + b.matmul_rows_in + b.matmul_rows_out, 0u);
+  EXPECT_EQ(b.lt_workspace, 32 * MiB);
+  EXPECT_EQ(b.partials, s.partials);
+  ModelShape llama = shape;
+  llama.arch = Arch::llama;
+  llama.n_kv_head = 12;
+  llama.ffn_dim = 2048;
+  const KernelScratch no_bias = kernel_scratch(kernel_workload(llama, 16, 1, false, ModelPart{}), storage);
+  EXPECT_EQ(no_bias.lt_workspace, 0u) << "Llama's products have no bias";
+  EXPECT_EQ(no_bias.matmul_weight + no_bias.matmul_rows_in + no_bias.matmul_rows_out, 0u);
+
   // fp32 products round nothing and run no epilogue: the chunk sums, the sort and the losses.
   const KernelScratch fp32 = kernel_scratch(w, KernelScratchChoices{});
   EXPECT_EQ(fp32.matmul_weight + fp32.matmul_rows_in + fp32.matmul_rows_out + fp32.lt_workspace, 0u);

@@ -106,6 +106,13 @@ LtMatmul::Plan& LtMatmul::plan_for(const LtProduct& p) {
                                                        sizeof align_d));
   ST_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                        sizeof align_d));
+  if (p.d_type != CUDA_R_32F) {
+    // A split-K sum must not be reduced in D's narrower type (INPLACE and OUTPUT_TYPE would
+    // round each partial sum to bf16): in fp32, or not split, so that D is rounded once.
+    const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    ST_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                         &reductions, sizeof reductions));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d,
