@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "core/random.hpp"
 #include "model/model.hpp"
 
 namespace st::testing_support {
@@ -41,6 +42,15 @@ inline std::vector<int> tokens_for(int count, int V, int salt) {
   for (std::size_t i = 0; i < t.size(); ++i)
     t[i] = static_cast<int>((i * 7 + static_cast<std::size_t>(salt) * 3 + 1) % static_cast<std::size_t>(V));
   return t;
+}
+
+// The architecture's initialisation, perturbed so that logits spread and no gradient is trivial.
+inline std::vector<float> perturbed_params(const Model<float>& model) {
+  std::vector<float> params(model.layout().total());
+  model.init_params(params, 21);
+  NormalStream noise(23, 5);
+  for (float& p : params) p += static_cast<float>(0.2 * noise.next());
+  return params;
 }
 
 struct TrainedPasses {

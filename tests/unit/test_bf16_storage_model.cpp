@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "core/random.hpp"
 #include "fused_classifier_exec.hpp"
 #include "small_models.hpp"
 #include "exec/host_bf16_kernels.hpp"
@@ -38,12 +37,9 @@ struct Params {
   std::vector<float> fp32;
 };
 Params params_for(const Model<float>& model) {
-  std::vector<float> init(model.layout().total());
-  model.init_params(init, 21);
-  NormalStream noise(23, 5);
   Params p;
-  for (float x : init) {
-    p.bf16.push_back(to_bf16(x + static_cast<float>(0.2 * noise.next())));
+  for (float x : testing_support::perturbed_params(model)) {
+    p.bf16.push_back(to_bf16(x));
     p.fp32.push_back(to_float(p.bf16.back()));
   }
   return p;

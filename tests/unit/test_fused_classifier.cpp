@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "core/random.hpp"
 #include "fused_classifier_exec.hpp"
 #include "small_models.hpp"
 #include "model/activations.hpp"
@@ -28,15 +27,6 @@ using testing_support::train_passes;
 using testing_support::Variant;
 using testing_support::variant_name;
 using Result = testing_support::TrainedPasses;
-
-// The architecture's initialisation, perturbed so that logits spread and no gradient is trivial.
-std::vector<float> params_for(const Model<float>& model) {
-  std::vector<float> params(model.layout().total());
-  model.init_params(params, 21);
-  NormalStream noise(23, 5);
-  for (float& p : params) p += static_cast<float>(0.2 * noise.next());
-  return params;
-}
 
 class FusedClassifier : public ::testing::TestWithParam<Variant> {};
 
@@ -54,7 +44,7 @@ TEST_P(FusedClassifier, TrainingMatchesTheUnfusedModel) {
   const auto fused = make_model<float>(shape, B, exec);
   EXPECT_FALSE(unfused->bf16_logits());
   EXPECT_TRUE(fused->bf16_logits());
-  const std::vector<float> params = params_for(*unfused);
+  const std::vector<float> params = testing_support::perturbed_params(*unfused);
   const Result want = train_passes(*unfused, params, B, T);
   const Result got = train_passes(*fused, params, B, T);
   for (std::size_t i = 0; i < want.losses.size(); ++i)
@@ -71,7 +61,7 @@ TEST_P(FusedClassifier, RecomputationGivesTheSameBits) {
   const int B = 3, T = 9;
   testing_support::FusedClassifierExec exec;
   const auto keep_all = make_model<float>(shape, B, exec);
-  const std::vector<float> params = params_for(*keep_all);
+  const std::vector<float> params = testing_support::perturbed_params(*keep_all);
   const Result want = train_passes(*keep_all, params, B, T);
   for (const Recompute r : {Recompute::selective, Recompute::full}) {
     const auto model = make_model<float>(shape, B, exec, r);
@@ -97,7 +87,7 @@ TEST_P(FusedClassifier, DecodingProbsAndLogitsFromBf16Logits) {
   testing_support::FusedClassifierExec exec;
   const auto unfused = make_model<float>(shape, 2);
   const auto fused = make_model<float>(shape, 2, exec);
-  const std::vector<float> params = params_for(*unfused);
+  const std::vector<float> params = testing_support::perturbed_params(*unfused);
   const auto tokens = tokens_for(2 * T, V, 3);
   auto worst = [](std::span<const float> got, std::span<const float> want) {
     double diff = 0, largest = 0;

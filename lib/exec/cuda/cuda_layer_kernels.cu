@@ -682,16 +682,19 @@ void CudaBf16LayerKernels::layernorm_backward(Bf16* din, float* dweight, float* 
 
 // The products in cuBLAS's column-major view, as CudaLayerKernels' (row-major X[rows, cols] is
 // X^T with leading dimension cols), on bf16 operands with fp32 sums.
+namespace {
+// A bf16 operand as cuBLASLt's products take it (LtProduct).
+const std::uint16_t* bf16_bits(const Bf16* p) { return reinterpret_cast<const std::uint16_t*>(p); }
+}  // namespace
+
 void CudaBf16LayerKernels::linear_forward(Bf16* out, const Bf16* in, const Bf16* weight, const Bf16* bias, int N,
                                           int C, int OC) {
   ctx_.use_device();
   if (N == 0 || OC == 0) return;
-  const auto* w = reinterpret_cast<const std::uint16_t*>(weight);
-  const auto* x = reinterpret_cast<const std::uint16_t*>(in);
   // out^T[OC, N] = W[OC, C] in^T[C, N] + bias, the bias added in fp32 by cuBLASLt's epilogue and
   // the sum rounded once, where it has an algorithm for the shapes.
-  const LtProduct with_bias{CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, LtEpilogue::bias, bias, nullptr,
-                            CUDA_R_16BF};
+  const LtProduct with_bias{CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, bf16_bits(weight), C, bf16_bits(in), C, out,
+                            LtEpilogue::bias, bias, nullptr, CUDA_R_16BF};
   if (bias && lt_.supports(with_bias)) return lt_.run(with_bias);
   // Else out = bias, then the product adds to it in fp32 and rounds the sum once (the bias is
   // bf16: broadcasting it rounds nothing).
@@ -712,10 +715,6 @@ void CudaBf16LayerKernels::linear_backward(Bf16* din, float* dweight, float* dbi
   cuda_gemm_bf16(ctx_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, in, C, dout, OC, 1.0f, dweight, CUDA_R_32F, C);
   if (dbias) add_column_sums(ctx_, dbias, dout, N, OC);
 }
-
-namespace {
-const std::uint16_t* bf16_bits(const Bf16* p) { return reinterpret_cast<const std::uint16_t*>(p); }
-}  // namespace
 
 void CudaBf16LayerKernels::linear_gelu_forward(Bf16* out, Bf16* pre, const Bf16* in, const Bf16* weight,
                                                const Bf16* bias, int N, int C, int OC) {
